@@ -1,0 +1,5 @@
+"""``python -m goondan`` runs the CLI."""
+
+from goondan.cli import main
+
+main()

@@ -1,0 +1,165 @@
+"""The ``goondan`` (alias ``gdn``) command line: parse, call one function, format.
+
+This module is the single error boundary: every :class:`goondan.errors.GoondanError` is rendered
+here as ``[CODE] message`` plus location, suggestion and help lines (or JSON with ``--json``) and
+turned into the documented exit code. Tracebacks are shown only with ``--debug``.
+
+Subcommands live in ``goondan/commands/<name>.py`` and are imported lazily, so ``goondan --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from goondan import __version__
+from goondan.commands.common import GlobalOptions, use_color
+from goondan.errors import EXIT_GENERAL, EXIT_INTERRUPTED, EXIT_USAGE, GoondanError, help_url
+from goondan.secrets import mask
+
+__all__ = ["main", "cli"]
+
+# name -> (module, attribute, one-line help). Commands whose module is absent are hidden.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "init": ("goondan.commands.init", "init", "Create a new goondan project."),
+    "validate": ("goondan.commands.validate", "validate", "Validate a bundle and report every problem."),
+    "repl": ("goondan.commands.repl", "repl", "Chat with an agent in this terminal."),
+    "run": ("goondan.commands.run", "run", "Run a swarm: orchestrator, agent processes, connectors."),
+    "restart": ("goondan.commands.restart", "restart", "Restart the running swarm's agents."),
+    "instance": ("goondan.commands.instance", "instance", "List or delete instances."),
+    "inspect": ("goondan.commands.inspect", "inspect", "Inspect workspaces, instances and conversations."),
+    "fold": ("goondan.commands.fold", "fold", "Fold leftover conversation events into base.jsonl."),
+    "logs": ("goondan.commands.logs", "logs", "Show orchestrator and agent process logs."),
+    "doctor": ("goondan.commands.doctor", "doctor", "Check the environment and the bundle."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (module, _, _) in COMMANDS.items() if _module_exists(module)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _module_exists(entry[0]):
+            return None
+        module = importlib.import_module(entry[0])
+        command: click.Command = getattr(module, entry[1])
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Use the static one-liners so `--help` imports no subcommand module.
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="goondan")
+@click.option("--state-root", type=click.Path(file_okay=False), default=None,
+              help="System root for workspaces and runtime files [env: GOONDAN_STATE_ROOT; default ~/.goondan].")
+@click.option("--no-color", is_flag=True, default=False, help="Disable coloured output (also: NO_COLOR).")
+@click.option("--json", "json_errors", is_flag=True, default=False, help="Print errors as JSON on stderr.")
+@click.option("--debug", is_flag=True, default=False, help="Show tracebacks for internal errors.")
+@click.option("-v", "--verbose", count=True, help="More log output (repeatable).")
+@click.option("-q", "--quiet", is_flag=True, default=False, help="Only errors.")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    state_root: str | None,
+    no_color: bool,
+    json_errors: bool,
+    debug: bool,
+    verbose: int,
+    quiet: bool,
+) -> None:
+    """goondan: a declarative agent-swarm runtime.
+
+    Describe Models, Agents, Swarms, Tools and Extensions in goondan.yaml, then validate,
+    chat (repl) or run them. Exit codes: 0 ok, 1 error, 2 usage, 3 config, 4 validation,
+    5 network, 6 auth, 130 interrupted.
+    """
+    ctx.obj = GlobalOptions(
+        state_root=state_root,
+        color=use_color(sys.stdout, no_color),
+        json_errors=json_errors,
+        debug=debug,
+        verbose=verbose,
+        quiet=quiet,
+    )
+
+
+def render_error(err: GoondanError, *, as_json: bool, color: bool) -> str:
+    """The user-facing text (or JSON) for an error; secrets are masked."""
+    if as_json:
+        return mask(json.dumps(err.to_dict(), ensure_ascii=False))
+    red = (lambda s: click.style(s, fg="red", bold=True)) if color else (lambda s: s)
+    lines = [f"{red('[' + err.code + ']')} {err.message}"]
+    if err.location:
+        lines.append(f"  at: {err.location}")
+    if err.suggestion:
+        lines.append(f"  suggestion: {err.suggestion}")
+    lines.append(f"  help: {err.help_url or help_url(err.code)}")
+    return mask("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the CLI and exit with the documented code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args or os.environ.get("GOONDAN_DEBUG") == "1"
+    as_json = "--json" in args
+    color = use_color(sys.stderr, "--no-color" in args)
+    try:
+        result: Any = cli.main(args=args, prog_name="goondan", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except GoondanError as err:
+        if debug:
+            traceback.print_exc()
+        click.echo(render_error(err, as_json=as_json, color=color), err=True)
+        code = err.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        code = EXIT_INTERRUPTED
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code if exc.exit_code else EXIT_USAGE
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        code = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        code = 0
+    except Exception as exc:  # a bug: keep the traceback behind --debug
+        if debug:
+            traceback.print_exc()
+        else:
+            click.echo(
+                f"[E_INTERNAL] unexpected {type(exc).__name__}: {mask(str(exc))}\n"
+                "  suggestion: re-run with --debug for a traceback and report it as a bug",
+                err=True,
+            )
+        code = EXIT_GENERAL
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

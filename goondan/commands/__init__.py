@@ -1,0 +1,1 @@
+"""Click subcommands, one module each; ``goondan/cli.py`` imports them lazily."""

@@ -1,0 +1,1 @@
+"""Conversations: Message, MessageEvent, ConversationState and the JSONL codec."""

@@ -1,0 +1,278 @@
+"""Exception tree and structured diagnostics.
+
+Every error a user can cause carries a stable ``code`` (``E_<AREA>_<WHAT>``), a message, an
+optional suggestion and help URL, and the process ``exit_code`` the CLI uses. Library code raises
+these (or returns :class:`Diagnostic` lists); only ``goondan/cli.py`` prints and exits.
+
+    GoondanError                      exit 1   E_INTERNAL
+    ├── UsageError                    exit 2   E_USAGE
+    ├── ConfigError                   exit 3   E_CONFIG_*   (bundle unreadable, bad env, no swarm)
+    │   └── BundleError               exit 4   E_VALIDATION (carries .diagnostics)
+    ├── WorkspaceError                exit 3   E_WORKSPACE_*
+    │   ├── WorkspaceCorruptError     exit 3   E_WORKSPACE_CORRUPT
+    │   └── InstanceLockedError       exit 3   E_INSTANCE_LOCKED
+    ├── PipelineError                 exit 1   E_PIPELINE_*
+    ├── ExtensionError                exit 3   E_EXTENSION_*
+    ├── ToolLoadError                 exit 3   E_TOOL_LOAD
+    ├── AgentError                    exit 1   E_AGENT_* (cycles, timeouts, unknown targets)
+    ├── IpcError                      exit 1   E_IPC_*
+    ├── LlmError                      exit 5   E_LLM_*
+    │   ├── LlmAuthError              exit 6   E_LLM_AUTH
+    │   ├── LlmRateLimitError         exit 5   E_LLM_RATE_LIMIT
+    │   ├── LlmTimeoutError           exit 5   E_LLM_TIMEOUT
+    │   ├── LlmConnectionError        exit 5   E_LLM_CONNECTION
+    │   ├── LlmBadResponseError       exit 5   E_LLM_BAD_RESPONSE
+    │   └── LlmHttpError              exit 5   E_LLM_HTTP
+    └── Interrupted                   exit 130 E_INTERRUPTED
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "HELP_URL_BASE",
+    "AgentError",
+    "BundleError",
+    "ConfigError",
+    "Diagnostic",
+    "ExtensionError",
+    "GoondanError",
+    "InstanceLockedError",
+    "Interrupted",
+    "IpcError",
+    "LlmAuthError",
+    "LlmBadResponseError",
+    "LlmConnectionError",
+    "LlmError",
+    "LlmHttpError",
+    "LlmRateLimitError",
+    "LlmTimeoutError",
+    "PipelineError",
+    "ToolLoadError",
+    "UsageError",
+    "WorkspaceCorruptError",
+    "WorkspaceError",
+    "help_url",
+]
+
+HELP_URL_BASE = "https://docs.goondan.ai/errors"
+
+EXIT_OK = 0
+EXIT_GENERAL = 1
+EXIT_USAGE = 2
+EXIT_CONFIG = 3
+EXIT_VALIDATION = 4
+EXIT_NETWORK = 5
+EXIT_AUTH = 6
+EXIT_INTERRUPTED = 130
+
+
+def help_url(code: str) -> str:
+    """Return the documentation URL for an error code."""
+    return f"{HELP_URL_BASE}/{code}"
+
+
+@dataclass
+class Diagnostic:
+    """One problem found while loading or checking something.
+
+    ``file``/``line``/``column`` are 1-based where known; ``resource`` is ``Kind/name`` and
+    ``field`` a dotted path such as ``spec.tools[0].ref``.
+    """
+
+    code: str
+    message: str
+    severity: Literal["error", "warning"] = "error"
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    resource: str | None = None
+    field: str | None = None
+    suggestion: str | None = None
+    help_url: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def path(self) -> str | None:
+        """``file:line:col`` (or the parts that are known)."""
+        if self.file is None:
+            return None
+        out = self.file
+        if self.line is not None:
+            out += f":{self.line}"
+            if self.column is not None:
+                out += f":{self.column}"
+        return out
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form used by ``--format json`` and logs (camelCase keys, empty fields dropped)."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.path is not None:
+            out["path"] = self.path
+        for key, value in (
+            ("resource", self.resource),
+            ("field", self.field),
+            ("suggestion", self.suggestion),
+            ("helpUrl", self.help_url or help_url(self.code)),
+        ):
+            if value is not None:
+                out[key] = value
+        out.update(self.extra)
+        return out
+
+
+class GoondanError(Exception):
+    """Base class of every goondan error; see the module docstring for the tree."""
+
+    code: str = "E_INTERNAL"
+    exit_code: int = EXIT_GENERAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        suggestion: str | None = None,
+        help_url: str | None = None,
+        location: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.suggestion = suggestion
+        self.help_url = help_url
+        self.location = location
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``--json`` error output, IPC, tool results)."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.location:
+            out["location"] = self.location
+        if self.suggestion:
+            out["suggestion"] = self.suggestion
+        out["helpUrl"] = self.help_url or help_url(self.code)
+        out["exitCode"] = self.exit_code
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+class UsageError(GoondanError):
+    code = "E_USAGE"
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(GoondanError):
+    code = "E_CONFIG"
+    exit_code = EXIT_CONFIG
+
+
+class BundleError(ConfigError):
+    """A bundle failed validation; ``diagnostics`` holds every problem (errors and warnings)."""
+
+    code = "E_VALIDATION"
+    exit_code = EXIT_VALIDATION
+
+    def __init__(self, message: str, diagnostics: list[Diagnostic], **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.diagnostics = diagnostics
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+
+class WorkspaceError(GoondanError):
+    code = "E_WORKSPACE"
+    exit_code = EXIT_CONFIG
+
+
+class WorkspaceCorruptError(WorkspaceError):
+    code = "E_WORKSPACE_CORRUPT"
+
+
+class InstanceLockedError(WorkspaceError):
+    code = "E_INSTANCE_LOCKED"
+
+    def __init__(self, message: str, *, pid: int | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.pid = pid
+
+
+class PipelineError(GoondanError):
+    code = "E_PIPELINE"
+
+
+class ExtensionError(GoondanError):
+    code = "E_EXTENSION_INIT"
+    exit_code = EXIT_CONFIG
+
+
+class ToolLoadError(GoondanError):
+    code = "E_TOOL_LOAD"
+    exit_code = EXIT_CONFIG
+
+
+class AgentError(GoondanError):
+    code = "E_AGENT"
+
+
+class IpcError(GoondanError):
+    code = "E_IPC"
+
+
+class LlmError(GoondanError):
+    code = "E_LLM"
+    exit_code = EXIT_NETWORK
+    retryable: bool = False
+
+
+class LlmAuthError(LlmError):
+    code = "E_LLM_AUTH"
+    exit_code = EXIT_AUTH
+
+
+class LlmRateLimitError(LlmError):
+    code = "E_LLM_RATE_LIMIT"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class LlmTimeoutError(LlmError):
+    code = "E_LLM_TIMEOUT"
+    retryable = True
+
+
+class LlmConnectionError(LlmError):
+    code = "E_LLM_CONNECTION"
+    retryable = True
+
+
+class LlmBadResponseError(LlmError):
+    code = "E_LLM_BAD_RESPONSE"
+
+
+class LlmHttpError(LlmError):
+    code = "E_LLM_HTTP"
+
+    def __init__(self, message: str, *, status: int, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.status = status
+        self.retryable = status in (408, 409) or status >= 500
+
+
+class Interrupted(GoondanError):
+    code = "E_INTERRUPTED"
+    exit_code = EXIT_INTERRUPTED

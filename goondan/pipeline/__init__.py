@@ -1,0 +1,1 @@
+"""The three-level middleware onion (turn, step, toolCall), contexts, events and tracing."""

@@ -1,0 +1,54 @@
+"""Process-wide secret masking.
+
+Every secret value goondan resolves (API keys, connection secrets) is registered here; log
+records, error messages and ``inspect`` output pass through :func:`mask` so a secret never
+reaches a terminal or a file. Values shorter than 4 characters are not registered (masking
+them would garble ordinary text).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+__all__ = ["MASK", "SecretMaskingFilter", "mask", "register_secret", "registered_count"]
+
+MASK = "***"
+_lock = threading.Lock()
+_secrets: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Remember ``value`` so that :func:`mask` hides it from now on."""
+    if value and len(value) >= 4:
+        with _lock:
+            _secrets.add(value)
+
+
+def registered_count() -> int:
+    return len(_secrets)
+
+
+def mask(text: str) -> str:
+    """Replace every registered secret in ``text`` with ``***`` (longest first)."""
+    if not _secrets or not text:
+        return text
+    with _lock:
+        values = sorted(_secrets, key=len, reverse=True)
+    for value in values:
+        if value in text:
+            text = text.replace(value, MASK)
+    return text
+
+
+class SecretMaskingFilter(logging.Filter):
+    """Logging filter that masks secrets in the formatted message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _secrets:
+            message = record.getMessage()
+            masked = mask(message)
+            if masked != message:
+                record.msg = masked
+                record.args = None
+        return True

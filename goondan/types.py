@@ -1,0 +1,330 @@
+"""Plain shared types: JSON aliases, ids, clocks and the small records every layer exchanges.
+
+Python attributes are snake_case; ``to_dict``/``from_dict`` give the reference runtime's
+camelCase JSON (``toolCallId``, ``createdAt`` ...). ``from_dict`` keeps unknown keys in ``extra``
+and ``to_dict`` writes them back, so records survive a round trip unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "AgentEvent",
+    "JsonObject",
+    "JsonValue",
+    "ReplyChannel",
+    "TokenUsage",
+    "ToolCall",
+    "ToolCallResult",
+    "ToolCatalogItem",
+    "ToolError",
+    "ToolSource",
+    "new_id",
+    "new_span_id",
+    "new_trace_id",
+    "now_iso",
+]
+
+JsonValue: TypeAlias = Any  # str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]
+JsonObject: TypeAlias = dict[str, Any]
+
+
+def now_iso() -> str:
+    """Current UTC time as ISO-8601 with milliseconds and ``Z`` (``2026-03-04T08:05:09.120Z``)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_id(prefix: str) -> str:
+    """A unique, roughly time-ordered id such as ``msg-0194f1c2a3b4-9f8e7d6c``."""
+    return f"{prefix}-{time.time_ns() // 1_000_000:012x}-{secrets.token_hex(4)}"
+
+
+def new_trace_id() -> str:
+    """OpenTelemetry-compatible trace id: 32 lower-case hex digits, never all zero."""
+    return uuid.uuid4().hex
+
+
+def new_span_id() -> str:
+    """OpenTelemetry-compatible span id: 16 lower-case hex digits, never all zero."""
+    value = os.urandom(8).hex()
+    return value if value != "0" * 16 else "0000000000000001"
+
+
+def _split(data: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in known}
+
+
+@dataclass
+class ToolCall:
+    """One tool call requested by the model: ``{id, name, args}``."""
+
+    id: str
+    name: str
+    args: JsonObject = field(default_factory=dict)
+
+    def to_dict(self) -> JsonObject:
+        return {"id": self.id, "name": self.name, "args": self.args}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(id=str(data["id"]), name=str(data["name"]), args=dict(data.get("args") or {}))
+
+
+@dataclass
+class ToolError:
+    """The ``error`` member of an error :class:`ToolCallResult` (seed 002 §10.1)."""
+
+    message: str
+    code: str | None = None
+    name: str | None = None
+    suggestion: str | None = None
+    help_url: str | None = None
+
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {"message": self.message}
+        for key, value in (
+            ("code", self.code),
+            ("name", self.name),
+            ("suggestion", self.suggestion),
+            ("helpUrl", self.help_url),
+        ):
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolError:
+        return cls(
+            message=str(data.get("message", "")),
+            code=data.get("code"),
+            name=data.get("name"),
+            suggestion=data.get("suggestion"),
+            help_url=data.get("helpUrl"),
+        )
+
+
+@dataclass
+class ToolCallResult:
+    """Outcome of one tool call. Tool failures are values, never exceptions (seed 002 §2.4)."""
+
+    tool_call_id: str
+    tool_name: str
+    status: Literal["ok", "error"]
+    output: JsonValue = None
+    error: ToolError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def success(cls, tool_call_id: str, tool_name: str, output: JsonValue) -> ToolCallResult:
+        return cls(tool_call_id, tool_name, "ok", output=output)
+
+    @classmethod
+    def failure(
+        cls,
+        tool_call_id: str,
+        tool_name: str,
+        message: str,
+        *,
+        code: str,
+        name: str | None = None,
+        suggestion: str | None = None,
+        help_url: str | None = None,
+    ) -> ToolCallResult:
+        error = ToolError(message, code=code, name=name, suggestion=suggestion, help_url=help_url)
+        return cls(tool_call_id, tool_name, "error", error=error)
+
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "status": self.status,
+        }
+        if self.status == "ok":
+            out["output"] = self.output
+        if self.error is not None:
+            out["error"] = self.error.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCallResult:
+        error = data.get("error")
+        return cls(
+            tool_call_id=str(data["toolCallId"]),
+            tool_name=str(data["toolName"]),
+            status="ok" if data.get("status") == "ok" else "error",
+            output=data.get("output"),
+            error=ToolError.from_dict(error) if isinstance(error, dict) else None,
+        )
+
+
+@dataclass
+class ToolSource:
+    """Where a catalog item came from (seed 002 §13)."""
+
+    type: Literal["config", "extension", "mcp"]
+    name: str
+    mcp: JsonObject | None = None
+
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {"type": self.type, "name": self.name}
+        if self.mcp is not None:
+            out["mcp"] = self.mcp
+        return out
+
+
+@dataclass
+class ToolCatalogItem:
+    """A tool as offered to the model: ``{name, description, parameters, source}``."""
+
+    name: str
+    description: str = ""
+    parameters: JsonObject = field(default_factory=lambda: {"type": "object", "properties": {}})
+    source: ToolSource | None = None
+
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+        if self.source is not None:
+            out["source"] = self.source.to_dict()
+        return out
+
+    @classmethod
+    def coerce(cls, item: ToolCatalogItem | dict[str, Any]) -> ToolCatalogItem:
+        """Accept a catalog item or the plain dict form extension authors write."""
+        if isinstance(item, ToolCatalogItem):
+            return item
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise TypeError("a tool catalog item needs at least a string 'name'")
+        source = item.get("source")
+        if isinstance(source, dict):
+            source = ToolSource(
+                type=source.get("type", "extension"), name=str(source.get("name", "")),
+                mcp=source.get("mcp"),
+            )
+        return cls(
+            name=item["name"],
+            description=str(item.get("description") or ""),
+            parameters=dict(item.get("parameters") or {"type": "object", "properties": {}}),
+            source=source if isinstance(source, ToolSource) else None,
+        )
+
+
+@dataclass
+class ReplyChannel:
+    """Where a request's answer goes: ``{target, correlationId}``."""
+
+    target: str
+    correlation_id: str
+
+    def to_dict(self) -> JsonObject:
+        return {"target": self.target, "correlationId": self.correlation_id}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReplyChannel:
+        return cls(target=str(data["target"]), correlation_id=str(data["correlationId"]))
+
+
+@dataclass
+class AgentEvent:
+    """Input to an agent instance: one event = one Turn (runtime.md §2, §4)."""
+
+    type: str
+    input: str | None = None
+    instance_key: str | None = None
+    source: JsonObject = field(default_factory=lambda: {"kind": "connector", "name": "cli"})
+    id: str = field(default_factory=lambda: new_id("evt"))
+    created_at: str = field(default_factory=now_iso)
+    trace_id: str | None = None
+    metadata: JsonObject = field(default_factory=dict)
+    auth: JsonObject | None = None
+    reply_to: ReplyChannel | None = None
+    extra: JsonObject = field(default_factory=dict)
+
+    _KEYS = (
+        "id", "type", "createdAt", "traceId", "metadata", "input", "instanceKey",
+        "source", "auth", "replyTo",
+    )
+
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {
+            "id": self.id,
+            "type": self.type,
+            "createdAt": self.created_at,
+            "source": self.source,
+        }
+        if self.trace_id is not None:
+            out["traceId"] = self.trace_id
+        if self.input is not None:
+            out["input"] = self.input
+        if self.instance_key is not None:
+            out["instanceKey"] = self.instance_key
+        if self.metadata:
+            out["metadata"] = self.metadata
+        if self.auth is not None:
+            out["auth"] = self.auth
+        if self.reply_to is not None:
+            out["replyTo"] = self.reply_to.to_dict()
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AgentEvent:
+        reply = data.get("replyTo")
+        return cls(
+            id=str(data.get("id") or new_id("evt")),
+            type=str(data.get("type") or "message"),
+            created_at=str(data.get("createdAt") or now_iso()),
+            trace_id=data.get("traceId"),
+            metadata=dict(data.get("metadata") or {}),
+            input=data.get("input"),
+            instance_key=data.get("instanceKey"),
+            source=dict(data.get("source") or {}),
+            auth=data.get("auth"),
+            reply_to=ReplyChannel.from_dict(reply) if isinstance(reply, dict) else None,
+            extra=_split(data, cls._KEYS),
+        )
+
+
+@dataclass
+class TokenUsage:
+    """Token counts of one or more model calls; ``cached`` when the provider reports it."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int | None = None
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        cached: int | None = None
+        if self.cached_tokens is not None or other.cached_tokens is not None:
+            cached = (self.cached_tokens or 0) + (other.cached_tokens or 0)
+        return TokenUsage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.total_tokens + other.total_tokens,
+            cached,
+        )
+
+    def to_dict(self) -> JsonObject:
+        """Bus/log form ``{prompt, completion, total, cached?}`` (runtime.md §9)."""
+        out: JsonObject = {
+            "prompt": self.input_tokens,
+            "completion": self.output_tokens,
+            "total": self.total_tokens,
+        }
+        if self.cached_tokens is not None:
+            out["cached"] = self.cached_tokens
+        return out
