@@ -1,0 +1,150 @@
+"""``goondan init``: create a new project (Package first, then Model, Agents, Swarm)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import click
+
+from goondan.errors import ConfigError
+
+__all__ = ["init", "scaffold"]
+
+TEMPLATES = ("default", "multi-agent", "minimal")
+
+_PACKAGE = """apiVersion: goondan.ai/v1
+kind: Package
+metadata:
+  name: {name}
+spec:
+  version: "0.1.0"
+  description: "{name}: a goondan project"
+"""
+
+_MODELS = """---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata:
+  name: claude
+spec:
+  provider: anthropic
+  model: claude-sonnet-4-20250514
+  apiKey:
+    valueFrom:
+      env: ANTHROPIC_API_KEY
+---
+# An offline model for trying things without a key: point an Agent's modelRef at "Model/offline".
+apiVersion: goondan.ai/v1
+kind: Model
+metadata:
+  name: offline
+spec:
+  provider: scripted
+  model: echo
+  options:
+    loop: true
+    script:
+      - text: "Hello! I am the offline scripted model. Set ANTHROPIC_API_KEY and use Model/claude for real answers."
+"""
+
+_AGENT = """---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata:
+  name: {agent}
+spec:
+  modelConfig:
+    modelRef: "Model/claude"
+    params:
+      temperature: 0.2
+  prompts:
+{prompts}
+"""
+
+_SWARM = """---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata:
+  name: default
+spec:
+  entryAgent: "Agent/{entry}"
+  agents:
+{agents}
+"""
+
+_ROLES = {
+    "assistant": "You are a helpful, concise assistant.",
+    "planner": "You plan work and delegate to the coder and the reviewer.",
+    "coder": "You write clear, tested code.",
+    "reviewer": "You review changes for correctness and clarity.",
+}
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    return slug or "my-agent"
+
+
+def scaffold(path: Path, *, name: str, template: str, force: bool = False) -> list[Path]:
+    """Write the project files for ``template`` into ``path``; return the files written."""
+    if template not in TEMPLATES:
+        raise ConfigError(f"unknown template {template!r}", code="E_INIT_TEMPLATE",
+                          suggestion=f"choose one of: {', '.join(TEMPLATES)}")
+    manifest = path / "goondan.yaml"
+    if not force and (manifest.exists() or (path / "goondan.yml").exists()):
+        raise ConfigError(f"{manifest} already exists", code="E_INIT_EXISTS",
+                          suggestion="use --force to overwrite, or choose another directory")
+    path.mkdir(parents=True, exist_ok=True)
+    agents = ["planner", "coder", "reviewer"] if template == "multi-agent" else ["assistant"]
+    written: list[Path] = []
+    docs = [_PACKAGE.format(name=name), _MODELS]
+    for agent in agents:
+        if template == "minimal":
+            prompts = f'    systemPrompt: "{_ROLES[agent]}"'
+        else:
+            prompt_file = path / "prompts" / f"{agent}.system.md"
+            prompt_file.parent.mkdir(parents=True, exist_ok=True)
+            prompt_file.write_text(_ROLES[agent] + "\n", encoding="utf-8")
+            written.append(prompt_file)
+            prompts = f'    systemRef: "./prompts/{agent}.system.md"'
+        docs.append(_AGENT.format(agent=agent, prompts=prompts))
+    docs.append(_SWARM.format(entry=agents[0], agents="\n".join(f'    - "Agent/{a}"' for a in agents)))
+    manifest.write_text("".join(docs), encoding="utf-8")
+    written.insert(0, manifest)
+    if template != "minimal":
+        env = path / ".env"
+        if not env.exists():
+            env.write_text("# ANTHROPIC_API_KEY=sk-ant-...\n", encoding="utf-8")
+            written.append(env)
+        ignore = path / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text(".env.local\n.env\n__pycache__/\n", encoding="utf-8")
+            written.append(ignore)
+    return written
+
+
+@click.command()
+@click.argument("path", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("-n", "--name", default=None, help="Package name (default: the directory name).")
+@click.option("-t", "--template", type=click.Choice(TEMPLATES), default="default", show_default=True,
+              help="Project template.")
+@click.option("--git/--no-git", default=True, show_default=True, help="Run `git init` in the new project.")
+@click.option("-f", "--force", is_flag=True, help="Overwrite an existing goondan.yaml.")
+def init(path: Path, name: str | None, template: str, git: bool, force: bool) -> None:
+    """Create a new goondan project in PATH (default: the current directory).
+
+    The manifest starts with a Package document, then an Anthropic Model (key from
+    ANTHROPIC_API_KEY), an offline scripted Model, the template's Agents and a Swarm named
+    "default". Run `goondan validate PATH` next.
+    """
+    path = path.resolve()
+    written = scaffold(path, name=_slug(name or path.name), template=template, force=force)
+    if git and shutil.which("git") and not (path / ".git").exists():
+        # git is a convenience: any failure (no git, read-only) is ignored, as in the reference.
+        subprocess.run(["git", "init", "-q", str(path)], check=False, capture_output=True)
+    for file in written:
+        click.echo(f"created {file.relative_to(path)}")
+    click.echo(f"Project ready in {path}. Next: goondan validate {path}")

@@ -1,0 +1,60 @@
+"""`goondan init` scaffolds valid projects; `goondan doctor` reports and exits correctly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from goondan import cli, validate_bundle
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        cli.main(list(args))
+    out, err = capsys.readouterr()
+    return int(info.value.code or 0), out, err
+
+
+@pytest.mark.parametrize("template", ["default", "multi-agent", "minimal"])
+def test_init_creates_a_valid_bundle(tmp_path: Path, template: str, capsys: pytest.CaptureFixture[str]) -> None:
+    project = tmp_path / "My Project"
+    code, out, _ = run(capsys, "init", str(project), "--template", template, "--no-git")
+    assert code == 0, out
+    docs = list(yaml.safe_load_all((project / "goondan.yaml").read_text()))
+    assert docs[0]["kind"] == "Package" and docs[0]["metadata"]["name"] == "my-project"
+    assert docs[-1]["kind"] == "Swarm" and docs[-1]["metadata"]["name"] == "default"
+    report = validate_bundle(project)
+    assert report.valid, [d.to_dict() for d in report.errors]
+
+
+def test_init_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "init", str(tmp_path), "--no-git")[0] == 0
+    code, _, err = run(capsys, "init", str(tmp_path), "--no-git")
+    assert code == 3 and "[E_INIT_EXISTS]" in err
+    assert run(capsys, "init", str(tmp_path), "--no-git", "--force")[0] == 0
+
+
+def test_doctor_on_a_valid_project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "init", str(tmp_path / "p"), "--no-git")
+    code, out, _ = run(capsys, "doctor", "--bundle", str(tmp_path / "p"), "--state-root", str(tmp_path / "s"))
+    assert code == 0, out
+    assert out.startswith("Goondan Doctor")
+    assert "✓ [Bundle]" in out and "Summary:" in out
+    assert "⚠ [API keys]" in out  # conftest strips every key
+
+
+def test_doctor_fails_on_a_state_root_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "file"
+    bad.write_text("x")
+    code, out, _ = run(capsys, "doctor", "--bundle", str(tmp_path), "--state-root", str(bad))
+    assert code == 1
+    assert "✗ [State] state root" in out
+
+
+def test_doctor_masks_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdefghijklmnop")
+    _, out, _ = run(capsys, "doctor", "--bundle", str(tmp_path), "--state-root", str(tmp_path / "s"))
+    assert "sk-proj-abcdefghijklmnop" not in out
+    assert "OPENAI_API_KEY: set (sk-p…)" in out

@@ -1,0 +1,64 @@
+"""The package's layering rule: a module imports only from its own layer or below.
+
+See docs/architecture.md. Imports under ``if TYPE_CHECKING:`` and imports inside functions
+(lazy imports for start-up speed) are still checked: laziness is no excuse for an upward
+dependency, except where a layer explicitly delegates by name (``LAZY_ALLOWED``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "goondan"
+
+LAYERS: dict[str, int] = {
+    "errors": 0, "types": 0, "secrets": 0,
+    "config": 1, "conversation": 1, "workspace": 1, "tools": 1,
+    "llm": 2, "pipeline": 2,
+    "extensions": 3, "runtime": 3, "console": 3,
+    "ipc": 4, "connectors": 4,
+    "base": 5, "builtin_packages": 5,
+    "cli": 6, "commands": 6, "__main__": 6, "__init__": 6,
+}
+
+# (importer area, imported area): lazy delegation by name that does not create a real cycle.
+LAZY_ALLOWED: set[tuple[str, str]] = set()
+
+
+def _area(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "goondan":
+        return None
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in ROOT.rglob("*.py") if "builtin_packages" not in p.parts)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_imports_point_down(path: Path) -> None:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    own = _area(".".join(rel.parts))
+    assert own is not None
+    own_layer = LAYERS.get(own)
+    assert own_layer is not None, f"{own!r} has no layer in tests/test_layers.py / docs/architecture.md"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            target = _area(name)
+            if target is None or target == own or (own, target) in LAZY_ALLOWED:
+                continue
+            layer = LAYERS.get(target)
+            assert layer is not None, f"{path}: imports unknown area {name}"
+            assert layer <= own_layer, (
+                f"{path.relative_to(ROOT.parent)} (layer {own_layer}) imports {name} (layer {layer})"
+            )
