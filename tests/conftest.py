@@ -23,6 +23,8 @@ def _isolated_environment(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setenv("GOONDAN_STATE_ROOT", str(state_root))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("NO_COLOR", "1")
+    # Second line of defence (also reaches agent subprocesses): adapters refuse non-loopback URLs.
+    monkeypatch.setenv("GOONDAN_ALLOW_MODEL_REQUESTS", "0")
     for name in list(os.environ):
         if name.endswith(_SECRET_SUFFIXES) or name.startswith("GOONDAN_SECRET_"):
             monkeypatch.delenv(name, raising=False)

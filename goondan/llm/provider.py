@@ -1,0 +1,365 @@
+"""What the three HTTP adapters share: canonical-message helpers, keys, and the generate() flow.
+
+A provider module (``openai.py``, ``anthropic.py``, ``google.py``) subclasses
+:class:`HttpModel` and supplies four things: ``to_wire(request, stream=...)`` (the request
+body), ``from_wire(body)`` (a non-streamed response body → :class:`ModelResponse`),
+``new_stream()`` (a :class:`StreamAccumulator` that turns SSE events into
+:class:`StreamDelta` values and finally rebuilds a non-streamed body and runs it through
+``from_wire`` — so a streamed call returns exactly what the non-streamed call would), and
+``url(stream)`` / ``headers()``.
+
+Canonical messages are conversation ``data`` dicts (see ``goondan.llm.base``). The helpers below
+read them leniently: string or part-list content, ``input`` or ``args`` on tool calls, and
+tool-result ``output`` as ``{"type": "text"|"json"|"error-text"|"error-json", "value"}`` (a bare
+value is treated as JSON).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import inspect
+import ipaddress
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from goondan.errors import LlmAuthError, LlmBadResponseError
+from goondan.llm.base import (
+    DeltaCallback,
+    LanguageModel,
+    ModelRequest,
+    ModelResponse,
+    ModelSpec,
+    StreamDelta,
+)
+from goondan.llm.http import HttpTransport, RetryPolicy
+from goondan.llm.sse import SseEvent
+from goondan.secrets import register_secret
+from goondan.types import JsonObject
+
+__all__ = [
+    "HttpModel",
+    "StreamAccumulator",
+    "as_object",
+    "content_parts",
+    "is_error_output",
+    "is_loopback",
+    "merge_params",
+    "parse_tool_args",
+    "parts_text",
+    "resolve_api_key",
+    "to_json_text",
+    "tool_call_input",
+    "tool_result_text",
+]
+
+
+# --------------------------------------------------------------------------- canonical helpers
+
+
+# One prebuilt encoder: json.dumps(..., ensure_ascii=False) builds a new encoder per call, which
+# dominates request building for long conversations (thousands of tool arguments and results).
+to_json_text: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def as_object(value: Any) -> JsonObject:
+    """``value`` if it is a JSON object, else an empty one (for lenient response parsing)."""
+    return value if isinstance(value, dict) else {}
+
+
+def content_parts(message: Mapping[str, Any]) -> list[JsonObject]:
+    """The message's content as a list of parts (a string becomes one text part)."""
+    content = message.get("content")
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if isinstance(content, list):
+        return [p for p in content if isinstance(p, dict)]
+    return [{"type": "text", "text": str(content)}]
+
+
+def parts_text(parts: Sequence[Mapping[str, Any]]) -> str:
+    """Concatenated text of the ``text`` parts."""
+    return "".join(str(p.get("text") or "") for p in parts if p.get("type") == "text")
+
+
+def tool_call_input(part: Mapping[str, Any]) -> JsonObject:
+    """A tool-call part's arguments (``input``, or legacy ``args``; JSON text is parsed)."""
+    value = part.get("input", part.get("args"))
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _output(part: Mapping[str, Any]) -> Mapping[str, Any]:
+    output = part.get("output")
+    if isinstance(output, dict) and output.get("type") in ("text", "json", "error-text", "error-json"):
+        return output
+    return {"type": "json", "value": output if output is not None else part.get("result")}
+
+
+def is_error_output(part: Mapping[str, Any]) -> bool:
+    """True for ``error-text`` / ``error-json`` tool results."""
+    return str(_output(part).get("type", "")).startswith("error-")
+
+
+def tool_result_text(part: Mapping[str, Any]) -> str:
+    """A tool-result part's output as the string a text-only provider field needs."""
+    output = _output(part)
+    value = output.get("value")
+    if output.get("type") in ("text", "error-text") and isinstance(value, str):
+        return value
+    return to_json_text(value)
+
+
+def tool_result_value(part: Mapping[str, Any]) -> Any:
+    """A tool-result part's output value (JSON), for providers that take structured results."""
+    return _output(part).get("value")
+
+
+def parse_tool_args(text: str, *, label: str, tool_name: str) -> JsonObject:
+    """Parse a tool call's JSON argument text; malformed or non-object JSON is E_LLM_BAD_RESPONSE."""
+    if not text or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise LlmBadResponseError(
+            f"{label} returned malformed JSON arguments for tool {tool_name!r}",
+            suggestion="The model produced invalid tool arguments; retry, or use a stronger model.",
+        ) from exc
+    if not isinstance(value, dict):
+        raise LlmBadResponseError(
+            f"{label} returned {type(value).__name__} arguments for tool {tool_name!r}, expected an object",
+            suggestion="The model produced invalid tool arguments; retry, or use a stronger model.",
+        )
+    return value
+
+
+_STANDARD_PARAMS = ("temperature", "maxTokens", "topP")
+
+
+def merge_params(
+    options: Mapping[str, Any], params: Mapping[str, Any], names: Mapping[str, str]
+) -> JsonObject:
+    """``options`` then ``params`` (params win); the standard names are renamed via ``names``.
+
+    ``names`` maps ``temperature`` / ``maxTokens`` / ``topP`` to the provider's field; every other
+    key passes through unchanged (write provider-native names there). ``None`` values are dropped.
+    """
+    out: JsonObject = {}
+    for source in (options, params):
+        for key, value in source.items():
+            if value is None:
+                continue
+            out[names.get(key, key) if key in _STANDARD_PARAMS else key] = value
+    return out
+
+
+# --------------------------------------------------------------------------- keys + endpoints
+
+
+def is_loopback(url: str) -> bool:
+    """True when ``url`` points at this machine (localhost or a loopback address)."""
+    host = urlsplit(url).hostname or ""
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_api_key(
+    spec: ModelSpec,
+    env_names: Sequence[str],
+    *,
+    label: str,
+    required: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> str | None:
+    """``spec.api_key``, else the first set variable of ``spec.api_key_env`` / ``env_names``.
+
+    The key is registered with :func:`goondan.secrets.register_secret`. A missing required key
+    raises ``LlmAuthError`` (E_LLM_AUTH) naming the variables to set.
+    """
+    environ = os.environ if env is None else env
+    key = spec.api_key
+    names = [n for n in (spec.api_key_env, *env_names) if n]
+    if not key:
+        for name in names:
+            value = environ.get(name)
+            if value:
+                key = value
+                break
+    if key:
+        register_secret(key)
+        return key
+    if not required:
+        return None
+    where = " or ".join(dict.fromkeys(names)) or "an API key"
+    model = f"Model/{spec.name}" if spec.name else f"the {label} model"
+    raise LlmAuthError(
+        f"no API key for {model} ({label})",
+        suggestion=f"Set {where}, or give the Model a spec.apiKey (value or valueFrom.env).",
+    )
+
+
+def auth_suggestion(spec: ModelSpec, env_names: Sequence[str]) -> str:
+    """Suggestion attached to 401/403 answers: which key to check."""
+    names = " or ".join(dict.fromkeys(n for n in (spec.api_key_env, *env_names) if n))
+    return f"Check the API key ({names or 'Model spec.apiKey'}) and that it may use model {spec.model!r}."
+
+
+# --------------------------------------------------------------------------- generate() flow
+
+
+class StreamAccumulator(abc.ABC):
+    """Turns one response's SSE events into deltas, then into the final :class:`ModelResponse`."""
+
+    done: bool = False  # a terminal event arrived; the caller may stop reading
+
+    @abc.abstractmethod
+    def feed(self, event: SseEvent) -> list[StreamDelta]:
+        """Consume one event; return the deltas it carries, in order."""
+
+    @abc.abstractmethod
+    def finish(self) -> ModelResponse:
+        """The final response; raises E_LLM_BAD_RESPONSE if the stream ended too early."""
+
+
+class HttpModel(LanguageModel):
+    """A :class:`LanguageModel` over :class:`HttpTransport`; subclasses speak one wire format."""
+
+    provider = "http"
+    label = "the model provider"
+    default_endpoint = ""
+    key_env: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        transport: HttpTransport | None = None,
+    ) -> None:
+        self.spec = spec
+        self.model = spec.model
+        self.endpoint = (spec.endpoint or self.default_endpoint).rstrip("/")
+        self.transport = transport or HttpTransport(
+            label=self.label,
+            timeout_ms=spec.timeout_ms,
+            retry_policy=retry_policy,
+            auth_suggestion=auth_suggestion(spec, self.env_names()),
+        )
+        register_secret(spec.api_key)
+        self._key: str | None = None
+        self._key_resolved = False
+
+    # -- provider hooks ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def to_wire(self, request: ModelRequest, *, stream: bool = False) -> JsonObject:
+        """The provider request body for ``request``."""
+
+    @abc.abstractmethod
+    def from_wire(self, body: JsonObject, *, request: ModelRequest | None = None) -> ModelResponse:
+        """Parse a non-streamed response body (``request`` only seeds generated ids)."""
+
+    @abc.abstractmethod
+    def new_stream(self, request: ModelRequest | None = None) -> StreamAccumulator:
+        """A fresh accumulator for one streamed response."""
+
+    @abc.abstractmethod
+    def url(self, *, stream: bool) -> str:
+        """The URL to POST to."""
+
+    @abc.abstractmethod
+    def headers(self) -> dict[str, str]:
+        """Request headers, including authentication."""
+
+    def env_names(self) -> tuple[str, ...]:
+        """Environment variables that may hold the key."""
+        return self.key_env
+
+    def key_required(self) -> bool:
+        """Whether a missing key is an error (loopback OpenAI-compatible servers need none)."""
+        return True
+
+    # -- shared flow ---------------------------------------------------------------------------
+
+    def api_key(self) -> str | None:
+        """The resolved key (looked up on first use, so building a model never fails)."""
+        if not self._key_resolved:
+            self._key = resolve_api_key(
+                self.spec, self.env_names(), label=self.label, required=self.key_required()
+            )
+            self._key_resolved = True
+        return self._key
+
+    async def generate(
+        self,
+        request: ModelRequest,
+        *,
+        stream: bool = False,
+        on_delta: DeltaCallback | None = None,
+    ) -> ModelResponse:
+        """One round trip; with ``stream=True`` deltas go to ``on_delta`` as they arrive."""
+        # The guard of goondan.llm.testing (ALLOW_MODEL_REQUESTS) refuses non-loopback hosts
+        # in test suites before anything, even the key lookup, happens.
+        from goondan.llm.testing import check_model_request
+
+        url = self.url(stream=stream)
+        check_model_request(url)
+        headers = self.headers()
+        body = self.to_wire(request, stream=stream)
+        if not stream:
+            return self.from_wire(await self.transport.post_json(url, body, headers), request=request)
+        accumulator = self.new_stream(request)
+        async with contextlib.aclosing(self.transport.stream_sse(url, body, headers)) as events:
+            async for event in events:
+                for delta in accumulator.feed(event):
+                    if on_delta is not None:
+                        result = on_delta(delta)
+                        if inspect.isawaitable(result):
+                            await result
+                if accumulator.done:
+                    break
+        return accumulator.finish()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(provider={self.provider!r}, model={self.model!r}, endpoint={self.endpoint!r})"
+
+
+def stream_cut(label: str, what: str) -> LlmBadResponseError:
+    """The error for a stream that ended before its terminal event."""
+    return LlmBadResponseError(
+        f"{label} stream ended before the reply was complete ({what})",
+        suggestion="The connection or the server stopped mid-reply; try again.",
+    )
+
+
+def bad_shape(label: str, what: str) -> LlmBadResponseError:
+    """The error for a response body of an unexpected shape."""
+    return LlmBadResponseError(
+        f"{label} returned an unexpected response: {what}",
+        suggestion="Check that spec.endpoint points at the provider's API and that the provider is right.",
+    )
+
+
+def load_event_json(event: SseEvent, label: str) -> Any:
+    """Decode an SSE event's JSON data (E_LLM_BAD_RESPONSE if it is not JSON)."""
+    try:
+        return json.loads(event.data)
+    except ValueError as exc:
+        raise LlmBadResponseError(
+            f"{label} stream sent an event that is not JSON ({len(event.data)} characters)",
+            suggestion="Check that spec.endpoint points at the provider's API.",
+        ) from exc
