@@ -1,0 +1,175 @@
+"""``goondan validate [PATH] [--format text|json|github] [--strict] [--no-color]``.
+
+Exit codes: 0 valid; 4 validation errors (or warnings with ``--strict``); 3 the bundle cannot be
+read (missing path, YAML syntax error …); 2 bad usage (click).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from goondan.commands.common import get_globals, style, use_color
+from goondan.config.validate import ValidationReport, validate_bundle
+from goondan.errors import EXIT_CONFIG, EXIT_VALIDATION, Diagnostic, help_url
+from goondan.secrets import mask
+
+__all__ = ["CHECKS", "check_of", "render_github", "render_json", "render_text", "validate"]
+
+# Output groups, in display order, and the codes belonging to each (others fall under "schema").
+CHECKS: dict[str, frozenset[str]] = {
+    "files": frozenset({
+        "E_CONFIG_NOT_FOUND", "E_CONFIG_PARSE_ERROR", "E_CONFIG_FILE_TOO_LARGE",
+        "E_CONFIG_TOO_MANY_DOCUMENTS", "E_CONFIG_FILE_UNREADABLE", "E_CONFIG_ALIAS_LIMIT",
+        "E_CONFIG_TOO_DEEP", "E_CONFIG_DUPLICATE_KEY",
+    }),
+    "schema": frozenset(),
+    "references": frozenset({
+        "E_CONFIG_INVALID_REF", "E_CONFIG_REF_NOT_FOUND", "E_CONFIG_REF_AMBIGUOUS",
+        "E_CONFIG_UNKNOWN_EVENT", "E_CONFIG_REQUIRED_TOOL_UNKNOWN", "W_CONFIG_REQUIRED_TOOL_UNKNOWN",
+        "W_CONFIG_SELECTOR_NO_MATCH",
+    }),
+    "entry files": frozenset({
+        "E_CONFIG_ENTRY_NOT_FOUND", "E_CONFIG_ENTRY_INVALID", "E_CONFIG_PROMPT_NOT_FOUND",
+        "E_CONFIG_PATH_ESCAPE",
+    }),
+    "packages": frozenset({
+        "E_CONFIG_PACKAGE_LOCK_MISSING", "E_CONFIG_PACKAGE_NOT_INSTALLED",
+        "E_CONFIG_PACKAGE_MANIFEST_MISSING", "E_CONFIG_PACKAGE_CYCLE", "W_CONFIG_NO_PACKAGE",
+    }),
+    "capabilities": frozenset({"E_CONFIG_CAPABILITY", "W_CONFIG_CAPABILITY"}),
+    "values": frozenset({"W_CONFIG_ENV_UNSET", "W_CONFIG_INLINE_SECRET"}),
+}
+
+
+def check_of(code: str) -> str:
+    """The output group of a diagnostic code."""
+    return next((name for name, codes in CHECKS.items() if code in codes), "schema")
+
+
+class _Lines:
+    """Source lines for excerpts, read once per file."""
+
+    def __init__(self) -> None:
+        self.cache: dict[str, list[str]] = {}
+
+    def get(self, file: str, line: int) -> str | None:
+        if file not in self.cache:
+            try:
+                self.cache[file] = Path(file).read_text(encoding="utf-8-sig", errors="replace").splitlines()
+            except (OSError, ValueError):
+                self.cache[file] = []
+        lines = self.cache[file]
+        return lines[line - 1] if 0 < line <= len(lines) else None
+
+
+def _excerpt(diag: Diagnostic, lines: _Lines, color: bool) -> list[str]:
+    if diag.file is None or diag.line is None:
+        return []
+    text = lines.get(diag.file, diag.line)
+    if text is None:
+        return []
+    col = max(1, diag.column or 1)
+    start = max(0, col - 60) if len(text) > 100 else 0
+    shown = text[start:start + 100].replace("\t", " ")
+    number = str(diag.line)
+    pad = " " * len(number)
+    caret = style("^", color, fg="red" if diag.is_error else "yellow", bold=True)
+    return [f"      {number} | {shown}", f"      {pad} | {' ' * (col - 1 - start)}{caret}"]
+
+
+def render_text(report: ValidationReport, target: str, *, color: bool) -> str:
+    """Human output: one line per check (✓/✗/⚠), details with excerpts, then a summary."""
+    files = len(report.files)
+    lines_out = [f"Validating {target} ({report.resource_count} resources in {files} file{'s' * (files != 1)})"]
+    groups: dict[str, list[Diagnostic]] = {name: [] for name in CHECKS}
+    for diag in report.errors + report.warnings:
+        groups[check_of(diag.code)].append(diag)
+    sources = _Lines()
+    for name, diags in groups.items():
+        if report.unreadable and not diags:
+            lines_out.append(f"  - {name} (skipped: the bundle could not be read)")
+            continue
+        errors = sum(1 for d in diags if d.is_error)
+        warnings = len(diags) - errors
+        if errors:
+            mark = style("✗", color, fg="red", bold=True)
+        elif warnings:
+            mark = style("⚠", color, fg="yellow", bold=True)
+        else:
+            mark = style("✓", color, fg="green", bold=True)
+        counts = ", ".join(p for p in (
+            f"{errors} error{'s' * (errors != 1)}" if errors else "",
+            f"{warnings} warning{'s' * (warnings != 1)}" if warnings else "") if p)
+        lines_out.append(f"  {mark} {name}" + (f" ({counts})" if counts else ""))
+        for diag in sorted(diags, key=lambda d: (not d.is_error, d.file or "", d.line or 0, d.column or 0)):
+            label = style(f"{diag.severity}[{diag.code}]", color, fg="red" if diag.is_error else "yellow",
+                          bold=True)
+            lines_out.append(f"    {label} {diag.message}")
+            where = diag.path or ""
+            context = ", ".join(x for x in (diag.resource, diag.field) if x)
+            if where or context:
+                lines_out.append(f"      --> {where}" + (f"  ({context})" if context else ""))
+            lines_out.extend(_excerpt(diag, sources, color))
+            if diag.suggestion:
+                lines_out.append(f"      suggestion: {diag.suggestion}")
+            lines_out.append(f"      help: {diag.help_url or help_url(diag.code)}")
+    lines_out.append(f"Summary: errors={len(report.errors)}, warnings={len(report.warnings)}")
+    return mask("\n".join(lines_out))
+
+
+def render_json(report: ValidationReport) -> str:
+    """``{"valid", "errors", "warnings"}`` (always valid JSON)."""
+    return mask(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+
+
+def _escape(text: str, *, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def render_github(report: ValidationReport, target: str) -> str:
+    """GitHub Actions workflow commands: ``::error file=…,line=…,col=…::[CODE] message``."""
+    out = []
+    for diag in report.errors + report.warnings:
+        props = [f"file={_escape(diag.file or target, prop=True)}"]
+        if diag.line is not None:
+            props.append(f"line={diag.line}")
+            if diag.column is not None:
+                props.append(f"col={diag.column}")
+        message = f"[{diag.code}] {diag.message}"
+        if diag.resource:
+            message += f" ({diag.resource}{' ' + diag.field if diag.field else ''})"
+        if diag.suggestion:
+            message += f" — suggestion: {diag.suggestion}"
+        out.append(f"::{diag.severity} {','.join(props)}::{_escape(message)}")
+    if not out:
+        out.append("::notice::validation passed")
+    return mask("\n".join(out))
+
+
+@click.command("validate")
+@click.argument("path", required=False, default=".")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text",
+              show_default=True, help="Output format.")
+@click.option("--strict", is_flag=True, default=False, help="Treat warnings as errors (exit 4).")
+@click.option("--no-color", is_flag=True, default=False, help="Disable coloured output (also: NO_COLOR).")
+def validate(path: str, fmt: str, strict: bool, no_color: bool) -> None:
+    """Validate a bundle (directory or YAML file, default .) and report every problem."""
+    options = get_globals()
+    state_root = Path(options.state_root).expanduser() if options.state_root else None
+    report = validate_bundle(path, state_root=state_root, strict=strict)
+    if fmt == "json":
+        click.echo(render_json(report))
+    elif fmt == "github":
+        click.echo(render_github(report, path))
+    else:
+        color = use_color(sys.stdout, no_color) and options.color
+        click.echo(render_text(report, path, color=color))
+    if report.unreadable:
+        raise click.exceptions.Exit(EXIT_CONFIG)
+    if not report.valid:
+        raise click.exceptions.Exit(EXIT_VALIDATION)

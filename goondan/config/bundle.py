@@ -1,0 +1,329 @@
+"""The validated bundle and the resolved views the runtime consumes.
+
+A :class:`Bundle` is only built from a bundle without errors, so the accessors here can trust
+the shapes the schema enforced. ``agent_spec`` / ``swarm_spec`` resolve references, selectors
+(with overrides), extension config merges (Decision 6) and defaults (Decision 11).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from goondan.config.refs import ObjectRef, RefItem, parse_ref, parse_ref_item
+from goondan.config.resolve import Index
+from goondan.config.resources import Resource, deep_merge
+from goondan.config.schema import Checker
+from goondan.config.values import env_names, resolve_value
+from goondan.errors import ConfigError, Diagnostic
+
+__all__ = [
+    "DEFAULT_ERROR_MESSAGE_LIMIT",
+    "DEFAULT_MAX_STEPS_PER_TURN",
+    "DEFAULT_SHUTDOWN_GRACE_MS",
+    "DEFAULT_TOOL_TIMEOUT_MS",
+    "AgentSpec",
+    "Bundle",
+    "ExtensionBinding",
+    "ModelBinding",
+    "SwarmSpec",
+    "ToolBinding",
+    "ToolExport",
+]
+
+DEFAULT_MAX_STEPS_PER_TURN = 32
+DEFAULT_ERROR_MESSAGE_LIMIT = 1000
+DEFAULT_TOOL_TIMEOUT_MS = 120_000
+DEFAULT_SHUTDOWN_GRACE_MS = 30_000
+
+
+@dataclass
+class ModelBinding:
+    """A Model resource as the LLM layer needs it; ``api_key`` is the raw ValueSource."""
+
+    name: str
+    provider: str
+    model: str
+    api_key: dict[str, Any] | None = None
+    endpoint: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    capabilities: dict[str, bool] = field(default_factory=dict)
+    timeout_ms: int | None = None
+
+    def resolve_api_key(self, env: Mapping[str, str]) -> tuple[str | None, str | None]:
+        """``(key or None, environment variable name or None)``; the key is registered as a secret."""
+        names = env_names(self.api_key, field="apiKey")
+        return resolve_value(self.api_key, env, field="apiKey"), (names[0] if names else None)
+
+    def __repr__(self) -> str:  # never show a literal key
+        return f"ModelBinding(name={self.name!r}, provider={self.provider!r}, model={self.model!r})"
+
+
+@dataclass
+class ToolExport:
+    """One function of a Tool, offered to the model as ``<tool>__<export>``."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@dataclass
+class ToolBinding:
+    """A Tool resource with its entry module resolved to an absolute path."""
+
+    name: str
+    package: str | None
+    entry: Path
+    exports: list[ToolExport]
+    error_message_limit: int = DEFAULT_ERROR_MESSAGE_LIMIT
+    timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS
+    root: Path = Path()
+
+
+@dataclass
+class ExtensionBinding:
+    """An Extension as an Agent uses it: entry path and merged ``config`` (Decision 6)."""
+
+    name: str
+    package: str | None
+    entry: Path
+    config: dict[str, Any]
+    root: Path
+
+
+@dataclass
+class SwarmSpec:
+    """A Swarm with defaults applied; ``agents`` are names."""
+
+    name: str
+    entry_agent: str
+    agents: list[str]
+    instance_key: str
+    max_steps_per_turn: int
+    shutdown_grace_ms: int
+    resource: Resource
+
+
+@dataclass
+class AgentSpec:
+    """Everything needed to run one Agent."""
+
+    name: str
+    model: ModelBinding
+    params: dict[str, Any]
+    system_prompt: str
+    tools: list[ToolBinding]
+    extensions: list[ExtensionBinding]
+    required_tools: list[str]
+    parallel_tool_calls: bool
+    workdir: Path
+    max_steps_per_turn: int
+    resource: Resource
+
+
+def _silent() -> Checker:
+    return Checker(None, None)
+
+
+@dataclass
+class Bundle:
+    """A loaded, validated bundle (dependencies' resources first, then local ones)."""
+
+    root: Path
+    package_name: str | None
+    resources: list[Resource]
+    warnings: list[Diagnostic] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._index = Index(self.resources, self.package_name)
+
+    def get(self, kind: str, name: str, *, package: str | None = None) -> Resource | None:
+        """The resource ``kind/name`` (unscoped lookup as in Decision 7 unless ``package``)."""
+        return self._index.resolve(ObjectRef(kind, name, package), None).resource
+
+    def of_kind(self, kind: str) -> list[Resource]:
+        """Every resource of ``kind`` in load order."""
+        return self._index.of_kind(kind)
+
+    def resolve(self, ref: ObjectRef, referrer: Resource | None) -> Resource | None:
+        """Resolve a parsed reference as seen from ``referrer``."""
+        return self._index.resolve(ref, referrer).resource
+
+    def resolve_items(self, items: list[Any], kind: str, referrer: Resource,
+                      *, field_path: tuple[str | int, ...] = ()) -> list[tuple[Resource, RefItem]]:
+        """Resolve a ``tools``/``extensions``/``agents`` list, expanding selectors."""
+        out: list[tuple[Resource, RefItem]] = []
+        for i, raw in enumerate(items):
+            item = parse_ref_item(raw, (*field_path, i), _silent(), kind,
+                                  allow_config=kind == "Extension", bare_name=kind == "Agent")
+            if item is None:
+                continue
+            if item.selector is not None:
+                out.extend((res, item) for res in self._index.select(item.selector, referrer))
+            elif item.ref is not None:
+                found = self._index.resolve(item.ref, referrer).resource
+                if found is not None:
+                    out.append((found, item))
+        return out
+
+    # --- swarm / agent views -------------------------------------------------------------
+
+    def swarm_spec(self, name: str | None = None) -> SwarmSpec:
+        """The Swarm to run: ``name``, else the one named ``default``, else the only one."""
+        swarms = self.of_kind("Swarm")
+        if name is not None:
+            chosen = next((s for s in swarms if s.name == name), None)
+            if chosen is None:
+                known = ", ".join(s.name for s in swarms) or "none"
+                raise ConfigError(f"Swarm {name!r} not found (swarms: {known})",
+                                  code="E_CONFIG_SWARM_NOT_FOUND", suggestion="pass an existing --swarm")
+        else:
+            local = [s for s in swarms if s.package is None] or swarms
+            chosen = next((s for s in local if s.name == "default"), None)
+            if chosen is None and len(local) == 1:
+                chosen = local[0]
+            if chosen is None:
+                if not local:
+                    raise ConfigError("the bundle defines no Swarm", code="E_CONFIG_NO_SWARM",
+                                      suggestion="add a 'kind: Swarm' resource listing the agents")
+                raise ConfigError(
+                    f"several Swarms and none named 'default': {', '.join(s.name for s in local)}",
+                    code="E_CONFIG_NO_SWARM", suggestion="choose one with --swarm <name>")
+        return self._swarm(chosen)
+
+    def _swarm(self, res: Resource) -> SwarmSpec:
+        spec = res.spec
+        agents = [r.name for r, _ in self.resolve_items(spec.get("agents") or [], "Agent", res)]
+        entry = parse_ref(spec.get("entryAgent"), (), _silent(), ("Agent",), bare_name_kind="Agent")
+        entry_res = self._index.resolve(entry, res).resource if entry else None
+        policy = spec.get("policy") or {}
+        grace = (policy.get("shutdown") or {}).get("gracePeriodSeconds")
+        return SwarmSpec(
+            name=res.name,
+            entry_agent=entry_res.name if entry_res else (agents[0] if agents else ""),
+            agents=agents,
+            instance_key=spec.get("instanceKey") or res.name,
+            max_steps_per_turn=int(policy.get("maxStepsPerTurn") or DEFAULT_MAX_STEPS_PER_TURN),
+            shutdown_grace_ms=int(grace * 1000) if grace else DEFAULT_SHUTDOWN_GRACE_MS,
+            resource=res,
+        )
+
+    def agent_spec(self, name: str, *, swarm: str | None = None) -> AgentSpec:
+        """The resolved Agent ``name``; ``max_steps_per_turn`` comes from the Swarm's policy."""
+        res = self.get("Agent", name)
+        if res is None:
+            known = ", ".join(a.name for a in self.of_kind("Agent")) or "none"
+            raise ConfigError(f"Agent {name!r} not found (agents: {known})",
+                              code="E_CONFIG_AGENT_NOT_FOUND", suggestion="check the agent name")
+        max_steps = DEFAULT_MAX_STEPS_PER_TURN
+        try:
+            swarm_spec: SwarmSpec | None = self.swarm_spec(swarm)
+        except ConfigError:
+            if swarm is not None:
+                raise
+            swarm_spec = None
+        if swarm_spec is not None:
+            if name not in swarm_spec.agents and swarm is not None:
+                raise ConfigError(f"Agent {name!r} is not part of Swarm {swarm_spec.name!r}",
+                                  code="E_CONFIG_AGENT_NOT_FOUND",
+                                  suggestion=f"add it to the Swarm's agents: {', '.join(swarm_spec.agents)}")
+            max_steps = swarm_spec.max_steps_per_turn
+        return self._agent(res, max_steps)
+
+    def _agent(self, res: Resource, max_steps: int) -> AgentSpec:
+        spec = res.spec
+        model_config = spec.get("modelConfig") or {}
+        model_ref = parse_ref(model_config.get("modelRef"), (), _silent(), ("Model",))
+        model_res = self._index.resolve(model_ref, res).resource if model_ref else None
+        if model_res is None:
+            raise ConfigError(f"Agent {res.name!r}: model not found", code="E_CONFIG_REF_NOT_FOUND")
+        tools = [self.tool_binding(t) for t, _ in self.resolve_items(spec.get("tools") or [], "Tool", res)]
+        extensions = [
+            self.extension_binding(e, item.config)
+            for e, item in self.resolve_items(spec.get("extensions") or [], "Extension", res)
+        ]
+        workdir = Path(spec.get("workdir") or ".")
+        return AgentSpec(
+            name=res.name,
+            model=self.model_binding(model_res),
+            params=dict(model_config.get("params") or {}),
+            system_prompt=self.system_prompt(res),
+            tools=tools,
+            extensions=extensions,
+            required_tools=list(spec.get("requiredTools") or []),
+            parallel_tool_calls=bool(spec.get("parallelToolCalls", False)),
+            workdir=(res.root / workdir).resolve() if not workdir.is_absolute() else workdir,
+            max_steps_per_turn=max_steps,
+            resource=res,
+        )
+
+    def system_prompt(self, agent: Resource) -> str:
+        """``systemPrompt`` then the ``systemRef`` file's content, joined by a blank line."""
+        prompts = agent.spec.get("prompts") or {}
+        parts = []
+        if isinstance(prompts.get("systemPrompt"), str):
+            parts.append(prompts["systemPrompt"])
+        if isinstance(prompts.get("systemRef"), str):
+            parts.append((agent.root / prompts["systemRef"]).read_text(encoding="utf-8"))
+        return "\n\n".join(parts)
+
+    @staticmethod
+    def model_binding(res: Resource) -> ModelBinding:
+        """The :class:`ModelBinding` of a Model resource."""
+        spec = res.spec
+        return ModelBinding(
+            name=res.name,
+            provider=spec["provider"],
+            model=spec["model"],
+            api_key=spec.get("apiKey"),
+            endpoint=spec.get("endpoint"),
+            options=dict(spec.get("options") or {}),
+            capabilities=dict(spec.get("capabilities") or {}),
+            timeout_ms=spec.get("timeoutMs"),
+        )
+
+    @staticmethod
+    def tool_binding(res: Resource) -> ToolBinding:
+        """The :class:`ToolBinding` of a Tool resource (entry made absolute)."""
+        spec = res.spec
+        exports = [
+            ToolExport(
+                name=e["name"],
+                description=e.get("description") or "",
+                parameters=dict(e.get("parameters") or {"type": "object", "properties": {}}),
+            )
+            for e in spec.get("exports") or []
+        ]
+        return ToolBinding(
+            name=res.name,
+            package=res.package,
+            entry=(res.root / spec["entry"]).absolute(),
+            exports=exports,
+            error_message_limit=spec.get("errorMessageLimit", DEFAULT_ERROR_MESSAGE_LIMIT),
+            timeout_ms=spec.get("timeoutMs", DEFAULT_TOOL_TIMEOUT_MS),
+            root=res.root,
+        )
+
+    @staticmethod
+    def extension_binding(res: Resource, agent_config: dict[str, Any] | None = None) -> ExtensionBinding:
+        """The :class:`ExtensionBinding` with ``spec.config`` deep-merged with the Agent's config."""
+        config = deep_merge(res.spec.get("config") or {}, agent_config or {})
+        return ExtensionBinding(res.name, res.package, (res.root / res.spec["entry"]).absolute(),
+                                config, res.root)
+
+    def watched_files(self) -> list[Path]:
+        """YAML files, entry files and systemRef files, for ``--watch`` (sorted, unique)."""
+        out = {p.absolute() for p in self.files}
+        for res in self.resources:
+            entry = res.spec.get("entry")
+            if isinstance(entry, str):
+                path = (res.root / entry).absolute()
+                out.add(path / "__init__.py" if path.is_dir() else path)
+            prompts = res.spec.get("prompts")
+            if isinstance(prompts, dict) and isinstance(prompts.get("systemRef"), str):
+                out.add((res.root / prompts["systemRef"]).absolute())
+        return sorted(out)

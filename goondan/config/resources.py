@@ -1,0 +1,333 @@
+"""The resource envelope and the schema of each of the 8 kinds.
+
+Field names follow ``../shared/spec/resources.md`` plus goondan's additions (documented in
+``docs/configuration.md``): Agent ``workdir`` and ``parallelToolCalls``, Tool and Model
+``timeoutMs``, Package dependencies by local ``path``, Connection ``verify.webhook``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from goondan.config.refs import KINDS, parse_ref, parse_ref_item
+from goondan.config.schema import (
+    AnyValue,
+    Bool,
+    Checker,
+    Custom,
+    Int,
+    ListOf,
+    MapOf,
+    Num,
+    Obj,
+    Schema,
+    Str,
+)
+from goondan.config.values import check_value_source
+from goondan.config.yamlsource import FieldPath, YamlDocument
+
+__all__ = [
+    "API_VERSION",
+    "KINDS",
+    "KIND_SCHEMAS",
+    "PROVIDERS",
+    "SUPPORTED_API_VERSIONS",
+    "Location",
+    "Resource",
+    "deep_merge",
+]
+
+API_VERSION = "goondan.ai/v1"
+SUPPORTED_API_VERSIONS = (API_VERSION,)
+PROVIDERS = ("openai", "openai-compatible", "anthropic", "google", "scripted")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+PACKAGE_NAME_PATTERN = re.compile(r"^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*$")
+EXPORT_NAME_PATTERN = re.compile(r"^[a-z0-9_-]+$")
+SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a resource was declared: absolute file, display path, 0-based document, 1-based line/col."""
+
+    file: Path
+    display: str
+    document: int
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.display}:{self.line}:{self.column}"
+
+
+@dataclass
+class Resource:
+    """One loaded resource. ``package`` is ``None`` for the local bundle's own resources."""
+
+    api_version: str
+    kind: str
+    name: str
+    metadata: dict[str, Any]
+    spec: dict[str, Any]
+    root: Path
+    location: Location
+    package: str | None = None
+    source: YamlDocument | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:  # the spec may hold literal secrets: keep it out of reprs
+        scope = f", package={self.package!r}" if self.package else ""
+        return f"Resource({self.id}{scope}, at {self.location})"
+
+    @property
+    def id(self) -> str:
+        """``Kind/name`` as shown in diagnostics."""
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels = self.metadata.get("labels")
+        return labels if isinstance(labels, dict) else {}
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Resource:
+        """A copy with ``overrides.spec``/``overrides.metadata`` deep-merged (Decision 9)."""
+        return Resource(
+            self.api_version, self.kind, self.name,
+            deep_merge(self.metadata, overrides.get("metadata") or {}),
+            deep_merge(self.spec, overrides.get("spec") or {}),
+            self.root, self.location, self.package, self.source,
+        )
+
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """Objects merge recursively; scalars and lists in ``override`` replace (Decision 6)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = {k: copy.deepcopy(v) for k, v in base.items()}
+        for key, value in override.items():
+            out[key] = deep_merge(out[key], value) if key in out else copy.deepcopy(value)
+        return out
+    return copy.deepcopy(override)
+
+
+# --- reusable pieces -----------------------------------------------------------------------
+
+def _ref(*kinds: str, bare: str | None = None) -> Schema:
+    return Custom(lambda v, p, ck: parse_ref(v, p, ck, kinds, bare_name_kind=bare) is not None)
+
+
+def _ref_list(kind: str, *, allow_config: bool = False, bare: bool = False, min_items: int = 0) -> Schema:
+    item = Custom(lambda v, p, ck: parse_ref_item(
+        v, p, ck, kind, allow_config=allow_config, bare_name=bare) is not None)
+    return ListOf(item, min_items=min_items)
+
+
+VALUE_SOURCE = Custom(check_value_source)
+ENTRY = Str()
+
+
+def _export_name(value: Any, path: FieldPath, ck: Checker) -> bool:
+    if not Str().check(value, path, ck):
+        return False
+    if "__" in value:
+        ck.error(f"export name {value!r} must not contain '__'", path,
+                 "'__' separates the Tool name from the export name; use '_' or '-'")
+        return False
+    if not EXPORT_NAME_PATTERN.match(value):
+        ck.error(f"export name {value!r} may only use a-z, 0-9, '_' and '-'", path,
+                 f"rename it, e.g. {re.sub(r'[^a-z0-9_-]+', '-', value.lower()).strip('-') or 'run'!r}")
+        return False
+    return True
+
+
+def _json_schema_object(value: Any, path: FieldPath, ck: Checker) -> bool:
+    if not isinstance(value, dict):
+        ck.error(f"parameters must be a JSON Schema mapping, got {type(value).__name__}", path,
+                 "write parameters: {type: object, properties: {...}}")
+        return False
+    if value.get("type", "object") != "object":
+        ck.error("parameters must have type: object", (*path, "type"),
+                 "tool arguments are always an object; put fields under 'properties'")
+        return False
+    for key in ("properties",):
+        if key in value and not isinstance(value[key], dict):
+            ck.error(f"parameters.{key} must be a mapping", (*path, key), "map names to schemas")
+            return False
+    if "required" in value and (
+        not isinstance(value["required"], list) or not all(isinstance(r, str) for r in value["required"])
+    ):
+        ck.error("parameters.required must be a list of strings", (*path, "required"),
+                 "write required: [name]")
+        return False
+    return True
+
+
+def _unique(field_name: str, what: str) -> Any:
+    def rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> None:
+        seen: set[str] = set()
+        for i, item in enumerate(value.get(field_name) or []):
+            name = item.get("name") if isinstance(item, dict) else None
+            if isinstance(name, str):
+                if name in seen:
+                    ck.error(f"duplicate {what} name {name!r}", (*path, field_name, i, "name"),
+                             f"{what} names must be unique; rename or remove one")
+                seen.add(name)
+    return rule
+
+
+def _prompts_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> None:
+    if "systemPrompt" not in value and "systemRef" not in value:
+        ck.error("prompts needs systemPrompt or systemRef", path,
+                 "add systemPrompt: \"You are ...\" or systemRef: ./prompts/system.md")
+
+
+def _required_tools_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(value.get("requiredTools") or []):
+        if name in seen:
+            ck.error(f"duplicate requiredTools entry {name!r}", (*path, "requiredTools", i),
+                     "list each tool once")
+        seen.add(name)
+
+
+def _route_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> None:
+    if "instanceKey" in value and "instanceKeyProperty" in value:
+        ck.error("route may set instanceKey or instanceKeyProperty, not both", path,
+                 "keep one of the two")
+
+
+def _dependency_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> None:
+    if "version" not in value and "path" not in value:
+        ck.error("a dependency needs 'version' (installed package) or 'path' (local directory)",
+                 path, "add version: ^1.0.0 or path: ./packages/my-pkg")
+
+
+def _semver(value: Any, path: FieldPath, ck: Checker) -> bool:
+    if not Str().check(value, path, ck):
+        return False
+    if not SEMVER.match(value):
+        ck.error(f"version {value!r} is not semantic versioning (MAJOR.MINOR.PATCH)", path,
+                 'quote it and use three numbers: version: "0.1.0"')
+        return False
+    return True
+
+
+_EVENT_PROPERTY = Obj({
+    "type*": Str(choices=("string", "number", "boolean")),
+    "optional": Bool(),
+    "description": Str(non_empty=False),
+})
+
+KIND_SCHEMAS: dict[str, Obj] = {
+    "Model": Obj({
+        "provider*": Str(),
+        "model*": Str(),
+        "apiKey": VALUE_SOURCE,
+        "endpoint": Str(),
+        "options": AnyValue(mapping=True),
+        "capabilities": MapOf(Bool()),
+        "timeoutMs": Int(),
+    }),
+    "Tool": Obj({
+        "entry*": ENTRY,
+        "errorMessageLimit": Int(),
+        "timeoutMs": Int(),
+        "exports*": ListOf(Obj({
+            "name*": Custom(_export_name),
+            "description": Str(non_empty=False),
+            "parameters": Custom(_json_schema_object),
+        }), min_items=1),
+    }, rules=(_unique("exports", "export"),)),
+    "Extension": Obj({
+        "entry*": ENTRY,
+        "config": AnyValue(mapping=True),
+    }),
+    "Agent": Obj({
+        "modelConfig*": Obj({
+            "modelRef*": _ref("Model"),
+            "params": Obj({
+                "temperature": Num(minimum=0, maximum=2),
+                "maxTokens": Int(),
+                "topP": Num(minimum=0, maximum=1),
+            }, extra=AnyValue()),
+        }),
+        "prompts*": Obj({
+            "systemPrompt": Str(),
+            "systemRef": Str(),
+        }, rules=(_prompts_rule,)),
+        "tools": _ref_list("Tool"),
+        "extensions": _ref_list("Extension", allow_config=True),
+        "requiredTools": ListOf(Str()),
+        "workdir": Str(),
+        "parallelToolCalls": Bool(),
+    }, rules=(_required_tools_rule,)),
+    "Swarm": Obj({
+        "entryAgent*": _ref("Agent", bare="Agent"),
+        "agents*": _ref_list("Agent", bare=True, min_items=1),
+        "instanceKey": Str(),
+        "policy": Obj({
+            "maxStepsPerTurn": Int(),
+            "lifecycle": Obj({"ttlSeconds": Int(), "gcGraceSeconds": Int()}),
+            "shutdown": Obj({"gracePeriodSeconds": Num(minimum=0, exclusive_min=True)}),
+        }),
+    }),
+    "Connector": Obj({
+        "entry*": ENTRY,
+        "events*": ListOf(Obj({
+            "name*": Str(),
+            "description": Str(non_empty=False),
+            "properties": MapOf(_EVENT_PROPERTY),
+        }), min_items=1),
+    }, rules=(_unique("events", "event"),)),
+    "Connection": Obj({
+        "connectorRef*": _ref("Connector"),
+        "swarmRef": _ref("Swarm"),
+        "config": MapOf(VALUE_SOURCE),
+        "secrets": MapOf(VALUE_SOURCE),
+        "verify": Obj({"webhook": Obj({"signingSecret": VALUE_SOURCE})}),
+        "ingress": Obj({
+            "rules": ListOf(Obj({
+                "match": Obj({
+                    "event": Str(),
+                    "properties": MapOf(Custom(lambda v, p, ck: _scalar(v, p, ck))),
+                }),
+                "route*": Obj({
+                    "agentRef": _ref("Agent"),
+                    "instanceKey": Str(),
+                    "instanceKeyProperty": Str(),
+                    "instanceKeyPrefix": Str(non_empty=False),
+                }, rules=(_route_rule,)),
+            })),
+        }),
+    }),
+    "Package": Obj({
+        "version": Custom(_semver),
+        "description": Str(non_empty=False),
+        "access": Str(choices=("public", "restricted")),
+        "dependencies": ListOf(Obj({
+            "name*": Str(),
+            "version": Str(),
+            "path": Str(),
+        }, rules=(_dependency_rule,))),
+        "registry": Obj({"url": Str()}),
+    }),
+}
+
+
+def _scalar(value: Any, path: FieldPath, ck: Checker) -> bool:
+    if isinstance(value, str | int | float | bool):
+        return True
+    ck.error("match.properties values must be strings, numbers or booleans", path,
+             "compare against a single value")
+    return False
+
+
+METADATA_SCHEMA = Obj({
+    "name*": Str(non_empty=False),
+    "labels": MapOf(Str(non_empty=False)),
+    "annotations": MapOf(Str(non_empty=False)),
+})
+
+ENVELOPE_FIELDS = ("apiVersion", "kind", "metadata", "spec")
