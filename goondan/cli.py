@@ -25,7 +25,7 @@ from goondan.commands.common import GlobalOptions, use_color
 from goondan.errors import EXIT_GENERAL, EXIT_INTERRUPTED, EXIT_USAGE, GoondanError, help_url
 from goondan.secrets import mask
 
-__all__ = ["main", "cli"]
+__all__ = ["cli", "main"]
 
 # name -> (module, attribute, one-line help). Commands whose module is absent are hidden.
 COMMANDS: dict[str, tuple[str, str, str]] = {

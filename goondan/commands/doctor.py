@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from goondan.commands.common import get_globals, style
+from goondan.errors import GoondanError
 
 __all__ = ["Check", "doctor", "run_checks"]
 
@@ -94,7 +95,7 @@ def _check_state_root(state_root: Path) -> Check:
 @click.command()
 @click.option("--bundle", type=click.Path(path_type=Path), default=None,
               help="Bundle directory or goondan.yaml to check (default: the current directory).")
-@click.option("--state-root", type=click.Path(file_okay=False), default=None, help="State root to check.")
+@click.option("--state-root", type=click.Path(), default=None, help="State root to check.")
 @click.option("--fix", is_flag=True, help="Reserved: no automatic fixes yet.")
 def doctor(bundle: Path | None, state_root: str | None, fix: bool) -> None:
     """Check the environment (Python, dependencies, API keys, state root) and the bundle.
@@ -102,7 +103,11 @@ def doctor(bundle: Path | None, state_root: str | None, fix: bool) -> None:
     Exits 1 when any check fails; warnings do not change the exit status.
     """
     opts = get_globals()
-    root = opts.resolve_state_root(state_root)
+    try:
+        root = opts.resolve_state_root(state_root)
+    except GoondanError:
+        # A broken state root is one of the things doctor reports, not a reason to stop.
+        root = Path(state_root or opts.state_root or os.environ.get("GOONDAN_STATE_ROOT", "~/.goondan")).expanduser()
     checks = run_checks(bundle, root)
     icons = {"ok": ("✓", "green"), "warn": ("⚠", "yellow"), "fail": ("✗", "red")}
     click.echo("Goondan Doctor")
