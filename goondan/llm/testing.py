@@ -43,6 +43,7 @@ import itertools
 import json
 import os
 import re
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -277,13 +278,16 @@ def _error_from(data: Any) -> LlmError:
 
 
 class _Counter:
-    """Deterministic tool-call ids (``call_1``, ``call_2`` ...) per model instance."""
+    """Tool-call ids ``call_<run>_<n>``: ordered within a model instance and unique across
+    processes (``<run>`` is random per instance), because a resumed conversation keeps the
+    ids of earlier runs and tool results are matched to calls by id."""
 
     def __init__(self) -> None:
         self._it = itertools.count(1)
+        self.run = secrets.token_hex(3)
 
     def next_id(self) -> str:
-        return f"call_{next(self._it)}"
+        return f"call_{self.run}_{next(self._it)}"
 
 
 def _response_from_dict(data: JsonObject, request: ModelRequest, ids: _Counter) -> ModelResponse:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -107,10 +108,11 @@ def test_dict_item_with_tool_calls_usage_and_generated_ids() -> None:
     }])
     response = run(model.generate(user("what time")))
     assert response.text == "checking"
+    run_id = response.tool_calls[0].id.split("_")[1]
     assert response.tool_calls == [
-        ToolCall("call_1", "clock__now", {"tz": "UTC"}),
+        ToolCall(f"call_{run_id}_1", "clock__now", {"tz": "UTC"}),
         ToolCall("explicit", "fs__read", {"path": "a.txt"}),
-        ToolCall("call_2", "clock__now", {}),
+        ToolCall(f"call_{run_id}_2", "clock__now", {}),
     ]
     assert response.finish_reason == "tool_calls"
     assert response.usage == TokenUsage(12, 3, 15, 4)
@@ -285,7 +287,9 @@ def test_function_model_sync_async_and_raising() -> None:
 
     model = FunctionModel(sync_fn)
     response = run(model.generate(user("go")))
-    assert response.tool_calls == [ToolCall("call_1", "x__y", {"n": 1})]
+    [call] = response.tool_calls
+    assert re.fullmatch(r"call_[0-9a-f]{6}_1", call.id)
+    assert (call.name, call.args) == ("x__y", {"n": 1})
     with pytest.raises(LlmHttpError):
         run(model.generate(user("boom")))
     assert len(model.requests) == 2 and repr(model).startswith("FunctionModel(model='sync_fn'")
