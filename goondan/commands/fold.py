@@ -1,0 +1,95 @@
+"""``goondan fold [KEY | --all] [--dry-run]``: fold leftover events into ``base.jsonl``.
+
+Uses exactly the recovery the runtime runs at instance start (``InstanceStore.load``): leftover
+events are folded, an interrupted commit is completed without applying anything twice, and
+missing tool results are filled in. Running it again finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from goondan.commands.common import get_globals
+from goondan.conversation.codec import TORN_LINE
+from goondan.errors import UsageError
+from goondan.secrets import mask
+from goondan.workspace.catalog import InstanceInfo, iter_instances, select_instances
+from goondan.workspace.store import InstanceStore, RecoveryPlan, preview_recovery
+
+__all__ = ["fold"]
+
+
+def _summary(plan: RecoveryPlan) -> str:
+    if not plan.leftover_events and not plan.synthetic_results:
+        return "nothing to fold"
+    parts = []
+    if plan.leftover_events:
+        applied = plan.leftover_events - plan.already_committed
+        parts.append(f"folded {applied} leftover event(s)")
+        if plan.already_committed:
+            parts.append(f"{plan.already_committed} already committed")
+    if plan.synthetic_results:
+        parts.append(f"added {plan.synthetic_results} synthetic tool result(s)")
+    return ", ".join(parts) + f"; {len(plan.state.next_messages)} messages"
+
+
+def _fold_one(info: InstanceInfo, dry_run: bool) -> tuple[RecoveryPlan, list[Any]]:
+    plan = preview_recovery(info.paths)
+    paths = info.paths
+    dirty = (plan.changed or paths.base_prev.exists() or paths.base_tmp.exists()
+             or (paths.events.exists() and paths.events.stat().st_size > 0)
+             or any(d.code == TORN_LINE for d in plan.diagnostics))
+    if dry_run or not dirty:
+        return plan, plan.diagnostics
+    with InstanceStore.open_dir(info.paths, agent_name=info.agent_name or "",
+                                instance_key=info.instance_key,
+                                workspace_id=info.workspace_id) as store:
+        store.load()
+        return plan, store.recovery_diagnostics
+
+
+@click.command("fold")
+@click.argument("key", required=False)
+@click.option("--all", "fold_all", is_flag=True, help="Fold every instance under the state root.")
+@click.option("--agent", "-a", default=None, help="Only instances of this agent.")
+@click.option("--workspace", "workspace_id", default=None, help="Only this workspace.")
+@click.option("--dry-run", is_flag=True, help="Show what would change without writing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+def fold(key: str | None, fold_all: bool, agent: str | None, workspace_id: str | None,
+         dry_run: bool, as_json: bool, state_root: str | None) -> None:
+    """Fold leftover conversation events of instance KEY (or --all) into base.jsonl."""
+    if bool(key) == fold_all:
+        raise UsageError("give an instance KEY or --all (not both)",
+                         suggestion="goondan fold KEY, or goondan fold --all")
+    root = get_globals().resolve_state_root(state_root)
+    if fold_all:
+        targets = [i for i in iter_instances(root, workspace_id=workspace_id)
+                   if not i.error and (agent is None or i.agent_name == agent)]
+    else:
+        assert key is not None
+        targets = select_instances(root, key, agent=agent, workspace_id=workspace_id)
+    rows = []
+    for info in targets:
+        plan, diagnostics = _fold_one(info, dry_run)
+        rows.append({"instance": info.label, "workspaceId": info.workspace_id,
+                     "leftoverEvents": plan.leftover_events,
+                     "alreadyCommitted": plan.already_committed,
+                     "syntheticResults": plan.synthetic_results,
+                     "messages": len(plan.state.next_messages), "dryRun": dry_run,
+                     "diagnostics": [d.to_dict() for d in diagnostics]})
+        if not as_json:
+            text = _summary(plan)
+            if dry_run:
+                text = text.replace("folded", "would fold").replace("added", "would add")
+            click.echo(mask(f"{info.label} ({info.workspace_id}): {text}"))
+            for d in diagnostics:
+                if d.code not in ("W_WORKSPACE_RECOVERED", "W_WORKSPACE_REPAIRED"):
+                    click.echo(mask(f"  {d.severity}: [{d.code}] {d.message}"))
+    if as_json:
+        click.echo(mask(json.dumps({"instances": rows}, ensure_ascii=False, indent=2)))
+    elif not targets:
+        click.echo("No instances found.")

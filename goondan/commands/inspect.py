@@ -1,0 +1,352 @@
+"""``goondan inspect workspace`` and ``goondan inspect instance KEY``: read-only views of state.
+
+Nothing here takes an instance lock or writes a file, so inspecting a running instance is safe.
+Every line printed passes through :func:`goondan.secrets.mask`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from goondan.commands.common import get_globals, style
+from goondan.conversation.codec import decode_record
+from goondan.conversation.messages import Message, MessageEvent
+from goondan.errors import Diagnostic, WorkspaceError
+from goondan.secrets import mask
+from goondan.workspace.catalog import (
+    InstanceInfo,
+    iter_instances,
+    iter_messages,
+    read_pending_events,
+    read_tail_messages,
+    select_instances,
+)
+from goondan.workspace.files import count_lines, iter_lines_backwards, read_bytes
+
+__all__ = ["format_event", "format_message", "human_size", "inspect", "short_time"]
+
+_OUTPUT_LIMIT = 600
+_POLL_SECONDS = 0.2
+
+
+def echo(text: str = "", *, err: bool = False) -> None:
+    """Print one masked line."""
+    click.echo(mask(text), err=err)
+
+
+def echo_json(value: Any) -> None:
+    """Print masked compact-but-readable JSON."""
+    click.echo(mask(json.dumps(value, ensure_ascii=False, indent=2)))
+
+
+def human_size(size: int) -> str:
+    """``1.2 MB`` style sizes."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
+def short_time(value: str | None) -> str:
+    """``2026-03-04T08:05:09.120Z`` → ``2026-03-04 08:05:09``."""
+    if not value:
+        return "-"
+    return value.replace("T", " ")[:19]
+
+
+def _clip(text: str, limit: int = _OUTPUT_LIMIT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more chars)"
+
+
+def _compact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _source(message: Message) -> str:
+    source = message.source
+    if source.type == "assistant" and source.step_id:
+        return f"assistant step {source.step_id}"
+    if source.type == "tool":
+        return f"tool {source.tool_name} ({source.tool_call_id})"
+    if source.type == "extension":
+        return f"extension {source.extension_name}"
+    return source.type
+
+
+def _flags(message: Message) -> str:
+    flags = [k for k, v in message.metadata.items() if v is True]
+    others = [k for k, v in message.metadata.items() if v is not True]
+    out = " ".join(f"[{f}]" for f in flags)
+    if others:
+        out += (" " if out else "") + "meta: " + ", ".join(others)
+    return out
+
+
+def format_message(number: int | None, message: Message, *, color: bool = False) -> list[str]:
+    """A readable transcript entry: header, text, tool calls with arguments, tool results."""
+    role = style(message.role or "?", color, bold=True,
+                 fg={"user": "green", "assistant": "cyan", "tool": "yellow"}.get(message.role))
+    head = f"#{number} " if number is not None else ""
+    header = f"{head}{short_time(message.created_at)}  {role}  <{_source(message)}>  {message.id}"
+    flags = _flags(message)
+    lines = [header + (f"  {flags}" if flags else "")]
+    content = message.data.get("content")
+    parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+    for part in parts if isinstance(parts, list) else []:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            lines.extend("    " + line for line in _clip(str(part.get("text", ""))).splitlines())
+        elif kind == "tool-call":
+            args = part.get("input", part.get("args"))
+            lines.append(f"    -> call {part.get('toolName')} ({part.get('toolCallId')}) "
+                         f"{_clip(_compact(args))}")
+        elif kind == "tool-result":
+            output = part.get("output")
+            status = "error" if isinstance(output, dict) and output.get("type") == "error-json" else "ok"
+            value = output.get("value") if isinstance(output, dict) else output
+            lines.append(f"    <- result {part.get('toolName')} ({part.get('toolCallId')}) "
+                         f"{status}: {_clip(_compact(value))}")
+        else:
+            lines.append(f"    [{kind}] {_clip(_compact(part))}")
+    return lines
+
+
+def format_event(event: MessageEvent) -> str:
+    """One pending event as a single line."""
+    turn = event.extra.get("turnId")
+    prefix = f"[{turn}] " if turn else ""
+    if event.type == "append" and event.message is not None:
+        m = event.message
+        return f"{prefix}append  {m.id} {m.role}: {_clip(m.text, 120)}"
+    if event.type == "replace" and event.message is not None:
+        return f"{prefix}replace {event.target_id} -> {event.message.id} {event.message.role}: " \
+               f"{_clip(event.message.text, 120)}"
+    if event.type == "remove":
+        return f"{prefix}remove  {event.target_id}"
+    return f"{prefix}{event.type}"
+
+
+def _diag_line(diagnostic: Diagnostic) -> str:
+    where = f" ({diagnostic.path})" if diagnostic.path else ""
+    return f"{diagnostic.severity}: [{diagnostic.code}] {diagnostic.message}{where}"
+
+
+def _extension_states(info: InstanceInfo) -> dict[str, Any]:
+    states: dict[str, Any] = {}
+    try:
+        files = sorted(info.paths.extensions_dir.glob("*.json"))
+    except OSError:
+        return states
+    for path in files:
+        data = read_bytes(path)
+        try:
+            states[path.stem] = json.loads(data) if data else None
+        except (UnicodeDecodeError, ValueError):
+            states[path.stem] = {"error": f"invalid JSON in {path}"}
+    return states
+
+
+@click.group("inspect")
+def inspect() -> None:
+    """Inspect workspaces, instances and conversations (read-only)."""
+
+
+@inspect.command("workspace")
+@click.option("--state-root", type=click.Path(), default=None, help="State root to inspect.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def workspace(state_root: str | None, as_json: bool) -> None:
+    """Every workspace and instance under the state root (ours and the reference runtime's)."""
+    opts = get_globals()
+    root = opts.resolve_state_root(state_root)
+    if as_json:
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for info in iter_instances(root):
+            grouped.setdefault(info.workspace_id, []).append(info.to_dict())
+        echo_json({"stateRoot": str(root), "workspaces": [
+            {"workspaceId": ws, "instances": rows} for ws, rows in grouped.items()]})
+        return
+    if not root.exists():
+        echo(f"State root {root} does not exist yet (no workspaces).")
+        return
+    echo(f"State root: {root}")
+    current: str | None = None
+    count = 0
+    for info in iter_instances(root):
+        if info.workspace_id != current:
+            current = info.workspace_id
+            echo("")
+            echo(style(f"workspace {current}", opts.color, bold=True))
+            echo(f"  {'INSTANCE KEY':<32} {'AGENT':<16} {'STATUS':<11} {'MESSAGES':>8} "
+                 f"{'PENDING':>7}  {'UPDATED':<19} {'SIZE':>9}")
+        count += 1
+        if info.error:
+            echo(f"  {info.dir_name:<32} {'?':<16} {'invalid':<11} {info.error}")
+            continue
+        echo(f"  {info.instance_key:<32} {info.agent_name or '-':<16} {info.status:<11} "
+             f"{info.message_count():>8} {info.pending_events():>7}  "
+             f"{short_time(info.updated_at):<19} {human_size(info.size_bytes()):>9}")
+    if not count:
+        echo("No workspaces found.")
+
+
+@inspect.command("instance")
+@click.argument("key")
+@click.option("--agent", "-a", default=None, help="Agent name (when several agents share KEY).")
+@click.option("--workspace", "workspace_id", default=None, help="Workspace id to look in.")
+@click.option("--messages", "show_messages", is_flag=True, help="Only the transcript.")
+@click.option("--events", "show_events", is_flag=True, help="Only pending events.")
+@click.option("--state", "show_state", is_flag=True, help="Only extension states.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Show the last N messages (0 = all).")
+@click.option("--raw", is_flag=True, help="Print the stored JSONL records as they are.")
+@click.option("--state-root", type=click.Path(), default=None, help="State root to inspect.")
+def instance(key: str, agent: str | None, workspace_id: str | None, show_messages: bool,
+             show_events: bool, show_state: bool, as_json: bool, follow: bool, limit: int,
+             raw: bool, state_root: str | None) -> None:
+    """Transcript, pending events and extension states of instance KEY."""
+    opts = get_globals()
+    root = opts.resolve_state_root(state_root)
+    info = select_instances(root, key, agent=agent, workspace_id=workspace_id,
+                            allow_many=False)[0]
+    if info.error:
+        raise WorkspaceError(f"{info.paths.dir}: {info.error}", code="E_WORKSPACE_CORRUPT",
+                             location=str(info.paths.metadata),
+                             suggestion="fix or remove metadata.json (keep a copy first)")
+    sections = {"messages": show_messages, "events": show_events, "state": show_state}
+    if not any(sections.values()):
+        sections = dict.fromkeys(sections, True)
+    if as_json:
+        _print_json(info, sections, limit)
+    elif raw:
+        _print_raw(info, sections, limit)
+    else:
+        _print_text(info, sections, limit, opts.color)
+    if follow:
+        _follow(info, as_json=as_json, raw=raw)
+
+
+def _messages(info: InstanceInfo, limit: int) -> Iterator[tuple[int, Message]]:
+    if limit == 0:
+        for number, (_, message) in enumerate(iter_messages(info.paths), start=1):
+            yield number, message
+        return
+    tail = read_tail_messages(info.paths, limit)
+    total = count_lines(info.paths.base)
+    first = max(1, total - len(tail) + 1)
+    for offset, (_, message) in enumerate(tail):
+        yield first + offset, message
+
+
+def _print_text(info: InstanceInfo, sections: dict[str, bool], limit: int, color: bool) -> None:
+    total = count_lines(info.paths.base)
+    echo(style(f"instance {info.label}", color, bold=True)
+         + f"  (workspace {info.workspace_id}, status {info.status}, {total} messages, "
+         f"updated {short_time(info.updated_at)})")
+    if sections["messages"]:
+        shown = total if limit == 0 else min(limit, total)
+        echo(f"-- messages (last {shown} of {total}) --" if shown < total else "-- messages --")
+        for number, message in _messages(info, limit):
+            for line in format_message(number, message, color=color):
+                echo(line)
+    if sections["events"]:
+        events, diagnostics = read_pending_events(info.paths)
+        echo(f"-- pending events: {len(events)} --")
+        for event in events:
+            echo("  " + format_event(event))
+        for diagnostic in diagnostics:
+            echo("  " + _diag_line(diagnostic))
+    if sections["state"]:
+        states = _extension_states(info)
+        echo(f"-- extension states: {len(states)} --")
+        for name, value in states.items():
+            echo(f"  {name}: {_clip(_compact(value))}")
+
+
+def _print_json(info: InstanceInfo, sections: dict[str, bool], limit: int) -> None:
+    out: dict[str, Any] = {"instance": info.to_dict()}
+    if sections["messages"]:
+        out["messages"] = [m.to_dict() for _, m in _messages(info, limit)]
+    if sections["events"]:
+        events, diagnostics = read_pending_events(info.paths)
+        out["pendingEvents"] = [e.to_dict() for e in events]
+        out["diagnostics"] = [d.to_dict() for d in diagnostics]
+    if sections["state"]:
+        out["extensions"] = _extension_states(info)
+    echo_json(out)
+
+
+def _print_raw(info: InstanceInfo, sections: dict[str, bool], limit: int) -> None:
+    if sections["messages"]:
+        if limit == 0:
+            with info.paths.base.open("rb") as handle:
+                for line in handle:
+                    echo(line.decode("utf-8", "replace").rstrip("\n"))
+        else:
+            lines: list[bytes] = []
+            for _, line in iter_lines_backwards(info.paths.base):
+                lines.append(line)
+                if len(lines) >= limit:
+                    break
+            for line in reversed(lines):
+                echo(line.decode("utf-8", "replace"))
+    if sections["events"]:
+        for line in read_bytes(info.paths.events).splitlines():
+            if line.strip():
+                echo(line.decode("utf-8", "replace"))
+    if sections["state"]:
+        for name, value in _extension_states(info).items():
+            echo(json.dumps({"extension": name, "state": value}, ensure_ascii=False))
+
+
+def _follow(info: InstanceInfo, *, as_json: bool, raw: bool) -> None:
+    """Tail ``events.jsonl``: print complete new records; note when a commit empties it."""
+    path: Path = info.paths.events
+    offset = path.stat().st_size if path.exists() else 0
+    pending = b""
+    if not as_json:
+        echo("-- following events (Ctrl-C to stop) --")
+    while True:
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            size = 0
+        if size < offset:  # the turn was committed and the file emptied
+            offset, pending = 0, b""
+            if not as_json and not raw:
+                echo("-- turn committed (events folded into base.jsonl) --")
+        if size > offset:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read(size - offset)
+            offset += len(chunk)
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if line.strip():
+                    _print_follow_line(line, path, as_json=as_json, raw=raw)
+        time.sleep(_POLL_SECONDS)
+
+
+def _print_follow_line(line: bytes, path: Path, *, as_json: bool, raw: bool) -> None:
+    if raw or as_json:
+        echo(line.decode("utf-8", "replace"))
+        return
+    try:
+        event = decode_record(line, MessageEvent.from_dict, file=str(path), line_no=0)
+    except WorkspaceError:
+        echo(f"  (unreadable event record: {_clip(line.decode('utf-8', 'replace'), 120)})")
+        return
+    echo("  " + format_event(event))

@@ -1,0 +1,152 @@
+"""``goondan instance list`` and ``goondan instance delete KEY``: conversation instances on disk.
+
+Built to be extended: rows come from :func:`collect_rows` as plain dicts and are printed through
+the :data:`COLUMNS` table, so the orchestrator can add live-process columns (``pid``, ``state``)
+by appending to ``COLUMNS`` and enriching rows in an ``ROW_ENRICHERS`` hook, and can attach more
+subcommands (``restart``) with ``instance.add_command(...)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from goondan.commands.common import get_globals, style
+from goondan.secrets import mask
+from goondan.workspace.catalog import (
+    InstanceInfo,
+    delete_instance,
+    find_instances,
+    iter_instances,
+)
+
+__all__ = ["COLUMNS", "ROW_ENRICHERS", "Column", "collect_rows", "instance"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of ``instance list``: header, row key, width (0 = no padding)."""
+
+    header: str
+    key: str
+    width: int = 0
+
+
+COLUMNS: list[Column] = [
+    Column("INSTANCE KEY", "instanceKey", 32),
+    Column("AGENT", "agentName", 16),
+    Column("STATUS", "status", 11),
+    Column("CREATED", "created", 19),
+    Column("UPDATED", "updated", 19),
+    Column("WORKSPACE", "workspaceId", 0),
+]
+
+# Callables (row, info) -> None that add keys to a row, e.g. the live process state.
+ROW_ENRICHERS: list[Callable[[dict[str, Any], InstanceInfo], None]] = []
+
+
+def collect_rows(state_root: Path, *, agent: str | None = None) -> list[dict[str, Any]]:
+    """Every instance as a JSON-ready row (most recently updated first)."""
+    rows: list[dict[str, Any]] = []
+    for info in iter_instances(state_root):
+        if agent is not None and info.agent_name != agent:
+            continue
+        row = info.to_dict(details=False)
+        row["created"] = (info.created_at or "-").replace("T", " ")[:19]
+        row["updated"] = (info.updated_at or "-").replace("T", " ")[:19]
+        row["agentName"] = info.agent_name or "-"
+        if info.error:
+            row["status"] = "invalid"
+        for enrich in ROW_ENRICHERS:
+            enrich(row, info)
+        rows.append(row)
+    rows.sort(key=lambda r: r.get("updatedAt") or "", reverse=True)
+    return rows
+
+
+def _render(row: dict[str, Any]) -> str:
+    cells = []
+    for column in COLUMNS:
+        value = str(row.get(column.key, "-") if row.get(column.key) is not None else "-")
+        cells.append(value.ljust(column.width) if column.width else value)
+    return "  ".join(cells).rstrip()
+
+
+def _list(state_root: str | None, agent: str | None, limit: int, show_all: bool,
+          as_json: bool) -> None:
+    opts = get_globals()
+    root = opts.resolve_state_root(state_root)
+    rows = collect_rows(root, agent=agent)
+    if as_json:
+        for row in rows:
+            row.pop("created", None)
+            row.pop("updated", None)
+        click.echo(mask(json.dumps({"instances": rows}, ensure_ascii=False, indent=2)))
+        return
+    if not rows:
+        click.echo("No instances found.")
+        return
+    shown = rows if show_all or limit == 0 else rows[:limit]
+    header = "  ".join(c.header.ljust(c.width) if c.width else c.header for c in COLUMNS)
+    click.echo(style(header.rstrip(), opts.color, bold=True))
+    for row in shown:
+        click.echo(mask(_render(row)))
+    if len(shown) < len(rows):
+        click.echo(f"... {len(rows) - len(shown)} more (use --all)")
+
+
+@click.group("instance", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (bare `instance` = list).")
+@click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+@click.pass_context
+def instance(ctx: click.Context, as_json: bool, state_root: str | None) -> None:
+    """List or delete conversation instances."""
+    if ctx.invoked_subcommand is None:
+        _list(state_root, None, 20, False, as_json)
+
+
+@instance.command("list")
+@click.option("--agent", "-a", default=None, help="Only instances of this agent.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Show at most N rows (0 = all).")
+@click.option("--all", "show_all", is_flag=True, help="Show every row.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+def list_instances(agent: str | None, limit: int, show_all: bool, as_json: bool,
+                   state_root: str | None) -> None:
+    """List conversation instances (most recently updated first)."""
+    _list(state_root, agent, limit, show_all, as_json)
+
+
+@instance.command("delete")
+@click.argument("key")
+@click.option("--agent", "-a", default=None, help="Only the instance of this agent.")
+@click.option("--workspace", "workspace_id", default=None, help="Only in this workspace.")
+@click.option("--force", "-f", is_flag=True,
+              help="Do not ask, and delete even an instance that is in use.")
+@click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
+           state_root: str | None) -> None:
+    """Delete instance KEY: messages, extension state and metadata."""
+    root = get_globals().resolve_state_root(state_root)
+    found = find_instances(root, key, agent=agent, workspace_id=workspace_id)
+    if not found:
+        click.echo(mask(f"Instance not found: {key}"))
+        return
+    if not force:
+        for info in found:  # refuse before asking, and before deleting any of several matches
+            if info.locked():
+                delete_instance(info)  # raises E_INSTANCE_LOCKED with the holder's pid
+        for info in found:
+            click.echo(mask(f"  {info.label}  ({info.workspace_id}, {info.message_count()} messages)"))
+        if not click.confirm(f"Delete {len(found)} instance(s)?", default=False):
+            click.echo("Nothing deleted.")
+            return
+    for info in found:
+        delete_instance(info, force=force)
+        click.echo(mask(f"Instance deleted: {info.label}"))

@@ -1,0 +1,218 @@
+"""ConversationState: ``next_messages = base_messages + SUM(events)``, kept incrementally.
+
+Two implementations of the same rule live here on purpose:
+
+* :func:`fold` is the pure, obviously-correct definition (used by recovery, by ``goondan fold``
+  and as the oracle of the property tests);
+* :class:`ConversationState` applies each emitted event in O(1) amortised time: messages sit in a
+  slot list with tombstones for removals, an id index finds ``replace``/``remove`` targets, and
+  the tombstones are compacted lazily the next time ``next_messages`` is read. The index itself
+  is built on the first ``replace``/``remove``/``get`` of a Turn, so starting a Turn (and the
+  fold-commit that creates the next state) costs no per-message Python work.
+
+Event semantics (workspace.md §4): ``append`` adds at the end; ``replace`` swaps the *first*
+message whose id equals ``targetId`` (the new message may carry a new id); ``remove`` drops it;
+``truncate`` empties the conversation. A missing target is skipped with a warning diagnostic
+``E_MESSAGE_TARGET_NOT_FOUND`` and never raises.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from goondan.conversation.messages import Message, MessageEvent
+from goondan.errors import Diagnostic
+
+__all__ = ["TARGET_NOT_FOUND", "ConversationState", "fold", "same_messages", "target_not_found"]
+
+TARGET_NOT_FOUND = "E_MESSAGE_TARGET_NOT_FOUND"
+
+
+def target_not_found(event: MessageEvent, event_index: int) -> Diagnostic:
+    """The warning recorded when a ``replace``/``remove`` names an id that is not present."""
+    return Diagnostic(
+        code=TARGET_NOT_FOUND,
+        message=f"{event.type} event #{event_index} targets message {event.target_id!r}, "
+        "which is not in the conversation; the event was skipped",
+        severity="warning",
+        suggestion="emit replace/remove only for ids taken from next_messages",
+        extra={"eventIndex": event_index, "targetId": event.target_id},
+    )
+
+
+def fold(
+    base: Iterable[Message], events: Iterable[MessageEvent], *, first_index: int = 0
+) -> tuple[list[Message], list[Diagnostic]]:
+    """Apply ``events`` to ``base`` in order; return the new list and any warnings.
+
+    This is the naive reference definition (O(n) per replace/remove). ``first_index`` offsets
+    the ``eventIndex`` reported in diagnostics.
+    """
+    messages = list(base)
+    diagnostics: list[Diagnostic] = []
+    for offset, event in enumerate(events):
+        if event.type == "append":
+            assert event.message is not None
+            messages.append(event.message)
+        elif event.type == "truncate":
+            messages.clear()
+        else:
+            position = next((i for i, m in enumerate(messages) if m.id == event.target_id), None)
+            if position is None:
+                diagnostics.append(target_not_found(event, first_index + offset))
+            elif event.type == "replace":
+                assert event.message is not None
+                messages[position] = event.message
+            else:
+                del messages[position]
+    return messages, diagnostics
+
+
+class ConversationState:
+    """The conversation of one Turn: a base snapshot, the Turn's events, and their fold.
+
+    ``base_messages`` never changes during the Turn. ``events`` is the ordered list of every
+    emitted event (including skipped ones, so that a later fold reproduces the same warnings).
+    ``next_messages`` is the current view; treat it as read-only and change the conversation
+    only through :meth:`emit`.
+    """
+
+    __slots__ = ("_base", "_events", "_index", "_slots", "_tombstones", "diagnostics")
+
+    def __init__(self, base_messages: Iterable[Message] = ()) -> None:
+        self._base: list[Message] = list(base_messages)
+        self._events: list[MessageEvent] = []
+        self.diagnostics: list[Diagnostic] = []
+        self._slots: list[Message | None] = list(self._base)
+        self._tombstones = 0
+        self._index: dict[str, list[int]] | None = None
+
+    @classmethod
+    def adopt(cls, base_messages: list[Message]) -> ConversationState:
+        """A state that uses ``base_messages`` as its base without copying it.
+
+        For owners that never mutate that list afterwards (``InstanceStore.commit``); saves one
+        O(n) copy per Turn on long histories.
+        """
+        state = cls.__new__(cls)
+        state._base = base_messages
+        state._events = []
+        state.diagnostics = []
+        state._slots = list(base_messages)
+        state._tombstones = 0
+        state._index = None
+        return state
+
+    # -- views -----------------------------------------------------------------------------------
+    @property
+    def base_messages(self) -> list[Message]:
+        """The messages loaded at Turn start (do not mutate)."""
+        return self._base
+
+    @property
+    def events(self) -> list[MessageEvent]:
+        """Every event emitted in this Turn, in order (do not mutate)."""
+        return self._events
+
+    @property
+    def next_messages(self) -> list[Message]:
+        """``base_messages + SUM(events)``; O(1) unless removals are pending compaction."""
+        if self._tombstones:
+            self._compact()
+        return self._slots  # type: ignore[return-value]  # no None left after compaction
+
+    def __len__(self) -> int:
+        return len(self._slots) - self._tombstones
+
+    def to_llm_messages(self) -> list[dict[str, Any]]:
+        """The provider-neutral message dicts (``data``) of ``next_messages``, in order."""
+        return [dict(m.data) for m in self.next_messages]
+
+    def get(self, message_id: str) -> Message | None:
+        """The first message with ``message_id``, or None."""
+        positions = self._ensure_index().get(message_id)
+        return self._slots[positions[0]] if positions else None
+
+    # -- mutation ----------------------------------------------------------------------------------
+    def emit(self, event: MessageEvent) -> Diagnostic | None:
+        """Record ``event`` and apply it; a missing target returns (and keeps) a warning."""
+        event_index = len(self._events)
+        self._events.append(event)
+        diagnostic = self._apply(event, event_index)
+        if diagnostic is not None:
+            self.diagnostics.append(diagnostic)
+        return diagnostic
+
+    def emit_all(self, events: Iterable[MessageEvent]) -> list[Diagnostic]:
+        """Emit several events; return the warnings they produced."""
+        found = (self.emit(event) for event in events)
+        return [d for d in found if d is not None]
+
+    def _apply(self, event: MessageEvent, event_index: int) -> Diagnostic | None:
+        if event.type == "append":
+            assert event.message is not None
+            self._slots.append(event.message)
+            if self._index is not None:
+                self._index_add(self._index, event.message.id, len(self._slots) - 1)
+            return None
+        if event.type == "truncate":
+            self._slots = []
+            self._index = None
+            self._tombstones = 0
+            return None
+        index = self._ensure_index()
+        target = event.target_id or ""
+        positions = index.get(target)
+        if not positions:
+            return target_not_found(event, event_index)
+        position = positions.pop(0)
+        if not positions:
+            del index[target]
+        if event.type == "replace":
+            assert event.message is not None
+            self._slots[position] = event.message
+            self._index_add(index, event.message.id, position)
+        else:
+            self._slots[position] = None
+            self._tombstones += 1
+        return None
+
+    # -- internals ---------------------------------------------------------------------------------
+    @staticmethod
+    def _index_add(index: dict[str, list[int]], message_id: str, position: int) -> None:
+        positions = index.get(message_id)
+        if positions is None:
+            index[message_id] = [position]
+        elif positions[-1] < position:
+            positions.append(position)
+        else:  # a replace moved this id before a later duplicate
+            bisect.insort(positions, position)
+
+    def _ensure_index(self) -> dict[str, list[int]]:
+        if self._index is None:
+            index: dict[str, list[int]] = {}
+            for position, message in enumerate(self._slots):
+                if message is not None:
+                    index.setdefault(message.id, []).append(position)
+            self._index = index
+        return self._index
+
+    def _compact(self) -> None:
+        self._slots = [m for m in self._slots if m is not None]
+        self._tombstones = 0
+        self._index = None  # positions moved; rebuilt on the next replace/remove
+
+    def __repr__(self) -> str:
+        return (
+            f"ConversationState(base={len(self._base)}, events={len(self._events)}, "
+            f"next={len(self)})"
+        )
+
+
+def same_messages(left: Sequence[Message], right: Sequence[Message]) -> bool:
+    """True when both sequences hold equal records (compared through ``to_dict``)."""
+    return len(left) == len(right) and all(
+        a is b or a.to_dict() == b.to_dict() for a, b in zip(left, right, strict=True)
+    )

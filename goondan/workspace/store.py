@@ -1,0 +1,542 @@
+"""InstanceStore: the durable conversation of one (agent, instanceKey).
+
+Write protocol (issue 3 "Durability", Decisions 2–3):
+
+* **During a Turn** each emitted event is appended to ``events.jsonl`` as one ``write`` on an
+  ``O_APPEND`` descriptor, with the Turn's ``turnId``. The record reaches the kernel before
+  :meth:`InstanceStore.append_event` returns, which is all a SIGKILL needs; it is not fsync-ed
+  per event (pass ``fsync_events=True`` to pay for power-loss safety of in-flight events).
+* **At Turn end** :meth:`InstanceStore.commit` folds the events into ``base.jsonl``: a *delta
+  append* of the new lines when the Turn only appended, otherwise an *atomic rewrite* (temp file
+  in the same directory + fsync + rename + directory fsync). ``events.jsonl`` is emptied only
+  after the base write succeeded.
+* **At open** :meth:`InstanceStore.load` recovers: a torn last line is dropped (warning), leftover
+  events are folded into base at once (warning ``W_WORKSPACE_RECOVERED``), and missing tool
+  results are filled in (:func:`goondan.conversation.repair_tool_pairs`).
+
+Exactly-once across a crash between "base written" and "events emptied":
+
+* delta append — the committed messages are then a suffix of ``base.jsonl`` equal (by id) to a
+  prefix of the leftover append events; recovery skips that prefix. This relies on the invariant
+  that message ids are unique within an instance (ids are stable forever, Decision 2).
+* rewrite — before the rename the old base is hard-linked to ``base.jsonl.prev``. If that link
+  exists at open and its inode differs from ``base.jsonl``'s, the rename happened, so the leftover
+  events are already in base and are discarded instead of replayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from goondan.conversation.codec import decode_events, decode_messages, encode_event, encode_message
+from goondan.conversation.messages import Message, MessageEvent
+from goondan.conversation.repair import repair_tool_pairs
+from goondan.conversation.state import ConversationState
+from goondan.errors import Diagnostic, WorkspaceCorruptError, WorkspaceError
+from goondan.types import JsonValue, now_iso
+from goondan.workspace.files import (
+    atomic_write,
+    fsync_dir,
+    io_error,
+    read_bytes,
+    read_json_file,
+    write_all,
+)
+from goondan.workspace.locks import InstanceLock
+from goondan.workspace.paths import (
+    InstancePaths,
+    StateLayout,
+    collision_dir_name,
+    instance_dir_name,
+)
+
+__all__ = [
+    "InstanceStore",
+    "RecoveryPlan",
+    "Status",
+    "locate_instance",
+    "metadata_matches",
+    "plan_recovery",
+    "preview_recovery",
+    "read_metadata",
+]
+
+Status = Literal["idle", "processing"]
+RECOVERED = "W_WORKSPACE_RECOVERED"
+REPAIRED = "W_WORKSPACE_REPAIRED"
+DUPLICATE_ID = "W_WORKSPACE_DUPLICATE_ID"
+COMMIT_COMPLETED = "W_WORKSPACE_COMMIT_COMPLETED"
+
+
+def read_metadata(paths: InstancePaths) -> dict[str, Any] | None:
+    """``metadata.json`` as a dict; None when absent; ``WorkspaceCorruptError`` when invalid."""
+    data = read_json_file(paths.metadata)
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("instanceKey"), str):
+        raise WorkspaceCorruptError(
+            f"{paths.metadata}: expected an object with a string instanceKey",
+            location=str(paths.metadata), suggestion="fix or remove the file (keep a copy first)",
+        )
+    return data
+
+
+def metadata_matches(meta: dict[str, Any], agent_name: str, instance_key: str) -> bool:
+    """True when ``meta`` describes (agent, key); also accepts the reference ``agent:key`` form."""
+    key = meta.get("instanceKey")
+    agent = meta.get("agentName")
+    if agent not in (None, agent_name):
+        return False
+    return key == instance_key or key == f"{agent_name}:{instance_key}"
+
+
+def locate_instance(layout: StateLayout, workspace_id: str, agent_name: str,
+                    instance_key: str) -> tuple[InstancePaths, bool]:
+    """The directory for (agent, key) and whether it exists yet (Decision 4 + collisions)."""
+    candidates = (instance_dir_name(agent_name, instance_key),
+                  collision_dir_name(agent_name, instance_key))
+    for name in candidates:
+        paths = layout.instance(workspace_id, name)
+        if not paths.dir.is_dir():
+            return paths, False
+        meta = read_metadata(paths)
+        if meta is None or metadata_matches(meta, agent_name, instance_key):
+            return paths, True  # a directory without metadata is an interrupted creation
+    raise WorkspaceError(
+        f"no free directory name for agent {agent_name!r} instance {instance_key!r}",
+        code="E_WORKSPACE_COLLISION", location=str(layout.instances_dir(workspace_id)),
+        suggestion="use an instance key that differs in its letters and digits",
+    )
+
+
+class InstanceStore:
+    """Owns one instance directory while open (exclusive ``fcntl`` lock)."""
+
+    def __init__(self, paths: InstancePaths, *, agent_name: str, instance_key: str,
+                 workspace_id: str, lock: InstanceLock, fsync: bool = True,
+                 fsync_events: bool = False) -> None:
+        self.paths = paths
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.workspace_id = workspace_id
+        self.recovery_diagnostics: list[Diagnostic] = []
+        self._lock = lock
+        self._fsync = fsync
+        self._fsync_events = fsync_events
+        self._metadata: dict[str, Any] = {}
+        self._base: list[Message] | None = None
+        self._events_fd: int | None = None
+        self._events_dirty = True  # unknown until load() has looked
+        self._extension_cache: dict[str, bytes] = {}
+
+    # -- opening ---------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, state_root: Path, workspace_id: str, agent_name: str, instance_key: str, *,
+             create: bool = True, fsync: bool = True, fsync_events: bool = False) -> InstanceStore:
+        """Lock (and if needed create) the instance directory; call :meth:`load` next."""
+        layout = StateLayout(Path(state_root))
+        try:
+            paths, exists = locate_instance(layout, workspace_id, agent_name, instance_key)
+            if not exists:
+                if not create:
+                    raise WorkspaceError(
+                        f"no instance {instance_key!r} of agent {agent_name!r} in workspace "
+                        f"{workspace_id}", code="E_WORKSPACE_INSTANCE_NOT_FOUND",
+                        location=str(paths.dir),
+                        suggestion="goondan instance list shows the existing instances",
+                    )
+                paths.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise io_error(exc, layout.instances_dir(workspace_id), "create") from exc
+        return cls.open_dir(paths, agent_name=agent_name, instance_key=instance_key,
+                            workspace_id=workspace_id, fsync=fsync, fsync_events=fsync_events)
+
+    @classmethod
+    def open_dir(cls, paths: InstancePaths, *, agent_name: str, instance_key: str,
+                 workspace_id: str = "", fsync: bool = True,
+                 fsync_events: bool = False) -> InstanceStore:
+        """Lock an instance directory found by other means (``goondan fold``, reference layouts)."""
+        lock = InstanceLock(paths.lock, label=f"{agent_name}:{instance_key}")
+        lock.acquire()
+        store = cls(paths, agent_name=agent_name, instance_key=instance_key,
+                    workspace_id=workspace_id, lock=lock, fsync=fsync, fsync_events=fsync_events)
+        try:
+            store._prepare()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def _prepare(self) -> None:
+        paths = self.paths
+        try:
+            paths.messages_dir.mkdir(exist_ok=True)
+            paths.extensions_dir.mkdir(exist_ok=True)
+            for file in (paths.base, paths.events):
+                if not file.exists():
+                    os.close(os.open(file, os.O_WRONLY | os.O_CREAT, 0o644))
+            meta = read_metadata(paths)
+            if meta is None:
+                now = now_iso()
+                meta = {"status": "idle", "agentName": self.agent_name,
+                        "instanceKey": self.instance_key, "createdAt": now, "updatedAt": now}
+                # Written last: a directory with metadata.json is a complete instance.
+                atomic_write(paths.metadata, _json_bytes(meta), fsync=self._fsync)
+            self._metadata = meta
+            self._events_fd = os.open(paths.events, os.O_WRONLY | os.O_APPEND)
+        except OSError as exc:
+            raise io_error(exc, paths.dir, "prepare") from exc
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The parsed ``metadata.json`` (a copy)."""
+        return dict(self._metadata)
+
+    @property
+    def status(self) -> str:
+        return str(self._metadata.get("status", "idle"))
+
+    # -- loading and recovery ------------------------------------------------------------------------
+    def load(self) -> ConversationState:
+        """The conversation with leftovers folded and tool pairs repaired; events are empty."""
+        if self._base is not None and not self._events_dirty:
+            return ConversationState.adopt(self._base)
+        self.recovery_diagnostics = []
+        diagnostics = self.recovery_diagnostics
+        paths = self.paths
+        self._finish_interrupted_rewrite()
+        try:
+            paths.base_tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise io_error(exc, paths.base_tmp, "remove") from exc
+
+        base_file = decode_messages(read_bytes(paths.base), file=str(paths.base))
+        diagnostics.extend(base_file.diagnostics)
+        if base_file.torn or base_file.missing_newline:
+            self._heal_tail(base_file.valid_size, base_file.missing_newline)
+        base = base_file.records
+        diagnostics.extend(_duplicate_ids(base, str(paths.base)))
+
+        events_file = decode_events(read_bytes(paths.events), file=str(paths.events))
+        diagnostics.extend(events_file.diagnostics)
+        leftovers = events_file.records
+        self._base = base
+        plan = plan_recovery(base, leftovers, events_file=str(paths.events),
+                             base_file=str(paths.base))
+        diagnostics.extend(plan.diagnostics)
+        self._events_dirty = bool(events_file.records or events_file.diagnostics)
+        return self.commit(plan.state)
+
+    def _finish_interrupted_rewrite(self) -> None:
+        prev, base = self.paths.base_prev, self.paths.base
+        try:
+            prev_stat = prev.stat()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise io_error(exc, prev, "read") from exc
+        try:
+            renamed = base.stat().st_ino != prev_stat.st_ino
+        except FileNotFoundError:
+            renamed = False
+        if renamed and self.paths.events.exists() and self.paths.events.stat().st_size:
+            self._truncate_events()
+            self.recovery_diagnostics.append(Diagnostic(
+                code=COMMIT_COMPLETED, severity="warning", file=str(self.paths.events),
+                message="the previous turn was committed to base.jsonl but its events were not "
+                "cleared; they were discarded instead of being applied twice",
+            ))
+        prev.unlink(missing_ok=True)
+
+    def _heal_tail(self, valid_size: int, missing_newline: bool) -> None:
+        # A torn tail must go before the next delta append, or it would become a corrupt
+        # line in the middle of the file.
+        fd = os.open(self.paths.base, os.O_WRONLY)
+        try:
+            if missing_newline:
+                os.lseek(fd, 0, os.SEEK_END)
+                write_all(fd, b"\n")
+            else:
+                os.ftruncate(fd, valid_size)
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def append_event(self, event: MessageEvent, turn_id: str) -> None:
+        """Append one event record (with ``turnId``) to ``events.jsonl`` and flush it."""
+        self._write_events(encode_event(event, turn_id))
+
+    def append_events(self, events: Iterable[MessageEvent], turn_id: str) -> None:
+        """Append several events in one write."""
+        self._write_events(b"".join(encode_event(e, turn_id) for e in events))
+
+    def _write_events(self, data: bytes) -> None:
+        fd = self._require_open()
+        try:
+            write_all(fd, data)
+            if self._fsync_events:
+                os.fsync(fd)
+        except OSError as exc:
+            raise io_error(exc, self.paths.events, "append to") from exc
+        self._events_dirty = True
+
+    def commit(self, state: ConversationState) -> ConversationState:
+        """Fold ``state`` into ``base.jsonl`` (delta append or atomic rewrite), then clear events.
+
+        Returns the state for the next Turn (base = the folded messages, no events).
+        """
+        self._require_open()
+        new = state.next_messages
+        if state.events:
+            old = state.base_messages
+            if self._base is not None and _same_base(old, self._base) and len(new) == len(
+                old
+            ) + len(state.events) and all(e.type == "append" for e in state.events):
+                self._append_base(b"".join(encode_message(m) for m in new[len(old):]))
+            else:
+                self._rewrite_base(b"".join(encode_message(m) for m in new))
+            self._base = list(new)
+        elif self._base is None or not _same_base(state.base_messages, self._base):
+            self._rewrite_base(b"".join(encode_message(m) for m in new))
+            self._base = list(new)
+        if self._events_dirty:
+            self._truncate_events()
+        return ConversationState.adopt(self._base)
+
+    def _append_base(self, data: bytes) -> None:
+        try:
+            fd = os.open(self.paths.base, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                write_all(fd, data)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise io_error(exc, self.paths.base, "append to") from exc
+
+    def _rewrite_base(self, data: bytes) -> None:
+        paths = self.paths
+        try:
+            fd = os.open(paths.base_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                write_all(fd, data)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            paths.base_prev.unlink(missing_ok=True)
+            # Without hard links a crash right after the rename could replay the events.
+            with contextlib.suppress(OSError):
+                os.link(paths.base, paths.base_prev)
+            os.replace(paths.base_tmp, paths.base)
+            if self._fsync:
+                fsync_dir(paths.messages_dir)
+        except OSError as exc:
+            raise io_error(exc, paths.base, "rewrite") from exc
+
+    def _truncate_events(self) -> None:
+        try:
+            if self._events_fd is not None:
+                os.ftruncate(self._events_fd, 0)
+            else:
+                os.truncate(self.paths.events, 0)
+        except OSError as exc:
+            raise io_error(exc, self.paths.events, "clear") from exc
+        with contextlib.suppress(OSError):
+            self.paths.base_prev.unlink(missing_ok=True)
+        self._events_dirty = False
+
+    def set_status(self, status: Status) -> None:
+        """Write ``status`` (``processing`` during a Turn, ``idle`` after) and ``updatedAt``."""
+        if status not in ("idle", "processing"):
+            raise ValueError(f"status must be 'idle' or 'processing', not {status!r}")
+        self._require_open()
+        self._metadata = {**self._metadata, "status": status, "updatedAt": now_iso()}
+        atomic_write(self.paths.metadata, _json_bytes(self._metadata), fsync=self._fsync)
+
+    # -- extension state -------------------------------------------------------------------------
+    def load_extension_state(self, name: str) -> JsonValue | None:
+        """The saved state of extension ``name``, or None."""
+        path = self.paths.extension(name)
+        data = read_bytes(path)
+        if not data:
+            return None
+        try:
+            value = json.loads(data)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise WorkspaceCorruptError(
+                f"{path}: invalid JSON ({exc})", location=str(path),
+                suggestion="fix or delete the file; the extension then starts with no state",
+            ) from exc
+        self._extension_cache[name] = data
+        return value
+
+    def save_extension_state(self, name: str, value: JsonValue) -> bool:
+        """Write the state atomically unless unchanged; return True when it was written."""
+        self._require_open()
+        try:
+            data = (json.dumps(value, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise WorkspaceError(
+                f"the state of extension {name!r} is not JSON-serialisable: {exc}",
+                code="E_WORKSPACE_EXTENSION_STATE",
+                suggestion="store only dicts, lists, strings, numbers, booleans and None",
+            ) from exc
+        if self._extension_cache.get(name) == data:
+            return False
+        atomic_write(self.paths.extension(name), data, fsync=self._fsync)
+        self._extension_cache[name] = data
+        return True
+
+    # -- closing ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close files and release the lock (idempotent)."""
+        if self._events_fd is not None:
+            fd, self._events_fd = self._events_fd, None
+            os.close(fd)
+        self._lock.release()
+
+    @property
+    def closed(self) -> bool:
+        return not self._lock.held
+
+    def __enter__(self) -> InstanceStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _require_open(self) -> int:
+        if self._events_fd is None:
+            raise WorkspaceError(
+                f"instance {self.agent_name}:{self.instance_key} is closed",
+                code="E_WORKSPACE_CLOSED", suggestion="open the instance again",
+            )
+        return self._events_fd
+
+    def __repr__(self) -> str:
+        return (f"InstanceStore(agent={self.agent_name!r}, key={self.instance_key!r}, "
+                f"dir={str(self.paths.dir)!r}, open={not self.closed})")
+
+
+def _json_bytes(value: Any) -> bytes:
+    return (json.dumps(value, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+
+
+def _same_base(left: list[Message], right: list[Message]) -> bool:
+    # States come from load()/commit(), which share the Message objects, so comparing the ends
+    # by identity is enough to know the on-disk base is the state's base.
+    if len(left) != len(right):
+        return False
+    return not left or (left[0] is right[0] and left[-1] is right[-1])
+
+
+@dataclass
+class RecoveryPlan:
+    """What recovery does to a base + leftover events (shared by ``load`` and ``fold --dry-run``)."""
+
+    state: ConversationState
+    already_committed: int = 0
+    leftover_events: int = 0
+    synthetic_results: int = 0
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.state.events)
+
+
+def plan_recovery(base: list[Message], leftovers: list[MessageEvent], *, events_file: str = "",
+                  base_file: str = "") -> RecoveryPlan:
+    """Fold leftovers (minus an already-committed prefix) onto base, then repair tool pairs."""
+    skip = _committed_prefix(base, leftovers)
+    state = ConversationState(base)
+    plan = RecoveryPlan(state, already_committed=skip, leftover_events=len(leftovers))
+    if leftovers:
+        turns = sorted({str(e.extra.get("turnId")) for e in leftovers if e.extra.get("turnId")})
+        plan.diagnostics.append(Diagnostic(
+            code=RECOVERED, severity="warning", file=events_file or None,
+            message=f"recovered {len(leftovers)} leftover event(s) of an interrupted turn; "
+            f"{len(leftovers) - skip} folded into base.jsonl"
+            + (f", {skip} were already committed" if skip else ""),
+            extra={"events": len(leftovers), "alreadyCommitted": skip, "turnIds": turns},
+        ))
+        for event in leftovers[skip:]:
+            state.emit(event)
+        plan.diagnostics.extend(state.diagnostics)
+    repairs = repair_tool_pairs(state.next_messages)
+    if repairs:
+        present = {m.id for m in state.next_messages}
+        plan.synthetic_results = sum(
+            1 for e in repairs
+            if e.type == "append" and e.message is not None and e.message.id not in present
+        )
+        plan.diagnostics.append(Diagnostic(
+            code=REPAIRED, severity="warning", file=base_file or None,
+            message=f"added {plan.synthetic_results} synthetic E_TURN_INTERRUPTED tool result(s) "
+            "for tool calls that never got one",
+            extra={"syntheticResults": plan.synthetic_results},
+        ))
+        state.emit_all(repairs)
+    return plan
+
+
+def preview_recovery(paths: InstancePaths) -> RecoveryPlan:
+    """What :meth:`InstanceStore.load` would do, computed without the lock and without writing."""
+    base_file = decode_messages(read_bytes(paths.base), file=str(paths.base))
+    events_file = decode_events(read_bytes(paths.events), file=str(paths.events))
+    leftovers = events_file.records
+    try:
+        if paths.base_prev.stat().st_ino != paths.base.stat().st_ino:
+            leftovers = []  # an interrupted rewrite already committed them
+    except OSError:
+        pass
+    plan = plan_recovery(base_file.records, leftovers, events_file=str(paths.events),
+                         base_file=str(paths.base))
+    plan.diagnostics[:0] = [*base_file.diagnostics, *events_file.diagnostics,
+                            *_duplicate_ids(base_file.records, str(paths.base))]
+    return plan
+
+
+def _committed_prefix(base: list[Message], events: list[MessageEvent]) -> int:
+    """How many leading append events are already the tail of base (an interrupted delta commit)."""
+    if not events or not base or any(e.type != "append" for e in events):
+        return 0
+    ids = [e.message.id for e in events if e.message is not None]
+    first = ids[0]
+    for start in range(len(base) - 1, max(-1, len(base) - len(ids) - 1), -1):
+        if base[start].id == first:
+            count = len(base) - start
+            if [m.id for m in base[start:]] == ids[:count]:
+                return count
+            return 0
+    return 0
+
+
+def _duplicate_ids(base: list[Message], file: str) -> list[Diagnostic]:
+    seen: set[str] = set()
+    duplicates: list[str] = []
+    for message in base:
+        if message.id in seen:
+            duplicates.append(message.id)
+        seen.add(message.id)
+    if not duplicates:
+        return []
+    return [Diagnostic(
+        code=DUPLICATE_ID, severity="warning", file=file,
+        message=f"{len(duplicates)} message id(s) occur more than once (first: {duplicates[0]!r}); "
+        "replace/remove events affect only the first occurrence",
+        extra={"ids": duplicates[:20]},
+    )]

@@ -1,0 +1,126 @@
+"""`goondan fold` (same recovery as the runtime, idempotent) and `goondan instance list|delete`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from goondan import cli
+from goondan.conversation import Message, MessageEvent
+from goondan.types import ToolCall
+from goondan.workspace import InstanceStore
+
+REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "workspace" / "reference-root"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str, stdin: str | None = None,
+        monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[int, str, str]:
+    if stdin is not None and monkeypatch is not None:
+        import io
+
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    with pytest.raises(SystemExit) as info:
+        cli.main(list(args))
+    out, err = capsys.readouterr()
+    return int(info.value.code or 0), out, err
+
+
+def leave_interrupted_turn(root: Path, key: str = "k1", agent: str = "planner") -> InstanceStore:
+    store = InstanceStore.open(root, "demo-11112222", agent, key, fsync=False)
+    state = store.load()
+    for message in (Message.user("go"), Message.assistant("", [ToolCall("c1", "bash")])):
+        event = MessageEvent.append(message)
+        state.emit(event)
+        store.append_event(event, "turn-1")
+    store.close()
+    return store
+
+
+def test_fold_dry_run_then_fold_then_nothing(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = leave_interrupted_turn(state_root)
+    code, out, _ = run(capsys, "fold", "k1", "--dry-run")
+    assert code == 0 and "would fold 2 leftover event(s)" in out and "would add 1 synthetic" in out
+    assert store.paths.events.read_bytes() != b""  # dry run writes nothing
+    code, out, _ = run(capsys, "fold", "k1")
+    assert code == 0 and "folded 2 leftover event(s), added 1 synthetic tool result(s); 3 messages" in out
+    assert store.paths.events.read_bytes() == b""
+    assert len(store.paths.base.read_bytes().splitlines()) == 3
+    before = store.paths.base.read_bytes()
+    code, out, _ = run(capsys, "fold", "k1")
+    assert code == 0 and "nothing to fold" in out and store.paths.base.read_bytes() == before
+
+
+def test_fold_all_json(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    leave_interrupted_turn(state_root, "a")
+    leave_interrupted_turn(state_root, "b", agent="coder")
+    code, out, _ = run(capsys, "fold", "--all", "--json")
+    rows = json.loads(out)["instances"]
+    assert code == 0 and sorted(r["instance"] for r in rows) == ["coder:b", "planner:a"]
+    assert all(r["leftoverEvents"] == 2 and r["syntheticResults"] == 1 for r in rows)
+    assert {d["code"] for r in rows for d in r["diagnostics"]} == {
+        "W_WORKSPACE_RECOVERED", "W_WORKSPACE_REPAIRED"}
+
+
+def test_fold_reference_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(REFERENCE_ROOT, root)
+    code, out, _ = run(capsys, "fold", "cli:1", "--state-root", str(root))
+    assert code == 0 and "folded 1 leftover event(s); 2 messages" in out
+    base = root / "workspaces/default/instances/cli-1/messages/base.jsonl"
+    assert [json.loads(x)["id"] for x in base.read_text().splitlines()] == ["persist-0", "msg-9"]
+
+
+def test_fold_needs_a_key_or_all(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "fold")
+    assert code == 2 and "[E_USAGE]" in err
+
+
+def test_fold_refuses_a_locked_instance(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    leave_interrupted_turn(state_root)
+    with InstanceStore.open(state_root, "demo-11112222", "planner", "k1"):
+        code, _, err = run(capsys, "fold", "k1")
+    assert code == 3 and "[E_INSTANCE_LOCKED]" in err
+
+
+def test_instance_list_and_json(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "instance", "list")
+    assert code == 0 and "No instances found." in out
+    leave_interrupted_turn(state_root, "k1")
+    leave_interrupted_turn(state_root, "k2", agent="coder")
+    code, out, _ = run(capsys, "instance", "list")
+    assert code == 0 and out.splitlines()[0].startswith("INSTANCE KEY")
+    assert "k1" in out and "coder" in out and "demo-11112222" in out
+    code, out, _ = run(capsys, "instance", "list", "--json", "--agent", "coder")
+    [row] = json.loads(out)["instances"]
+    assert row["instanceKey"] == "k2" and row["agentName"] == "coder" and row["status"] == "idle"
+    code, out, _ = run(capsys, "instance")  # bare group = list
+    assert code == 0 and "k2" in out
+
+
+def test_instance_list_reference_root(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "instance", "list", "--state-root", str(REFERENCE_ROOT), "-n", "1")
+    assert code == 0 and "cli:1" in out and "2 more (use --all)" in out
+
+
+def test_instance_delete_confirms(state_root: Path, capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    store = leave_interrupted_turn(state_root)
+    code, out, _ = run(capsys, "instance", "delete", "k1", stdin="n\n", monkeypatch=monkeypatch)
+    assert code == 0 and "Nothing deleted." in out and store.paths.dir.exists()
+    code, out, _ = run(capsys, "instance", "delete", "k1", stdin="y\n", monkeypatch=monkeypatch)
+    assert code == 0 and "Instance deleted: planner:k1" in out and not store.paths.dir.exists()
+    code, out, _ = run(capsys, "instance", "delete", "k1", "--force")
+    assert code == 0 and "Instance not found: k1" in out
+
+
+def test_instance_delete_refuses_a_locked_instance(state_root: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    leave_interrupted_turn(state_root)
+    with InstanceStore.open(state_root, "demo-11112222", "planner", "k1") as store:
+        code, _, err = run(capsys, "instance", "delete", "k1")
+        assert code == 3 and "[E_INSTANCE_LOCKED]" in err and store.paths.dir.exists()
+        code, _, _ = run(capsys, "instance", "delete", "k1", "--force")
+        assert code == 0 and not store.paths.dir.exists()

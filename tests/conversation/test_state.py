@@ -1,0 +1,104 @@
+"""ConversationState: incremental fold equals the naive fold; missing targets are warnings."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from goondan.conversation import ConversationState, Message, MessageEvent, fold
+from goondan.conversation.codec import decode_messages, encode_message
+from goondan.conversation.messages import MessageSource
+
+
+def msg(mid: str, text: str = "") -> Message:
+    return Message(id=mid, data={"role": "user", "content": text or mid}, source=MessageSource("user"),
+                   created_at="2026-03-04T08:05:09.120Z")
+
+
+def dicts(messages: list[Message]) -> list[dict[str, object]]:
+    return [m.to_dict() for m in messages]
+
+
+def test_append_replace_remove_truncate() -> None:
+    state = ConversationState([msg("a"), msg("b")])
+    assert state.emit(MessageEvent.append(msg("c"))) is None
+    assert state.emit(MessageEvent.replace("b", msg("b2"))) is None
+    assert [m.id for m in state.next_messages] == ["a", "b2", "c"]
+    assert state.emit(MessageEvent.remove("a")) is None
+    assert [m.id for m in state.next_messages] == ["b2", "c"]
+    assert [m.id for m in state.base_messages] == ["a", "b"]
+    assert len(state.events) == 3
+    state.emit(MessageEvent.truncate())
+    assert state.next_messages == []
+    assert state.to_llm_messages() == []
+
+
+def test_missing_target_is_a_warning_not_an_error() -> None:
+    state = ConversationState([msg("a")])
+    diagnostic = state.emit(MessageEvent.remove("nope"))
+    assert diagnostic is not None
+    assert diagnostic.code == "E_MESSAGE_TARGET_NOT_FOUND" and diagnostic.severity == "warning"
+    assert diagnostic.extra == {"eventIndex": 0, "targetId": "nope"}
+    assert [m.id for m in state.next_messages] == ["a"]
+    assert state.diagnostics == [diagnostic]
+
+
+def test_replace_hits_the_first_of_duplicate_ids() -> None:
+    state = ConversationState([msg("x", "one"), msg("x", "two")])
+    state.emit(MessageEvent.replace("x", msg("y")))
+    assert [m.text for m in state.next_messages] == ["y", "two"]
+    state.emit(MessageEvent.remove("x"))
+    assert [m.id for m in state.next_messages] == ["y"]
+
+
+def test_to_llm_messages_returns_the_data_dicts() -> None:
+    state = ConversationState([msg("a", "hello")])
+    assert state.to_llm_messages() == [{"role": "user", "content": "hello"}]
+
+
+def test_next_messages_is_not_recomputed_on_append() -> None:
+    state = ConversationState([msg(f"m{i}") for i in range(1000)])
+    view = state.next_messages
+    state.emit(MessageEvent.append(msg("new")))
+    # The same list object grows in place: appends never rebuild the view.
+    assert state.next_messages is view and view[-1].id == "new"
+
+
+ids = st.sampled_from([f"m{i}" for i in range(8)])
+events = st.one_of(
+    st.builds(lambda i: MessageEvent.append(msg(i)), ids),
+    st.builds(lambda t, i: MessageEvent.replace(t, msg(i, "r" + i)), ids, ids),
+    st.builds(MessageEvent.remove, ids),
+    st.just(MessageEvent.truncate()).map(lambda e: MessageEvent.truncate()),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(base_ids=st.lists(ids, max_size=8), sequence=st.lists(events, max_size=40),
+       read_every=st.integers(min_value=1, max_value=5))
+def test_incremental_equals_naive_fold(base_ids: list[str], sequence: list[MessageEvent],
+                                       read_every: int) -> None:
+    base = [msg(i) for i in base_ids]
+    state = ConversationState(base)
+    warnings = []
+    for n, event in enumerate(sequence, start=1):
+        found = state.emit(event)
+        if found is not None:
+            warnings.append(found.extra)
+        if n % read_every == 0:  # interleave reads so lazy compaction is exercised mid-stream
+            expected, _ = fold(base, sequence[:n])
+            assert dicts(state.next_messages) == dicts(expected)
+    expected, diagnostics = fold(base, sequence)
+    assert dicts(state.next_messages) == dicts(expected)
+    assert warnings == [d.extra for d in diagnostics]
+    assert len(state) == len(expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(base_ids=st.lists(ids, max_size=8), sequence=st.lists(events, max_size=30))
+def test_fold_then_reload_equals_next_messages(base_ids: list[str], sequence: list[MessageEvent]) -> None:
+    state = ConversationState([msg(i) for i in base_ids])
+    state.emit_all(sequence)
+    data = b"".join(encode_message(m) for m in state.next_messages)
+    reloaded = decode_messages(data, file="base.jsonl").records
+    assert dicts(reloaded) == dicts(state.next_messages)

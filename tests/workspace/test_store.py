@@ -1,0 +1,278 @@
+"""InstanceStore: layout, durable append, fold-commit, recovery, locks, extension state."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from goondan.conversation import ConversationState, Message, MessageEvent
+from goondan.conversation.codec import encode_event, encode_message
+from goondan.errors import InstanceLockedError, WorkspaceCorruptError, WorkspaceError
+from goondan.types import ToolCall
+from goondan.workspace import InstanceStore
+from goondan.workspace.paths import collision_dir_name, instance_dir_name
+
+WS = "proj-0123abcd"
+
+
+def open_store(root: Path, key: str = "slack:C1", agent: str = "planner") -> InstanceStore:
+    return InstanceStore.open(root, WS, agent, key)
+
+
+def run_turn(store: InstanceStore, state: ConversationState, events: list[MessageEvent],
+             turn_id: str) -> ConversationState:
+    for event in events:
+        state.emit(event)
+        store.append_event(event, turn_id)
+    return store.commit(state)
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def test_layout_and_metadata(state_root: Path) -> None:
+    with open_store(state_root, key="slack:C01/x") as store:
+        store.load()
+        directory = state_root / "workspaces" / WS / "instances" / "planner:slack:C01-x"
+        assert store.paths.dir == directory
+        for name in ("metadata.json", "messages/base.jsonl", "messages/events.jsonl", "extensions"):
+            assert (directory / name).exists()
+        meta = json.loads((directory / "metadata.json").read_text())
+        assert meta["agentName"] == "planner" and meta["instanceKey"] == "slack:C01/x"
+        assert meta["status"] == "idle" and meta["createdAt"] == meta["updatedAt"]
+        store.set_status("processing")
+        assert json.loads((directory / "metadata.json").read_text())["status"] == "processing"
+        store.set_status("idle")
+        assert store.metadata["createdAt"] == meta["createdAt"]
+
+
+def test_events_are_flushed_as_emitted_and_cleared_by_commit(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        state = store.load()
+        event = MessageEvent.append(Message.user("hi"))
+        state.emit(event)
+        store.append_event(event, "turn-1")
+        # Another reader sees the record before the turn ends (no buffering).
+        [record] = lines(store.paths.events)
+        assert record["turnId"] == "turn-1" and record["type"] == "append"
+        next_state = store.commit(state)
+        assert store.paths.events.read_bytes() == b""
+        assert [m["id"] for m in lines(store.paths.base)] == [event.message.id]  # type: ignore[union-attr]
+        assert next_state.base_messages == state.next_messages and next_state.events == []
+
+
+def test_append_only_turn_is_a_delta_append(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        state = run_turn(store, store.load(), [MessageEvent.append(Message.user("a"))], "t1")
+        inode = store.paths.base.stat().st_ino
+        run_turn(store, state, [MessageEvent.append(Message.user("b"))], "t2")
+        assert store.paths.base.stat().st_ino == inode  # appended in place, not rewritten
+        assert [m["data"]["content"] for m in lines(store.paths.base)] == ["a", "b"]  # type: ignore[index]
+
+
+def test_replace_or_remove_is_an_atomic_rewrite(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        first = Message.user("a")
+        state = run_turn(store, store.load(), [MessageEvent.append(first)], "t1")
+        inode = store.paths.base.stat().st_ino
+        state = run_turn(store, state, [MessageEvent.remove(first.id),
+                                        MessageEvent.append(Message.user("b"))], "t2")
+        assert store.paths.base.stat().st_ino != inode
+        assert [m["data"]["content"] for m in lines(store.paths.base)] == ["b"]  # type: ignore[index]
+        assert not store.paths.base_tmp.exists() and not store.paths.base_prev.exists()
+
+
+def test_reopen_returns_the_committed_history(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        state = store.load()
+        for turn in range(3):
+            state = run_turn(store, state, [MessageEvent.append(Message.user(f"m{turn}"))], f"t{turn}")
+    with open_store(state_root) as store:
+        assert [m.text for m in store.load().next_messages] == ["m0", "m1", "m2"]
+        assert store.recovery_diagnostics == []
+
+
+def test_leftover_events_are_folded_and_tool_pairs_repaired(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        state = store.load()
+        for event in [MessageEvent.append(Message.user("run it")),
+                      MessageEvent.append(Message.assistant("", [ToolCall("c1", "bash")]))]:
+            state.emit(event)
+            store.append_event(event, "turn-9")
+    with open_store(state_root) as store:
+        state = store.load()
+        codes = [d.code for d in store.recovery_diagnostics]
+        assert codes == ["W_WORKSPACE_RECOVERED", "W_WORKSPACE_REPAIRED"]
+        assert store.recovery_diagnostics[0].extra["turnIds"] == ["turn-9"]
+        assert [m.role for m in state.next_messages] == ["user", "assistant", "tool"]
+        assert state.events == [] and store.paths.events.read_bytes() == b""
+        output = state.next_messages[2].data["content"][0]["output"]
+        assert output["value"]["code"] == "E_TURN_INTERRUPTED"
+        assert len(lines(store.paths.base)) == 3
+
+
+def test_interrupted_delta_commit_is_not_applied_twice(state_root: Path) -> None:
+    messages = [Message.user(f"m{i}") for i in range(4)]
+    with open_store(state_root) as store:
+        store.load()
+        store.append_events([MessageEvent.append(m) for m in messages], "t1")
+        # Simulate a crash after half of the delta reached base.jsonl and the rest was torn.
+        partial = b"".join(encode_message(m) for m in messages[:2]) + encode_message(messages[2])[:10]
+        store.paths.base.write_bytes(partial)
+    with open_store(state_root) as store:
+        state = store.load()
+        assert [m.text for m in state.next_messages] == ["m0", "m1", "m2", "m3"]
+        codes = [d.code for d in store.recovery_diagnostics]
+        assert codes == ["W_WORKSPACE_TORN_LINE", "W_WORKSPACE_RECOVERED"]
+        assert store.recovery_diagnostics[1].extra["alreadyCommitted"] == 2
+        assert [m["data"]["content"] for m in lines(store.paths.base)] == ["m0", "m1", "m2", "m3"]  # type: ignore[index]
+
+
+def test_interrupted_rewrite_after_rename_discards_the_events(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        keep, drop = Message.user("keep"), Message.user("drop")
+        state = run_turn(store, store.load(), [MessageEvent.append(keep), MessageEvent.append(drop)], "t1")
+        events = [MessageEvent.remove(drop.id), MessageEvent.append(Message.user("new"))]
+        for event in events:
+            state.emit(event)
+            store.append_event(event, "t2")
+        # Crash between the rename and clearing events: prev link exists, base already new.
+        os.link(store.paths.base, store.paths.base_prev)
+        store.paths.base.unlink()
+        store.paths.base.write_bytes(b"".join(encode_message(m) for m in state.next_messages))
+    with open_store(state_root) as store:
+        assert [m.text for m in store.load().next_messages] == ["keep", "new"]
+        assert [d.code for d in store.recovery_diagnostics] == ["W_WORKSPACE_COMMIT_COMPLETED"]
+        assert not store.paths.base_prev.exists()
+
+
+def test_interrupted_rewrite_before_rename_replays_the_events(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        first = Message.user("a")
+        state = run_turn(store, store.load(), [MessageEvent.append(first)], "t1")
+        event = MessageEvent.replace(first.id, Message.user("b"))
+        state.emit(event)
+        store.append_event(event, "t2")
+        os.link(store.paths.base, store.paths.base_prev)  # same inode: rename never happened
+        store.paths.base_tmp.write_bytes(b"half a file")
+    with open_store(state_root) as store:
+        assert [m.text for m in store.load().next_messages] == ["b"]
+        assert not store.paths.base_tmp.exists()
+
+
+def test_torn_events_tail_is_dropped(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        store.load()
+        good = MessageEvent.append(Message.user("ok"))
+        store.append_event(good, "t1")
+        with store.paths.events.open("ab") as handle:
+            handle.write(encode_event(MessageEvent.append(Message.user("torn")), "t1")[:25])
+    with open_store(state_root) as store:
+        assert [m.text for m in store.load().next_messages] == ["ok"]
+        assert store.recovery_diagnostics[0].code == "W_WORKSPACE_TORN_LINE"
+
+
+def test_corrupt_line_stops_with_file_and_line(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        run_turn(store, store.load(), [MessageEvent.append(Message.user("a"))], "t1")
+        store.paths.base.write_bytes(b"not json\n" + store.paths.base.read_bytes())
+    with open_store(state_root) as store, pytest.raises(WorkspaceCorruptError) as info:
+        store.load()
+    assert info.value.location == f"{store.paths.base}:1"
+
+
+def test_missing_message_files_are_recreated(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        run_turn(store, store.load(), [MessageEvent.append(Message.user("a"))], "t1")
+    (store.paths.events).unlink()
+    with open_store(state_root) as store:
+        assert [m.text for m in store.load().next_messages] == ["a"]
+
+
+def test_second_opener_gets_instance_locked_with_pid(state_root: Path) -> None:
+    with open_store(state_root):
+        with pytest.raises(InstanceLockedError) as info:
+            open_store(state_root)
+        assert info.value.pid == os.getpid() and info.value.exit_code == 3
+    open_store(state_root).close()  # released on close
+
+
+def test_lock_held_by_another_process_names_its_pid(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        lock_path = store.paths.lock
+    code = (
+        "import fcntl, os, sys\n"
+        f"fd = os.open({str(lock_path)!r}, os.O_RDWR)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode())\n"
+        "print('locked', flush=True); sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        with pytest.raises(InstanceLockedError) as info:
+            open_store(state_root)
+        assert info.value.pid == child.pid and str(child.pid) in info.value.message
+    finally:
+        child.communicate("")
+    open_store(state_root).close()
+
+
+def test_create_false_on_a_missing_instance(state_root: Path) -> None:
+    with pytest.raises(WorkspaceError) as info:
+        InstanceStore.open(state_root, WS, "planner", "nope", create=False)
+    assert info.value.code == "E_WORKSPACE_INSTANCE_NOT_FOUND"
+
+
+def test_sanitisation_collision_gets_its_own_directory(state_root: Path) -> None:
+    with open_store(state_root, key="a/b") as first:
+        run_turn(first, first.load(), [MessageEvent.append(Message.user("slash"))], "t")
+    with open_store(state_root, key="a.b") as second:
+        run_turn(second, second.load(), [MessageEvent.append(Message.user("dot"))], "t")
+        assert second.paths.dir.name == collision_dir_name("planner", "a.b")
+    with open_store(state_root, key="a/b") as again:
+        assert again.paths.dir.name == instance_dir_name("planner", "a/b")
+        assert [m.text for m in again.load().next_messages] == ["slash"]
+
+
+def test_extension_state_round_trip_and_skip_unchanged(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        assert store.load_extension_state("memory") is None
+        assert store.save_extension_state("memory", {"facts": ["tea"]}) is True
+        assert store.save_extension_state("memory", {"facts": ["tea"]}) is False
+        assert json.loads(store.paths.extension("memory").read_text()) == {"facts": ["tea"]}
+        with pytest.raises(WorkspaceError):
+            store.save_extension_state("memory", {"bad": object()})
+    with open_store(state_root) as store:
+        assert store.load_extension_state("memory") == {"facts": ["tea"]}
+        assert store.paths.extension("../evil").parent == store.paths.extensions_dir
+
+
+def test_permission_denied_is_a_workspace_error(state_root: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root ignores permissions")
+    locked_root = state_root / "ro"
+    locked_root.mkdir()
+    locked_root.chmod(0o500)
+    try:
+        with pytest.raises(WorkspaceError) as info:
+            open_store(locked_root)
+        assert info.value.code == "E_WORKSPACE_PERMISSION"
+    finally:
+        locked_root.chmod(0o700)
+
+
+def test_closed_store_refuses_writes(state_root: Path) -> None:
+    store = open_store(state_root)
+    store.load()
+    store.close()
+    store.close()
+    with pytest.raises(WorkspaceError, match="closed"):
+        store.append_event(MessageEvent.truncate(), "t")
