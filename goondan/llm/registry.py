@@ -17,10 +17,13 @@ Adapters are imported lazily so that ``goondan --help`` never loads urllib3.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from goondan.errors import ConfigError
 from goondan.llm.base import LanguageModel, ModelSpec
-from goondan.llm.http import RetryPolicy
+
+if TYPE_CHECKING:  # urllib3 is imported only when a real adapter is built
+    from goondan.llm.http import RetryPolicy
 
 __all__ = ["PROVIDERS", "create_model"]
 
