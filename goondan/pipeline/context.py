@@ -148,7 +148,7 @@ class TurnContext(_ChainContext):
     span_id: str = ""
     parent_span_id: str | None = None
 
-    async def next(self) -> TurnResult:  # type: ignore[override]
+    async def next(self) -> TurnResult:
         result: TurnResult = await super().next()
         return result
 
@@ -169,7 +169,7 @@ class StepContext(_ChainContext):
     span_id: str = ""
     parent_span_id: str | None = None
 
-    async def next(self) -> StepResult:  # type: ignore[override]
+    async def next(self) -> StepResult:
         result: StepResult = await super().next()
         return result
 
@@ -190,6 +190,6 @@ class ToolCallContext(_ChainContext):
     span_id: str = ""
     parent_span_id: str | None = None
 
-    async def next(self) -> ToolCallResult:  # type: ignore[override]
+    async def next(self) -> ToolCallResult:
         result: ToolCallResult = await super().next()
         return result

@@ -1,0 +1,166 @@
+"""``PipelineRegistry``: register ``turn`` / ``step`` / ``toolCall`` middleware and run chains.
+
+Seed 000 §5-6: only the three standard types exist (no ``mutate``/``wrap``); a lower
+``priority`` is an outer layer; equal priorities keep registration order (stable sort), and
+registration order is ``Agent.spec.extensions`` order because extensions register one after the
+other. All three chains use the one generic onion in :mod:`goondan.pipeline.chain`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from goondan.errors import PipelineError
+from goondan.pipeline.chain import Layer, run_chain
+from goondan.pipeline.context import (
+    StepContext,
+    StepResult,
+    ToolCallContext,
+    TurnContext,
+    TurnResult,
+)
+from goondan.types import ToolCallResult
+
+__all__ = [
+    "MIDDLEWARE_TYPES",
+    "MiddlewareEntry",
+    "MiddlewareType",
+    "PipelineRegistry",
+    "StepMiddleware",
+    "ToolCallMiddleware",
+    "TurnMiddleware",
+    "is_async_callable",
+]
+
+MiddlewareType = Literal["turn", "step", "toolCall"]
+MIDDLEWARE_TYPES: tuple[MiddlewareType, ...] = get_args(MiddlewareType)
+
+TurnMiddleware = Callable[[TurnContext], Awaitable[TurnResult]]
+StepMiddleware = Callable[[StepContext], Awaitable[StepResult]]
+ToolCallMiddleware = Callable[[ToolCallContext], Awaitable[ToolCallResult]]
+
+
+def is_async_callable(fn: object) -> bool:
+    """True for ``async def`` functions, partials/methods of them and objects with an async ``__call__``."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - we need the class attribute
+    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+
+
+def _label(fn: object, owner: str | None) -> str:
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{name!s} (extension {owner!r})" if owner else str(name)
+
+
+@dataclass(frozen=True)
+class MiddlewareEntry:
+    """A registered middleware: the function, its priority and its registration order."""
+
+    type: MiddlewareType
+    fn: Callable[[Any], Awaitable[Any]]
+    priority: float
+    order: int
+    owner: str | None = None
+
+    @property
+    def label(self) -> str:
+        return _label(self.fn, self.owner)
+
+
+class PipelineRegistry:
+    """Holds the middlewares of one agent instance and runs the three chains."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, list[MiddlewareEntry]] = {t: [] for t in MIDDLEWARE_TYPES}
+        self._layers: dict[str, tuple[Layer, ...]] = {t: () for t in MIDDLEWARE_TYPES}
+        self._order = 0
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{t}={len(self._entries[t])}" for t in MIDDLEWARE_TYPES)
+        return f"<PipelineRegistry {counts}>"
+
+    def register(
+        self,
+        type: str,
+        fn: Callable[[Any], Awaitable[Any]],
+        *,
+        priority: float = 0,
+        owner: str | None = None,
+    ) -> None:
+        """Add ``fn`` (an ``async def fn(ctx)``) to the ``type`` chain (seed 000 §5.1).
+
+        ``owner`` names the registering extension in error messages (``api.pipeline`` fills it).
+        Raises :class:`PipelineError` ``E_PIPELINE_TYPE`` for any type other than ``"turn"``,
+        ``"step"`` or ``"toolCall"``, and ``E_PIPELINE_MIDDLEWARE`` for a non-callable,
+        non-async function or a non-numeric priority.
+        """
+        if type not in self._entries:
+            raise PipelineError(
+                f"unknown middleware type {type!r}",
+                code="E_PIPELINE_TYPE",
+                suggestion="Use one of 'turn', 'step' or 'toolCall' (mutate/wrap hooks do not exist).",
+            )
+        if not callable(fn):
+            raise PipelineError(
+                f"{type} middleware must be an async function, got {fn.__class__.__name__}",
+                code="E_PIPELINE_MIDDLEWARE",
+                suggestion="Pass a function defined with `async def middleware(ctx): ...`.",
+            )
+        if not is_async_callable(fn):
+            raise PipelineError(
+                f"{type} middleware {_label(fn, owner)} is not an async function",
+                code="E_PIPELINE_MIDDLEWARE",
+                suggestion="Define it with `async def` and `return await ctx.next()`.",
+            )
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int | float)
+            or math.isnan(priority)
+        ):
+            raise PipelineError(
+                f"middleware priority must be a number, got {priority!r}",
+                code="E_PIPELINE_MIDDLEWARE",
+                suggestion="Pass priority=<int>; lower values are outer layers (default 0).",
+            )
+        entry = MiddlewareEntry(type, fn, priority, self._order, owner)  # type: ignore[arg-type]
+        self._order += 1
+        entries = self._entries[type]
+        entries.append(entry)
+        # Stable sort: equal priorities keep registration order (seed 000 §6.2 rule 3).
+        ordered = sorted(entries, key=lambda e: (e.priority, e.order))
+        self._layers[type] = tuple(Layer(e.fn, e.label) for e in ordered)
+
+    def entries(self, type: MiddlewareType) -> list[MiddlewareEntry]:
+        """The middlewares of one type, outermost first."""
+        return sorted(self._entries[type], key=lambda e: (e.priority, e.order))
+
+    def count(self, type: MiddlewareType | None = None) -> int:
+        """Number of registered middlewares (of one type, or in total)."""
+        if type is not None:
+            return len(self._entries[type])
+        return sum(len(v) for v in self._entries.values())
+
+    async def run_turn(
+        self, ctx: TurnContext, core: Callable[[TurnContext], Awaitable[TurnResult]]
+    ) -> TurnResult:
+        """Run the turn chain around ``core`` (the step loop)."""
+        return await run_chain(self._layers["turn"], ctx, core, TurnResult)
+
+    async def run_step(
+        self, ctx: StepContext, core: Callable[[StepContext], Awaitable[StepResult]]
+    ) -> StepResult:
+        """Run the step chain around ``core`` (LLM call + tool calls)."""
+        return await run_chain(self._layers["step"], ctx, core, StepResult)
+
+    async def run_tool_call(
+        self,
+        ctx: ToolCallContext,
+        core: Callable[[ToolCallContext], Awaitable[ToolCallResult]],
+    ) -> ToolCallResult:
+        """Run the toolCall chain around ``core`` (catalog check + handler)."""
+        return await run_chain(self._layers["toolCall"], ctx, core, ToolCallResult)

@@ -1,0 +1,51 @@
+"""``ToolContext``: what a tool handler receives besides its input (seed 002 §7.3, Decision 16).
+
+Handlers are called ``handler(ctx, input)``. ``workdir`` is the instance's working directory
+(bundle root by default, ``Agent.spec.workdir`` or the spawn ``cwd`` otherwise); file and shell
+tools resolve relative paths against it. ``message`` is the assistant message that holds the
+call. ``runtime`` is the optional agent-to-agent API (``request``/``send``/``spawn``/``list``/
+``catalog``), ``None`` when the runtime provides none. The v1 interfaces ``swarmBundle`` and
+``oauth`` deliberately do not exist (seed 002 §2.5 rule 3).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from goondan.conversation.messages import Message
+
+__all__ = ["ToolContext"]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Read-only execution context of one tool call."""
+
+    agent_name: str
+    instance_key: str
+    turn_id: str
+    trace_id: str
+    tool_call_id: str
+    message: Message | None
+    workdir: Path
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("goondan.tools"))
+    runtime: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workdir, Path):
+            object.__setattr__(self, "workdir", Path(self.workdir))
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolContext(agent_name={self.agent_name!r}, instance_key={self.instance_key!r}, "
+            f"turn_id={self.turn_id!r}, tool_call_id={self.tool_call_id!r}, "
+            f"workdir={str(self.workdir)!r})"
+        )
+
+    def resolve_path(self, path: str | Path) -> Path:
+        """``path`` if absolute, else relative to :attr:`workdir` (seed 002 §2.5 rule 2)."""
+        candidate = Path(path).expanduser()
+        return candidate if candidate.is_absolute() else self.workdir / candidate

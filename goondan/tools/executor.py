@@ -1,0 +1,215 @@
+"""``ToolExecutor``: run one tool call and turn every failure into an error result (seed 002 §9-10).
+
+``await executor.execute(call, catalog=step_catalog, context=tool_ctx)`` never raises (only
+``asyncio.CancelledError`` propagates). In order:
+
+1. the name must be in the step's catalog, else ``E_TOOL_NOT_IN_CATALOG`` (seed 002 §9.2), unless
+   the executor was built with ``allow_registry_calls=True`` (the explicit security policy of
+   seed 002 §2.3 rule 3);
+2. the name must be registered, else ``E_TOOL_NOT_FOUND``;
+3. the arguments must match the export's JSON Schema, else ``E_TOOL_INVALID_ARGS`` with the path;
+4. the handler runs: ``async def`` handlers are awaited on the loop, plain functions run in a
+   worker thread (``asyncio.to_thread``), both under the tool's timeout (``timeoutMs``, default
+   120 s) → ``E_TOOL_TIMEOUT``. A timed-out *sync* handler's thread cannot be killed; it
+   finishes in the background and its result is dropped;
+5. an exception becomes ``E_TOOL`` (``name`` = exception class) unless it is a
+   :class:`ToolFailure`, which chooses its own code and suggestion;
+6. the output must be JSON-serialisable, else ``E_TOOL_OUTPUT``.
+
+Every error message is masked for secrets and cut to the tool's ``errorMessageLimit`` (default
+1000) with the ``... (truncated)`` suffix rule of seed 002 §10.4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from goondan.errors import help_url
+from goondan.secrets import mask
+from goondan.tools.catalog import catalog_names, closest_names
+from goondan.tools.context import ToolContext
+from goondan.tools.registry import DEFAULT_ERROR_MESSAGE_LIMIT, RegisteredTool, ToolRegistry
+from goondan.tools.schema import validate_args
+from goondan.types import ToolCall, ToolCallResult, ToolCatalogItem
+
+__all__ = ["TRUNCATION_SUFFIX", "ToolExecutor", "ToolFailure", "truncate_error_message"]
+
+TRUNCATION_SUFFIX = "... (truncated)"
+_log = logging.getLogger("goondan.tools")
+
+
+class ToolFailure(Exception):
+    """Raise from a handler to fail with your own ``code``/``suggestion``/``help_url``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "E_TOOL",
+        suggestion: str | None = None,
+        help_url: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.suggestion = suggestion
+        self.help_url = help_url
+
+
+def truncate_error_message(message: str, limit: int) -> str:
+    """Cut ``message`` to ``limit`` characters, ending with ``... (truncated)`` (seed 002 §10.4).
+
+    For a limit shorter than the suffix itself the message is simply cut at ``limit``.
+    """
+    if len(message) <= limit:
+        return message
+    if limit < len(TRUNCATION_SUFFIX):
+        return message[: max(limit, 0)]
+    return message[: limit - len(TRUNCATION_SUFFIX)] + TRUNCATION_SUFFIX
+
+
+class ToolExecutor:
+    """Runs tool calls against one :class:`ToolRegistry`."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        allow_registry_calls: bool = False,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.registry = registry
+        self.allow_registry_calls = allow_registry_calls
+        self._log = logger or _log
+
+    def __repr__(self) -> str:
+        return f"<ToolExecutor {self.registry!r} allow_registry_calls={self.allow_registry_calls}>"
+
+    async def execute(
+        self,
+        call: ToolCall,
+        *,
+        catalog: Iterable[ToolCatalogItem | dict[str, Any] | str],
+        context: ToolContext,
+    ) -> ToolCallResult:
+        """Run ``call`` and return its result; failures are results, never exceptions."""
+        try:
+            return await self._execute(call, catalog, context)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # pragma: no cover - defensive: a bug here must not kill the turn
+            self._log.exception("tool executor failed on %s", call.name)
+            return self._fail(call, None, f"internal error while running the tool: {exc}",
+                              code="E_TOOL", name=type(exc).__name__)
+
+    async def _execute(
+        self,
+        call: ToolCall,
+        catalog: Iterable[ToolCatalogItem | dict[str, Any] | str],
+        context: ToolContext,
+    ) -> ToolCallResult:
+        name = call.name
+        if not self.allow_registry_calls:
+            names = catalog_names(catalog)
+            if name not in names:
+                similar = closest_names(name, names)
+                hint = f" Did you mean {', '.join(repr(n) for n in similar)}?" if similar else ""
+                return self._fail(
+                    call, None,
+                    f"Tool '{name}' is not available in the current Tool Catalog.",
+                    code="E_TOOL_NOT_IN_CATALOG", name="ToolNotInCatalogError",
+                    suggestion=(
+                        "Add the tool to the Agent's spec.tools, or register it dynamically and "
+                        f"expose it from a step middleware.{hint}"
+                    ),
+                )
+        tool = self.registry.get(name)
+        if tool is None:
+            return self._fail(
+                call, None, f"Tool '{name}' is not registered.",
+                code="E_TOOL_NOT_FOUND", name="ToolNotFoundError",
+                suggestion="Check the tool name; the Tool's entry module may have failed to load.",
+            )
+        violation = validate_args(tool.item.parameters, call.args)
+        if violation is not None:
+            return self._fail(
+                call, tool, f"Invalid arguments for tool '{name}': {violation}",
+                code="E_TOOL_INVALID_ARGS", name="ToolInvalidArgsError",
+                suggestion="Call the tool again with arguments matching its parameters schema.",
+            )
+        if context.tool_call_id != call.id:
+            context = _with_call_id(context, call.id)
+        try:
+            async with asyncio.timeout(tool.timeout_ms / 1000.0):
+                output = await self._run_handler(tool, context, call.args)
+        except TimeoutError:
+            return self._fail(
+                call, tool, f"Tool '{name}' timed out after {_ms(tool.timeout_ms)} ms.",
+                code="E_TOOL_TIMEOUT", name="ToolTimeoutError",
+                suggestion="Try a smaller request, or raise the Tool's spec.timeoutMs.",
+            )
+        except ToolFailure as exc:
+            return self._fail(call, tool, exc.message or type(exc).__name__, code=exc.code,
+                              name=type(exc).__name__, suggestion=exc.suggestion,
+                              help=exc.help_url)
+        except asyncio.CancelledError:
+            raise
+        except (Exception, SystemExit) as exc:
+            return self._fail(call, tool, str(exc) or type(exc).__name__, code="E_TOOL",
+                              name=type(exc).__name__,
+                              suggestion=getattr(exc, "suggestion", None) or
+                              "Check the tool's input parameters and try again.")
+        try:
+            json.dumps(output, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return self._fail(
+                call, tool, f"Tool '{name}' returned a value that is not JSON: {exc}",
+                code="E_TOOL_OUTPUT", name=type(exc).__name__,
+                suggestion="Return only dicts, lists, strings, finite numbers, booleans or None.",
+            )
+        return ToolCallResult.success(call.id, name, output)
+
+    @staticmethod
+    async def _run_handler(tool: RegisteredTool, context: ToolContext, args: Any) -> Any:
+        if tool.is_async:
+            return await tool.handler(context, args)
+        result = await asyncio.to_thread(tool.handler, context, args)
+        if inspect.isawaitable(result):
+            # A plain function returning a coroutine (e.g. a lambda around an async helper).
+            result = await result
+        return result
+
+    def _fail(
+        self,
+        call: ToolCall,
+        tool: RegisteredTool | None,
+        message: str,
+        *,
+        code: str,
+        name: str,
+        suggestion: str | None = None,
+        help: str | None = None,
+    ) -> ToolCallResult:
+        limit = tool.error_message_limit if tool is not None else DEFAULT_ERROR_MESSAGE_LIMIT
+        text = truncate_error_message(mask(message), limit)
+        self._log.debug("tool %s failed: %s %s", call.name, code, text)
+        return ToolCallResult.failure(
+            call.id, call.name, text, code=code, name=name,
+            suggestion=mask(suggestion) if suggestion else None,
+            help_url=help or help_url(code),
+        )
+
+
+def _ms(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _with_call_id(context: ToolContext, call_id: str) -> ToolContext:
+    import dataclasses
+
+    return dataclasses.replace(context, tool_call_id=call_id)

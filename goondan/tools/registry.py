@@ -1,0 +1,227 @@
+"""``ToolRegistry``: every executable tool of one agent instance (seed 002 §3).
+
+The registry holds the handlers of every export of every Tool binding of the agent
+(:meth:`ToolRegistry.load_bindings`) plus the tools extensions register at start-up
+(``api.tools.register`` → :meth:`ToolRegistry.register`). It is not what the LLM sees: that is
+the per-step catalog (:meth:`ToolRegistry.catalog`, then step middleware). When a config tool
+and an extension tool share a name, the config tool wins (runtime.md §7 step 2) and a warning
+is logged; two tools of the same origin with one name are an error (``E_TOOL_DUPLICATE``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from goondan.errors import ToolLoadError
+from goondan.tools.catalog import attr, binding_items, empty_parameters, merge_catalog
+from goondan.tools.context import ToolContext
+from goondan.tools.loader import load_entry_module
+from goondan.tools.naming import check_tool_name, parse_tool_name
+from goondan.types import JsonObject, JsonValue, ToolCatalogItem, ToolSource
+
+__all__ = [
+    "DEFAULT_ERROR_MESSAGE_LIMIT",
+    "DEFAULT_TIMEOUT_MS",
+    "RegisteredTool",
+    "ToolHandler",
+    "ToolRegistry",
+]
+
+DEFAULT_ERROR_MESSAGE_LIMIT = 1000
+DEFAULT_TIMEOUT_MS = 120_000
+
+ToolHandler = Callable[[ToolContext, JsonObject], "JsonValue | Awaitable[JsonValue]"]
+_log = logging.getLogger("goondan.tools")
+
+
+def _is_async(fn: object) -> bool:
+    import inspect
+
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004
+    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """A tool the executor can run: catalog item, handler and per-tool limits."""
+
+    item: ToolCatalogItem
+    handler: Callable[..., Any]
+    is_async: bool
+    error_message_limit: int = DEFAULT_ERROR_MESSAGE_LIMIT
+    timeout_ms: float = DEFAULT_TIMEOUT_MS
+
+    @property
+    def name(self) -> str:
+        return self.item.name
+
+    @property
+    def source(self) -> ToolSource:
+        assert self.item.source is not None
+        return self.item.source
+
+
+def _positive(value: Any, label: str, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ToolLoadError(
+            f"tool {name!r}: {label} must be a positive number, got {value!r}",
+            code="E_TOOL_SCHEMA",
+        )
+    return value
+
+
+class ToolRegistry:
+    """Name → :class:`RegisteredTool` for one agent instance."""
+
+    def __init__(self, *, logger: logging.Logger | None = None) -> None:
+        self._tools: dict[str, RegisteredTool] = {}
+        self._log = logger or _log
+        self._loaded: set[tuple[str, str | None]] = set()
+
+    def __repr__(self) -> str:
+        return f"<ToolRegistry tools={len(self._tools)}>"
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[RegisteredTool]:
+        return iter(list(self._tools.values()))
+
+    def get(self, name: str) -> RegisteredTool | None:
+        """The tool registered under ``name``, if any."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """Registered names in registration order."""
+        return list(self._tools)
+
+    def register(
+        self,
+        item: ToolCatalogItem | dict[str, Any],
+        handler: Callable[..., Any],
+        *,
+        error_message_limit: int = DEFAULT_ERROR_MESSAGE_LIMIT,
+        timeout_ms: float = DEFAULT_TIMEOUT_MS,
+        source: ToolSource | None = None,
+    ) -> RegisteredTool:
+        """Add a tool; ``handler(ctx, input)`` may be sync or ``async``.
+
+        Raises :class:`ToolLoadError`: ``E_TOOL_NAME`` (name rules), ``E_TOOL_SCHEMA``
+        (parameters not an object schema, bad limits), ``E_TOOL_HANDLER`` (not callable),
+        ``E_TOOL_DUPLICATE`` (same name registered twice by the same kind of source).
+        """
+        try:
+            coerced = ToolCatalogItem.coerce(item)
+        except TypeError as exc:
+            raise ToolLoadError(str(exc), code="E_TOOL_NAME") from exc
+        name = check_tool_name(coerced.name)
+        parameters = coerced.parameters if coerced.parameters is not None else empty_parameters()
+        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+            raise ToolLoadError(
+                f"tool {name!r}: parameters must be a JSON Schema with type 'object'",
+                code="E_TOOL_SCHEMA",
+                suggestion="Use {'type': 'object', 'properties': {...}, 'required': [...]}.",
+            )
+        if not callable(handler):
+            raise ToolLoadError(
+                f"tool {name!r}: handler must be callable, got {type(handler).__name__}",
+                code="E_TOOL_HANDLER",
+                suggestion="Pass a function `def handler(ctx, input)` (sync or async).",
+            )
+        limit = int(_positive(error_message_limit, "errorMessageLimit", name))
+        timeout = _positive(timeout_ms, "timeoutMs", name)
+        if source is None:
+            parsed = parse_tool_name(name)
+            source = coerced.source or ToolSource("config", parsed[0] if parsed else name)
+        stored = ToolCatalogItem(name, coerced.description, parameters, source)
+        tool = RegisteredTool(stored, handler, _is_async(handler), limit, timeout)
+        existing = self._tools.get(name)
+        if existing is not None:
+            new_is_config, old_is_config = source.type == "config", existing.source.type == "config"
+            if old_is_config and not new_is_config:
+                self._log.warning(
+                    "tool %r from %s %r is shadowed by the config tool of the same name",
+                    name, source.type, source.name,
+                )
+                return existing
+            if not (new_is_config and not old_is_config):
+                raise ToolLoadError(
+                    f"tool {name!r} is registered twice ({existing.source.type} "
+                    f"{existing.source.name!r} and {source.type} {source.name!r})",
+                    code="E_TOOL_DUPLICATE",
+                    suggestion="Rename one of the tools or remove one of the Tool references.",
+                )
+            self._log.warning(
+                "config tool %r shadows the %s tool registered by %r",
+                name, existing.source.type, existing.source.name,
+            )
+        self._tools[name] = tool
+        return tool
+
+    def load_bindings(self, bindings: Iterable[Any]) -> None:
+        """Load the entry module of every ``ToolBinding`` and register each export's handler.
+
+        Blocking (imports run module code): call it through ``asyncio.to_thread`` from async
+        code. Raises :class:`ToolLoadError` ``E_TOOL_LOAD`` when an entry cannot be loaded, has
+        no ``handlers`` mapping or lacks a handler for a declared export.
+        """
+        for binding in bindings:
+            key = (str(attr(binding, "name")), attr(binding, "package"))
+            if key in self._loaded:
+                continue
+            entry = attr(binding, "entry")
+            module = load_entry_module(entry, kind="tool", cache=True)
+            handlers = getattr(module, "handlers", None)
+            if not isinstance(handlers, Mapping):
+                raise ToolLoadError(
+                    f"Tool {key[0]!r}: entry {entry} does not define a `handlers` dict",
+                    code="E_TOOL_LOAD",
+                    suggestion="Define `handlers = {'<export>': handler, ...}` at module level.",
+                    location=str(entry),
+                )
+            limit = attr(binding, "error_message_limit", None) or DEFAULT_ERROR_MESSAGE_LIMIT
+            timeout = attr(binding, "timeout_ms", None) or DEFAULT_TIMEOUT_MS
+            for item in binding_items(binding):
+                export = item.name.split("__", 1)[1]
+                handler = handlers.get(export)
+                if handler is None:
+                    available = ", ".join(sorted(map(str, handlers))) or "none"
+                    raise ToolLoadError(
+                        f"Tool {key[0]!r}: no handler for export {export!r} in {entry} "
+                        f"(handlers: {available})",
+                        code="E_TOOL_LOAD",
+                        suggestion=f"Add handlers[{export!r}] to the entry module.",
+                        location=str(entry),
+                    )
+                self.register(
+                    item, handler, error_message_limit=limit, timeout_ms=timeout,
+                    source=item.source,
+                )
+            self._loaded.add(key)
+
+    def extension_items(self) -> list[ToolCatalogItem]:
+        """Items of the tools registered by extensions (and MCP bridges), in order."""
+        return [t.item for t in self._tools.values() if t.source.type != "config"]
+
+    def catalog(self, bindings: Iterable[Any] | None = None) -> list[ToolCatalogItem]:
+        """A fresh step catalog: config tools of ``bindings`` then extension tools, deduped.
+
+        Without ``bindings`` every registered config tool is used. Items are copies.
+        """
+        if bindings is None:
+            config = [t.item for t in self._tools.values() if t.source.type == "config"]
+        else:
+            config = []
+            for binding in bindings:
+                for item in binding_items(binding):
+                    registered = self._tools.get(item.name)
+                    config.append(registered.item if registered is not None else item)
+        return merge_catalog(config, self.extension_items())

@@ -1,0 +1,126 @@
+"""Extension state (seed 004 §13.4; workspace.md §6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goondan.errors import ExtensionError
+from goondan.extensions import load_extensions
+from goondan.extensions.state import ExtensionState, MemoryStateStore
+from goondan.pipeline.events import EventBus
+from goondan.pipeline.registry import PipelineRegistry
+from goondan.tools.registry import ToolRegistry
+from tests.support.pipeline_harness import FileStateStore, ext_binding, run
+
+
+def load_counter(store: Any):  # type: ignore[no-untyped-def]
+    return run(load_extensions(
+        [ext_binding("counter", file="async_register")], pipeline=PipelineRegistry(),
+        tools=ToolRegistry(), bus=EventBus(), state_store=store,
+    ))
+
+
+def test_get_set_json_and_copies() -> None:
+    """seed 004 §13.4 rule 1: api.state.get()/set(value) manage JSON state."""
+    state = ExtensionState("ext")
+
+    async def main() -> None:
+        assert await state.get() is None
+        await state.set({"selected": ["a"], "n": 1.5, "ok": True, "none": None})
+        value = await state.get()
+        value["selected"].append("b")  # editing a copy changes nothing
+        assert await state.get() == {"selected": ["a"], "n": 1.5, "ok": True, "none": None}
+        await state.set([1, "two"])
+        assert await state.get() == [1, "two"]
+
+    run(main())
+
+
+@pytest.mark.parametrize("bad", [{1, 2}, {"f": print}, float("nan"), {1: "int key"}, object()])
+def test_non_json_values_are_rejected_at_set(bad: Any) -> None:
+    """workspace.md §6 / seed 004 §13.4 rule 1: state MUST NOT hold non-serialisable values."""
+    state = ExtensionState("ext")
+    with pytest.raises(ExtensionError) as info:
+        run(state.set(bad))
+    assert info.value.code == "E_EXTENSION_STATE"
+    assert not state.dirty
+
+
+def test_state_is_restored_when_the_instance_starts(tmp_path: Path) -> None:
+    """seed 004 §13.4 rule 4: states are restored from disk at instance start (survive a restart)."""
+    store = FileStateStore(tmp_path, "coder", "user-1")
+    first = load_counter(store)
+    run(first.flush_state())
+    second = load_counter(FileStateStore(tmp_path, "coder", "user-1"))
+    assert second.get("counter").state.snapshot() == {"loads": 2}  # type: ignore[union-attr]
+
+
+def test_instances_are_isolated(tmp_path: Path) -> None:
+    """seed 004 §13.4 rule 3 / seed 003: two instances never see each other's state."""
+    for _ in range(2):
+        run(load_counter(FileStateStore(tmp_path, "coder", "user-1")).flush_state())
+    other = load_counter(FileStateStore(tmp_path, "coder", "user-2"))
+    assert other.get("counter").state.snapshot() == {"loads": 1}  # type: ignore[union-attr]
+
+
+def test_state_belongs_to_the_extension_identity(tmp_path: Path) -> None:
+    """seed 004 §13.4 rule 2: state is stored under the extension's name."""
+    store = FileStateStore(tmp_path, "coder", "user-1")
+    run(load_counter(store).flush_state())
+    assert store.writes == ["counter"]
+    assert (store.dir / "counter.json").exists()
+
+
+def test_only_changed_states_are_written_at_turn_end() -> None:
+    """seed 004 §13.4 rule 5 / workspace.md §6: dirty states written; unchanged serialisation skipped."""
+    store = MemoryStateStore({"counter": {"loads": 4}})
+    ext = load_counter(store)
+    state = ext.get("counter").state  # type: ignore[union-attr]
+    assert ext.dirty == ["counter"] and store.saves == 0  # nothing written before the turn ends
+    assert run(ext.flush_state()) == ["counter"]
+    assert run(ext.flush_state()) == [] and store.saves == 1
+    run(state.set({"loads": 5}))  # same serialisation as stored: not dirty
+    assert not state.dirty and run(ext.flush_state()) == []
+    run(state.set({"loads": 6}))
+    assert run(ext.flush_state()) == ["counter"] and store.saves == 2
+    assert store.load_extension_state("counter") == {"loads": 6}
+
+
+def test_failed_writes_are_reported_and_retried() -> None:
+    """seed 004 §13.5 rule 1: state write failures carry a standard code (E_EXTENSION_STATE)."""
+    class Flaky(MemoryStateStore):
+        fail = True
+
+        def save_extension_state(self, name: str, value: Any) -> None:
+            if self.fail:
+                raise OSError("disk full")
+            super().save_extension_state(name, value)
+
+    store = Flaky()
+    ext = load_counter(store)
+    with pytest.raises(ExtensionError) as info:
+        run(ext.flush_state())
+    assert info.value.code == "E_EXTENSION_STATE" and "disk full" in info.value.message
+    assert ext.dirty == ["counter"]
+    store.fail = False
+    assert run(ext.flush_state()) == ["counter"]
+
+
+def test_async_stores_are_supported() -> None:
+    """StateStore docs: load/save may be coroutines (awaited) or plain functions (worker thread)."""
+    class AsyncStore:
+        def __init__(self) -> None:
+            self.data: dict[str, Any] = {"counter": {"loads": 9}}
+
+        async def load_extension_state(self, name: str) -> Any:
+            return self.data.get(name)
+
+        async def save_extension_state(self, name: str, value: Any) -> None:
+            self.data[name] = value
+
+    store = AsyncStore()
+    run(load_counter(store).flush_state())
+    assert store.data["counter"] == {"loads": 10}

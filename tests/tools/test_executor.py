@@ -1,0 +1,234 @@
+"""ToolExecutor: catalog gating, schema check, handler errors, timeouts (seed 002 §2.3, §2.4, §9, §10)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goondan.conversation.messages import Message
+from goondan.secrets import register_secret
+from goondan.tools.executor import ToolExecutor, ToolFailure, truncate_error_message
+from goondan.tools.loader import load_entry_module
+from goondan.tools.registry import ToolRegistry
+from goondan.types import ToolCall, ToolCallResult, ToolSource
+from tests.support.pipeline_harness import TOOL_FIXTURES, Binding, Export, run, tool_context
+
+EXPORTS = ["echo", "aecho", "fail", "afail", "hang", "block", "bad-output", "nan-output",
+           "noop", "anoop", "where", "lambda"]
+
+
+def make(limit: int = 1000, timeout_ms: int = 120_000, **params: Any) -> tuple[ToolExecutor, list[Any]]:
+    registry = ToolRegistry()
+    binding = Binding(
+        name="basic", entry=TOOL_FIXTURES / "basic.py",
+        exports=[Export(e, parameters=params.get(e)) for e in EXPORTS],
+        error_message_limit=limit, timeout_ms=timeout_ms,
+    )
+    registry.load_bindings([binding])
+    return ToolExecutor(registry), registry.catalog([binding])
+
+
+def execute(executor: ToolExecutor, name: str, args: Any = None, catalog: Any = None,
+            **ctx: Any) -> ToolCallResult:
+    call = ToolCall("call-1", name, args if args is not None else {})
+    return run(executor.execute(call, catalog=catalog if catalog is not None else [name],
+                                context=tool_context(**ctx)))
+
+
+def test_sync_handler_runs_in_a_worker_thread_and_async_on_the_loop() -> None:
+    """Issue 4 Build 2: sync handlers go through asyncio.to_thread; async handlers are awaited."""
+    executor, _ = make()
+    result = execute(executor, "basic__echo", {"x": 1})
+    assert result.ok and result.output == {"echo": {"x": 1}, "thread": True}
+    assert result.tool_call_id == "call-1" and result.tool_name == "basic__echo"
+    assert execute(executor, "basic__aecho", {"y": 2}).output == {"echo": {"y": 2}}
+    assert execute(executor, "basic__lambda", {"z": 3}).output == {"echo": {"z": 3}}
+    assert execute(executor, "basic__noop").output is None
+    assert execute(executor, "basic__anoop").ok
+
+
+def test_calls_outside_the_step_catalog_are_refused() -> None:
+    """seed 002 §2.3 rules 1, 2, 4 / §9.1-9.2: not in catalog → structured E_TOOL_NOT_IN_CATALOG."""
+    executor, catalog = make()
+    step_catalog = [i for i in catalog if i.name != "basic__echo"]
+    result = execute(executor, "basic__echo", {}, catalog=step_catalog)
+    assert result.status == "error" and result.error is not None
+    assert result.error.to_dict() == {
+        "message": "Tool 'basic__echo' is not available in the current Tool Catalog.",
+        "code": "E_TOOL_NOT_IN_CATALOG",
+        "name": "ToolNotInCatalogError",
+        "suggestion": result.error.suggestion,
+        "helpUrl": "https://docs.goondan.ai/errors/E_TOOL_NOT_IN_CATALOG",
+    }
+    assert "spec.tools" in (result.error.suggestion or "")
+    unknown = execute(executor, "unknown__action", {}, catalog=catalog)
+    assert unknown.error is not None and unknown.error.code == "E_TOOL_NOT_IN_CATALOG"
+    close = execute(executor, "basic__ech", {}, catalog=catalog)
+    assert "Did you mean 'basic__echo'" in (close.error.suggestion or "")  # type: ignore[union-attr]
+
+
+def test_registry_calls_only_with_an_explicit_policy() -> None:
+    """seed 002 §2.3 rule 3 / §9.1: registry-direct calls are enabled only explicitly."""
+    executor, _ = make()
+    assert executor.allow_registry_calls is False
+    permissive = ToolExecutor(executor.registry, allow_registry_calls=True)
+    assert execute(permissive, "basic__aecho", {"a": 1}, catalog=[]).ok
+
+
+def test_unknown_tool_in_catalog_is_not_found() -> None:
+    """Issue 4 Build 2: a catalog entry with no registered handler → E_TOOL_NOT_FOUND."""
+    executor, _ = make()
+    result = execute(executor, "ghost__run", {}, catalog=[{"name": "ghost__run"}])
+    assert result.error is not None and result.error.code == "E_TOOL_NOT_FOUND"
+
+
+def test_handler_exception_becomes_an_error_result() -> None:
+    """seed 002 §2.4 rule 1 / §10.3: exceptions are returned as ToolResult (code E_TOOL, name = class)."""
+    executor, _ = make()
+    result = execute(executor, "basic__fail", {"message": "request failed"})
+    assert result.status == "error" and result.error is not None
+    assert (result.error.code, result.error.name, result.error.message) == (
+        "E_TOOL", "ValueError", "request failed"
+    )
+    assert result.error.help_url == "https://docs.goondan.ai/errors/E_TOOL"
+    assert result.error.suggestion  # seed 002 §2.4 rule 4 (SHOULD)
+    aresult = execute(executor, "basic__afail", {})
+    assert aresult.error is not None and aresult.error.name == "PermissionError"
+
+
+def test_error_message_limit_and_truncation_suffix() -> None:
+    """seed 002 §2.4 rule 2 / §10.4: error.message is cut to errorMessageLimit with '... (truncated)'."""
+    executor, _ = make(limit=40)
+    result = execute(executor, "basic__fail", {"message": "x" * 100})
+    assert result.error is not None
+    assert result.error.message == "x" * 25 + "... (truncated)"
+    assert len(result.error.message) == 40
+    assert execute(executor, "basic__fail", {"message": "y" * 40}).error.message == "y" * 40  # type: ignore[union-attr]
+
+
+def test_default_error_message_limit_is_1000() -> None:
+    """seed 002 §2.4 rule 3 / §4.3: without errorMessageLimit the limit is 1000 characters."""
+    registry = ToolRegistry()
+    registry.load_bindings([{"name": "basic", "entry": TOOL_FIXTURES / "basic.py",
+                             "exports": [{"name": "fail"}]}])
+    result = execute(ToolExecutor(registry), "basic__fail", {"message": "z" * 5000})
+    assert result.error is not None and len(result.error.message) == 1000
+    assert result.error.message.endswith("... (truncated)")
+
+
+def test_truncate_error_message_function() -> None:
+    """seed 002 §10.4: reference truncateErrorMessage behaviour, including tiny limits."""
+    assert truncate_error_message("short", 10) == "short"
+    assert truncate_error_message("a" * 20, 18) == "aaa... (truncated)"
+    assert truncate_error_message("a" * 20, 5) == "aaaaa"
+
+
+def test_invalid_arguments_name_the_failing_path() -> None:
+    """Issue 4 Build 2: args are checked against the export's schema → E_TOOL_INVALID_ARGS with the path."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    executor, _ = make(echo=schema)
+    bad = execute(executor, "basic__echo", {"n": "1"})
+    assert bad.error is not None and bad.error.code == "E_TOOL_INVALID_ARGS"
+    assert "$.n: expected integer, got string" in bad.error.message
+    assert execute(executor, "basic__echo", {}).error.message.endswith("$.n: required property is missing")  # type: ignore[union-attr]
+    assert execute(executor, "basic__echo", {"n": 1}).ok
+
+
+def test_non_json_output_is_an_error() -> None:
+    """Issue 4 Build 2: handler output must be JSON (E_TOOL_OUTPUT)."""
+    executor, _ = make()
+    for name in ("basic__bad-output", "basic__nan-output"):
+        result = execute(executor, name)
+        assert result.error is not None and result.error.code == "E_TOOL_OUTPUT", name
+
+
+def test_async_handler_timeout() -> None:
+    """Issue 4 Build 2: per-call timeout (Tool spec.timeoutMs) → E_TOOL_TIMEOUT."""
+    executor, _ = make(timeout_ms=30)
+    result = execute(executor, "basic__hang")
+    assert result.error is not None and result.error.code == "E_TOOL_TIMEOUT"
+    assert "30 ms" in result.error.message
+
+
+def test_sync_handler_timeout_does_not_block_the_loop() -> None:
+    """Issue 4 Build 2: a blocking sync handler times out while its thread keeps running."""
+    module = load_entry_module(TOOL_FIXTURES / "basic.py", cache=True)
+    module.RELEASE.clear()
+    executor, _ = make(timeout_ms=50)
+
+    async def main() -> ToolCallResult:
+        try:
+            return await executor.execute(ToolCall("c", "basic__block", {}), catalog=["basic__block"],
+                                          context=tool_context())
+        finally:
+            module.RELEASE.set()  # let the worker thread finish so the loop can close
+
+    result = run(main())
+    assert module.STARTED.is_set()
+    assert result.error is not None and result.error.code == "E_TOOL_TIMEOUT"
+
+
+def test_default_timeout_is_120_seconds() -> None:
+    """Issue 4 Build 2: timeoutMs defaults to 120 s."""
+    executor, _ = make()
+    assert executor.registry.get("basic__hang").timeout_ms == 120_000  # type: ignore[union-attr]
+
+
+def test_cancellation_propagates() -> None:
+    """execute() never raises, except asyncio.CancelledError (turn cancellation must work)."""
+    executor, _ = make()
+
+    async def main() -> None:
+        task = asyncio.create_task(
+            executor.execute(ToolCall("c", "basic__hang", {}), catalog=["basic__hang"],
+                             context=tool_context())
+        )
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main())
+
+
+def test_tool_failure_sets_code_and_suggestion() -> None:
+    """seed 002 §10.1: a handler can report its own code, suggestion and helpUrl."""
+    registry = ToolRegistry()
+
+    def handler(ctx, input):  # type: ignore[no-untyped-def]
+        raise ToolFailure("quota exceeded", code="E_QUOTA", suggestion="wait a minute",
+                          help_url="https://example.test/quota")
+
+    registry.register({"name": "api__call"}, handler, source=ToolSource("extension", "x"))
+    result = execute(ToolExecutor(registry), "api__call")
+    assert result.error is not None
+    assert result.error.to_dict() == {
+        "message": "quota exceeded", "code": "E_QUOTA", "name": "ToolFailure",
+        "suggestion": "wait a minute", "helpUrl": "https://example.test/quota",
+    }
+
+
+def test_secrets_never_reach_error_results() -> None:
+    """Project rule: secrets never appear in errors (tool errors go back to the model)."""
+    register_secret("sk-test-SECRET-12345")
+    executor, _ = make()
+    result = execute(executor, "basic__fail", {"message": "bad key sk-test-SECRET-12345"})
+    assert result.error is not None and "SECRET" not in result.error.message
+    assert "***" in result.error.message
+
+
+def test_tool_context_carries_workdir_message_and_ids(tmp_path: Path) -> None:
+    """seed 002 §2.5 rules 1, 2, 4 / §7.3: workdir, the assistant message holding the call, ids."""
+    executor, _ = make()
+    message = Message.assistant("", [ToolCall("call-1", "basic__where", {"path": "a.txt"})])
+    result = execute(executor, "basic__where", {"path": "a.txt"}, workdir=tmp_path,
+                     message=message, trace_id="f" * 32)
+    assert result.output == {
+        "workdir": str(tmp_path), "resolved": str(tmp_path / "a.txt"),
+        "messageId": message.id, "toolCallId": "call-1", "traceId": "f" * 32,
+    }
+    absolute = execute(executor, "basic__where", {"path": "/etc/hosts"}, workdir=tmp_path)
+    assert absolute.output["resolved"] == "/etc/hosts"
