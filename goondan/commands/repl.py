@@ -1,0 +1,127 @@
+"""``goondan repl [AGENT]``: chat with one agent of a bundle in this terminal.
+
+Three modes, chosen from the arguments and the terminal:
+
+* ``--input TEXT`` — one turn, then exit (rendered with streaming and tool lines on a TTY,
+  only the answer otherwise; ``--json`` prints the TurnResult);
+* stdin is a TTY — the interactive session (:class:`goondan.console.ReplSession`);
+* stdin is not a TTY — every input line is one turn; only answers go to stdout.
+
+Everything runs in-process (no orchestrator); conversations persist per instance key under the
+state root and resume on the next start.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from goondan.commands.common import get_globals
+
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["repl"]
+
+
+@click.command("repl")
+@click.argument("agent", required=False)
+@click.option("-b", "--bundle", "bundle", default=".", show_default=True,
+              type=click.Path(file_okay=True, dir_okay=True),
+              help="Bundle directory (or its goondan.yaml).")
+@click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
+              help="Swarm to use [env: GOONDAN_SWARM; default: 'default' or the only one].")
+@click.option("-i", "--instance", "instance_key", default=None,
+              help="Conversation key; the same key resumes the same conversation [default: the swarm's instanceKey].")
+@click.option("--input", "input_text", default=None, help="Run one turn with this text and exit.")
+@click.option("--no-stream", is_flag=True, default=False, help="Print answers whole instead of streaming them.")
+@click.option("--json", "as_json", is_flag=True, default=False,
+              help="Print one TurnResult JSON object per turn (with --input or piped stdin).")
+@click.option("--state-root", type=click.Path(file_okay=False), default=None,
+              help="System root for workspaces [env: GOONDAN_STATE_ROOT; default ~/.goondan].")
+def repl(
+    agent: str | None,
+    bundle: str,
+    swarm: str | None,
+    instance_key: str | None,
+    input_text: str | None,
+    no_stream: bool,
+    as_json: bool,
+    state_root: str | None,
+) -> int:
+    """Chat with an agent (default: the swarm's entry agent) in this terminal.
+
+    Interactive on a terminal: streamed answers, tool calls as they happen, /help for commands,
+    Ctrl-C cancels a turn, Ctrl-D exits. With piped stdin each line is one turn and only the
+    answers are printed.
+    """
+    import asyncio
+
+    from goondan.console import InstanceBackend, LineReader, ReplSession, TurnRenderer, run_batch
+    from goondan.console.session import exit_code_for, result_json
+    from goondan.runtime import Runtime
+
+    options = get_globals()
+    root = options.resolve_state_root(state_root)
+    runtime = Runtime.from_bundle(Path(bundle), state_root=root, swarm=swarm, stream=not no_stream)
+    runner = asyncio.Runner()
+    _keep_sigint_on_main_thread(runner)
+    try:
+        instance = runner.run(runtime.instance(agent, instance_key))
+        backend = InstanceBackend(instance)
+        stdin_tty = sys.stdin.isatty()
+        stdout_tty = sys.stdout.isatty()
+        color = options.color
+        if input_text is not None:
+            if as_json or not stdout_tty:
+                result = runner.run(backend.run_turn(input_text))
+                if as_json:
+                    click.echo(result_json(result))
+                elif result.error is None:
+                    click.echo(result.text)
+                if result.error is not None and not as_json:
+                    _echo_error(result.error)
+                return exit_code_for(result)
+            from goondan.console import run_once
+
+            renderer = TurnRenderer(sys.stdout, color=color, tty=True, stream=not no_stream)
+            click.echo(click.style(f"› {input_text}", bold=True) if color else f"› {input_text}")
+            result = run_once(backend, runner, input_text, renderer)
+            return exit_code_for(result)
+        if not stdin_tty:
+            return run_batch(backend, runner, sys.stdin, out=sys.stdout, err=sys.stderr, as_json=as_json)
+        reader = LineReader(root / "repl" / "history")
+        session = ReplSession(
+            backend, runner, reader=reader, out=sys.stdout, color=color, stream=not no_stream
+        )
+        return session.run()
+    finally:
+        try:
+            runner.run(runtime.aclose())
+        finally:
+            runner.close()
+
+
+def _keep_sigint_on_main_thread(runner: asyncio.Runner) -> None:
+    """Worker threads block SIGINT, so Ctrl-C always reaches the main thread (readline's
+    ``input()`` and asyncio's handler); otherwise the kernel may pick an idle worker."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    def block() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    loop = runner.get_loop()
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="goondan", initializer=block))
+
+
+def _echo_error(error: dict[str, object]) -> None:
+    from goondan.secrets import mask
+
+    click.echo(mask(f"[{error.get('code')}] {error.get('message')}"), err=True)
+    suggestion = error.get("suggestion")
+    if suggestion:
+        click.echo(mask(f"  suggestion: {suggestion}"), err=True)

@@ -1,0 +1,276 @@
+"""The agent runtime and its embedding API.
+
+::
+
+    from goondan import Runtime
+
+    async with Runtime.from_bundle("examples/quickstart", state_root="/tmp/state") as rt:
+        result = await rt.run_turn("assistant", "What is 12 km in miles?", instance_key="demo")
+        print(result.text)
+
+    # or, without asyncio
+    with Runtime.from_bundle("examples/quickstart") as rt:
+        print(rt.run_turn_sync(None, "hi").text)       # None = the swarm's entry agent
+
+Everything runs in this process: no subprocess is spawned and nothing is written outside
+``state_root`` (default: ``--state-root`` / ``GOONDAN_STATE_ROOT`` / ``~/.goondan``).
+``rt.subscribe(callback)`` receives every runtime event payload (``turn.started`` …
+``tool.failed`` and ``llm.delta`` for streamed text) of every instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from goondan.llm.base import LanguageModel
+from goondan.pipeline.context import TurnResult
+from goondan.runtime.instance import AgentInstance, AgentsFactory, ModelFactory, OutgoingHandler
+from goondan.runtime.observe import EventListener
+from goondan.types import AgentEvent, JsonObject
+
+if TYPE_CHECKING:
+    from goondan.config import Bundle, SwarmSpec
+
+__all__ = ["AgentInstance", "Runtime", "TurnResult"]
+
+
+class Runtime:
+    """Runs a bundle's agents in this process; one :class:`AgentInstance` per (agent, key)."""
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        *,
+        state_root: Path,
+        swarm: str | None = None,
+        models: Mapping[str, LanguageModel] | None = None,
+        model_factory: ModelFactory | None = None,
+        env: Mapping[str, str] | None = None,
+        stream: bool = True,
+        agents_factory: AgentsFactory | None = None,
+        on_outgoing: OutgoingHandler | None = None,
+    ) -> None:
+        from goondan.workspace import workspace_id_for
+
+        self.bundle = bundle
+        self.state_root = Path(state_root)
+        self.swarm: SwarmSpec = bundle.swarm_spec(swarm)
+        self.workspace_id = workspace_id_for(bundle.root, bundle.package_name)
+        self.models = dict(models or {})
+        self.model_factory = model_factory
+        self.env = dict(os.environ if env is None else env)
+        self.stream = stream
+        self.agents_factory = agents_factory
+        self.on_outgoing = on_outgoing
+        self._instances: dict[tuple[str, str], AgentInstance] = {}
+        self._opening: dict[tuple[str, str], asyncio.Future[AgentInstance]] = {}
+        self._listeners: list[EventListener] = []
+        self._runner: asyncio.Runner | None = None
+        self._closed = False
+
+    @classmethod
+    def from_bundle(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        state_root: str | os.PathLike[str] | None = None,
+        swarm: str | None = None,
+        models: Mapping[str, LanguageModel] | None = None,
+        model_factory: ModelFactory | None = None,
+        env: Mapping[str, str] | None = None,
+        stream: bool = True,
+    ) -> Runtime:
+        """Load and validate the bundle at ``path`` (raises ``BundleError``/``ConfigError``).
+
+        ``models`` maps an agent name (or a Model resource name) to a ready
+        :class:`LanguageModel` — handy for tests with ``ScriptedModel``; ``model_factory``
+        replaces ``goondan.llm.create_model`` for every other agent.
+        """
+        from goondan.config import load_bundle
+        from goondan.workspace import resolve_state_root
+
+        environ = os.environ if env is None else env
+        root = resolve_state_root(str(state_root) if state_root is not None else None, environ)
+        bundle = load_bundle(Path(path), state_root=root)
+        return cls(
+            bundle,
+            state_root=root,
+            swarm=swarm,
+            models=models,
+            model_factory=model_factory,
+            env=env,
+            stream=stream,
+        )
+
+    # -- instances ---------------------------------------------------------------------------------
+    @property
+    def entry_agent(self) -> str:
+        """The swarm's entry agent (used when ``agent`` is None)."""
+        return self.swarm.entry_agent
+
+    @property
+    def default_instance_key(self) -> str:
+        """The conversation key used when none is given: the swarm's instance key."""
+        return self.swarm.instance_key
+
+    async def instance(self, agent: str | None = None, instance_key: str | None = None) -> AgentInstance:
+        """The (opened on first use) instance of ``agent`` for ``instance_key``."""
+        self._check_open()
+        name = agent or self.entry_agent
+        key = (name, instance_key or self.default_instance_key)
+        existing = self._instances.get(key)
+        if existing is not None:
+            return existing
+        pending = self._opening.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[AgentInstance] = asyncio.get_running_loop().create_future()
+        self._opening[key] = future
+        try:
+            instance = await self._open(name, key[1])
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: the caller sees it through the raise below
+            raise
+        finally:
+            self._opening.pop(key, None)
+        self._instances[key] = instance
+        future.set_result(instance)
+        return instance
+
+    async def _open(self, agent: str, instance_key: str) -> AgentInstance:
+        spec = self.bundle.agent_spec(agent, swarm=self.swarm.name)
+        model = self.models.get(agent) or self.models.get(spec.model.name)
+        instance = await AgentInstance.open(
+            spec,
+            state_root=self.state_root,
+            workspace_id=self.workspace_id,
+            instance_key=instance_key,
+            model=model,
+            model_factory=self.model_factory,
+            env=self.env,
+            max_steps_per_turn=spec.max_steps_per_turn or self.swarm.max_steps_per_turn,
+            agents_factory=self.agents_factory,
+            on_outgoing=self.on_outgoing,
+            stream=self.stream,
+        )
+        instance.subscribe(self._dispatch)
+        return instance
+
+    def _dispatch(self, payload: JsonObject) -> None:
+        for listener in tuple(self._listeners):
+            listener(payload)
+
+    # -- turns -------------------------------------------------------------------------------------
+    async def run_turn(
+        self,
+        agent: str | None,
+        text: str,
+        *,
+        instance_key: str | None = None,
+        metadata: JsonObject | None = None,
+    ) -> TurnResult:
+        """Run one turn of ``agent`` (None = entry agent) with user input ``text``."""
+        instance = await self.instance(agent, instance_key)
+        event = AgentEvent(
+            type="message",
+            input=text,
+            instance_key=instance.instance_key,
+            source={"kind": "connector", "name": "embedding"},
+            metadata=dict(metadata or {}),
+        )
+        return await instance.run(event)
+
+    async def run_event(self, agent: str | None, event: AgentEvent) -> TurnResult:
+        """Run one turn for a fully built :class:`AgentEvent`."""
+        instance = await self.instance(agent, event.instance_key)
+        return await instance.run(event)
+
+    def run_turn_sync(
+        self,
+        agent: str | None,
+        text: str,
+        *,
+        instance_key: str | None = None,
+        metadata: JsonObject | None = None,
+    ) -> TurnResult:
+        """Blocking :meth:`run_turn` for code without an event loop (one private loop is kept)."""
+        result: TurnResult = self._run_sync(
+            self.run_turn(agent, text, instance_key=instance_key, metadata=metadata)
+        )
+        return result
+
+    def _run_sync(self, coro: Any) -> Any:
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner.run(coro)
+
+    # -- events ------------------------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[JsonObject], Any]) -> Callable[[], None]:
+        """Call ``callback(payload)`` for every runtime event of every instance; returns unsubscribe."""
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+        return unsubscribe
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            from goondan.errors import AgentError
+
+            raise AgentError(
+                "this Runtime has been closed", code="E_AGENT_DRAINING",
+                suggestion="Create a new Runtime with Runtime.from_bundle(...).",
+            )
+
+    async def aclose(self) -> None:
+        """Finish running turns, fold, save extension state and release every instance."""
+        if self._closed:
+            return
+        self._closed = True
+        instances = list(self._instances.values())
+        self._instances.clear()
+        errors: list[BaseException] = []
+        for instance in instances:
+            try:
+                await instance.close()
+            except Exception as exc:  # close the others anyway
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        """Synchronous :meth:`aclose` (for code that used :meth:`run_turn_sync`)."""
+        try:
+            if not self._closed and self._instances:
+                self._run_sync(self.aclose())
+            self._closed = True
+        finally:
+            if self._runner is not None:
+                self._runner.close()
+                self._runner = None
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Runtime(bundle={str(self.bundle.root)!r}, swarm={self.swarm.name!r}, "
+            f"instances={len(self._instances)})"
+        )

@@ -1,0 +1,509 @@
+"""Agent-to-agent calls: ``ctx.agents`` (seed 000 §4.4) and ``ToolContext.runtime`` (runtime.md §7).
+
+One :class:`AgentCallApi` is made per Turn by an :class:`AgentsFactory` (the ``agents_factory``
+hook of ``AgentInstance``). It builds the AgentEvents, enforces the call rules, and hands the
+event to an :class:`AgentRouter`, which only moves events:
+
+* ``IpcAgentRouter`` (``goondan/ipc/agent_process.py``) sends them through the orchestrator;
+* :class:`InProcessAgentRouter` (below) runs every instance in this process (embedding API,
+  tests).
+
+Rules enforced here, before anything is sent:
+
+* call stack: ``metadata["__goondanAgentCallStack"]`` lists ``"agent@instanceKey"`` from the
+  first caller to the current one; it is inherited from the inbound event. A request whose
+  target is already on the stack (A→B→A, A→B→C→A) or is the caller itself is refused at once
+  with the chain in the message (``E_AGENT_CYCLE``); such a request could only deadlock, since
+  an instance runs one Turn at a time.
+* depth: a stack that already holds ``max_depth`` (8) entries refuses further requests and sends
+  (``E_AGENT_DEPTH``), which also stops endless ``send`` ping-pong.
+* unknown targets (not an Agent of the running Swarm) → ``E_AGENT_NOT_FOUND``; timeouts (default
+  15 000 ms) → ``E_AGENT_TIMEOUT`` (the callee keeps running, its late answer is dropped).
+* ``traceId`` is the caller's; ``metadata.parentSpanId`` is the calling span; ``auth`` is copied
+  unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from goondan.errors import AgentError
+from goondan.pipeline.context import TurnResult
+from goondan.types import AgentEvent, JsonObject, ReplyChannel, now_iso
+
+__all__ = [
+    "CALL_STACK_KEY",
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_TIMEOUT_MS",
+    "AgentCallApi",
+    "AgentRouter",
+    "AgentsFactory",
+    "InProcessAgentRouter",
+    "SwarmCatalog",
+    "call_stack_of",
+    "response_event",
+    "response_text",
+    "turn_error",
+]
+
+CALL_STACK_KEY = "__goondanAgentCallStack"
+DEFAULT_TIMEOUT_MS = 15_000
+DEFAULT_MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class SwarmCatalog:
+    """The running Swarm as agents see it (``agents__catalog``)."""
+
+    swarm_name: str
+    entry_agent: str
+    agents: tuple[str, ...]
+
+    def to_dict(self, self_agent: str) -> JsonObject:
+        available = sorted(self.agents)
+        callable_ = [a for a in available if a != self_agent]
+        return {
+            "swarmName": self.swarm_name,
+            "entryAgent": self.entry_agent,
+            "selfAgent": self_agent,
+            "availableCount": len(available),
+            "callableCount": len(callable_),
+            "availableAgents": available,
+            "callableAgents": callable_,
+        }
+
+
+class AgentRouter(Protocol):
+    """Moves agent events; rule checks already happened in :class:`AgentCallApi`."""
+
+    async def request(self, target: str, event: AgentEvent, *, timeout_ms: int) -> AgentEvent:
+        """Deliver ``event`` (with ``replyTo``) to ``target`` and return the response event."""
+        ...
+
+    async def send(self, target: str, event: AgentEvent) -> None:
+        """Deliver ``event`` (no ``replyTo``) to ``target``; do not wait for its Turn."""
+        ...
+
+    async def spawn(
+        self, owner: tuple[str, str], target: str, *, instance_key: str, cwd: str | None
+    ) -> JsonObject:
+        """Prepare instance (target, instance_key); ``{target, instanceKey, spawned, cwd}``."""
+        ...
+
+    async def list_instances(self, owner: tuple[str, str], *, include_all: bool) -> list[JsonObject]:
+        """Instances created by ``spawn`` (of ``owner`` unless ``include_all``), oldest first."""
+        ...
+
+
+def call_stack_of(event: AgentEvent | None) -> list[str]:
+    """The ``__goondanAgentCallStack`` of an inbound event (empty when absent or malformed)."""
+    if event is None:
+        return []
+    stack = event.metadata.get(CALL_STACK_KEY)
+    if isinstance(stack, list) and all(isinstance(item, str) for item in stack):
+        return list(stack)
+    return []
+
+
+def response_text(event: AgentEvent) -> str:
+    """The answer carried by a response event; raises the callee's error as :class:`AgentError`."""
+    error = event.metadata.get("error")
+    if isinstance(error, dict):
+        raise AgentError(
+            str(error.get("message") or "the target agent failed"),
+            code=str(error.get("code") or "E_AGENT_REQUEST_FAILED"),
+            suggestion=error.get("suggestion") if isinstance(error.get("suggestion"), str) else None,
+        )
+    return event.input or ""
+
+
+def response_event(
+    request: AgentEvent, *, agent_name: str, instance_key: str, text: str | None,
+    error: JsonObject | None = None,
+) -> AgentEvent:
+    """The answer to ``request`` (``metadata.inReplyTo`` = its correlation id)."""
+    assert request.reply_to is not None
+    metadata: JsonObject = {"inReplyTo": request.reply_to.correlation_id}
+    if error is not None:
+        metadata["error"] = error
+    return AgentEvent(
+        type="agent.response",
+        input=text if error is None else None,
+        instance_key=request.metadata.get("callerInstanceKey") or request.instance_key,
+        source={"kind": "agent", "name": agent_name, "instanceKey": instance_key},
+        trace_id=request.trace_id,
+        metadata=metadata,
+        auth=request.auth,
+    )
+
+
+def turn_error(result: TurnResult) -> JsonObject | None:
+    """The error to send back for a failed Turn, else ``None``."""
+    if result.finish_reason != "error":
+        return None
+    error = dict(result.error or {})
+    return {
+        "code": str(error.get("code") or "E_AGENT_TURN_FAILED"),
+        "message": f"the target agent's turn failed: {error.get('message') or 'unknown error'}",
+    }
+
+
+class AgentCallApi:
+    """Per-Turn agent-to-agent API: ``ctx.agents`` and ``ToolContext.runtime``."""
+
+    def __init__(
+        self,
+        router: AgentRouter,
+        catalog: SwarmCatalog,
+        *,
+        agent_name: str,
+        instance_key: str,
+        input_event: AgentEvent | None = None,
+        turn_id: str | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+    ) -> None:
+        self.router = router
+        self.catalog_info = catalog
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.input_event = input_event
+        self.turn_id = turn_id
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.max_depth = max_depth
+
+    def __repr__(self) -> str:
+        return f"<AgentCallApi {self.agent_name}@{self.instance_key} turn={self.turn_id}>"
+
+    @property
+    def self_ref(self) -> str:
+        return f"{self.agent_name}@{self.instance_key}"
+
+    def _stack(self) -> list[str]:
+        stack = call_stack_of(self.input_event)
+        if not stack or stack[-1] != self.self_ref:
+            stack.append(self.self_ref)
+        return stack
+
+    def _check_target(self, target: str) -> None:
+        if not isinstance(target, str) or not target:
+            raise AgentError("'target' must be a non-empty agent name", code="E_AGENT_NOT_FOUND")
+        if target not in self.catalog_info.agents:
+            raise AgentError(
+                f"agent {target!r} is not part of swarm {self.catalog_info.swarm_name!r}",
+                code="E_AGENT_NOT_FOUND",
+                suggestion="callable agents: " + ", ".join(sorted(self.catalog_info.agents)),
+            )
+
+    def _build(
+        self, target: str, input: str | None, instance_key: str | None, metadata: JsonObject | None,
+        event_type: str, call_source: str, *, is_request: bool,
+    ) -> tuple[AgentEvent, str]:
+        self._check_target(target)
+        key = instance_key or self.instance_key
+        stack = self._stack()
+        target_ref = f"{target}@{key}"
+        if is_request and target_ref == self.self_ref:
+            raise AgentError(
+                f"agent {self.self_ref} cannot request itself (the request would wait on its own turn)",
+                code="E_AGENT_CYCLE",
+                suggestion="use a different instanceKey, or answer directly",
+            )
+        if is_request and target_ref in stack:
+            chain = " → ".join([*stack, target_ref])
+            raise AgentError(
+                f"agent call cycle refused: {chain}",
+                code="E_AGENT_CYCLE",
+                suggestion="an agent that is waiting for an answer cannot be asked again in the same chain",
+            )
+        if len(stack) >= self.max_depth:
+            raise AgentError(
+                f"agent call depth {len(stack)} reached the maximum of {self.max_depth}: "
+                + " → ".join([*stack, target_ref]),
+                code="E_AGENT_DEPTH",
+                suggestion="flatten the delegation chain",
+            )
+        meta: JsonObject = dict(metadata or {})
+        meta[CALL_STACK_KEY] = stack
+        meta.setdefault("callerAgent", self.agent_name)
+        meta.setdefault("callerInstanceKey", self.instance_key)
+        if self.turn_id is not None:
+            meta.setdefault("callerTurnId", self.turn_id)
+        meta.setdefault("callSource", call_source)
+        if self.span_id:
+            meta["parentSpanId"] = self.span_id
+        inbound = self.input_event
+        event = AgentEvent(
+            type=event_type,
+            input=input,
+            instance_key=key,
+            source={"kind": "agent", "name": self.agent_name, "instanceKey": self.instance_key},
+            id=f"agent_event_{uuid.uuid4().hex}",
+            trace_id=self.trace_id or (inbound.trace_id if inbound else None),
+            metadata=meta,
+            auth=inbound.auth if inbound is not None else None,
+        )
+        return event, key
+
+    async def request(
+        self,
+        target: str,
+        input: str | None = None,
+        *,
+        instance_key: str | None = None,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        metadata: JsonObject | None = None,
+        event_type: str = "agent.request",
+        call_source: str = "extension-middleware",
+    ) -> dict[str, Any]:
+        """Ask ``target`` and wait for its answer: ``{target, response, eventId, correlationId}``."""
+        event, _key = self._build(
+            target, input, instance_key, metadata, event_type, call_source, is_request=True
+        )
+        correlation_id = f"corr_{uuid.uuid4().hex}"
+        event.reply_to = ReplyChannel(target=self.agent_name, correlation_id=correlation_id)
+        timeout_ms = int(timeout_ms) if timeout_ms and timeout_ms > 0 else DEFAULT_TIMEOUT_MS
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                answer = await self.router.request(target, event, timeout_ms=timeout_ms)
+        except TimeoutError:
+            raise AgentError(
+                f"agent request timeout ({timeout_ms}ms) waiting for {target}@{event.instance_key}",
+                code="E_AGENT_TIMEOUT",
+                suggestion="raise timeoutMs, or use send for work that does not need an answer",
+            ) from None
+        return {
+            "target": target,
+            "response": response_text(answer),
+            "eventId": event.id,
+            "correlationId": correlation_id,
+        }
+
+    async def send(
+        self,
+        target: str,
+        input: str | None = None,
+        *,
+        instance_key: str | None = None,
+        metadata: JsonObject | None = None,
+        event_type: str = "agent.send",
+        call_source: str = "extension-middleware",
+    ) -> dict[str, Any]:
+        """Notify ``target`` without waiting: ``{target, eventId, accepted}``."""
+        event, _key = self._build(
+            target, input, instance_key, metadata, event_type, call_source, is_request=False
+        )
+        await self.router.send(target, event)
+        return {"target": target, "eventId": event.id, "accepted": True}
+
+    async def spawn(
+        self, target: str, *, instance_key: str | None = None, cwd: str | None = None
+    ) -> dict[str, Any]:
+        """Prepare an instance of ``target``: ``{target, instanceKey, spawned, cwd}``."""
+        self._check_target(target)
+        key = instance_key or f"{target}-instance-{int(time.time() * 1000)}-{secrets.token_hex(3)}"
+        return await self.router.spawn(
+            (self.agent_name, self.instance_key), target, instance_key=key, cwd=cwd
+        )
+
+    async def list(self, *, include_all: bool = False) -> dict[str, Any]:
+        """Instances spawned by this agent (every agent's with ``include_all``)."""
+        rows = await self.router.list_instances(
+            (self.agent_name, self.instance_key), include_all=include_all
+        )
+        return {"count": len(rows), "agents": rows}
+
+    async def catalog(self) -> dict[str, Any]:
+        """``{swarmName, entryAgent, selfAgent, availableAgents, callableAgents, …}``."""
+        return self.catalog_info.to_dict(self.agent_name)
+
+
+class AgentsFactory:
+    """The ``agents_factory`` hook: one :class:`AgentCallApi` per Turn of one instance."""
+
+    def __init__(
+        self,
+        router: AgentRouter,
+        catalog: SwarmCatalog,
+        *,
+        agent_name: str,
+        instance_key: str,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+    ) -> None:
+        self.router = router
+        self.catalog = catalog
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.max_depth = max_depth
+
+    def __call__(
+        self,
+        input_event: AgentEvent | None,
+        *,
+        turn_id: str | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+        **_: Any,
+    ) -> AgentCallApi:
+        return AgentCallApi(
+            self.router, self.catalog, agent_name=self.agent_name, instance_key=self.instance_key,
+            input_event=input_event, turn_id=turn_id, trace_id=trace_id, span_id=span_id,
+            max_depth=self.max_depth,
+        )
+
+
+class TurnRunner(Protocol):
+    """What a router needs from an agent instance."""
+
+    async def run(self, event: AgentEvent) -> TurnResult: ...
+
+
+OnOutgoing = Callable[[AgentEvent], Awaitable[None]]
+InstanceFactory = Callable[..., Any]  # (agent, key, *, agents_factory, on_outgoing, workdir) -> TurnRunner
+
+
+@dataclass
+class _Spawned:
+    target: str
+    instance_key: str
+    owner: tuple[str, str]
+    created_at: str
+    cwd: str | None
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "target": self.target, "instanceKey": self.instance_key, "ownerAgent": self.owner[0],
+            "ownerInstanceKey": self.owner[1], "createdAt": self.created_at, "cwd": self.cwd,
+        }
+
+
+@dataclass
+class InProcessAgentRouter:
+    """Runs every (agent, instanceKey) of a swarm in this process; creates instances on demand.
+
+    ``create_instance(agent, key, *, agents_factory, on_outgoing, workdir)`` returns an object
+    with ``async run(event) -> TurnResult`` (normally an ``AgentInstance``; may be a coroutine
+    function). Answers are taken from ``on_outgoing`` when the instance sends them, else from the
+    TurnResult.
+    """
+
+    catalog: SwarmCatalog
+    create_instance: InstanceFactory
+    max_depth: int = DEFAULT_MAX_DEPTH
+    instances: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _pending: dict[str, asyncio.Future[AgentEvent]] = field(default_factory=dict)
+    _spawned: dict[tuple[str, str], _Spawned] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _creating: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+
+    async def instance(self, agent: str, key: str, *, workdir: str | None = None) -> Any:
+        """The instance for (agent, key), created on first use."""
+        ident = (agent, key)
+        lock = self._creating.setdefault(ident, asyncio.Lock())
+        async with lock:
+            if ident not in self.instances:
+                spawned = self._spawned.get(ident)
+                created = self.create_instance(
+                    agent, key,
+                    agents_factory=AgentsFactory(
+                        self, self.catalog, agent_name=agent, instance_key=key, max_depth=self.max_depth
+                    ),
+                    on_outgoing=self._on_outgoing,
+                    workdir=workdir or (spawned.cwd if spawned else None),
+                )
+                if inspect.isawaitable(created):
+                    created = await created
+                self.instances[ident] = created
+        return self.instances[ident]
+
+    async def _on_outgoing(self, event: AgentEvent) -> None:
+        correlation = event.metadata.get("inReplyTo")
+        future = self._pending.get(str(correlation)) if correlation is not None else None
+        if future is not None and not future.done():
+            future.set_result(event)
+
+    async def request(self, target: str, event: AgentEvent, *, timeout_ms: int) -> AgentEvent:
+        """Run ``event`` on the target instance (its own FIFO) and wait for the answer."""
+        assert event.reply_to is not None and event.instance_key is not None
+        correlation = event.reply_to.correlation_id
+        future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+        self._pending[correlation] = future
+        instance = await self.instance(target, event.instance_key)
+        task = asyncio.ensure_future(self._run(instance, event, target))
+        try:
+            # shield: a caller's timeout must not cancel the callee's turn (reference behaviour)
+            return await asyncio.shield(future)
+        finally:
+            self._pending.pop(correlation, None)
+            self._keep(task)
+
+    async def _run(self, instance: Any, event: AgentEvent, target: str) -> None:
+        assert event.reply_to is not None
+        correlation = event.reply_to.correlation_id
+        try:
+            result: TurnResult = await instance.run(event)
+            answer = response_event(
+                event, agent_name=target, instance_key=event.instance_key or "",
+                text=result.text, error=turn_error(result),
+            )
+        except Exception as exc:
+            answer = response_event(
+                event, agent_name=target, instance_key=event.instance_key or "", text=None,
+                error={"code": getattr(exc, "code", "E_AGENT_TURN_FAILED"), "message": str(exc)},
+            )
+        future = self._pending.get(correlation)
+        if future is not None and not future.done():
+            future.set_result(answer)
+
+    async def send(self, target: str, event: AgentEvent) -> None:
+        """Queue ``event`` on the target instance and return at once."""
+        assert event.instance_key is not None
+        instance = await self.instance(target, event.instance_key)
+        self._keep(asyncio.ensure_future(self._run_quietly(instance, event)))
+
+    @staticmethod
+    async def _run_quietly(instance: Any, event: AgentEvent) -> None:
+        with contextlib.suppress(Exception):  # send: callee failures are only logged (by the callee)
+            await instance.run(event)
+
+    def _keep(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def spawn(
+        self, owner: tuple[str, str], target: str, *, instance_key: str, cwd: str | None
+    ) -> JsonObject:
+        """Record and create the instance; ``spawned`` is False if it already existed."""
+        ident = (target, instance_key)
+        existed = ident in self.instances or ident in self._spawned
+        if ident not in self._spawned:
+            self._spawned[ident] = _Spawned(target, instance_key, owner, now_iso(), cwd)
+        await self.instance(target, instance_key, workdir=cwd)
+        return {"target": target, "instanceKey": instance_key, "spawned": not existed, "cwd": cwd}
+
+    async def list_instances(self, owner: tuple[str, str], *, include_all: bool) -> list[JsonObject]:
+        """Spawned instances, oldest first."""
+        rows = [s for s in self._spawned.values() if include_all or s.owner == owner]
+        return [s.to_dict() for s in sorted(rows, key=lambda s: s.created_at)]
+
+    async def aclose(self) -> None:
+        """Wait for fire-and-forget turns still running, then close every instance."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for instance in self.instances.values():
+            close = getattr(instance, "close", None)
+            if close is not None:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+        self.instances.clear()

@@ -1,0 +1,107 @@
+"""What goes into a turn: the user-message text of an event, the model, ``ctx.agents``.
+
+* :func:`input_text` renders an :class:`AgentEvent` as the text of the turn's user message
+  (runtime.md §8). Plain input (the REPL, the embedding API) is just the text; events from an
+  agent, or connector events carrying ``properties``, get a ``[goondan_context]`` header so the
+  model knows where the message came from.
+* :func:`model_spec_for` turns an Agent's ``ModelBinding`` into the adapter layer's
+  :class:`ModelSpec`, resolving and registering the API key.
+* :class:`UnavailableAgents` is ``ctx.agents`` when no orchestrator is attached.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from goondan.errors import AgentError
+from goondan.llm.base import ModelSpec
+from goondan.secrets import register_secret
+from goondan.types import AgentEvent, JsonObject
+
+if TYPE_CHECKING:
+    from goondan.config import ModelBinding
+
+__all__ = ["UnavailableAgents", "input_text", "model_spec_for"]
+
+CONTEXT_OPEN = "[goondan_context]"
+CONTEXT_CLOSE = "[/goondan_context]"
+
+
+def _properties(event: AgentEvent) -> JsonObject:
+    props = event.extra.get("properties")
+    if not isinstance(props, dict):
+        props = event.metadata.get("properties")
+    return dict(props) if isinstance(props, dict) else {}
+
+
+def input_text(event: AgentEvent) -> str:
+    """The user-message text for ``event`` (header only for agent / connector-with-properties)."""
+    text = event.input or ""
+    kind = event.source.get("kind")
+    properties = _properties(event)
+    if kind == "agent":
+        properties.setdefault("from_agent", event.source.get("name"))
+        caller_key = event.metadata.get("callerInstanceKey")
+        if caller_key is not None:
+            properties.setdefault("from_instance", caller_key)
+    elif not properties:
+        return text
+    # Internal bookkeeping keys (call stacks, span ids) are not the model's business.
+    metadata = {
+        k: v for k, v in event.metadata.items() if not k.startswith("__") and k != "properties"
+    }
+    header: JsonObject = {
+        "source": event.source,
+        "event": event.type,
+        "instanceKey": event.instance_key,
+        "properties": properties,
+    }
+    if metadata:
+        header["metadata"] = metadata
+    body = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=str)
+    lines = [CONTEXT_OPEN, body, CONTEXT_CLOSE]
+    if text:
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def model_spec_for(binding: ModelBinding, env: Mapping[str, str]) -> ModelSpec:
+    """Build the adapter-level :class:`ModelSpec` for a Model binding; the key is registered
+    with :mod:`goondan.secrets` so it can never be printed."""
+    api_key, api_key_env = binding.resolve_api_key(env)
+    register_secret(api_key)
+    return ModelSpec(
+        provider=binding.provider,
+        model=binding.model,
+        api_key=api_key,
+        api_key_env=api_key_env,
+        endpoint=binding.endpoint,
+        options=dict(binding.options or {}),
+        capabilities=dict(binding.capabilities or {}),
+        timeout_ms=binding.timeout_ms,
+        name=binding.name,
+    )
+
+
+class UnavailableAgents:
+    """``ctx.agents`` / ``ToolContext.runtime`` when the instance runs without an orchestrator."""
+
+    def _fail(self, target: str) -> AgentError:
+        return AgentError(
+            f"cannot reach agent {target!r}: agent-to-agent calls need the orchestrator",
+            code="E_AGENT_UNAVAILABLE",
+            suggestion="Run the swarm with `goondan run` to let agents call each other.",
+        )
+
+    async def request(self, target: str, input: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """Always fails with ``E_AGENT_UNAVAILABLE``."""
+        raise self._fail(target)
+
+    async def send(self, target: str, input: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """Always fails with ``E_AGENT_UNAVAILABLE``."""
+        raise self._fail(target)
+
+    def __repr__(self) -> str:
+        return "UnavailableAgents()"

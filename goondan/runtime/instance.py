@@ -1,0 +1,471 @@
+"""``AgentInstance``: one (agent, instanceKey) — a FIFO of events, one turn at a time.
+
+The instance is transport-agnostic: it consumes :class:`AgentEvent`s and produces
+:class:`TurnResult`s (plus, for requests from other agents, a response event handed to
+``on_outgoing``), so the same object runs inside the embedding API, ``goondan repl`` and an
+orchestrator's agent process.
+
+Per turn (runtime.md §6, Decisions 2, 3, 13):
+
+* status ``processing``; a ``turnId``; the event's ``traceId`` (or a new one) and a turn span;
+* every MessageEvent emitted by the core or by middleware goes to the in-memory
+  :class:`ConversationState` *and* durably to ``events.jsonl`` (tagged with the turn id);
+* after the whole turn chain returned: tool pairs repaired if the turn failed, fold-commit
+  into ``base.jsonl``, dirty extension state saved, status ``idle``, ``turn.completed`` or
+  ``turn.failed`` emitted;
+* an exception ends the turn with ``finishReason: error`` and a structured error; the instance
+  stays usable. Cancellation (Ctrl-C) aborts the model request, repairs, commits what was
+  emitted and re-raises :class:`asyncio.CancelledError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from goondan.conversation.messages import MessageEvent
+from goondan.conversation.repair import repair_tool_pairs
+from goondan.conversation.state import ConversationState
+from goondan.errors import AgentError
+from goondan.llm.base import LanguageModel, ModelSpec
+from goondan.pipeline.context import TurnResult
+from goondan.pipeline.tracing import start_span
+from goondan.runtime.inputs import UnavailableAgents, model_spec_for
+from goondan.runtime.observe import EventListener, RuntimeObserver
+from goondan.runtime.turn import TurnEnv, TurnRunner, error_dict
+from goondan.types import AgentEvent, JsonObject, TokenUsage, ToolCatalogItem, new_id
+
+if TYPE_CHECKING:
+    from goondan.config import AgentSpec
+
+__all__ = ["AgentInstance", "AgentsFactory", "InstanceStatus", "ModelFactory", "OutgoingHandler"]
+
+InstanceStatus = Literal["idle", "processing", "draining", "closed"]
+ModelFactory = Callable[[ModelSpec], LanguageModel]
+OutgoingHandler = Callable[[AgentEvent], Awaitable[None]]
+_log = logging.getLogger("goondan.runtime")
+
+
+class AgentsFactory(Protocol):
+    """Builds ``ctx.agents`` / ``ToolContext.runtime`` for one turn (orchestrator hook)."""
+
+    def __call__(self, input_event: AgentEvent, *, turn_id: str, trace_id: str, span_id: str) -> Any: ...
+
+
+def _parent_span(event: AgentEvent) -> str | None:
+    value = event.metadata.get("parentSpanId", event.extra.get("parentSpanId"))
+    return value if isinstance(value, str) and value else None
+
+
+class AgentInstance:
+    """One conversation of one agent: FIFO queue, one turn at a time, durable history."""
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        *,
+        instance_key: str,
+        store: Any,
+        model: LanguageModel,
+        pipeline: Any,
+        tools: Any,
+        executor: Any,
+        bus: Any = None,
+        extensions: Any = None,
+        state: ConversationState | None = None,
+        max_steps_per_turn: int | None = None,
+        workdir: Path | None = None,
+        agents_factory: AgentsFactory | None = None,
+        on_outgoing: OutgoingHandler | None = None,
+        stream: bool = True,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.instance_key = instance_key
+        self.store = store
+        self.model = model
+        self.pipeline = pipeline
+        self.tools = tools
+        self.bus = bus
+        self.extensions = extensions
+        self.state = state if state is not None else ConversationState(())
+        self.agents_factory = agents_factory
+        self.on_outgoing = on_outgoing
+        self.logger = logger or _log
+        self.observer = RuntimeObserver(spec.name, instance_key, bus=bus, logger=self.logger)
+        self.env = TurnEnv(
+            spec=spec,
+            instance_key=instance_key,
+            model=model,
+            pipeline=pipeline,
+            tools=tools,
+            executor=executor,
+            observer=self.observer,
+            max_steps_per_turn=max_steps_per_turn or getattr(spec, "max_steps_per_turn", 32) or 32,
+            workdir=Path(workdir or getattr(spec, "workdir", None) or Path.cwd()),
+            stream=stream,
+            logger=self.logger,
+        )
+        self.status: InstanceStatus = "idle"
+        self.usage = TokenUsage()
+        self.turn_count = 0
+        self._lock = asyncio.Lock()
+        self._accepting = True
+        self._status_write: asyncio.Future[None] | None = None
+
+    # -- construction ------------------------------------------------------------------------------
+    @classmethod
+    async def open(
+        cls,
+        spec: AgentSpec,
+        *,
+        state_root: Path,
+        workspace_id: str,
+        instance_key: str,
+        model: LanguageModel | None = None,
+        model_factory: ModelFactory | None = None,
+        env: Mapping[str, str] | None = None,
+        max_steps_per_turn: int | None = None,
+        workdir: Path | None = None,
+        agents_factory: AgentsFactory | None = None,
+        on_outgoing: OutgoingHandler | None = None,
+        stream: bool = True,
+        logger: logging.Logger | None = None,
+    ) -> AgentInstance:
+        """Open (or create) the instance's storage, recover it, load tools and extensions."""
+        from goondan.extensions import load_extensions
+        from goondan.pipeline.events import EventBus
+        from goondan.pipeline.registry import PipelineRegistry
+        from goondan.tools.executor import ToolExecutor
+        from goondan.tools.registry import ToolRegistry
+        from goondan.workspace import InstanceStore
+
+        log = logger or _log
+        store = await asyncio.to_thread(
+            InstanceStore.open, state_root, workspace_id, spec.name, instance_key
+        )
+        try:
+            state = await asyncio.to_thread(store.load)
+            for diagnostic in getattr(store, "recovery_diagnostics", ()):
+                log.warning("%s: %s", diagnostic.code, diagnostic.message)
+            pipeline = PipelineRegistry()
+            tools = ToolRegistry()
+            bus = EventBus(logger=log)
+            await asyncio.to_thread(tools.load_bindings, list(spec.tools))
+            extensions = await load_extensions(
+                list(spec.extensions),
+                pipeline=pipeline,
+                tools=tools,
+                bus=bus,
+                state_store=store,
+                logger=log,
+                agent_name=spec.name,
+                instance_key=instance_key,
+            )
+            if model is None:
+                model_spec = model_spec_for(spec.model, os.environ if env is None else env)
+                model = (model_factory or default_model_factory(spec))(model_spec)
+        except BaseException:
+            await asyncio.to_thread(store.close)
+            raise
+        return cls(
+            spec,
+            instance_key=instance_key,
+            store=store,
+            model=model,
+            pipeline=pipeline,
+            tools=tools,
+            executor=ToolExecutor(tools),
+            bus=bus,
+            extensions=extensions,
+            state=state,
+            max_steps_per_turn=max_steps_per_turn,
+            workdir=workdir,
+            agents_factory=agents_factory,
+            on_outgoing=on_outgoing,
+            stream=stream,
+            logger=log,
+        )
+
+    # -- public API --------------------------------------------------------------------------------
+    def subscribe(self, listener: EventListener) -> Callable[[], None]:
+        """Receive every runtime event payload (including ``llm.delta``); returns unsubscribe."""
+        return self.observer.subscribe(listener)
+
+    @property
+    def messages(self) -> list[Any]:
+        """The conversation as it stands (``next_messages``)."""
+        return list(self.state.next_messages)
+
+    def catalog(self) -> list[ToolCatalogItem]:
+        """The tool catalog a step would start from (config tools, then extension tools)."""
+        return self.env.catalog()
+
+    def submit(self, event: AgentEvent | str) -> asyncio.Task[TurnResult]:
+        """Queue ``event`` (FIFO) and return the task that resolves to its TurnResult."""
+        self._check_accepting()
+        return asyncio.ensure_future(self.run(event))
+
+    async def run(self, event: AgentEvent | str) -> TurnResult:
+        """Run one turn for ``event`` after every earlier event; cancelling aborts the turn."""
+        self._check_accepting()
+        if isinstance(event, str):
+            event = AgentEvent(type="message", input=event, instance_key=self.instance_key)
+        async with self._lock:
+            self._check_accepting()
+            return await self._execute(event)
+
+    async def apply_message_events(self, events: list[MessageEvent]) -> None:
+        """Record message events outside any turn (``/clear``), durably, then fold-commit."""
+        async with self._lock:
+            self._check_accepting()
+            turn_id = new_id("edit")
+            for event in events:
+                self._emit(turn_id, event)
+            await self._commit()
+
+    async def fold(self) -> int:
+        """Fold pending events into ``base.jsonl`` now; returns the message count."""
+        async with self._lock:
+            await self._commit()
+            return len(self.state.next_messages)
+
+    async def drain(self) -> None:
+        """Stop taking events and wait for the running turn (including its fold) to finish."""
+        if self._accepting:
+            self._accepting = False
+            if self.status == "idle":
+                self.status = "draining"
+        async with self._lock:
+            pass
+
+    async def close(self) -> None:
+        """Drain, then release the model, the extension state and the instance lock."""
+        if self.status == "closed":
+            return
+        await self.drain()
+        self.status = "closed"
+        try:
+            if self.bus is not None and hasattr(self.bus, "drain"):
+                await self.bus.drain()
+            await self._flush_extension_state()
+            await self.model.aclose()
+        finally:
+            await asyncio.to_thread(self.store.close)
+
+    async def __aenter__(self) -> AgentInstance:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"AgentInstance(agent={self.name!r}, instance_key={self.instance_key!r}, "
+            f"status={self.status!r}, messages={len(self.state)})"
+        )
+
+    # -- one turn ----------------------------------------------------------------------------------
+    def _check_accepting(self) -> None:
+        if not self._accepting:
+            raise AgentError(
+                f"agent instance {self.name}:{self.instance_key} is shutting down",
+                code="E_AGENT_DRAINING",
+                suggestion="Send the event again after the agent has restarted.",
+            )
+
+    def _emit(self, turn_id: str, event: MessageEvent) -> None:
+        diagnostic = self.state.emit(event)
+        if diagnostic is not None:
+            self.logger.warning("%s: %s", diagnostic.code, diagnostic.message)
+        # Durable before the turn goes on: a crash after this line keeps the event.
+        self.store.append_event(event, turn_id)
+
+    def _agents_for(self, event: AgentEvent, turn_id: str, trace_id: str, span_id: str) -> Any:
+        if self.agents_factory is None:
+            return UnavailableAgents()
+        return self.agents_factory(event, turn_id=turn_id, trace_id=trace_id, span_id=span_id)
+
+    async def _execute(self, event: AgentEvent) -> TurnResult:
+        turn_id = new_id("turn")
+        span = start_span(
+            "turn", "turn", trace_id=event.trace_id or None, parent_span_id=_parent_span(event)
+        )
+        base: JsonObject = {"turnId": turn_id, "eventId": event.id, "eventType": event.type}
+        self.status = "processing"
+        # The status file is advisory: its (fsync-ed) write overlaps the first model request
+        # instead of delaying it, and is awaited before the turn's commit.
+        self._status_write = asyncio.ensure_future(
+            asyncio.to_thread(self.store.set_status, "processing")
+        )
+        self.observer.emit("turn.started", {**base, **span.ids()})
+        agents = self._agents_for(event, turn_id, span.trace_id, span.span_id)
+        runner = TurnRunner(
+            self.env,
+            self.state,
+            lambda ev: self._emit(turn_id, ev),
+            event,
+            turn_id=turn_id,
+            span=span,
+            agents=agents,
+            tool_runtime=agents if self.agents_factory is not None else None,
+        )
+        try:
+            result = await runner.run()
+        except asyncio.CancelledError:
+            # Ctrl-C / shutdown: keep what was emitted, make it provider-valid, fold, re-raise.
+            await self._finish_cancelled(turn_id, runner, span, base)
+            raise
+        except Exception as exc:
+            result = TurnResult(turn_id, "error", error=error_dict(exc))
+            self.logger.debug("turn %s failed", turn_id, exc_info=exc)
+        if result.finish_reason == "error":
+            self._repair(turn_id)
+        result.metadata.update(self._turn_metadata(runner, span))
+        await self._finish(turn_id, result)
+        latency = span.finish(error=(result.error or {}).get("message") if result.error else None).duration_ms
+        self.usage = self.usage + runner.usage
+        self.turn_count += 1
+        fields = {
+            **base,
+            **span.ids(),
+            "finishReason": result.finish_reason,
+            "stepCount": len(runner.turn.steps),
+            "toolCallCount": runner.tool_call_count,
+            "errorCount": runner.error_count,
+            "tokenUsage": runner.usage.to_dict(),
+            "duration": latency,
+            "latencyMs": latency,
+        }
+        if result.error is not None:
+            fields["errorMessage"] = result.error.get("message")
+            fields["errorCode"] = result.error.get("code")
+            self.observer.emit("turn.failed", fields)
+        else:
+            self.observer.emit("turn.completed", fields)
+        if event.reply_to is not None and self.on_outgoing is not None:
+            await self.on_outgoing(self._response_event(event, result, span.trace_id))
+        return result
+
+    async def _finish(self, turn_id: str, result: TurnResult) -> None:
+        # Fold + state save run in a worker thread; a second Ctrl-C must not leave them
+        # half done, so the work is shielded and awaited to its end before re-raising.
+        work = asyncio.ensure_future(self._commit())
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            await work
+            raise
+        finally:
+            self.status = "idle" if self._accepting else "draining"
+        if self.bus is not None and hasattr(self.bus, "drain"):
+            await self.bus.drain()
+
+    async def _settle_status(self) -> None:
+        pending, self._status_write = self._status_write, None
+        if pending is not None:
+            try:
+                await pending
+            except Exception as exc:  # advisory only; the conversation itself is what matters
+                self.logger.warning("could not record the instance status: %s", exc)
+
+    async def _commit(self) -> None:
+        await self._settle_status()
+        committed = await asyncio.to_thread(self.store.commit, self.state)
+        self._adopt(committed)
+        await self._flush_extension_state()
+        await asyncio.to_thread(self.store.set_status, "idle")
+
+    def _adopt(self, committed: Any) -> None:
+        if isinstance(committed, ConversationState):
+            self.state = committed
+        elif self.state.events:
+            self.state = ConversationState(self.state.next_messages)
+
+    async def _flush_extension_state(self) -> None:
+        flush = getattr(self.extensions, "flush_state", None)
+        if flush is not None:
+            outcome = flush()
+            if asyncio.iscoroutine(outcome):
+                await outcome
+
+    def _repair(self, turn_id: str) -> None:
+        for repair in repair_tool_pairs(self.state.next_messages):
+            self._emit(turn_id, repair)
+
+    async def _finish_cancelled(
+        self, turn_id: str, runner: TurnRunner, span: Any, base: JsonObject
+    ) -> None:
+        # The CancelledError was already delivered, so awaiting here works; the commit itself
+        # is synchronous so that a second Ctrl-C cannot interrupt it half way.
+        try:
+            self._repair(turn_id)
+            self._adopt(self.store.commit(self.state))
+            await self._settle_status()
+            await self._flush_extension_state()
+            self.store.set_status("idle")
+        finally:
+            self.status = "idle" if self._accepting else "draining"
+            latency = span.finish(error="cancelled").duration_ms
+            self.usage = self.usage + runner.usage
+            self.observer.emit(
+                "turn.failed",
+                {
+                    **base,
+                    **span.ids(),
+                    "finishReason": "error",
+                    "stepCount": len(runner.turn.steps),
+                    "toolCallCount": runner.tool_call_count,
+                    "errorCount": runner.error_count + 1,
+                    "tokenUsage": runner.usage.to_dict(),
+                    "duration": latency,
+                    "latencyMs": latency,
+                    "errorCode": "E_TURN_CANCELLED",
+                    "errorMessage": "the turn was cancelled",
+                },
+            )
+
+    def _turn_metadata(self, runner: TurnRunner, span: Any) -> JsonObject:
+        return {
+            "traceId": span.trace_id,
+            "spanId": span.span_id,
+            "stepCount": len(runner.turn.steps),
+            "toolCallCount": runner.tool_call_count,
+            "errorCount": runner.error_count,
+            "tokenUsage": runner.usage.to_dict(),
+        }
+
+    def _response_event(self, event: AgentEvent, result: TurnResult, trace_id: str) -> AgentEvent:
+        from goondan.runtime.agents import response_event, turn_error
+
+        assert event.reply_to is not None
+        error = turn_error(result)
+        answer = response_event(
+            event,
+            agent_name=self.name,
+            instance_key=self.instance_key,
+            text=result.text if error is None else None,
+            error=error,
+        )
+        answer.trace_id = trace_id
+        answer.metadata["replyTarget"] = event.reply_to.target
+        answer.metadata["finishReason"] = result.finish_reason
+        return answer
+
+
+def default_model_factory(spec: AgentSpec) -> ModelFactory:
+    """``goondan.llm.create_model`` with scripted models' files resolved against the bundle."""
+    resource = getattr(spec, "resource", None)
+    root = getattr(resource, "root", None)
+
+    def factory(model_spec: ModelSpec) -> LanguageModel:
+        from goondan.llm import create_model
+
+        return create_model(model_spec, base_dir=Path(root) if root else None)
+
+    return factory

@@ -1,0 +1,414 @@
+"""One turn: user message → turn chain → step loop → step chain → LLM call → tool-call chains.
+
+The loop follows seed 000 §6.3/§12 and runtime.md §6 with the binding Decisions:
+
+1. the input event's text is appended as a user message *before* the turn chain, so turn
+   middleware sees it in ``conversation_state.events``;
+2. the turn chain wraps the step loop; each step gets a fresh catalog (config tools, then
+   extension tools) that step middleware may edit before ``next()``;
+3. the core step makes exactly one model call (system prompt, ``to_llm_messages()``, the
+   step's catalog, the Agent's params), appends the assistant message (always, with
+   ``source: {type: assistant, stepId}``), then runs every tool call through the toolCall chain
+   (in model order, or concurrently with ``parallelToolCalls``) and appends one ``role: tool``
+   message per result, in call order;
+4. the loop repeats while the model calls tools, up to ``maxStepsPerTurn`` (``max_steps``);
+   a text answer while ``requiredTools`` are unmet appends a reminder and counts as a step.
+
+:class:`TurnRunner` raises on failure; :class:`goondan.runtime.instance.AgentInstance` turns
+exceptions into ``finishReason: error``, repairs tool pairs, commits and emits the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from goondan.conversation.messages import Message, MessageEvent, MessageSource
+from goondan.errors import GoondanError
+from goondan.llm.base import LanguageModel, ModelRequest, StreamDelta
+from goondan.pipeline.context import (
+    MiddlewareAgentsApi,
+    Step,
+    StepContext,
+    StepResult,
+    ToolCallContext,
+    Turn,
+    TurnContext,
+    TurnResult,
+)
+from goondan.pipeline.tracing import Span
+from goondan.runtime.inputs import input_text
+from goondan.runtime.observe import RuntimeObserver
+from goondan.tools.context import ToolContext
+from goondan.types import (
+    AgentEvent,
+    JsonObject,
+    TokenUsage,
+    ToolCall,
+    ToolCallResult,
+    ToolCatalogItem,
+    new_id,
+)
+
+if TYPE_CHECKING:
+    from goondan.config import AgentSpec
+    from goondan.conversation.state import ConversationState
+    from goondan.pipeline.registry import PipelineRegistry
+    from goondan.tools.executor import ToolExecutor
+    from goondan.tools.registry import ToolRegistry
+
+__all__ = ["TurnEnv", "TurnRunner", "error_dict"]
+
+MAX_STEPS_FALLBACK = "I stopped because this turn reached its limit of {limit} steps."
+REQUIRED_TOOLS_NOTE = "(The required tools were not called: {tools}.)"
+REQUIRED_TOOLS_REMINDER = (
+    "Before answering you must call at least one of these tools: {tools}. Call one now."
+)
+EMPTY_RESPONSE = "(the model returned an empty response)"
+
+
+def error_dict(exc: BaseException) -> JsonObject:
+    """The structured ``TurnResult.error`` of an exception: ``{code, message, suggestion?}``."""
+    if isinstance(exc, GoondanError):
+        out: JsonObject = {"code": exc.code, "message": exc.message}
+        if exc.suggestion:
+            out["suggestion"] = exc.suggestion
+        return out
+    return {"code": "E_TURN_FAILED", "message": f"{type(exc).__name__}: {exc}"}
+
+
+@dataclass
+class TurnEnv:
+    """Everything of one agent instance a turn needs; shared by all its turns."""
+
+    spec: AgentSpec
+    instance_key: str
+    model: LanguageModel
+    pipeline: PipelineRegistry
+    tools: ToolRegistry
+    executor: ToolExecutor
+    observer: RuntimeObserver
+    max_steps_per_turn: int
+    workdir: Path
+    stream: bool = True
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("goondan.runtime"))
+
+    def catalog(self) -> list[ToolCatalogItem]:
+        """This step's starting catalog: config tools then extension tools (fresh copies)."""
+        return self.tools.catalog(self.spec.tools)
+
+
+class TurnRunner:
+    """Runs one turn against a conversation; counts steps, tool calls, errors and tokens."""
+
+    def __init__(
+        self,
+        env: TurnEnv,
+        state: ConversationState,
+        emit: Callable[[MessageEvent], None],
+        event: AgentEvent,
+        *,
+        turn_id: str,
+        span: Span,
+        agents: MiddlewareAgentsApi,
+        tool_runtime: Any = None,
+    ) -> None:
+        self.env = env
+        self.state = state
+        self.emit = emit
+        self.event = event
+        self.span = span
+        self.agents = agents
+        self.tool_runtime = tool_runtime
+        self.turn = Turn(
+            id=turn_id, agent_name=env.spec.name, input_event=event, trace_id=span.trace_id
+        )
+        self.usage = TokenUsage()
+        self.tool_call_count = 0
+        self.error_count = 0
+        self.last_assistant: Message | None = None
+        self._current_step: Step | None = None
+
+    @property
+    def turn_id(self) -> str:
+        return self.turn.id
+
+    # -- turn ------------------------------------------------------------------------------------
+    async def run(self) -> TurnResult:
+        """Append the input as a user message, then run the turn chain around the step loop."""
+        text = input_text(self.event)
+        if text:
+            self.emit(MessageEvent.append(Message.user(text)))
+        ctx = TurnContext(
+            agent_name=self.env.spec.name,
+            instance_key=self.env.instance_key,
+            turn_id=self.turn_id,
+            trace_id=self.span.trace_id,
+            input_event=self.event,
+            conversation_state=self.state,
+            agents=self.agents,
+            emit_message_event=self.emit,
+            span_id=self.span.span_id,
+            parent_span_id=self.span.parent_span_id,
+        )
+        result = await self.env.pipeline.run_turn(ctx, self._turn_core)
+        self.turn.status = "failed" if result.finish_reason == "error" else "completed"
+        return result
+
+    async def _turn_core(self, ctx: TurnContext) -> TurnResult:
+        required = list(self.env.spec.required_tools or ())
+        satisfied = not required
+        limit = self.env.max_steps_per_turn
+        index = 0
+        while True:
+            if index >= limit:
+                return self._finish_max_steps(limit, required if not satisfied else [])
+            step = Step(id=f"{self.turn_id}-step-{index}", index=index)
+            self.turn.steps.append(step)
+            result = await self._run_step(step)
+            index += 1
+            if result.status == "failed":
+                message = str(result.metadata.get("errorMessage") or "step failed")
+                code = str(result.metadata.get("errorCode") or "E_STEP_FAILED")
+                return TurnResult(self.turn_id, "error", error={"code": code, "message": message})
+            if not satisfied and any(
+                r.ok and r.tool_name in required for r in result.tool_results
+            ):
+                satisfied = True
+            if result.has_tool_calls:
+                continue
+            if not satisfied:
+                reminder = Message.create(
+                    "user",
+                    REQUIRED_TOOLS_REMINDER.format(tools=", ".join(required)),
+                    source=MessageSource("system"),
+                    metadata={"goondan.requiredToolsReminder": True},
+                )
+                self.emit(MessageEvent.append(reminder))
+                continue
+            return TurnResult(self.turn_id, "text_response", response_message=self.last_assistant)
+
+    def _finish_max_steps(self, limit: int, unmet: list[str]) -> TurnResult:
+        # Like the reference runtime: close the turn with an assistant message so the user sees
+        # why it stopped and the conversation ends on a regular answer.
+        text = self.last_assistant.text if self.last_assistant is not None else ""
+        if not text:
+            text = MAX_STEPS_FALLBACK.format(limit=limit)
+        if unmet:
+            text = f"{text}\n\n{REQUIRED_TOOLS_NOTE.format(tools=', '.join(unmet))}"
+        last_step = self.turn.steps[-1].id if self.turn.steps else None
+        message = Message.assistant(text, step_id=last_step, metadata={"goondan.maxSteps": True})
+        self.emit(MessageEvent.append(message))
+        return TurnResult(self.turn_id, "max_steps", response_message=message)
+
+    # -- step ------------------------------------------------------------------------------------
+    async def _run_step(self, step: Step) -> StepResult:
+        span = self.span.child(f"step {step.index}", "step")
+        catalog = self.env.catalog()
+        step.tool_catalog = list(catalog)
+        ctx = StepContext(
+            agent_name=self.env.spec.name,
+            instance_key=self.env.instance_key,
+            turn_id=self.turn_id,
+            trace_id=self.span.trace_id,
+            turn=self.turn,
+            step_index=step.index,
+            conversation_state=self.state,
+            agents=self.agents,
+            emit_message_event=self.emit,
+            tool_catalog=catalog,
+            span_id=span.span_id,
+            parent_span_id=span.parent_span_id,
+        )
+        base = {"turnId": self.turn_id, "stepId": step.id, "stepIndex": step.index}
+        self.env.observer.emit("step.started", {**base, **span.ids()})
+        errors_before = self.error_count
+        usage_before = self.usage
+
+        async def core(c: StepContext) -> StepResult:
+            return await self._step_core(c, step, span)
+
+        try:
+            result = await self.env.pipeline.run_step(ctx, core)
+        except BaseException as exc:
+            step.status = "failed"
+            self.error_count += 1
+            latency = span.finish(error=exc).duration_ms
+            fields = {**base, **span.ids(), "duration": latency, "latencyMs": latency}
+            fields["errorMessage"] = "cancelled" if isinstance(exc, asyncio.CancelledError) else str(exc)
+            self.env.observer.emit("step.failed", fields)
+            raise
+        step.status = "completed" if result.status == "completed" else "failed"
+        latency = span.finish().duration_ms
+        step_usage = _usage_delta(self.usage, usage_before)
+        self.env.observer.emit(
+            "step.completed" if result.status == "completed" else "step.failed",
+            {
+                **base,
+                **span.ids(),
+                "toolCallCount": len(result.tool_calls),
+                "errorCount": self.error_count - errors_before,
+                "tokenUsage": step_usage.to_dict(),
+                "duration": latency,
+                "latencyMs": latency,
+            },
+        )
+        return result
+
+    async def _step_core(self, ctx: StepContext, step: Step, span: Span) -> StepResult:
+        env = self.env
+        catalog = [ToolCatalogItem.coerce(item) for item in ctx.tool_catalog]
+        step.tool_catalog = catalog
+        request = ModelRequest(
+            messages=ctx.conversation_state.to_llm_messages(),
+            tools=catalog,
+            system=env.spec.system_prompt or None,
+            params=dict(env.spec.params or {}),
+        )
+        self._current_step = step
+        step.status = "llm_call"
+        response = await env.model.generate(
+            request, stream=env.stream, on_delta=self._on_delta if env.stream else None
+        )
+        self.usage = self.usage + response.usage
+        calls = [c if c.id else ToolCall(new_id("call"), c.name, c.args) for c in response.tool_calls]
+        text = response.text if (response.text or calls) else EMPTY_RESPONSE
+        assistant = Message.assistant(text, calls, step_id=step.id)
+        self.emit(MessageEvent.append(assistant))
+        self.last_assistant = assistant
+        step.tool_calls = calls
+        metadata: JsonObject = {
+            "finishReason": response.finish_reason,
+            "tokenUsage": response.usage.to_dict(),
+        }
+        if not calls:
+            return StepResult("completed", False, metadata=metadata)
+        step.status = "tool_exec"
+        self.tool_call_count += len(calls)
+        results: list[ToolCallResult]
+        if env.spec.parallel_tool_calls and len(calls) > 1:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(self._run_tool_call(ctx, step, span, call, assistant, catalog))
+                    for call in calls
+                ]
+            results = [t.result() for t in tasks]
+            for result in results:
+                self.emit(MessageEvent.append(Message.tool_result(result)))
+        else:
+            results = []
+            for call in calls:
+                # Appended one by one so a crash mid-step keeps every finished result.
+                result = await self._run_tool_call(ctx, step, span, call, assistant, catalog)
+                self.emit(MessageEvent.append(Message.tool_result(result)))
+                results.append(result)
+        step.tool_results = results
+        return StepResult("completed", True, calls, results, metadata)
+
+    def _on_delta(self, delta: StreamDelta) -> None:
+        step = self._current_step
+        fields: JsonObject = {
+            "turnId": self.turn_id,
+            "stepId": step.id if step else None,
+            "stepIndex": step.index if step else None,
+            "kind": delta.kind,
+            "text": delta.text,
+        }
+        if delta.kind == "tool_call":
+            fields.update(
+                {"index": delta.index, "toolCallId": delta.tool_call_id, "toolName": delta.tool_name}
+            )
+        self.env.observer.emit("llm.delta", fields)
+
+    # -- tool call -------------------------------------------------------------------------------
+    async def _run_tool_call(
+        self,
+        step_ctx: StepContext,
+        step: Step,
+        step_span: Span,
+        call: ToolCall,
+        message: Message,
+        catalog: list[ToolCatalogItem],
+    ) -> ToolCallResult:
+        env = self.env
+        span = step_span.child(call.name, "toolCall")
+        ctx = ToolCallContext(
+            agent_name=env.spec.name,
+            instance_key=env.instance_key,
+            turn_id=self.turn_id,
+            trace_id=self.span.trace_id,
+            step_index=step.index,
+            tool_name=call.name,
+            tool_call_id=call.id,
+            args=dict(call.args),
+            span_id=span.span_id,
+            parent_span_id=span.parent_span_id,
+        )
+        base = {
+            "turnId": self.turn_id,
+            "stepId": step.id,
+            "stepIndex": step.index,
+            "toolCallId": call.id,
+            "toolName": call.name,
+        }
+        env.observer.emit("tool.called", {**base, **span.ids(), "args": call.args})
+
+        async def core(c: ToolCallContext) -> ToolCallResult:
+            tool_context = ToolContext(
+                agent_name=env.spec.name,
+                instance_key=env.instance_key,
+                turn_id=self.turn_id,
+                trace_id=self.span.trace_id,
+                tool_call_id=call.id,
+                message=message,
+                workdir=env.workdir,
+                logger=env.logger,
+                runtime=self.tool_runtime,
+            )
+            actual = ToolCall(call.id, call.name, c.args)
+            return await env.executor.execute(actual, catalog=catalog, context=tool_context)
+
+        try:
+            result = await env.pipeline.run_tool_call(ctx, core)
+        except BaseException as exc:
+            self.error_count += 1
+            latency = span.finish(error=exc).duration_ms
+            env.observer.emit(
+                "tool.failed",
+                {
+                    **base,
+                    **span.ids(),
+                    "status": "error",
+                    "duration": latency,
+                    "latencyMs": latency,
+                    "errorMessage": "cancelled" if isinstance(exc, asyncio.CancelledError) else str(exc),
+                },
+            )
+            raise
+        latency = span.finish().duration_ms
+        fields = {**base, **span.ids(), "status": result.status, "duration": latency, "latencyMs": latency}
+        if result.ok:
+            env.observer.emit("tool.completed", fields)
+        else:
+            self.error_count += 1
+            if result.error is not None:
+                fields["errorMessage"] = result.error.message
+                fields["errorCode"] = result.error.code
+            env.observer.emit("tool.failed", fields)
+        return result
+
+
+def _usage_delta(after: TokenUsage, before: TokenUsage) -> TokenUsage:
+    cached: int | None = None
+    if after.cached_tokens is not None:
+        cached = after.cached_tokens - (before.cached_tokens or 0)
+    return TokenUsage(
+        after.input_tokens - before.input_tokens,
+        after.output_tokens - before.output_tokens,
+        after.total_tokens - before.total_tokens,
+        cached,
+    )
