@@ -1,0 +1,136 @@
+"""``goondan run``: run a swarm — an orchestrator with one process per agent instance.
+
+Front-ends (the orchestrator is the same in all of them):
+
+* ``--input TEXT`` — one request to the entry agent, print the answer, stop, exit 0;
+* stdin is a TTY (default) — an interactive chat with the entry agent, REPL look and feel;
+* stdin is not a TTY — each line is one request; answers go to stdout, then stop at EOF;
+* ``--foreground`` — headless: no stdin connector; runs until SIGTERM/SIGINT (for service
+  managers; talk to it with ``goondan restart`` and read it with ``goondan logs``).
+
+``.env`` files are loaded first (``--env-file``, ``.env.local``, ``.env``; the real environment
+wins). See docs/orchestrator.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from goondan.commands.common import get_globals
+
+__all__ = ["run"]
+
+
+@click.command("run")
+@click.option("-b", "--bundle", "bundle", default=".", show_default=True,
+              type=click.Path(file_okay=True, dir_okay=True), help="Bundle directory (or its goondan.yaml).")
+@click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
+              help="Swarm to run [env: GOONDAN_SWARM; default: 'default' or the only one].")
+@click.option("-w", "--watch", is_flag=True, default=False,
+              help="Restart only the agents whose resources or entry files change (history kept).")
+@click.option("--input", "input_text", default=None, help="Send one message to the entry agent, print the answer, exit.")
+@click.option("--foreground", is_flag=True, default=False,
+              help="Run headless until SIGTERM/SIGINT (no stdin chat).")
+@click.option("--env-file", default=None, help="Extra .env file read before .env.local and .env.")
+@click.option("--instance", "conversation", default="cli", show_default=True,
+              help="Conversation key of the chat with the entry agent.")
+def run(
+    bundle: str, swarm: str | None, watch: bool, input_text: str | None, foreground: bool,
+    env_file: str | None, conversation: str,
+) -> int:
+    """Run a swarm: one supervised process per agent instance, agents spawned on demand.
+
+    Chat with the entry agent on a terminal (Ctrl-D stops the swarm), pipe lines in, send one
+    message with --input, or run headless with --foreground. Agent-to-agent calls go through
+    the orchestrator; crashed agents are respawned with their history.
+    """
+    from goondan.config import load_bundle
+    from goondan.ipc.service import SwarmService, load_env_files
+
+    options = get_globals()
+    state_root = options.resolve_state_root()
+    path = Path(bundle)
+    project_root = (path.parent if path.is_file() else path).resolve()
+    real_env = dict(os.environ)
+    load_env_files(project_root, env_file, os.environ, real_env=real_env)
+    loaded = load_bundle(path, state_root=state_root)
+    service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
+                           env_file=env_file, real_env=real_env)
+    service.check_not_running()
+    if foreground:
+        return _headless(service)
+    return _chat(service, input_text, conversation, color=options.color, quiet=options.quiet)
+
+
+def _headless(service: object) -> int:
+    import asyncio
+    import signal
+
+    from goondan.ipc.service import SwarmService
+
+    assert isinstance(service, SwarmService)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        async with service:
+            click.echo(f"Orchestrator started (instanceKey={service.key}, pid={os.getpid()})", err=True)
+            click.echo(f"  logs: goondan logs --instance-key {service.key}", err=True)
+            await stop.wait()
+        return 0
+
+    return asyncio.run(main())
+
+
+def _chat(service: object, input_text: str | None, conversation: str, *, color: bool, quiet: bool) -> int:
+    import asyncio
+    import signal
+
+    from goondan.console import LineReader, ReplSession
+    from goondan.console.session import exit_code_for
+    from goondan.ipc.frontend import OrchestratorBackend, ServiceThread
+    from goondan.ipc.service import SwarmService
+    from goondan.secrets import mask
+
+    assert isinstance(service, SwarmService)
+    thread = ServiceThread(service)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    thread.start()
+    runner = asyncio.Runner()
+    try:
+        backend = OrchestratorBackend(thread, instance_key=conversation)
+        if input_text is not None or not sys.stdin.isatty():
+            lines = [input_text] if input_text is not None else (line.rstrip("\r\n") for line in sys.stdin)
+            code = 0
+            for text in lines:
+                if not text.strip():
+                    continue
+                result = runner.run(backend.run_turn(text))
+                if result.error is None:
+                    click.echo(mask(result.text))
+                else:
+                    click.echo(mask(f"[{result.error.get('code')}] {result.error.get('message')}"), err=True)
+                    code = exit_code_for(result)
+            return code
+        banner = (f"goondan run · swarm {service.swarm.name} · entry agent {backend.agent_name} · "
+                  f"conversation {conversation} (each agent is its own process)")
+        reader = LineReader(service.state_root / "repl" / "history")
+        session = ReplSession(backend, runner, reader=reader, out=sys.stdout, color=color,
+                              stream=False, banner=banner)
+        return session.run()
+    finally:
+        try:
+            runner.close()
+        finally:
+            thread.stop()
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

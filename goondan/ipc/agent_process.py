@@ -1,0 +1,350 @@
+"""The agent process: one (agent, instanceKey) behind an IPC channel.
+
+:func:`process_main` is the child entry of :class:`~goondan.ipc.spawner.ProcessSpawner`
+(``spawn`` start method). Arguments (runtime.md §4): ``--bundle-dir``, ``--agent-name``,
+``--instance-key``, plus ``--state-root``, ``--swarm``, ``--workdir``, ``--log-dir`` and
+``--process-name`` (stdout/stderr go to ``<log-dir>/<process-name>.{stdout,stderr}.log``).
+
+:class:`AgentWorker` is transport-agnostic and also runs in process (tests, embedding):
+
+1. it reports ``runtime.ready`` and pumps the channel;
+2. each ``event`` without ``metadata.inReplyTo`` is one Turn, run in arrival order, bracketed
+   by ``runtime.turnStarted``/``runtime.turnFinished`` reports (the orchestrator's crash
+   accounting and per-instance flow control rely on them); after a Turn whose event had
+   ``replyTo`` the answer goes back with ``metadata.inReplyTo``;
+3. events with ``metadata.inReplyTo`` answer this instance's own requests
+   (:class:`IpcAgentRouter`);
+4. ``shutdown`` → draining: no new Turn starts, the running one finishes and folds, the
+   instance is closed, then ``shutdown_ack {instanceKey, pending}`` (events that never started)
+   and exit 0. EOF on the channel (orchestrator gone) drains the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Protocol
+
+from goondan.errors import AgentError, GoondanError, IpcError
+from goondan.ipc.channel import PipeTransport, Transport
+from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, control_event
+from goondan.pipeline.context import TurnResult
+from goondan.runtime.agents import response_event, turn_error
+from goondan.types import AgentEvent, JsonObject, ReplyChannel
+
+__all__ = ["AgentWorker", "IpcAgentRouter", "TurnHandler", "parse_args", "process_main"]
+
+_log = logging.getLogger("goondan.ipc")
+
+
+class TurnHandler(Protocol):
+    """What the worker drives: normally an ``AgentInstance``."""
+
+    async def run(self, event: AgentEvent) -> TurnResult: ...
+
+    async def close(self) -> None: ...
+
+
+class IpcAgentRouter:
+    """:class:`~goondan.runtime.agents.AgentRouter` that talks through the orchestrator."""
+
+    def __init__(self, transport: Transport, *, agent_name: str, instance_key: str) -> None:
+        self.transport = transport
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self._pending: dict[str, asyncio.Future[AgentEvent]] = {}
+        self._closed_error: GoondanError | None = None
+
+    def __repr__(self) -> str:
+        return f"<IpcAgentRouter {self.agent_name}@{self.instance_key} pending={len(self._pending)}>"
+
+    async def _exchange(self, to: str, event: AgentEvent) -> AgentEvent:
+        if self._closed_error is not None:
+            raise self._closed_error
+        assert event.reply_to is not None
+        correlation = event.reply_to.correlation_id
+        future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+        self._pending[correlation] = future
+        try:
+            await self.transport.send(IpcMessage.event(self.agent_name, to, event))
+            return await future
+        finally:
+            self._pending.pop(correlation, None)
+
+    async def request(self, target: str, event: AgentEvent, *, timeout_ms: int) -> AgentEvent:
+        """Send a request event to ``target`` and wait for its answer (timeout: caller's)."""
+        return await self._exchange(target, event)
+
+    async def send(self, target: str, event: AgentEvent) -> None:
+        """Send a notification event to ``target``."""
+        await self.transport.send(IpcMessage.event(self.agent_name, target, event))
+
+    async def _query(self, kind: str, **metadata: Any) -> JsonObject:
+        event = control_event(kind, agent=self.agent_name, instance_key=self.instance_key, **metadata)
+        event.reply_to = ReplyChannel(self.agent_name, f"corr_{uuid.uuid4().hex}")
+        async with asyncio.timeout(30):
+            answer = await self._exchange(ORCHESTRATOR, event)
+        error = answer.metadata.get("error")
+        if isinstance(error, dict):
+            raise AgentError(str(error.get("message")), code=str(error.get("code") or "E_AGENT"))
+        result = answer.metadata.get("result")
+        return result if isinstance(result, dict) else {}
+
+    async def spawn(
+        self, owner: tuple[str, str], target: str, *, instance_key: str, cwd: str | None
+    ) -> JsonObject:
+        """Ask the orchestrator to start (target, instance_key)."""
+        return await self._query("spawn", target=target, targetInstanceKey=instance_key, cwd=cwd)
+
+    async def list_instances(self, owner: tuple[str, str], *, include_all: bool) -> list[JsonObject]:
+        """Ask the orchestrator for spawned instances."""
+        result = await self._query("list", includeAll=include_all)
+        rows = result.get("agents")
+        return list(rows) if isinstance(rows, list) else []
+
+    def resolve(self, event: AgentEvent) -> bool:
+        """Hand a response event to the waiting request; False if nobody waits (late answer)."""
+        future = self._pending.get(str(event.metadata.get("inReplyTo")))
+        if future is None or future.done():
+            return False
+        future.set_result(event)
+        return True
+
+    def close(self, error: GoondanError) -> None:
+        """Fail every waiting request (the channel is gone)."""
+        self._closed_error = error
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+class AgentWorker:
+    """Pumps one agent instance's IPC channel (see the module docstring)."""
+
+    def __init__(
+        self, transport: Transport, *, agent_name: str, instance_key: str,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.transport = transport
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.logger = logger or _log
+        self.router = IpcAgentRouter(transport, agent_name=agent_name, instance_key=instance_key)
+        self._queue: deque[AgentEvent] = deque()
+        self._wakeup = asyncio.Event()
+        self._draining = False
+        self._shutdown_requested = False
+        self._replied: set[str] = set()
+        self._reply_targets: dict[str, str] = {}
+        self.turns = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<AgentWorker {self.agent_name}@{self.instance_key} queued={len(self._queue)} "
+            f"draining={self._draining}>"
+        )
+
+    async def report(self, kind: str, **metadata: Any) -> None:
+        """Send a ``runtime.<kind>`` control report to the orchestrator (best effort)."""
+        event = control_event(kind, agent=self.agent_name, instance_key=self.instance_key, **metadata)
+        with contextlib.suppress(IpcError):
+            await self.transport.send(IpcMessage.event(self.agent_name, ORCHESTRATOR, event))
+
+    async def on_outgoing(self, event: AgentEvent) -> None:
+        """The ``on_outgoing`` hook: send a Turn's answer back to the requester."""
+        correlation = str(event.metadata.get("inReplyTo"))
+        target = self._reply_targets.get(correlation) or str(event.metadata.get("replyTarget") or ORCHESTRATOR)
+        self._replied.add(correlation)
+        with contextlib.suppress(IpcError):
+            await self.transport.send(IpcMessage.event(self.agent_name, target, event))
+
+    def request_drain(self) -> None:
+        """Stop after the running Turn (SIGTERM in the child, or tests)."""
+        self._draining = True
+        self._wakeup.set()
+
+    async def _read_loop(self) -> None:
+        while True:
+            message = await self.transport.recv()
+            if message is None:
+                # Orchestrator gone: finish the running turn, then exit (no orphans).
+                self.router.close(IpcError("the orchestrator closed the channel", code="E_IPC_CLOSED"))
+                self.request_drain()
+                return
+            if message.type == "shutdown":
+                self._shutdown_requested = True
+                self.logger.info(
+                    "shutdown requested (reason=%s, gracePeriodMs=%s)",
+                    message.payload.get("reason"), message.payload.get("gracePeriodMs"),
+                )
+                self.request_drain()
+            elif message.type == "event":
+                event = message.agent_event()
+                if "inReplyTo" in event.metadata:
+                    if not self.router.resolve(event):
+                        self.logger.debug("dropping late answer %s", event.metadata.get("inReplyTo"))
+                else:
+                    self._queue.append(event)
+                    self._wakeup.set()
+
+    async def _next_event(self) -> AgentEvent | None:
+        while True:
+            if self._draining:
+                return None
+            if self._queue:
+                return self._queue.popleft()
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    async def serve(self, handler: TurnHandler) -> int:
+        """Run until drained; returns the process exit code (0)."""
+        reader = asyncio.ensure_future(self._read_loop())
+        await self.report("ready", pid=os.getpid())
+        try:
+            while (event := await self._next_event()) is not None:
+                await self._run_turn(handler, event)
+        finally:
+            with contextlib.suppress(Exception):
+                await handler.close()
+        if self._shutdown_requested:
+            pending = [e.to_dict() for e in self._queue]
+            with contextlib.suppress(IpcError):
+                await self.transport.send(IpcMessage(
+                    "shutdown_ack", self.agent_name, ORCHESTRATOR,
+                    {"instanceKey": self.instance_key, "pending": pending},
+                ))
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        await self.transport.aclose()
+        return 0
+
+    async def _run_turn(self, handler: TurnHandler, event: AgentEvent) -> None:
+        correlation = event.reply_to.correlation_id if event.reply_to else None
+        if event.reply_to is not None and correlation is not None:
+            self._reply_targets[correlation] = event.reply_to.target
+        await self.report("turnStarted", eventId=event.id)
+        error: JsonObject | None
+        try:
+            result = await handler.run(event)
+            text, error, finish = result.text, turn_error(result), result.finish_reason
+        except Exception as exc:  # the handler's own failure; the process stays up
+            self.logger.error("turn for event %s failed: %s", event.id, exc)
+            text, finish = None, "error"
+            error = {"code": getattr(exc, "code", "E_AGENT_TURN_FAILED"), "message": str(exc)}
+        self.turns += 1
+        if correlation is not None and correlation not in self._replied:
+            answer = response_event(
+                event, agent_name=self.agent_name, instance_key=self.instance_key, text=text, error=error
+            )
+            await self.on_outgoing(answer)
+        if correlation is not None:
+            self._replied.discard(correlation)
+            self._reply_targets.pop(correlation, None)
+        await self.report("turnFinished", eventId=event.id, finishReason=finish, ok=error is None)
+
+
+# -- the child process ---------------------------------------------------------------------------
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse the agent process arguments."""
+    parser = argparse.ArgumentParser(prog="goondan-agent", add_help=False)
+    parser.add_argument("--bundle-dir", required=True)
+    parser.add_argument("--agent-name", required=True)
+    parser.add_argument("--instance-key", required=True)
+    parser.add_argument("--state-root", default=None)
+    parser.add_argument("--swarm", default=None)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--log-dir", default=None)
+    parser.add_argument("--process-name", default=None)
+    parser.add_argument("--max-depth", type=int, default=None)
+    return parser.parse_args(argv)
+
+
+def redirect_output(log_dir: Path, name: str) -> None:
+    """Point fd 1/2 (and ``sys.stdout``/``sys.stderr``) at the process's append-only log files."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        target = os.open(log_dir / f"{name}.{stream}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+
+
+HandlerBuilder = Callable[[argparse.Namespace, AgentWorker], Awaitable[TurnHandler]]
+
+
+def run_child(conn: Connection, argv: list[str], build: HandlerBuilder) -> None:
+    """Common child main: logs, signals, the worker loop; exits with its code."""
+    args = parse_args(argv)
+    if args.log_dir:
+        redirect_output(Path(args.log_dir), args.process_name or args.agent_name)
+    from goondan.ipc.logs import configure_process_logging
+
+    configure_process_logging(agent=args.agent_name, instanceKey=args.instance_key)
+    # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = asyncio.run(_child(conn, args, build))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+async def _child(conn: Connection, args: argparse.Namespace, build: HandlerBuilder) -> int:
+    transport = PipeTransport(conn)
+    worker = AgentWorker(transport, agent_name=args.agent_name, instance_key=args.instance_key)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.request_drain)
+    try:
+        handler = await build(args, worker)
+    except GoondanError as err:
+        _log.error("agent %s failed to start: [%s] %s", args.agent_name, err.code, err.message)
+        await worker.report("startError", code=err.code, message=err.message)
+        await transport.aclose()
+        return 3
+    return await worker.serve(handler)
+
+
+async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker) -> TurnHandler:
+    """Load the bundle and open the ``AgentInstance`` wired to the orchestrator."""
+    from goondan.config import load_bundle
+    from goondan.runtime.agents import DEFAULT_MAX_DEPTH, AgentsFactory, SwarmCatalog
+    from goondan.runtime.instance import AgentInstance
+    from goondan.workspace.paths import resolve_state_root, workspace_id_for
+
+    state_root = resolve_state_root(args.state_root)
+    bundle = await asyncio.to_thread(load_bundle, Path(args.bundle_dir), state_root=state_root)
+    swarm = bundle.swarm_spec(args.swarm)
+    spec = bundle.agent_spec(args.agent_name, swarm=swarm.name)
+    catalog = SwarmCatalog(swarm.name, swarm.entry_agent, tuple(swarm.agents))
+    factory = AgentsFactory(
+        worker.router, catalog, agent_name=args.agent_name, instance_key=args.instance_key,
+        max_depth=args.max_depth or DEFAULT_MAX_DEPTH,
+    )
+    instance = await AgentInstance.open(
+        spec,
+        state_root=state_root,
+        workspace_id=workspace_id_for(bundle.root, bundle.package_name),
+        instance_key=args.instance_key,
+        max_steps_per_turn=getattr(swarm, "max_steps_per_turn", None),
+        workdir=Path(args.workdir) if args.workdir else None,
+        agents_factory=factory,
+        on_outgoing=worker.on_outgoing,
+        stream=False,
+    )
+    return instance
+
+
+def process_main(conn: Connection, argv: list[str]) -> None:
+    """Entry of a real agent process (``ProcessSpawner``'s default target)."""
+    run_child(conn, argv, build_agent_instance)

@@ -1,0 +1,147 @@
+"""Front-ends of a running :class:`~goondan.ipc.service.SwarmService`.
+
+* :class:`ServiceThread` runs the service's event loop in a background thread, so the
+  orchestrator keeps supervising (pumps, crash detection, reconciliation, the control socket)
+  while the main thread blocks on the terminal.
+* :class:`OrchestratorBackend` is the console's ``ReplBackend`` over the orchestrator: each
+  line becomes an event for the entry agent (conversation ``cli``), answered through IPC. The
+  REPL's renderer and slash commands are reused unchanged; streaming deltas stay inside the
+  agent process, so the answer is shown when the turn ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
+
+from goondan.conversation.messages import Message
+from goondan.ipc.service import SwarmService
+from goondan.pipeline.context import TurnResult
+from goondan.types import AgentEvent, JsonObject, TokenUsage, ToolCatalogItem, new_id
+
+__all__ = ["OrchestratorBackend", "ServiceThread", "turn_result_of"]
+
+T = TypeVar("T")
+
+
+def turn_result_of(answer: AgentEvent) -> TurnResult:
+    """A TurnResult for the console from an answer event (``metadata.error`` → failed)."""
+    meta = answer.metadata
+    error = meta.get("error") if isinstance(meta.get("error"), dict) else None
+    finish: Literal["text_response", "max_steps", "error"] = "error" if error else "text_response"
+    if meta.get("finishReason") == "max_steps" and error is None:
+        finish = "max_steps"
+    text = answer.input or ""
+    return TurnResult(
+        turn_id=str(meta.get("turnId") or new_id("turn")),
+        finish_reason=finish,
+        response_message=Message.assistant(text) if text and error is None else None,
+        error=error,
+    )
+
+
+class ServiceThread:
+    """Runs ``service`` (started) on an event loop in a daemon thread."""
+
+    def __init__(self, service: SwarmService) -> None:
+        self.service = service
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="goondan-orchestrator", daemon=True)
+        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def __repr__(self) -> str:
+        return f"<ServiceThread {self.service!r} alive={self._thread.is_alive()}>"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def start() -> None:
+            await self.service.start()
+
+        try:
+            self.loop.run_until_complete(start())
+        except BaseException as exc:
+            self._ready.set_exception(exc)
+            return
+        self._ready.set_result(None)
+        self.loop.run_forever()
+
+    def start(self) -> None:
+        """Start the thread and wait until the service is up (re-raises start errors)."""
+        self._thread.start()
+        self._ready.result()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the service loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the service loop and wait for its result."""
+        return self.submit(coro).result()
+
+    def stop(self) -> None:
+        """Graceful service stop, then end the loop and the thread."""
+        if not self._thread.is_alive():
+            return
+        try:
+            self.call(self.service.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+
+
+class OrchestratorBackend:
+    """``ReplBackend`` over the orchestrator (entry agent, conversation ``instance_key``)."""
+
+    def __init__(self, runner: ServiceThread, *, instance_key: str = "cli", source_name: str = "cli") -> None:
+        self.runner = runner
+        self.agent_name = runner.service.swarm.entry_agent
+        self.instance_key = instance_key
+        self.source_name = source_name
+        self.turns = 0
+
+    async def run_turn(self, text: str) -> TurnResult:
+        """Send ``text`` to the entry agent and wait for its answer (cancellable)."""
+        event = AgentEvent(
+            type="message", input=text, instance_key=self.instance_key,
+            source={"kind": "connector", "name": self.source_name},
+        )
+        orchestrator = self.runner.service.orchestrator
+        future = self.runner.submit(orchestrator.request(self.agent_name, event, instance_key=self.instance_key))
+        answer = await asyncio.wrap_future(future)
+        self.turns += 1
+        return turn_result_of(answer)
+
+    def subscribe(self, listener: Callable[[JsonObject], Any]) -> Callable[[], None]:
+        return lambda: None
+
+    def messages(self) -> list[Message]:
+        return []
+
+    def tools(self) -> list[ToolCatalogItem]:
+        return []
+
+    def describe(self) -> dict[str, str]:
+        service = self.runner.service
+        rec = service.orchestrator.records.get((self.agent_name, self.instance_key))
+        out = {
+            "agent": self.agent_name, "instance": self.instance_key, "swarm": service.swarm.name,
+            "orchestrator": service.key, "logs": str(service.log_dir),
+        }
+        if rec is not None and rec.handle is not None:
+            out["pid"] = str(rec.handle.pid)
+            out["status"] = rec.status
+        return out
+
+    def usage(self) -> tuple[int, TokenUsage]:
+        return self.turns, TokenUsage()
+
+    async def clear(self) -> None:
+        """``/clear``: restart the entry agent with ``--fresh`` semantics."""
+        await asyncio.wrap_future(self.runner.submit(self.runner.service.restart(self.agent_name, fresh=True)))
+
+    async def fold(self) -> int:
+        return 0

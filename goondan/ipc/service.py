@@ -1,0 +1,321 @@
+"""``goondan run``'s runtime: orchestrator + runtime files + control socket + ``--watch``.
+
+:class:`SwarmService` assembles, for one bundle and Swarm, a :class:`ProcessSpawner`, the
+:class:`Orchestrator`, the log directory, ``runtime/active.json``, the status snapshot, the
+control socket (``goondan restart``) and optionally the :class:`BundleWatcher`. The command
+module only parses options and picks a front-end (one-shot, interactive console, headless).
+
+Control protocol (unix socket ``runtime/control/<key>.sock``): one JSON line in, one out.
+``{"command": "restart", "agent": null|name, "fresh": bool}`` →
+``{"ok": true, "restarted": [process…]}``; ``{"command": "status"}`` → the status document;
+``{"command": "request", "input": …, "agent"?, "instanceKey"?}`` → ``{"ok", "response"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from goondan.errors import AgentError, ConfigError, GoondanError
+from goondan.ipc.logs import JsonLineFormatter, log_dir_for, log_files
+from goondan.ipc.orchestrator import Orchestrator
+from goondan.ipc.spawner import ProcessSpawner
+from goondan.ipc.state import (
+    ActiveRuntime,
+    clear_active,
+    control_socket_path,
+    read_active,
+    status_path,
+    write_active,
+)
+from goondan.secrets import SecretMaskingFilter
+from goondan.types import JsonObject, now_iso
+
+__all__ = ["SwarmService", "load_env_files", "parse_env_file", "send_control"]
+
+_log = logging.getLogger("goondan.ipc.service")
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines (``export``, quotes, ``#`` comments); bad lines raise exit 3."""
+    out: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read env file {path}: {exc}", code="E_RUN_ENV_FILE") from exc
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _ENV_LINE.match(line)
+        if match is None:
+            raise ConfigError(
+                f"{path}:{number}: not a KEY=VALUE line", code="E_RUN_ENV_FILE",
+                suggestion="use KEY=VALUE (optionally 'export KEY=VALUE'); quote values with spaces",
+            )
+        key, value = match.group(1), match.group(2)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            quote, value = value[0], value[1:-1]
+            if quote == '"':
+                value = value.replace("\\n", "\n").replace('\\"', '"')
+        else:
+            value = re.sub(r"\s+#.*$", "", value)
+        out[key] = value
+    return out
+
+
+def load_env_files(
+    project_root: Path, env_file: str | None, environ: MutableMapping[str, str],
+    *, real_env: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """cli.md §2: ``--env-file`` (must exist), ``.env.local``, ``.env``; a key is set only if the
+    real environment lacks it, earlier files win. Returns the files read."""
+    real = dict(environ if real_env is None else real_env)
+    files: list[Path] = []
+    if env_file:
+        path = Path(env_file)
+        path = path if path.is_absolute() else project_root / path
+        if not path.is_file():
+            raise ConfigError(f"env file {path} does not exist", code="E_RUN_ENV_FILE",
+                              suggestion="fix --env-file (relative paths start at the bundle directory)")
+        files.append(path)
+    files += [p for p in (project_root / ".env.local", project_root / ".env") if p.is_file()]
+    merged: dict[str, str] = {}
+    for path in files:
+        for key, value in parse_env_file(path).items():
+            merged.setdefault(key, value)
+    for key, value in merged.items():
+        if key not in real:
+            environ[key] = value
+    return files
+
+
+async def send_control(socket_path: Path, request: JsonObject, *, timeout_s: float = 120.0) -> JsonObject:
+    """Send one control request to a running orchestrator and return its answer."""
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(socket_path))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot reach the running orchestrator at {socket_path}: {exc.strerror or exc}",
+            code="E_RUN_NOT_RUNNING", suggestion="start the swarm with 'goondan run'",
+        ) from exc
+    try:
+        writer.write(json.dumps(request).encode() + b"\n")
+        await writer.drain()
+        async with asyncio.timeout(timeout_s):
+            line = await reader.readline()
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    if not line:
+        raise ConfigError("the orchestrator closed the control connection", code="E_RUN_NOT_RUNNING")
+    answer: JsonObject = json.loads(line)
+    return answer
+
+
+class SwarmService:
+    """Everything ``goondan run`` keeps alive for one Swarm (see the module docstring)."""
+
+    def __init__(
+        self, bundle: Any, *, state_root: Path, swarm: str | None = None, watch: bool = False,
+        env_file: str | None = None, real_env: Mapping[str, str] | None = None,
+        log_to_file: bool = True,
+    ) -> None:
+        self.bundle = bundle
+        self.state_root = Path(state_root)
+        self.swarm = bundle.swarm_spec(swarm)
+        self.key = self.swarm.instance_key
+        self.watch = watch
+        self.env_file = env_file
+        self.real_env = dict(real_env if real_env is not None else os.environ)
+        self.log_dir = log_dir_for(self.state_root, self.key)
+        self.socket_path = control_socket_path(self.state_root, self.key)
+        self.status_file = status_path(self.state_root, self.key)
+        self.active: ActiveRuntime | None = None
+        self.orchestrator = Orchestrator(
+            ProcessSpawner(bundle.root, state_root=self.state_root, swarm=self.swarm.name, log_dir=self.log_dir),
+            swarm_name=self.swarm.name,
+            entry_agent=self.swarm.entry_agent,
+            agents=self.swarm.agents,
+            project_root=bundle.root,
+            grace_period_ms=self.swarm.shutdown_grace_ms,
+            status_path=self.status_file,
+            clear_history=self._clear_history,
+        )
+        self._server: asyncio.AbstractServer | None = None
+        self._watcher: Any = None
+        self._log_handler: logging.Handler | None = None
+        self._log_to_file = log_to_file
+
+    def __repr__(self) -> str:
+        return f"<SwarmService swarm={self.swarm.name!r} key={self.key!r} watch={self.watch}>"
+
+    def check_not_running(self) -> None:
+        """Refuse a second orchestrator for the same key (exit 3)."""
+        current = read_active(self.state_root, self.key)
+        if current is not None and current.alive and current.pid != os.getpid():
+            raise ConfigError(
+                f"swarm {self.swarm.name!r} (instanceKey {self.key!r}) already runs as pid {current.pid}",
+                code="E_RUN_ALREADY_RUNNING",
+                suggestion="use 'goondan restart' or stop it first (kill -TERM "
+                f"{current.pid}); 'goondan logs' shows its output",
+            )
+
+    async def start(self) -> None:
+        """Start logging, the orchestrator, the control socket, the watcher; write active.json."""
+        self.check_not_running()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self._log_to_file:
+            self._install_log_file()
+        await self.orchestrator.start()
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        self._server = await asyncio.start_unix_server(self._on_control, path=str(self.socket_path))
+        if self.watch:
+            from goondan.ipc.watch import BundleWatcher
+
+            self._watcher = BundleWatcher(self.bundle, self._reload, state_root=self.state_root,
+                                          swarm=self.swarm.name)
+            self._watcher.start()
+        files = log_files(self.log_dir, "orchestrator")
+        self.active = ActiveRuntime(
+            instance_key=self.key, bundle_path=str(self.bundle.root / "goondan.yaml"), swarm=self.swarm.name,
+            pid=os.getpid(), started_at=now_iso(), watch=self.watch,
+            logs=[{"process": "orchestrator", "stdout": str(files["stdout"]), "stderr": str(files["stderr"])}],
+            control_socket=str(self.socket_path), status_file=str(self.status_file),
+        )
+        await asyncio.to_thread(write_active, self.state_root, self.active)
+        _log.info("orchestrator started (swarm=%s, instanceKey=%s)", self.swarm.name, self.key,
+                  extra={"event": "orchestrator.started"})
+
+    def _install_log_file(self) -> None:
+        path = log_files(self.log_dir, "orchestrator")["stderr"]
+        log_files(self.log_dir, "orchestrator")["stdout"].touch()
+        handler = logging.FileHandler(path, encoding="utf-8")
+        handler.setFormatter(JsonLineFormatter(process="orchestrator", swarm=self.swarm.name, pid=os.getpid()))
+        handler.addFilter(SecretMaskingFilter())
+        logger = logging.getLogger("goondan")
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        self._log_handler = handler
+
+    async def stop(self) -> None:
+        """Graceful shutdown of every agent process, then remove the runtime records."""
+        if self._watcher is not None:
+            await self._watcher.stop()
+        if self._server is not None:
+            self._server.close()
+        await self.orchestrator.shutdown()
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        if self.active is not None:
+            await asyncio.to_thread(clear_active, self.state_root, self.active)
+        _log.info("orchestrator stopped", extra={"event": "orchestrator.stopped"})
+        if self._log_handler is not None:
+            logging.getLogger("goondan").removeHandler(self._log_handler)
+            self._log_handler.close()
+
+    async def __aenter__(self) -> SwarmService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- restart / watch ---------------------------------------------------------------------------
+    def _refresh_env(self) -> None:
+        """Re-read the .env files before respawning (real environment still wins)."""
+        for key in list(os.environ):
+            if key not in self.real_env:
+                del os.environ[key]
+        os.environ.update(self.real_env)
+        load_env_files(self.bundle.root, self.env_file, os.environ, real_env=self.real_env)
+
+    async def restart(self, agent: str | None = None, *, fresh: bool = False) -> list[str]:
+        """``goondan restart``: graceful replacement of the agent's processes."""
+        with contextlib.suppress(GoondanError):
+            self._refresh_env()
+        return await self.orchestrator.restart(agent, fresh=fresh)
+
+    async def _clear_history(self, agent: str) -> None:
+        import shutil
+
+        from goondan.workspace.paths import StateLayout, workspace_id_for
+
+        directory = StateLayout(self.state_root).instances_dir(
+            workspace_id_for(self.bundle.root, self.bundle.package_name)
+        )
+
+        def clear() -> None:
+            for meta in directory.glob("*/metadata.json") if directory.is_dir() else []:
+                with contextlib.suppress(OSError, ValueError):
+                    if json.loads(meta.read_text(encoding="utf-8")).get("agentName") == agent:
+                        shutil.rmtree(meta.parent)
+
+        await asyncio.to_thread(clear)
+        _log.info("cleared the history of agent %s", agent, extra={"event": "orchestrator.historyCleared"})
+
+    async def _reload(self, bundle: Any, changed_agents: list[str]) -> None:
+        """``--watch``: new configuration; restart only the agents whose inputs changed."""
+        self.bundle = bundle
+        swarm = bundle.swarm_spec(self.swarm.name)
+        self.swarm = swarm
+        await self.orchestrator.update_agents(swarm.agents, entry_agent=swarm.entry_agent)
+        for agent in changed_agents:
+            if agent in swarm.agents:
+                restarted = await self.orchestrator.restart(agent, reason="config_change")
+                _log.info("configuration of %s changed; restarted %s", agent, restarted,
+                          extra={"event": "orchestrator.configReloaded", "agentName": agent})
+
+    async def _control_request(self, request: JsonObject) -> JsonObject:
+        """``{"command": "request", "input", "agent"?, "instanceKey"?, "timeoutMs"?}``: one
+        message to an agent (default: the entry agent), for scripts and headless runs."""
+        from goondan.types import AgentEvent
+
+        agent = request.get("agent") or self.swarm.entry_agent
+        key = str(request.get("instanceKey") or "control")
+        event = AgentEvent(type="message", input=str(request.get("input") or ""), instance_key=key,
+                           source={"kind": "connector", "name": "control"})
+        timeout = request.get("timeoutMs")
+        answer = await self.orchestrator.request(
+            str(agent), event, instance_key=key, timeout_ms=int(timeout) if timeout else None
+        )
+        error = answer.metadata.get("error")
+        if isinstance(error, dict):
+            return {"ok": False, "code": error.get("code"), "message": error.get("message")}
+        return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or ""}
+
+    async def _on_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            request = json.loads(line or b"{}")
+            command = request.get("command")
+            if command == "restart":
+                agent = request.get("agent")
+                restarted = await self.restart(agent if isinstance(agent, str) else None,
+                                               fresh=bool(request.get("fresh")))
+                answer: JsonObject = {"ok": True, "restarted": restarted}
+            elif command == "request":
+                answer = await self._control_request(request)
+            elif command == "status":
+                answer = {"ok": True, **self.orchestrator.status_document()}
+            else:
+                answer = {"ok": False, "code": "E_RUN_CONTROL", "message": f"unknown command {command!r}"}
+        except AgentError as err:
+            answer = {"ok": False, "code": err.code, "message": err.message, "suggestion": err.suggestion}
+        except (ValueError, AttributeError) as exc:
+            answer = {"ok": False, "code": "E_RUN_CONTROL", "message": str(exc)}
+        with contextlib.suppress(OSError):
+            writer.write(json.dumps(answer).encode() + b"\n")
+            await writer.drain()
+            writer.close()

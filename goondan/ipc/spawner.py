@@ -1,0 +1,285 @@
+"""Spawners start one agent process per (agent, instanceKey) and hand back a handle.
+
+The orchestrator never creates processes itself: it is given a :class:`Spawner` (dependency
+injection), so tests and the embedding API can swap real processes for in-process workers.
+
+* :class:`ProcessSpawner` uses ``multiprocessing`` with the ``spawn`` start method (a fresh
+  interpreter, nothing inherited from the orchestrator's memory, safe with threads). The child's
+  entry is a module-level function ``target(conn, argv)``; ``argv`` carries the spec's
+  ``--bundle-dir --agent-name --instance-key`` plus ``--state-root``/``--swarm``/``--workdir``/
+  ``--log-dir``. Exit is observed through the process sentinel on the event loop (no thread per
+  child).
+* :class:`InProcessSpawner` runs a worker coroutine per instance in the current loop over an
+  :class:`~goondan.ipc.channel.InProcessTransport` pair; ``kill()`` cancels it (like SIGKILL:
+  the running turn is not folded).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import re
+import signal
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from goondan.ipc.channel import InProcessTransport, PipeTransport, Transport
+from goondan.types import now_iso
+
+__all__ = [
+    "AgentHandle",
+    "InProcessSpawner",
+    "ProcessSpawner",
+    "SpawnRequest",
+    "Spawner",
+    "WorkerFactory",
+    "process_name",
+]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def process_name(agent_name: str, instance_key: str) -> str:
+    """The log/status name of an agent process: ``<agent>.<instanceKey>`` made path-safe."""
+    key = _UNSAFE.sub("-", instance_key).strip("-") or "default"
+    return f"{agent_name}.{key}"[:128]
+
+
+@dataclass
+class SpawnRequest:
+    """What to start: one (agent, instanceKey), optionally with its own tool workdir."""
+
+    agent_name: str
+    instance_key: str
+    workdir: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def process_name(self) -> str:
+        return process_name(self.agent_name, self.instance_key)
+
+
+class AgentHandle(abc.ABC):
+    """A started agent process (or in-process worker) and its channel."""
+
+    def __init__(self, request: SpawnRequest, transport: Transport) -> None:
+        self.request = request
+        self.transport = transport
+        self.started_at = now_iso()
+        self.started_monotonic = time.monotonic()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.request.process_name} pid={self.pid} exit={self.exitcode}>"
+
+    @property
+    @abc.abstractmethod
+    def pid(self) -> int | None:
+        """OS process id (``None`` in process)."""
+
+    @property
+    @abc.abstractmethod
+    def exitcode(self) -> int | None:
+        """Exit status once exited (negative = killed by that signal), else ``None``."""
+
+    @abc.abstractmethod
+    async def wait(self) -> int:
+        """Wait for the exit and return :attr:`exitcode`."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Stop at once (SIGKILL); the running turn is not folded."""
+
+
+class Spawner(abc.ABC):
+    """Starts agent processes for the orchestrator."""
+
+    @abc.abstractmethod
+    async def spawn(self, request: SpawnRequest) -> AgentHandle:
+        """Start the process for ``request`` and return its handle (before it is ready)."""
+
+
+ChildTarget = Callable[[Connection, list[str]], None]
+
+
+class _ProcessHandle(AgentHandle):
+    def __init__(self, request: SpawnRequest, transport: PipeTransport, process: Any) -> None:
+        super().__init__(request, transport)
+        self._process = process
+        self._exited = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._watching = False
+        self._watch()
+
+    def _watch(self) -> None:
+        sentinel = self._process.sentinel
+        try:
+            self._loop.add_reader(sentinel, self._on_sentinel)
+            self._watching = True
+        except (OSError, ValueError):  # already gone
+            self._on_sentinel()
+
+    def _on_sentinel(self) -> None:
+        if self._watching:
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                self._loop.remove_reader(self._process.sentinel)
+            self._watching = False
+        self._process.join(0)  # reap; returns immediately, the sentinel says it exited
+        self._exited.set()
+
+    @property
+    def pid(self) -> int | None:
+        pid: int | None = self._process.pid
+        return pid
+
+    @property
+    def exitcode(self) -> int | None:
+        if not self._exited.is_set():
+            return None
+        self._process.join(0)
+        code: int | None = self._process.exitcode
+        return code
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        # The sentinel closes when the child's files do, a moment before it can be reaped.
+        for _ in range(2000):
+            if self._process.exitcode is not None:
+                break
+            self._process.join(0)
+            await asyncio.sleep(0.001)
+        code = self._process.exitcode
+        return int(code) if code is not None else -1
+
+    def kill(self) -> None:
+        pid = self._process.pid
+        if pid is not None and self._process.exitcode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+class ProcessSpawner(Spawner):
+    """Starts real agent processes with the ``spawn`` start method."""
+
+    def __init__(
+        self,
+        bundle_dir: Path,
+        *,
+        state_root: Path,
+        swarm: str | None = None,
+        log_dir: Path | None = None,
+        target: ChildTarget | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.bundle_dir = Path(bundle_dir)
+        self.state_root = Path(state_root)
+        self.swarm = swarm
+        self.log_dir = log_dir
+        self.extra_args = list(extra_args)
+        self._target = target
+        self._context = multiprocessing.get_context("spawn")
+
+    def __repr__(self) -> str:
+        return f"<ProcessSpawner bundle={str(self.bundle_dir)!r} swarm={self.swarm!r}>"
+
+    def argv(self, request: SpawnRequest) -> list[str]:
+        """The child's command-line arguments (spec: ``--bundle-dir --agent-name --instance-key``)."""
+        argv = [
+            "--bundle-dir", str(self.bundle_dir),
+            "--agent-name", request.agent_name,
+            "--instance-key", request.instance_key,
+            "--state-root", str(self.state_root),
+        ]
+        if self.swarm:
+            argv += ["--swarm", self.swarm]
+        if request.workdir:
+            argv += ["--workdir", request.workdir]
+        if self.log_dir is not None:
+            argv += ["--log-dir", str(self.log_dir), "--process-name", request.process_name]
+        return argv + self.extra_args
+
+    async def spawn(self, request: SpawnRequest) -> AgentHandle:
+        """Start ``python`` (spawn) running ``target(conn, argv)``; returns once started."""
+        target = self._target
+        if target is None:
+            from goondan.ipc.agent_process import process_main
+
+            target = process_main
+        parent_conn, child_conn = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=target,
+            args=(child_conn, self.argv(request)),
+            name=f"goondan-agent:{request.process_name}",
+            daemon=False,
+        )
+        # start() writes the preparation data synchronously; keep it off the event loop.
+        await asyncio.to_thread(process.start)
+        child_conn.close()
+        return _ProcessHandle(request, PipeTransport(parent_conn), process)
+
+
+WorkerFactory = Callable[[SpawnRequest, Transport], Awaitable[int | None]]
+
+
+class _TaskHandle(AgentHandle):
+    def __init__(self, request: SpawnRequest, transport: Transport, task: asyncio.Task[int | None]) -> None:
+        super().__init__(request, transport)
+        self._task = task
+        self._killed = False
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    @property
+    def exitcode(self) -> int | None:
+        if not self._task.done():
+            return None
+        if self._killed or self._task.cancelled():
+            return -signal.SIGKILL
+        if self._task.exception() is not None:
+            return 1
+        return int(self._task.result() or 0)
+
+    async def wait(self) -> int:
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(self._task)
+        while not self._task.done():  # shield re-raised our own cancellation
+            await asyncio.sleep(0)
+        code = self.exitcode
+        return code if code is not None else -1
+
+    def kill(self) -> None:
+        if not self._task.done():
+            self._killed = True
+            self._task.cancel()
+            # The dead worker's end must look closed to the orchestrator, like a dead pipe.
+            asyncio.get_running_loop().create_task(self.transport.aclose())
+
+
+class InProcessSpawner(Spawner):
+    """Runs ``worker(request, transport)`` as a task per instance (same loop, no processes)."""
+
+    def __init__(self, worker: WorkerFactory) -> None:
+        self._worker = worker
+        self.spawned: list[SpawnRequest] = []
+
+    async def spawn(self, request: SpawnRequest) -> AgentHandle:
+        """Create a transport pair and start the worker on the child end."""
+        parent, child = InProcessTransport.pair(request.process_name)
+        self.spawned.append(request)
+
+        async def run() -> int | None:
+            try:
+                return await self._worker(request, child)
+            finally:
+                await child.aclose()
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"agent:{request.process_name}")
+        return _TaskHandle(request, parent, task)

@@ -1,0 +1,230 @@
+"""Runtime files under the state root: ``runtime/active.json``, per-orchestrator records,
+process status snapshots, control sockets, and the live-process view for ``instance list``.
+
+```text
+<state_root>/runtime/active.json                      the most recently started orchestrator
+<state_root>/runtime/orchestrators/<key>.json         one per running orchestrator (same shape)
+<state_root>/runtime/status/<key>.json                processes.json: every agent process
+<state_root>/runtime/control/<key>.sock               control socket (restart, status)
+<state_root>/runtime/logs/<key>/<process>.{stdout,stderr}.log
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from goondan.errors import ConfigError
+from goondan.ipc.logs import log_dir_for
+from goondan.types import JsonObject
+
+__all__ = [
+    "ActiveRuntime",
+    "LiveProcess",
+    "active_path",
+    "clear_active",
+    "control_socket_path",
+    "list_live_processes",
+    "pid_alive",
+    "read_active",
+    "safe_key",
+    "status_path",
+    "write_active",
+]
+
+_SOCKET_PATH_LIMIT = 100  # sun_path is 108 bytes on Linux
+
+
+def safe_key(key: str) -> str:
+    """An orchestrator key usable as a file name."""
+    return log_dir_for(Path("."), key).name
+
+
+def runtime_dir(state_root: Path) -> Path:
+    return Path(state_root) / "runtime"
+
+
+def active_path(state_root: Path) -> Path:
+    return runtime_dir(state_root) / "active.json"
+
+
+def status_path(state_root: Path, key: str) -> Path:
+    return runtime_dir(state_root) / "status" / f"{safe_key(key)}.json"
+
+
+def control_socket_path(state_root: Path, key: str) -> Path:
+    """The control socket; falls back to the temp dir when the path is too long for AF_UNIX."""
+    path = runtime_dir(state_root) / "control" / f"{safe_key(key)}.sock"
+    if len(str(path)) <= _SOCKET_PATH_LIMIT:
+        return path
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"goondan-{digest}.sock"
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True if ``pid`` runs (zombies count as dead)."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(") ", 1)[1].startswith("Z"):
+            return False
+    return True
+
+
+@dataclass
+class ActiveRuntime:
+    """``runtime/active.json`` (workspace.md §9) plus ``controlSocket`` and ``statusFile``."""
+
+    instance_key: str
+    bundle_path: str
+    swarm: str
+    pid: int
+    started_at: str
+    watch: bool = False
+    logs: list[JsonObject] = field(default_factory=list)
+    control_socket: str | None = None
+    status_file: str | None = None
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "instanceKey": self.instance_key, "bundlePath": self.bundle_path, "startedAt": self.started_at,
+            "watch": self.watch, "swarm": self.swarm, "pid": self.pid, "logs": self.logs,
+            "controlSocket": self.control_socket, "statusFile": self.status_file,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ActiveRuntime:
+        if not isinstance(data, dict) or not isinstance(data.get("instanceKey"), str):
+            raise ValueError("not an active runtime record")
+        return cls(
+            instance_key=data["instanceKey"], bundle_path=str(data.get("bundlePath", "")),
+            swarm=str(data.get("swarm", "")), pid=int(data.get("pid") or 0),
+            started_at=str(data.get("startedAt", "")), watch=bool(data.get("watch")),
+            logs=list(data.get("logs") or []), control_socket=data.get("controlSocket"),
+            status_file=data.get("statusFile"),
+        )
+
+    @property
+    def alive(self) -> bool:
+        return pid_alive(self.pid)
+
+
+def _atomic_write(path: Path, data: JsonObject) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_active(state_root: Path, active: ActiveRuntime) -> None:
+    """Write ``active.json`` and ``orchestrators/<key>.json``."""
+    _atomic_write(active_path(state_root), active.to_dict())
+    _atomic_write(runtime_dir(state_root) / "orchestrators" / f"{safe_key(active.instance_key)}.json", active.to_dict())
+
+
+def clear_active(state_root: Path, active: ActiveRuntime) -> None:
+    """Remove this orchestrator's records (``active.json`` only if it is still ours)."""
+    with contextlib.suppress(FileNotFoundError):
+        (runtime_dir(state_root) / "orchestrators" / f"{safe_key(active.instance_key)}.json").unlink()
+    with contextlib.suppress(OSError, ValueError, ConfigError):
+        current = read_active(state_root)
+        if current is not None and current.pid == active.pid:
+            active_path(state_root).unlink()
+
+
+def read_active(state_root: Path, key: str | None = None) -> ActiveRuntime | None:
+    """The record of orchestrator ``key`` (``active.json`` if None); None when absent."""
+    path = active_path(state_root) if key is None else runtime_dir(state_root) / "orchestrators" / f"{safe_key(key)}.json"
+    try:
+        return ActiveRuntime.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{path} is unreadable: {exc}",
+            code="E_RUN_ACTIVE_CORRUPT",
+            suggestion=f"delete {path} and start the swarm again with 'goondan run'",
+        ) from exc
+
+
+@dataclass
+class LiveProcess:
+    """One row of ``goondan instance list``'s live view."""
+
+    orchestrator_key: str
+    process: str
+    agent_name: str
+    instance_key: str
+    pid: int | None
+    status: str
+    started_at: str | None
+    uptime_s: float | None
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "orchestratorKey": self.orchestrator_key, "process": self.process, "agentName": self.agent_name,
+            "instanceKey": self.instance_key, "pid": self.pid, "status": self.status,
+            "startedAt": self.started_at, "uptimeSeconds": self.uptime_s,
+        }
+
+
+def _uptime(started_at: str | None) -> float | None:
+    if not started_at:
+        return None
+    try:
+        start = datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    return round(max(0.0, time.time() - start), 1)
+
+
+def list_live_processes(state_root: Path) -> list[LiveProcess]:
+    """The orchestrators of this state root and their agent processes, with pid liveness.
+
+    A record whose orchestrator pid is dead is reported as ``terminated`` (agents included).
+    """
+    rows: list[LiveProcess] = []
+    directory = runtime_dir(state_root) / "orchestrators"
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            active = ActiveRuntime.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+        alive = active.alive
+        rows.append(LiveProcess(
+            active.instance_key, "orchestrator", "orchestrator", active.instance_key,
+            active.pid, "running" if alive else "terminated", active.started_at,
+            _uptime(active.started_at) if alive else None,
+        ))
+        try:
+            status = json.loads(Path(active.status_file or status_path(state_root, active.instance_key)).read_text())
+        except (OSError, ValueError):
+            continue
+        for proc in status.get("processes") or []:
+            pid = proc.get("pid")
+            live = alive and pid_alive(pid)
+            state = str(proc.get("status")) if alive else "terminated"
+            if alive and pid and not live:
+                state = "terminated"
+            rows.append(LiveProcess(
+                active.instance_key, str(proc.get("process")), str(proc.get("agentName")),
+                str(proc.get("instanceKey")), pid if live else None, state,
+                proc.get("startedAt") if live else None, _uptime(proc.get("startedAt")) if live else None,
+            ))
+    return rows

@@ -1,0 +1,144 @@
+"""``goondan run`` / ``logs`` / ``restart`` end to end on examples/delegation (scripted models)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goondan.ipc.service import send_control
+from goondan.ipc.state import list_live_processes, pid_alive, read_active
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "delegation"
+
+
+def goondan(*args: str, state_root: Path, timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=REPO, **kwargs,
+    )
+
+
+def _wait(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _child_pids(state_root: Path) -> list[int]:
+    return [r.pid for r in list_live_processes(state_root) if r.pid and r.process != "orchestrator"]
+
+
+def test_run_input_one_shot_delegates_and_leaves_no_process(state_root: Path) -> None:
+    result = goondan("run", "--bundle", str(EXAMPLE), "--input", "What is 17 * 23?", state_root=state_root)
+    assert result.returncode == 0, result.stderr
+    assert "The worker replied:" in result.stdout and "17 * 23 = 391" in result.stdout
+    status = json.loads((state_root / "runtime" / "status" / "delegation.json").read_text())
+    procs = {p["process"]: p for p in status["processes"]}
+    assert set(procs) == {"coordinator.cli", "worker.cli"}
+    assert all(p["status"] == "terminated" for p in procs.values())
+    assert read_active(state_root) is None  # cleared at exit
+    logs = goondan("logs", "--instance-key", "delegation", "--process", "worker.cli", state_root=state_root)
+    assert logs.returncode == 0 and "--- stderr" in logs.stdout
+    # the worker's conversation was committed by its own process
+    bases = list((state_root / "workspaces").glob("*/instances/*/messages/base.jsonl"))
+    assert len(bases) == 2 and any("391" in p.read_text() for p in bases)
+
+
+def test_run_reads_piped_lines_and_env_files(state_root: Path, tmp_path: Path) -> None:
+    bundle = tmp_path / "delegation"
+    shutil.copytree(EXAMPLE, bundle)
+    (bundle / ".env").write_text("GOONDAN_TEST_FROM_ENV=1\n")
+    result = goondan("run", "--bundle", str(bundle), "--env-file", "missing.env", state_root=state_root)
+    assert result.returncode == 3 and "E_RUN_ENV_FILE" in result.stderr
+    result = goondan("run", "--bundle", str(bundle), state_root=state_root,
+                     input="What is 17 * 23?\n\nlist your agents\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2 and "391" in lines[0] and "callableAgents" in lines[1]
+
+
+@pytest.fixture
+def headless(state_root: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    bundle = tmp_path / "delegation"
+    shutil.copytree(EXAMPLE, bundle)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle),
+         "--foreground", "--watch"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        _wait(lambda: (a := read_active(state_root)) is not None and a.pid == proc.pid
+              and Path(a.control_socket or "").exists(), 20, "the orchestrator")
+        yield proc, bundle
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _control(state_root: Path, request: dict[str, Any]) -> dict[str, Any]:
+    active = read_active(state_root)
+    assert active is not None and active.control_socket
+    return asyncio.run(send_control(Path(active.control_socket), request, timeout_s=30))
+
+
+def test_headless_restart_watch_logs_and_sigterm(state_root: Path, headless: tuple[subprocess.Popen[str], Path]) -> None:
+    proc, bundle = headless
+    answer = _control(state_root, {"command": "request", "input": "What is 17 * 23?"})
+    assert answer["ok"] and "391" in answer["response"]
+    # processes.json is written asynchronously (coalesced every 0.2 s)
+    _wait(lambda: all(r.pid and r.status == "idle" for r in list_live_processes(state_root)
+                      if r.process in ("worker.control", "coordinator.control"))
+          and len(list_live_processes(state_root)) == 3, 10, "the status snapshot")
+    rows = {r.process: r for r in list_live_processes(state_root)}
+    assert rows["orchestrator"].status == "running" and rows["orchestrator"].pid == proc.pid
+    worker = rows["worker.control"]
+    assert worker.pid and pid_alive(worker.pid) and worker.uptime_s is not None
+
+    # a second orchestrator for the same swarm is refused
+    again = goondan("run", "--bundle", str(bundle), "--foreground", state_root=state_root)
+    assert again.returncode == 3 and "E_RUN_ALREADY_RUNNING" in again.stderr
+
+    restarted = goondan("restart", "--agent", "worker", state_root=state_root)
+    assert restarted.returncode == 0, restarted.stderr
+    assert "worker.control" in restarted.stdout
+    _wait(lambda: (r := {x.process: x for x in list_live_processes(state_root)}["worker.control"]).pid
+          not in (None, worker.pid) and r.status == "idle", 20, "the new worker process")
+    coordinator_pid = {x.process: x for x in list_live_processes(state_root)}["coordinator.control"].pid
+    assert coordinator_pid == rows["coordinator.control"].pid  # only the worker was replaced
+    assert "391" in _control(state_root, {"command": "request", "input": "What is 17 * 23?"})["response"]
+
+    # --watch: editing only the worker's prompt restarts only the worker
+    text = (bundle / "goondan.yaml").read_text()
+    (bundle / "goondan.yaml").write_text(text.replace("Answer with the result only.", "Answer briefly."))
+    before = {x.process: x.pid for x in list_live_processes(state_root)}
+    _wait(lambda: {x.process: x.pid for x in list_live_processes(state_root)}["worker.control"]
+          not in (None, before["worker.control"]), 20, "the watch restart")
+    assert {x.process: x.pid for x in list_live_processes(state_root)}["coordinator.control"] == before["coordinator.control"]
+
+    logs = goondan("logs", "--process", "orchestrator", "--lines", "500", state_root=state_root)
+    assert logs.returncode == 0 and "orchestrator.bundleChanged" in logs.stdout
+    assert goondan("logs", "--process", "../etc", state_root=state_root).returncode == 2
+
+    children = _child_pids(state_root)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    _wait(lambda: not any(pid_alive(p) for p in children), 10, "children to exit")
+    assert read_active(state_root) is None
+    assert goondan("restart", state_root=state_root).returncode == 3
