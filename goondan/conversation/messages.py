@@ -133,14 +133,20 @@ class Message:
         *,
         step_id: str | None = None,
         metadata: JsonObject | None = None,
+        call_options: dict[str, JsonObject] | None = None,
     ) -> Message:
+        """An assistant message; ``call_options`` maps a tool-call id to the ``providerOptions``
+        stored on its part (adapters read them back, e.g. Gemini thought signatures)."""
         parts: list[JsonObject] = []
         if text:
             parts.append({"type": "text", "text": text})
         for call in tool_calls or ():
-            parts.append(
-                {"type": "tool-call", "toolCallId": call.id, "toolName": call.name, "input": call.args}
-            )
+            part: JsonObject = {
+                "type": "tool-call", "toolCallId": call.id, "toolName": call.name, "input": call.args
+            }
+            if call_options and call.id in call_options:
+                part["providerOptions"] = call_options[call.id]
+            parts.append(part)
         return cls.create(
             "assistant", parts, source=MessageSource("assistant", step_id=step_id), metadata=metadata
         )

@@ -85,6 +85,9 @@ class ModelResponse:
     raw_finish_reason: str | None = None
     model: str | None = None
     provider_metadata: JsonObject = field(default_factory=dict)
+    # Per tool-call id: ``providerOptions`` the runtime stores on the tool-call part so the
+    # adapter can send them back next time (e.g. Gemini thought signatures).
+    tool_call_options: dict[str, JsonObject] = field(default_factory=dict)
 
 
 DeltaCallback = Callable[[StreamDelta], Any]

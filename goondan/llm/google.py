@@ -284,6 +284,9 @@ class GoogleModel(HttpModel):
             raw_finish_reason=str(raw_finish) if raw_finish is not None else None,
             model=model,
             provider_metadata=metadata,
+            tool_call_options={
+                call_id_: {"google": {"thoughtSignature": sig}} for call_id_, sig in signatures.items()
+            },
         )
 
     def new_stream(self, request: ModelRequest | None = None) -> GoogleStream:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from goondan.conversation.messages import Message
 from goondan.errors import LlmAuthError, LlmBadResponseError, LlmHttpError
 from goondan.llm.base import ModelRequest, ModelResponse, ModelSpec, StreamDelta
 from goondan.llm.google import GENERATED_ID_PREFIX, GoogleModel
@@ -104,6 +105,17 @@ def test_response_parsing_and_stable_ids() -> None:
     assert response.finish_reason == "tool_calls" and response.raw_finish_reason == "STOP"
     assert response.usage == TokenUsage(40, 15, 55, 32)
     assert response.provider_metadata["google"] == {"thoughtSignatures": {ids[0]: "sig1"}}
+    assert response.tool_call_options == {ids[0]: {"google": {"thoughtSignature": "sig1"}}}
+
+
+def test_thought_signatures_round_trip_through_the_stored_assistant_message() -> None:
+    """A signature returned with a functionCall is stored on the tool-call part and sent back."""
+    m = model()
+    response = m.from_wire(RESPONSE, request=REQUEST)
+    stored = Message.assistant(response.text, response.tool_calls, call_options=response.tool_call_options)
+    wire = m.to_wire(ModelRequest(messages=[*REQUEST.messages, stored.data]))
+    sent = [p for c in wire["contents"] if c["role"] == "model" for p in c["parts"] if "functionCall" in p]
+    assert [p.get("thoughtSignature") for p in sent] == ["sig1", None]
 
 
 def test_server_sent_call_ids_are_kept() -> None:
