@@ -15,6 +15,7 @@ ALIASES = {
     "loader": "tools/test_loader.py", "eapi": "extensions/test_api.py",
     "eload": "extensions/test_loader.py", "state": "extensions/test_state.py",
     "e2e": "extensions/test_fixture_extensions.py",
+    "seedrt": "runtime/test_seed_extensions.py",
 }
 
 
