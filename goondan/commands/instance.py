@@ -1,5 +1,10 @@
 """``goondan instance list`` and ``goondan instance delete KEY``: conversation instances on disk.
 
+When an orchestrator (``goondan run``) is running under the state root, ``instance list`` also
+shows its live processes (:data:`PROCESS_COLUMNS`: process, agent, instance key, pid, status,
+uptime), read from ``runtime/orchestrators/*.json`` and the status snapshots; ``--json`` adds
+them as ``"processes"``.
+
 Built to be extended: rows come from :func:`collect_rows` as plain dicts and are printed through
 the :data:`COLUMNS` table, so the orchestrator can add live-process columns (``pid``, ``state``)
 by appending to ``COLUMNS`` and enriching rows in an ``ROW_ENRICHERS`` hook, and can attach more
@@ -25,7 +30,16 @@ from goondan.workspace.catalog import (
     iter_instances,
 )
 
-__all__ = ["COLUMNS", "ROW_ENRICHERS", "Column", "collect_rows", "instance"]
+__all__ = [
+    "COLUMNS",
+    "PROCESS_COLUMNS",
+    "ROW_ENRICHERS",
+    "Column",
+    "collect_processes",
+    "collect_rows",
+    "format_uptime",
+    "instance",
+]
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,52 @@ COLUMNS: list[Column] = [
 # Callables (row, info) -> None that add keys to a row, e.g. the live process state.
 ROW_ENRICHERS: list[Callable[[dict[str, Any], InstanceInfo], None]] = []
 
+PROCESS_COLUMNS: list[Column] = [
+    Column("PROCESS", "process", 24),
+    Column("AGENT", "agentName", 16),
+    Column("INSTANCE KEY", "instanceKey", 20),
+    Column("PID", "pid", 8),
+    Column("STATUS", "status", 16),
+    Column("UPTIME", "uptime", 0),
+]
+
+
+def format_uptime(seconds: float | None) -> str:
+    """``42s``, ``3m05s``, ``2h07m``, ``3d04h``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    total = int(seconds)
+    if total < 60:
+        return f"{total}s"
+    if total < 3600:
+        return f"{total // 60}m{total % 60:02d}s"
+    if total < 86400:
+        return f"{total // 3600}h{total % 3600 // 60:02d}m"
+    return f"{total // 86400}d{total % 86400 // 3600:02d}h"
+
+
+def collect_processes(state_root: Path, *, agent: str | None = None) -> list[dict[str, Any]]:
+    """Live processes of the orchestrators running under ``state_root`` (none when no
+    orchestrator runs; records left by a killed orchestrator are ignored)."""
+    from goondan.ipc.state import list_live_processes
+
+    rows: list[dict[str, Any]] = []
+    running: set[str] = set()
+    for proc in list_live_processes(state_root):
+        if proc.process == "orchestrator":
+            if proc.status == "running":
+                running.add(proc.orchestrator_key)
+            else:
+                continue
+        elif proc.orchestrator_key not in running:
+            continue
+        if agent is not None and proc.process != "orchestrator" and proc.agent_name != agent:
+            continue
+        row = proc.to_dict()
+        row["uptime"] = format_uptime(proc.uptime_s)
+        rows.append(row)
+    return rows
+
 
 def collect_rows(state_root: Path, *, agent: str | None = None) -> list[dict[str, Any]]:
     """Every instance as a JSON-ready row (most recently updated first)."""
@@ -69,9 +129,9 @@ def collect_rows(state_root: Path, *, agent: str | None = None) -> list[dict[str
     return rows
 
 
-def _render(row: dict[str, Any]) -> str:
+def _render(row: dict[str, Any], columns: list[Column] | None = None) -> str:
     cells = []
-    for column in COLUMNS:
+    for column in COLUMNS if columns is None else columns:
         value = str(row.get(column.key, "-") if row.get(column.key) is not None else "-")
         cells.append(value.ljust(column.width) if column.width else value)
     return "  ".join(cells).rstrip()
@@ -82,22 +142,35 @@ def _list(state_root: str | None, agent: str | None, limit: int, show_all: bool,
     opts = get_globals()
     root = opts.resolve_state_root(state_root)
     rows = collect_rows(root, agent=agent)
+    processes = collect_processes(root, agent=agent)
     if as_json:
         for row in rows:
             row.pop("created", None)
             row.pop("updated", None)
-        click.echo(mask(json.dumps({"instances": rows}, ensure_ascii=False, indent=2)))
+        for row in processes:
+            row.pop("uptime", None)
+        document = {"instances": rows, "processes": processes}
+        click.echo(mask(json.dumps(document, ensure_ascii=False, indent=2)))
         return
     if not rows:
         click.echo("No instances found.")
-        return
-    shown = rows if show_all or limit == 0 else rows[:limit]
-    header = "  ".join(c.header.ljust(c.width) if c.width else c.header for c in COLUMNS)
-    click.echo(style(header.rstrip(), opts.color, bold=True))
-    for row in shown:
-        click.echo(mask(_render(row)))
-    if len(shown) < len(rows):
-        click.echo(f"... {len(rows) - len(shown)} more (use --all)")
+    else:
+        shown = rows if show_all or limit == 0 else rows[:limit]
+        click.echo(style(_header(COLUMNS), opts.color, bold=True))
+        for row in shown:
+            click.echo(mask(_render(row)))
+        if len(shown) < len(rows):
+            click.echo(f"... {len(rows) - len(shown)} more (use --all)")
+    if processes:
+        click.echo("")
+        click.echo(style("Live processes", opts.color, bold=True))
+        click.echo(style(_header(PROCESS_COLUMNS), opts.color, bold=True))
+        for row in processes:
+            click.echo(mask(_render(row, PROCESS_COLUMNS)))
+
+
+def _header(columns: list[Column]) -> str:
+    return "  ".join(c.header.ljust(c.width) if c.width else c.header for c in columns).rstrip()
 
 
 @click.group("instance", invoke_without_command=True)

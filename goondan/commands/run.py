@@ -122,7 +122,7 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
                   f"conversation {conversation} (each agent is its own process)")
         reader = LineReader(service.state_root / "repl" / "history")
         session = ReplSession(backend, runner, reader=reader, out=sys.stdout, color=color,
-                              stream=False, banner=banner)
+                              stream=True, banner=banner)
         return session.run()
     finally:
         try:

@@ -11,7 +11,9 @@
 2. each ``event`` without ``metadata.inReplyTo`` is one Turn, run in arrival order, bracketed
    by ``runtime.turnStarted``/``runtime.turnFinished`` reports (the orchestrator's crash
    accounting and per-instance flow control rely on them); after a Turn whose event had
-   ``replyTo`` the answer goes back with ``metadata.inReplyTo``;
+   ``replyTo`` the answer goes back with ``metadata.inReplyTo``. When the event carries
+   ``metadata.__goondanStream`` the Turn is streamed: its runtime events (text deltas, steps,
+   tool calls) go to the orchestrator as ``runtime.delta`` reports before the answer;
 3. events with ``metadata.inReplyTo`` answer this instance's own requests
    (:class:`IpcAgentRouter`);
 4. ``shutdown`` → draining: no new Turn starts, the running one finishes and folds, the
@@ -37,7 +39,13 @@ from typing import Any, Protocol
 
 from goondan.errors import AgentError, GoondanError, IpcError
 from goondan.ipc.channel import PipeTransport, Transport
-from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, control_event
+from goondan.ipc.protocol import (
+    ORCHESTRATOR,
+    STREAM_KEY,
+    STREAMED_EVENT_TYPES,
+    IpcMessage,
+    control_event,
+)
 from goondan.pipeline.context import TurnResult
 from goondan.runtime.agents import response_event, turn_error
 from goondan.types import AgentEvent, JsonObject, ReplyChannel
@@ -146,6 +154,8 @@ class AgentWorker:
         self._shutdown_requested = False
         self._replied: set[str] = set()
         self._reply_targets: dict[str, str] = {}
+        self._streaming: str | None = None  # id of the event whose Turn is streamed
+        self._stream_sends: list[asyncio.Task[None]] = []
         self.turns = 0
 
     def __repr__(self) -> str:
@@ -160,8 +170,23 @@ class AgentWorker:
         with contextlib.suppress(IpcError):
             await self.transport.send(IpcMessage.event(self.agent_name, ORCHESTRATOR, event))
 
+    def on_runtime_event(self, payload: JsonObject) -> None:
+        """Instance listener: forward a streamed Turn's events as ``runtime.delta`` reports."""
+        event_id = self._streaming
+        if event_id is None or payload.get("type") not in STREAMED_EVENT_TYPES:
+            return
+        # PipeTransport.send queues the frame before its first await, so the tasks keep order.
+        task = asyncio.ensure_future(self.report("delta", eventId=event_id, payload=payload))
+        self._stream_sends.append(task)
+
+    async def _flush_stream(self) -> None:
+        sends, self._stream_sends = self._stream_sends, []
+        if sends:
+            await asyncio.gather(*sends, return_exceptions=True)
+
     async def on_outgoing(self, event: AgentEvent) -> None:
         """The ``on_outgoing`` hook: send a Turn's answer back to the requester."""
+        await self._flush_stream()  # every streamed event reaches the front-end before the answer
         correlation = str(event.metadata.get("inReplyTo"))
         target = self._reply_targets.get(correlation) or str(event.metadata.get("replyTarget") or ORCHESTRATOR)
         self._replied.add(correlation)
@@ -208,6 +233,9 @@ class AgentWorker:
 
     async def serve(self, handler: TurnHandler) -> int:
         """Run until drained; returns the process exit code (0)."""
+        subscribe = getattr(handler, "subscribe", None)
+        if callable(subscribe):
+            subscribe(self.on_runtime_event)
         reader = asyncio.ensure_future(self._read_loop())
         await self.report("ready", pid=os.getpid())
         try:
@@ -235,6 +263,7 @@ class AgentWorker:
             self._reply_targets[correlation] = event.reply_to.target
         await self.report("turnStarted", eventId=event.id)
         error: JsonObject | None
+        restore = self._start_stream(handler, event)
         try:
             result = await handler.run(event)
             text, error, finish = result.text, turn_error(result), result.finish_reason
@@ -242,6 +271,10 @@ class AgentWorker:
             self.logger.error("turn for event %s failed: %s", event.id, exc)
             text, finish = None, "error"
             error = {"code": getattr(exc, "code", "E_AGENT_TURN_FAILED"), "message": str(exc)}
+        finally:
+            self._streaming = None
+            restore()
+        await self._flush_stream()
         self.turns += 1
         if correlation is not None and correlation not in self._replied:
             answer = response_event(
@@ -252,6 +285,22 @@ class AgentWorker:
             self._replied.discard(correlation)
             self._reply_targets.pop(correlation, None)
         await self.report("turnFinished", eventId=event.id, finishReason=finish, ok=error is None)
+
+
+    def _start_stream(self, handler: TurnHandler, event: AgentEvent) -> Callable[[], None]:
+        """Stream this Turn if asked: model deltas on (``TurnEnv.stream``), events forwarded."""
+        if not event.metadata.get(STREAM_KEY):
+            return lambda: None
+        self._streaming = event.id
+        env = getattr(handler, "env", None)
+        if env is None or not hasattr(env, "stream") or env.stream:
+            return lambda: None
+        env.stream = True
+
+        def restore() -> None:
+            env.stream = False
+
+        return restore
 
 
 # -- the child process ---------------------------------------------------------------------------

@@ -5,8 +5,9 @@
   while the main thread blocks on the terminal.
 * :class:`OrchestratorBackend` is the console's ``ReplBackend`` over the orchestrator: each
   line becomes an event for the entry agent (conversation ``cli``), answered through IPC. The
-  REPL's renderer and slash commands are reused unchanged; streaming deltas stay inside the
-  agent process, so the answer is shown when the turn ends.
+  REPL's renderer and slash commands are reused unchanged. The request asks the agent process
+  to stream the Turn (``runtime.delta`` reports): text deltas and tool calls are handed to the
+  subscribers on the caller's event loop, in order, before the answer.
 """
 
 from __future__ import annotations
@@ -102,21 +103,44 @@ class OrchestratorBackend:
         self.instance_key = instance_key
         self.source_name = source_name
         self.turns = 0
+        self._listeners: list[Callable[[JsonObject], Any]] = []
 
     async def run_turn(self, text: str) -> TurnResult:
-        """Send ``text`` to the entry agent and wait for its answer (cancellable)."""
+        """Send ``text`` to the entry agent and wait for its answer (cancellable); the Turn's
+        runtime events reach :meth:`subscribe` listeners as they happen."""
         event = AgentEvent(
             type="message", input=text, instance_key=self.instance_key,
             source={"kind": "connector", "name": self.source_name},
         )
         orchestrator = self.runner.service.orchestrator
-        future = self.runner.submit(orchestrator.request(self.agent_name, event, instance_key=self.instance_key))
+        loop = asyncio.get_running_loop()
+
+        def on_event(payload: JsonObject) -> None:
+            # Called on the service thread; call_soon_threadsafe keeps the order, and the
+            # answer (wrap_future) is scheduled the same way after the last event.
+            loop.call_soon_threadsafe(self._dispatch, payload)
+
+        future = self.runner.submit(orchestrator.request(
+            self.agent_name, event, instance_key=self.instance_key,
+            on_event=on_event if self._listeners else None,
+        ))
         answer = await asyncio.wrap_future(future)
         self.turns += 1
         return turn_result_of(answer)
 
+    def _dispatch(self, payload: JsonObject) -> None:
+        for listener in tuple(self._listeners):
+            listener(payload)
+
     def subscribe(self, listener: Callable[[JsonObject], Any]) -> Callable[[], None]:
-        return lambda: None
+        """Receive the streamed runtime events of the following turns; returns unsubscribe."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
 
     def messages(self) -> list[Message]:
         return []

@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from goondan.errors import AgentError, IpcError
-from goondan.ipc.protocol import CONTROL_PREFIX, ORCHESTRATOR, IpcMessage, ShutdownReason
+from goondan.ipc.protocol import (
+    CONTROL_PREFIX,
+    ORCHESTRATOR,
+    STREAM_KEY,
+    IpcMessage,
+    ShutdownReason,
+)
 from goondan.ipc.spawner import AgentHandle, Spawner, SpawnRequest
 from goondan.ipc.supervision import (
     InstanceRecord,
@@ -69,6 +75,7 @@ class _Pending:
 
 
 ClearHistory = Callable[[str], Awaitable[None] | None]
+StreamListener = Callable[[JsonObject], None]
 
 
 class Orchestrator:
@@ -104,6 +111,7 @@ class Orchestrator:
         self.logger = logger or _log
         self.records: dict[tuple[str, str], InstanceRecord] = {}
         self._pending: dict[str, _Pending] = {}
+        self._stream_listeners: dict[str, StreamListener] = {}
         self._changed = asyncio.Event()
         self._stopping = False
         self._started = False
@@ -230,9 +238,12 @@ class Orchestrator:
 
     async def request(
         self, agent: str, event: AgentEvent | str, *, instance_key: str = "default",
-        timeout_ms: int | None = None,
+        timeout_ms: int | None = None, on_event: StreamListener | None = None,
     ) -> AgentEvent:
-        """Send ``event`` to ``agent`` and wait for the answer event (``response_text`` reads it)."""
+        """Send ``event`` to ``agent`` and wait for the answer event (``response_text`` reads it).
+
+        With ``on_event`` the agent process streams the Turn's runtime events (``llm.delta``,
+        ``step.*``, ``tool.*`` payloads) to it, in order and before the answer arrives."""
         if isinstance(event, str):
             event = AgentEvent(type="message", input=event, instance_key=instance_key)
         event.instance_key = event.instance_key or instance_key
@@ -240,6 +251,9 @@ class Orchestrator:
         event.reply_to = ReplyChannel(target=ORCHESTRATOR, correlation_id=correlation)
         future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._pending[correlation] = _Pending(None, (agent, event.instance_key), future)
+        if on_event is not None:
+            event.metadata[STREAM_KEY] = True
+            self._stream_listeners[event.id] = on_event
         try:
             await self.submit(agent, event)
             if timeout_ms is None:
@@ -253,6 +267,7 @@ class Orchestrator:
             ) from None
         finally:
             self._pending.pop(correlation, None)
+            self._stream_listeners.pop(event.id, None)
 
     async def spawn_instance(
         self, agent: str, instance_key: str, *, cwd: str | None = None,
@@ -444,6 +459,15 @@ class Orchestrator:
     async def _on_control(self, rec: InstanceRecord, handle: AgentHandle, event: AgentEvent) -> None:
         kind = event.type[len(CONTROL_PREFIX):]
         meta = event.metadata
+        if kind == "delta":  # hot path: no status change
+            listener = self._stream_listeners.get(str(meta.get("eventId")))
+            payload = meta.get("payload")
+            if listener is not None and isinstance(payload, dict):
+                try:
+                    listener(payload)
+                except Exception:  # a front-end bug must not break routing
+                    self.logger.exception("stream listener failed")
+            return
         if kind == "ready":
             rec.ready = True
             rec.status = "idle"

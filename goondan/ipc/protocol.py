@@ -6,7 +6,8 @@ process exchange is one of them:
 * ``event`` carries an :class:`~goondan.types.AgentEvent` (``payload``). Agent-to-agent requests
   set ``replyTo``; answers carry ``metadata.inReplyTo``. Events addressed ``to: "orchestrator"``
   whose ``type`` starts with ``runtime.`` are *control reports* of an agent process (ready,
-  turn started/finished, spawn/list queries); they never start a Turn.
+  turn started/finished, spawn/list queries, ``runtime.delta`` stream events); they never
+  start a Turn.
 * ``shutdown`` asks a process to drain: ``{gracePeriodMs, reason}``.
 * ``shutdown_ack`` answers it after the running Turn was folded: ``{instanceKey}``.
 
@@ -28,6 +29,8 @@ __all__ = [
     "MESSAGE_TYPES",
     "ORCHESTRATOR",
     "SHUTDOWN_REASONS",
+    "STREAMED_EVENT_TYPES",
+    "STREAM_KEY",
     "IpcMessage",
     "MessageType",
     "ShutdownReason",
@@ -44,6 +47,13 @@ SHUTDOWN_REASONS: Final = ("restart", "config_change", "orchestrator_shutdown")
 ORCHESTRATOR: Final = "orchestrator"
 # Event types of control reports (agent process → orchestrator); never routed to an agent.
 CONTROL_PREFIX: Final = "runtime."
+# Event metadata flag: the agent process reports this Turn's runtime events to the orchestrator
+# as ``runtime.delta`` control events (``{eventId, payload}``), e.g. for the ``goondan run`` chat.
+STREAM_KEY: Final = "__goondanStream"
+# The runtime events forwarded for a streamed Turn (what the console renderer draws).
+STREAMED_EVENT_TYPES: Final = frozenset({
+    "llm.delta", "step.started", "step.completed", "tool.called", "tool.completed", "tool.failed",
+})
 
 
 @dataclass

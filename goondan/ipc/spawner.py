@@ -8,7 +8,10 @@ injection), so tests and the embedding API can swap real processes for in-proces
   entry is a module-level function ``target(conn, argv)``; ``argv`` carries the spec's
   ``--bundle-dir --agent-name --instance-key`` plus ``--state-root``/``--swarm``/``--workdir``/
   ``--log-dir``. Exit is observed through the process sentinel on the event loop (no thread per
-  child).
+  child). When the target lives in an importable module (the default ``process_main`` does),
+  the child does not re-run the parent's ``__main__``: under the ``goondan`` console script
+  that would import click and the whole CLI into every agent process for nothing (see
+  :func:`_lean_start`).
 * :class:`InProcessSpawner` runs a worker coroutine per instance in the current loop over an
   :class:`~goondan.ipc.channel.InProcessTransport` pair; ``kill()`` cancels it (like SIGKILL:
   the running turn is not folded).
@@ -23,6 +26,7 @@ import multiprocessing
 import os
 import re
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +110,44 @@ class Spawner(abc.ABC):
 
 
 ChildTarget = Callable[[Connection, list[str]], None]
+
+_lean = threading.local()
+
+
+def _install_lean_main() -> None:
+    """Wrap ``multiprocessing.spawn.get_preparation_data`` once: while ``_lean.active`` is set
+    in the calling thread, the child is told not to re-import the parent's ``__main__``."""
+    from multiprocessing import spawn as mp_spawn
+
+    original = mp_spawn.get_preparation_data
+    if getattr(original, "_goondan_lean", False):
+        return
+
+    def get_preparation_data(name: str) -> dict[str, Any]:
+        data: dict[str, Any] = original(name)
+        if getattr(_lean, "active", False):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+    get_preparation_data._goondan_lean = True  # type: ignore[attr-defined]
+    mp_spawn.get_preparation_data = get_preparation_data
+
+
+def _lean_start(process: Any, *, lean: bool) -> None:
+    """``process.start()``; with ``lean`` the parent's ``__main__`` is not re-run in the child.
+
+    The spawn start method re-executes the parent's main script in the child (as
+    ``__mp_main__``) so that targets defined there can be unpickled. Targets from importable
+    modules do not need it, and for the ``goondan`` console script it costs ~40 ms of
+    click/CLI imports per agent process."""
+    if lean:
+        _install_lean_main()
+    _lean.active = lean
+    try:
+        process.start()
+    finally:
+        _lean.active = False
 
 
 class _ProcessHandle(AgentHandle):
@@ -219,7 +261,8 @@ class ProcessSpawner(Spawner):
             daemon=False,
         )
         # start() writes the preparation data synchronously; keep it off the event loop.
-        await asyncio.to_thread(process.start)
+        lean = getattr(target, "__module__", "__main__") != "__main__"
+        await asyncio.to_thread(_lean_start, process, lean=lean)
         child_conn.close()
         return _ProcessHandle(request, PipeTransport(parent_conn), process)
 

@@ -16,6 +16,11 @@ Everything runs in this process: no subprocess is spawned and nothing is written
 ``state_root`` (default: ``--state-root`` / ``GOONDAN_STATE_ROOT`` / ``~/.goondan``).
 ``rt.subscribe(callback)`` receives every runtime event payload (``turn.started`` …
 ``tool.failed`` and ``llm.delta`` for streamed text) of every instance.
+
+Agent-to-agent calls (``agents__request`` and friends, ``ctx.agents``) run in process through an
+:class:`~goondan.runtime.agents.InProcessAgentRouter`: the target (agent, instanceKey) is opened
+on first use as its own :class:`AgentInstance` (own store and lock), with the same call-stack
+cycle detection and depth limit as under the orchestrator.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from goondan.llm.base import LanguageModel
 from goondan.pipeline.context import TurnResult
+from goondan.runtime.agents import DEFAULT_MAX_DEPTH, InProcessAgentRouter, SwarmCatalog
 from goondan.runtime.instance import AgentInstance, AgentsFactory, ModelFactory, OutgoingHandler
 from goondan.runtime.observe import EventListener
 from goondan.types import AgentEvent, JsonObject
@@ -53,6 +59,7 @@ class Runtime:
         stream: bool = True,
         agents_factory: AgentsFactory | None = None,
         on_outgoing: OutgoingHandler | None = None,
+        max_agent_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         from goondan.workspace import workspace_id_for
 
@@ -64,10 +71,14 @@ class Runtime:
         self.model_factory = model_factory
         self.env = dict(os.environ if env is None else env)
         self.stream = stream
+        # An explicit factory replaces the in-process router for every instance (legacy hook).
         self.agents_factory = agents_factory
         self.on_outgoing = on_outgoing
-        self._instances: dict[tuple[str, str], AgentInstance] = {}
-        self._opening: dict[tuple[str, str], asyncio.Future[AgentInstance]] = {}
+        self.router = InProcessAgentRouter(
+            SwarmCatalog(self.swarm.name, self.swarm.entry_agent, tuple(self.swarm.agents)),
+            create_instance=self._create_for_router,
+            max_depth=max_agent_depth,
+        )
         self._listeners: list[EventListener] = []
         self._runner: asyncio.Runner | None = None
         self._closed = False
@@ -83,6 +94,7 @@ class Runtime:
         model_factory: ModelFactory | None = None,
         env: Mapping[str, str] | None = None,
         stream: bool = True,
+        max_agent_depth: int = DEFAULT_MAX_DEPTH,
     ) -> Runtime:
         """Load and validate the bundle at ``path`` (raises ``BundleError``/``ConfigError``).
 
@@ -104,6 +116,7 @@ class Runtime:
             model_factory=model_factory,
             env=env,
             stream=stream,
+            max_agent_depth=max_agent_depth,
         )
 
     # -- instances ---------------------------------------------------------------------------------
@@ -117,34 +130,43 @@ class Runtime:
         """The conversation key used when none is given: the swarm's instance key."""
         return self.swarm.instance_key
 
+    @property
+    def _instances(self) -> dict[tuple[str, str], Any]:
+        return self.router.instances
+
     async def instance(self, agent: str | None = None, instance_key: str | None = None) -> AgentInstance:
         """The (opened on first use) instance of ``agent`` for ``instance_key``."""
         self._check_open()
         name = agent or self.entry_agent
-        key = (name, instance_key or self.default_instance_key)
-        existing = self._instances.get(key)
-        if existing is not None:
-            return existing
-        pending = self._opening.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[AgentInstance] = asyncio.get_running_loop().create_future()
-        self._opening[key] = future
-        try:
-            instance = await self._open(name, key[1])
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: the caller sees it through the raise below
-            raise
-        finally:
-            self._opening.pop(key, None)
-        self._instances[key] = instance
-        future.set_result(instance)
+        instance: AgentInstance = await self.router.instance(name, instance_key or self.default_instance_key)
         return instance
 
-    async def _open(self, agent: str, instance_key: str) -> AgentInstance:
+    async def _create_for_router(
+        self, agent: str, instance_key: str, *, agents_factory: AgentsFactory,
+        on_outgoing: OutgoingHandler, workdir: str | None = None,
+    ) -> AgentInstance:
+        self._check_open()
+
+        async def outgoing(event: AgentEvent) -> None:
+            await on_outgoing(event)  # resolves an in-process request waiting for this answer
+            if self.on_outgoing is not None:
+                await self.on_outgoing(event)
+
+        return await self._open(
+            agent, instance_key,
+            agents_factory=self.agents_factory or agents_factory,
+            on_outgoing=outgoing,
+            workdir=Path(workdir) if workdir else None,
+        )
+
+    async def _open(
+        self, agent: str, instance_key: str, *, agents_factory: AgentsFactory | None,
+        on_outgoing: OutgoingHandler | None, workdir: Path | None,
+    ) -> AgentInstance:
         spec = self.bundle.agent_spec(agent, swarm=self.swarm.name)
         model = self.models.get(agent) or self.models.get(spec.model.name)
+        if workdir is not None and not workdir.is_absolute():
+            workdir = self.bundle.root / workdir
         instance = await AgentInstance.open(
             spec,
             state_root=self.state_root,
@@ -154,8 +176,9 @@ class Runtime:
             model_factory=self.model_factory,
             env=self.env,
             max_steps_per_turn=spec.max_steps_per_turn or self.swarm.max_steps_per_turn,
-            agents_factory=self.agents_factory,
-            on_outgoing=self.on_outgoing,
+            workdir=workdir,
+            agents_factory=agents_factory,
+            on_outgoing=on_outgoing,
             stream=self.stream,
         )
         instance.subscribe(self._dispatch)
@@ -235,6 +258,8 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        # Fire-and-forget turns (agents__send) finish first; they may still call other agents.
+        await self.router.drain_tasks()
         instances = list(self._instances.values())
         self._instances.clear()
         errors: list[BaseException] = []

@@ -436,9 +436,9 @@ class InProcessAgentRouter:
         """Run ``event`` on the target instance (its own FIFO) and wait for the answer."""
         assert event.reply_to is not None and event.instance_key is not None
         correlation = event.reply_to.correlation_id
+        instance = await self.instance(target, event.instance_key)  # may fail: nothing to undo
         future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._pending[correlation] = future
-        instance = await self.instance(target, event.instance_key)
         task = asyncio.ensure_future(self._run(instance, event, target))
         try:
             # shield: a caller's timeout must not cancel the callee's turn (reference behaviour)
@@ -496,10 +496,14 @@ class InProcessAgentRouter:
         rows = [s for s in self._spawned.values() if include_all or s.owner == owner]
         return [s.to_dict() for s in sorted(rows, key=lambda s: s.created_at)]
 
+    async def drain_tasks(self) -> None:
+        """Wait for fire-and-forget turns (``send``) and abandoned requests still running."""
+        while self._tasks:  # a finishing turn may start more (send → send)
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     async def aclose(self) -> None:
         """Wait for fire-and-forget turns still running, then close every instance."""
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.drain_tasks()
         for instance in self.instances.values():
             close = getattr(instance, "close", None)
             if close is not None:

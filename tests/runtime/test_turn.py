@@ -200,8 +200,9 @@ def test_middleware_exception_fails_turn_and_instance_stays_usable(state_root: P
             instance.pipeline.register("turn", broken)
             result = await rt.run_turn("onion", "hi")
             assert result.finish_reason == "error"
-            assert result.error is not None and result.error["code"] == "E_AGENT_UNAVAILABLE"
-            assert "goondan run" in result.error.get("suggestion", "")
+            # agent-to-agent calls run in process now; 'other' is no agent of the swarm
+            assert result.error is not None and result.error["code"] == "E_AGENT_NOT_FOUND"
+            assert "onion" in result.error.get("suggestion", "")
             assert shape(base_records(instance)) == [("user", "user", "hi")]
 
     run(main())

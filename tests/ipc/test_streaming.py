@@ -1,0 +1,60 @@
+"""Streamed Turns through the orchestrator: ``request(on_event=...)`` and ``runtime.delta``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from goondan.ipc.agent_process import AgentWorker, build_agent_instance
+from goondan.ipc.channel import Transport
+from goondan.ipc.orchestrator import Orchestrator
+from goondan.ipc.spawner import InProcessSpawner, SpawnRequest
+from goondan.types import AgentEvent
+
+DELEGATION = Path(__file__).resolve().parents[2] / "examples" / "delegation"
+
+
+def real_agents(state_root: Path) -> InProcessSpawner:
+    """The real agent-process code (bundle, AgentInstance, worker loop) without processes."""
+
+    async def worker(request: SpawnRequest, transport: Transport) -> int:
+        agent = AgentWorker(transport, agent_name=request.agent_name, instance_key=request.instance_key)
+        args = argparse.Namespace(
+            bundle_dir=str(DELEGATION), agent_name=request.agent_name, instance_key=request.instance_key,
+            state_root=str(state_root), swarm=None, workdir=None, max_depth=None,
+        )
+        return await agent.serve(await build_agent_instance(args, agent))
+
+    return InProcessSpawner(worker)
+
+
+def test_streamed_request_delivers_the_entry_turns_events_before_the_answer(state_root: Path) -> None:
+    async def main() -> None:
+        orch = Orchestrator(real_agents(state_root), swarm_name="default", entry_agent="coordinator",
+                            agents=["coordinator", "worker"], reconcile_interval_s=0)
+        seen: list[dict[str, Any]] = []
+        async with orch:
+            answer_at: list[int] = []
+
+            def on_event(payload: dict[str, Any]) -> None:
+                assert not answer_at, "an event arrived after the answer"
+                seen.append(payload)
+
+            event = AgentEvent(type="message", input="What is 17 * 23?", instance_key="s",
+                               source={"kind": "connector", "name": "cli"})
+            answer = await orch.request("coordinator", event, instance_key="s", on_event=on_event)
+            answer_at.append(len(seen))
+            # a second, unstreamed request: nothing more is reported
+            await orch.request("coordinator", "What is 17 * 23?", instance_key="s")
+        assert answer.input is not None and "17 * 23 = 391" in answer.input
+        assert len(seen) == answer_at[0]
+        assert {p["agentName"] for p in seen} == {"coordinator"}  # the worker's turn is not streamed
+        text = "".join(p["text"] for p in seen if p["type"] == "llm.delta" and p["kind"] == "text")
+        assert text.startswith("Let me ask the worker.") and text.endswith(answer.input)
+        kinds = [p["type"] for p in seen if p["type"] != "llm.delta"]
+        assert kinds == ["step.started", "tool.called", "tool.completed", "step.completed",
+                         "step.started", "step.completed"]
+
+    asyncio.run(main())

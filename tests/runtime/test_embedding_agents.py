@@ -1,0 +1,174 @@
+"""Agent-to-agent calls inside the embedding ``Runtime`` (in-process router, no processes)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from goondan.llm.testing import ScriptedModel
+from goondan.runtime import Runtime
+from tests.support.runtime_harness import run
+
+REPO = Path(__file__).resolve().parents[2]
+DELEGATION = REPO / "examples" / "delegation"
+
+ASK_EXTENSION = '''
+async def _turn(ctx):
+    answer = None
+    if "middleware" in (ctx.input_event.input or ""):
+        answer = await ctx.agents.request("worker", "Compute 17 * 23.", timeout_ms=5000)
+    result = await ctx.next()
+    if answer is not None:
+        result.metadata["workerAnswer"] = answer["response"]
+    return result
+
+
+def register(api):
+    api.pipeline.register("turn", _turn)
+'''
+
+
+def bundle_with_calling_worker(tmp_path: Path) -> Path:
+    """examples/delegation where the worker may call agents too and the coordinator has a
+    turn middleware using ``ctx.agents``."""
+    bundle = tmp_path / "delegation"
+    shutil.copytree(DELEGATION, bundle)
+    (bundle / "ask.py").write_text(ASK_EXTENSION)
+    text = (bundle / "goondan.yaml").read_text()
+    text = text.replace(
+        "    systemPrompt: You are a careful calculator. Answer with the result only.\n",
+        "    systemPrompt: You are a careful calculator. Answer with the result only.\n"
+        "  tools:\n    - ref: {kind: Tool, name: agents, package: \"@goondan/base\"}\n",
+    )
+    text = text.replace(
+        "  tools:\n    - ref: {kind: Tool, name: agents, package: \"@goondan/base\"}\n---\n"
+        "apiVersion: goondan.ai/v1\nkind: Agent\nmetadata:\n  name: worker",
+        "  tools:\n    - ref: {kind: Tool, name: agents, package: \"@goondan/base\"}\n"
+        "  extensions:\n    - ref: Extension/ask\n---\n"
+        "apiVersion: goondan.ai/v1\nkind: Agent\nmetadata:\n  name: worker",
+    )
+    text += (
+        "---\napiVersion: goondan.ai/v1\nkind: Extension\nmetadata:\n  name: ask\n"
+        "spec:\n  entry: ./ask.py\n"
+    )
+    (bundle / "goondan.yaml").write_text(text)
+    return bundle
+
+
+def test_delegation_runs_in_process_with_separate_instances(state_root: Path) -> None:
+    async def main() -> None:
+        async with Runtime.from_bundle(DELEGATION, state_root=state_root) as rt:
+            events: list[dict[str, Any]] = []
+            rt.subscribe(events.append)
+            result = await rt.run_turn("coordinator", "What is 17 * 23?", instance_key="k1")
+            assert result.finish_reason == "text_response", result.error
+            assert result.text.startswith("The worker replied:")
+            payload = json.loads(result.text.split(":", 1)[1])
+            assert payload["target"] == "worker" and payload["response"] == "17 * 23 = 391"
+
+            coordinator = await rt.instance("coordinator", "k1")
+            worker = await rt.instance("worker", "k1")
+            assert coordinator is not worker and coordinator.store is not worker.store
+            assert set(rt.router.instances) == {("coordinator", "k1"), ("worker", "k1")}
+            request = worker.messages[0]
+            assert "Compute 17 * 23." in request.text
+            # one trace: the worker's turn is a child of the coordinator's turn span
+            started = [e for e in events if e["type"] == "turn.started"]
+            assert [e["agentName"] for e in started] == ["coordinator", "worker"]
+            assert started[0]["traceId"] == started[1]["traceId"]
+            assert started[1]["parentSpanId"] == started[0]["spanId"]
+        bases = sorted(state_root.glob("workspaces/*/instances/*/messages/base.jsonl"))
+        assert len(bases) == 2 and any("391" in p.read_text() for p in bases)
+
+    run(main())
+
+
+def test_ctx_agents_in_middleware_and_tool_share_the_worker(state_root: Path, tmp_path: Path) -> None:
+    bundle = bundle_with_calling_worker(tmp_path)
+    worker = ScriptedModel(["from worker"], loop=True)
+    coordinator = ScriptedModel(["done"], loop=True)
+
+    async def main() -> None:
+        async with Runtime.from_bundle(
+            bundle, state_root=state_root, models={"coordinator": coordinator, "worker": worker}
+        ) as rt:
+            result = await rt.run_turn(None, "ask through middleware")
+            assert result.text == "done" and result.metadata["workerAnswer"] == "from worker"
+            instance = await rt.instance("worker")
+            seen = instance.messages[0]
+            assert "ask through" not in seen.text and "Compute 17 * 23." in seen.text
+
+    run(main())
+
+
+def test_cycle_is_refused_in_process_with_the_chain(state_root: Path, tmp_path: Path) -> None:
+    bundle = bundle_with_calling_worker(tmp_path)
+    coordinator = ScriptedModel([
+        {"toolCalls": [{"name": "agents__request", "args": {"target": "worker", "input": "please"}}]},
+        "coordinator saw: {{toolResult}}",
+    ])
+    # The worker asks the coordinator back (A → B → A) and reports the tool result.
+    worker = ScriptedModel([
+        {"toolCalls": [{"name": "agents__request", "args": {"target": "coordinator", "input": "back?"}}]},
+        "worker saw: {{toolResult}}",
+    ])
+
+    async def main() -> None:
+        async with Runtime.from_bundle(
+            bundle, state_root=state_root, models={"coordinator": coordinator, "worker": worker}
+        ) as rt:
+            result = await asyncio_timeout(rt.run_turn(None, "start", instance_key="cyc"), 20)
+            assert result.finish_reason == "text_response", result.error
+            assert "E_AGENT_CYCLE" in result.text
+            assert "coordinator@cyc → worker@cyc → coordinator@cyc" in result.text
+        coordinator.assert_complete()
+        worker.assert_complete()
+
+    run(main())
+
+
+def test_depth_limit_applies_in_process(state_root: Path, tmp_path: Path) -> None:
+    bundle = bundle_with_calling_worker(tmp_path)
+    coordinator = ScriptedModel([
+        {"toolCalls": [{"name": "agents__request", "args": {"target": "worker", "input": "go"}}]},
+        "{{toolResult}}",
+    ])
+    worker = ScriptedModel([
+        {"toolCalls": [{"name": "agents__request",
+                        "args": {"target": "coordinator", "input": "deeper", "instanceKey": "other"}}]},
+        "worker saw: {{toolResult}}",
+    ])
+
+    async def main() -> None:
+        async with Runtime.from_bundle(
+            bundle, state_root=state_root, models={"coordinator": coordinator, "worker": worker},
+            max_agent_depth=2,
+        ) as rt:
+            result = await rt.run_turn(None, "start", instance_key="d")
+            assert "E_AGENT_DEPTH" in result.text and "maximum of 2" in result.text
+            assert ("coordinator", "other") not in rt.router.instances
+
+    run(main())
+
+
+async def asyncio_timeout(coro: Any, seconds: float) -> Any:
+    import asyncio
+
+    async with asyncio.timeout(seconds):
+        return await coro
+
+
+def test_repl_delegates_in_process(state_root: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "repl",
+         "--bundle", str(DELEGATION), "--input", "What is 17 * 23?"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "The worker replied:" in result.stdout and "17 * 23 = 391" in result.stdout
+    assert "E_AGENT_UNAVAILABLE" not in result.stdout
+    assert not (state_root / "runtime").exists()  # no orchestrator, no process records
