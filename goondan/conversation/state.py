@@ -8,7 +8,13 @@ Two implementations of the same rule live here on purpose:
   slot list with tombstones for removals, an id index finds ``replace``/``remove`` targets, and
   the tombstones are compacted lazily the next time ``next_messages`` is read. The index itself
   is built on the first ``replace``/``remove``/``get`` of a Turn, so starting a Turn (and the
-  fold-commit that creates the next state) costs no per-message Python work.
+  fold-commit that creates the next state) costs no per-message Python work. Likewise a second
+  slot list holds each message's ``data`` dict, built on the first
+  :meth:`~ConversationState.to_llm_messages` and then updated by the same few lines that update
+  the first, so that call (made every step) is one list copy rather than a Python loop over the
+  history. The fold-commit hands that list on to the next Turn's state
+  (:meth:`~ConversationState.detach_llm_messages`). The property tests check both lists against
+  the naive fold.
 
 Event semantics (workspace.md §4): ``append`` adds at the end; ``replace`` swaps the *first*
 message whose id equals ``targetId`` (the new message may carry a new id); ``remove`` drops it;
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic
@@ -79,28 +85,37 @@ class ConversationState:
     only through :meth:`emit`.
     """
 
-    __slots__ = ("_base", "_events", "_index", "_slots", "_tombstones", "diagnostics")
+    __slots__ = ("_base", "_data", "_events", "_index", "_slots", "_tombstones", "diagnostics")
 
     def __init__(self, base_messages: Iterable[Message] = ()) -> None:
         self._base: list[Message] = list(base_messages)
         self._events: list[MessageEvent] = []
         self.diagnostics: list[Diagnostic] = []
         self._slots: list[Message | None] = list(self._base)
+        # None until needed; then _data[i] is _slots[i].data (None for a tombstone).
+        self._data: list[dict[str, Any] | None] | None = None
         self._tombstones = 0
         self._index: dict[str, list[int]] | None = None
 
     @classmethod
-    def adopt(cls, base_messages: list[Message]) -> ConversationState:
+    def adopt(
+        cls, base_messages: list[Message], base_data: list[dict[str, Any]] | None = None
+    ) -> ConversationState:
         """A state that uses ``base_messages`` as its base without copying it.
 
         For owners that never mutate that list afterwards (``InstanceStore.commit``); saves one
-        O(n) copy per Turn on long histories.
+        O(n) copy per Turn on long histories. ``base_data``, when given, must be a list nobody
+        else holds equal to ``[m.data for m in base_messages]`` (the previous state's
+        :meth:`detach_llm_messages`); the state takes it over, which spares the per-message
+        loop that would otherwise build it on the first :meth:`to_llm_messages`.
         """
         state = cls.__new__(cls)
         state._base = base_messages
         state._events = []
         state.diagnostics = []
         state._slots = list(base_messages)
+        # Taken over, not copied; a list without tombstones is a valid _data.
+        state._data = cast("list[dict[str, Any] | None] | None", base_data)
         state._tombstones = 0
         state._index = None
         return state
@@ -127,8 +142,32 @@ class ConversationState:
         return len(self._slots) - self._tombstones
 
     def to_llm_messages(self) -> list[dict[str, Any]]:
-        """The provider-neutral message dicts (``data``) of ``next_messages``, in order."""
-        return [dict(m.data) for m in self.next_messages]
+        """The provider-neutral message dicts (``data``) of ``next_messages``, in order.
+
+        The list is new (one C-level copy) but the dicts are the messages' own ``data``, shared
+        and read-only: copying each one cost a Python allocation per message and step (about
+        2 ms, plus the garbage collection it set off, at 10,000 messages), and a shallow copy
+        never protected the nested content anyway. Model adapters build their wire format from
+        it without changing it; change the conversation only through :meth:`emit`.
+        """
+        return self._llm_data()[:]
+
+    def detach_llm_messages(self) -> list[dict[str, Any]]:
+        """Hand over the list behind :meth:`to_llm_messages` (for the next Turn's state).
+
+        Used by the fold-commit, which passes it to :meth:`adopt` instead of copying it. This
+        state stays fully usable: it builds a new list if it is asked for one again.
+        """
+        data = self._llm_data()
+        self._data = None
+        return data
+
+    def _llm_data(self) -> list[dict[str, Any]]:
+        if self._tombstones:
+            self._compact()
+        if self._data is None:
+            self._data = [m.data for m in self._slots]  # type: ignore[union-attr]
+        return self._data  # type: ignore[return-value]  # no None left after compaction
 
     def get(self, message_id: str) -> Message | None:
         """The first message with ``message_id``, or None."""
@@ -154,11 +193,14 @@ class ConversationState:
         if event.type == "append":
             assert event.message is not None
             self._slots.append(event.message)
+            if self._data is not None:
+                self._data.append(event.message.data)
             if self._index is not None:
                 self._index_add(self._index, event.message.id, len(self._slots) - 1)
             return None
         if event.type == "truncate":
             self._slots = []
+            self._data = None
             self._index = None
             self._tombstones = 0
             return None
@@ -173,9 +215,13 @@ class ConversationState:
         if event.type == "replace":
             assert event.message is not None
             self._slots[position] = event.message
+            if self._data is not None:
+                self._data[position] = event.message.data
             self._index_add(index, event.message.id, position)
         else:
             self._slots[position] = None
+            if self._data is not None:
+                self._data[position] = None
             self._tombstones += 1
         return None
 
@@ -201,6 +247,8 @@ class ConversationState:
 
     def _compact(self) -> None:
         self._slots = [m for m in self._slots if m is not None]
+        if self._data is not None:
+            self._data = [d for d in self._data if d is not None]
         self._tombstones = 0
         self._index = None  # positions moved; rebuilt on the next replace/remove
 

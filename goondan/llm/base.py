@@ -54,7 +54,12 @@ class ModelSpec:
 
 @dataclass
 class ModelRequest:
-    """Everything one model round trip needs."""
+    """Everything one model round trip needs.
+
+    ``messages`` are the conversation's own ``data`` dicts (``ConversationState.to_llm_messages``
+    shares them to keep a step O(1) in history size): adapters and middleware must treat them
+    as read-only and build new structures for the wire.
+    """
 
     messages: list[JsonObject]
     tools: list[ToolCatalogItem] = field(default_factory=list)

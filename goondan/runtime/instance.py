@@ -376,10 +376,16 @@ class AgentInstance:
 
     async def _commit(self) -> None:
         await self._settle_status()
-        committed = await asyncio.to_thread(self.store.commit, self.state)
+        committed = await asyncio.to_thread(self._commit_and_idle)
         self._adopt(committed)
         await self._flush_extension_state()
-        await asyncio.to_thread(self.store.set_status, "idle")
+
+    def _commit_and_idle(self) -> Any:
+        # One worker-thread hop instead of two: the status is advisory, so recording "idle"
+        # before the extension states are flushed changes nothing a reader could rely on.
+        committed = self.store.commit(self.state)
+        self.store.set_status("idle")
+        return committed
 
     def _adopt(self, committed: Any) -> None:
         if isinstance(committed, ConversationState):

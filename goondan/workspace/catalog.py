@@ -102,7 +102,7 @@ def _info(workspace_id: str, paths: InstancePaths) -> InstanceInfo:
         info.error = exc.message
         return info
     if meta is None:
-        info.error = "metadata.json is missing"
+        info.error = "metadata.json is missing or empty"
         return info
     agent = meta.get("agentName")
     key = str(meta.get("instanceKey"))

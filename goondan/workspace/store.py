@@ -13,6 +13,13 @@ Write protocol (issue 3 "Durability", Decisions 2–3):
 * **At open** :meth:`InstanceStore.load` recovers: a torn last line is dropped (warning), leftover
   events are folded into base at once (warning ``W_WORKSPACE_RECOVERED``), and missing tool
   results are filled in (:func:`goondan.conversation.repair_tool_pairs`).
+* **Status** (:meth:`InstanceStore.set_status`, twice per Turn) is advisory: ``metadata.json`` is
+  replaced atomically (temp file + rename) but not fsync-ed, since nothing depends on it for
+  correctness. After a power loss it may be stale — a ``processing`` left by a dead holder is
+  reset by the first :meth:`~InstanceStore.load` — or, on file systems that do not order a rename
+  after the data it names, empty: an empty ``metadata.json`` counts as missing and is rebuilt
+  (warning ``W_WORKSPACE_METADATA_REBUILT``). The identity fields are written once, at creation,
+  and that write is fsync-ed.
 
 Exactly-once across a crash between "base written" and "events emptied":
 
@@ -46,7 +53,6 @@ from goondan.workspace.files import (
     fsync_dir,
     io_error,
     read_bytes,
-    read_json_file,
     write_all,
 )
 from goondan.workspace.locks import InstanceLock
@@ -73,13 +79,25 @@ RECOVERED = "W_WORKSPACE_RECOVERED"
 REPAIRED = "W_WORKSPACE_REPAIRED"
 DUPLICATE_ID = "W_WORKSPACE_DUPLICATE_ID"
 COMMIT_COMPLETED = "W_WORKSPACE_COMMIT_COMPLETED"
+METADATA_REBUILT = "W_WORKSPACE_METADATA_REBUILT"
 
 
 def read_metadata(paths: InstancePaths) -> dict[str, Any] | None:
-    """``metadata.json`` as a dict; None when absent; ``WorkspaceCorruptError`` when invalid."""
-    data = read_json_file(paths.metadata)
-    if data is None:
+    """``metadata.json`` as a dict; None when absent or empty; ``WorkspaceCorruptError`` when invalid.
+
+    Empty counts as absent: status writes are not fsync-ed (see the module docstring), so a power
+    loss can leave a zero-length file (or, on some file systems, one of NUL bytes) behind.
+    """
+    raw = read_bytes(paths.metadata)
+    if not raw.strip(b"\x00 \t\r\n"):
         return None
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise WorkspaceCorruptError(
+            f"{paths.metadata}: invalid JSON ({exc})", location=str(paths.metadata),
+            suggestion="fix or remove the file (keep a copy first)",
+        ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("instanceKey"), str):
         raise WorkspaceCorruptError(
             f"{paths.metadata}: expected an object with a string instanceKey",
@@ -127,11 +145,12 @@ class InstanceStore:
         self.instance_key = instance_key
         self.workspace_id = workspace_id
         self.recovery_diagnostics: list[Diagnostic] = []
+        self._open_diagnostics: list[Diagnostic] = []  # found by _prepare, reported by load()
         self._lock = lock
         self._fsync = fsync
         self._fsync_events = fsync_events
         self._metadata: dict[str, Any] = {}
-        self._base: list[Message] | None = None
+        self._base: list[Message] | None = None  # what base.jsonl holds, once loaded
         self._events_fd: int | None = None
         self._events_dirty = True  # unknown until load() has looked
         self._extension_cache: dict[str, bytes] = {}
@@ -184,6 +203,12 @@ class InstanceStore:
                     os.close(os.open(file, os.O_WRONLY | os.O_CREAT, 0o644))
             meta = read_metadata(paths)
             if meta is None:
+                if paths.metadata.exists():
+                    self._open_diagnostics.append(Diagnostic(
+                        code=METADATA_REBUILT, severity="warning", file=str(paths.metadata),
+                        message="metadata.json was empty (a status write cut short by a power "
+                        "loss); it was rebuilt with a new createdAt",
+                    ))
                 now = now_iso()
                 meta = {"status": "idle", "agentName": self.agent_name,
                         "instanceKey": self.instance_key, "createdAt": now, "updatedAt": now}
@@ -209,7 +234,8 @@ class InstanceStore:
         """The conversation with leftovers folded and tool pairs repaired; events are empty."""
         if self._base is not None and not self._events_dirty:
             return ConversationState.adopt(self._base)
-        self.recovery_diagnostics = []
+        first_load = self._base is None
+        self.recovery_diagnostics, self._open_diagnostics = self._open_diagnostics, []
         diagnostics = self.recovery_diagnostics
         paths = self.paths
         self._finish_interrupted_rewrite()
@@ -233,7 +259,11 @@ class InstanceStore:
                              base_file=str(paths.base))
         diagnostics.extend(plan.diagnostics)
         self._events_dirty = bool(events_file.records or events_file.diagnostics)
-        return self.commit(plan.state)
+        state = self.commit(plan.state)
+        if first_load and self.status == "processing":
+            # We hold the lock, so no Turn is running: the holder that wrote it died mid-Turn.
+            self.set_status("idle")
+        return state
 
     def _finish_interrupted_rewrite(self) -> None:
         prev, base = self.paths.base_prev, self.paths.base
@@ -297,21 +327,23 @@ class InstanceStore:
         """
         self._require_open()
         new = state.next_messages
-        if state.events:
+        base = self._base
+        data: list[dict[str, Any]] | None = None  # None: adopt() derives it (nothing written)
+        if base is None or state.events or not _same_base(state.base_messages, base):
             old = state.base_messages
-            if self._base is not None and _same_base(old, self._base) and len(new) == len(
-                old
-            ) + len(state.events) and all(e.type == "append" for e in state.events):
+            if (state.events and base is not None and _same_base(old, base)
+                    and len(new) == len(old) + len(state.events)
+                    and all(e.type == "append" for e in state.events)):
                 self._append_base(b"".join(encode_message(m) for m in new[len(old):]))
             else:
                 self._rewrite_base(b"".join(encode_message(m) for m in new))
-            self._base = list(new)
-        elif self._base is None or not _same_base(state.base_messages, self._base):
-            self._rewrite_base(b"".join(encode_message(m) for m in new))
-            self._base = list(new)
+            # One C-level copy; the next state takes over the data list the model requests are
+            # built from, so starting a Turn on a long history costs no per-message work.
+            base = self._base = list(new)
+            data = state.detach_llm_messages()
         if self._events_dirty:
             self._truncate_events()
-        return ConversationState.adopt(self._base)
+        return ConversationState.adopt(base, data)
 
     def _append_base(self, data: bytes) -> None:
         try:
@@ -358,12 +390,16 @@ class InstanceStore:
         self._events_dirty = False
 
     def set_status(self, status: Status) -> None:
-        """Write ``status`` (``processing`` during a Turn, ``idle`` after) and ``updatedAt``."""
+        """Write ``status`` (``processing`` during a Turn, ``idle`` after) and ``updatedAt``.
+
+        Atomic (readers see the old or the new file) but not fsync-ed: the status is advisory and
+        the two fsyncs of a durable replace cost more than the rest of a step on a real disk.
+        """
         if status not in ("idle", "processing"):
             raise ValueError(f"status must be 'idle' or 'processing', not {status!r}")
         self._require_open()
         self._metadata = {**self._metadata, "status": status, "updatedAt": now_iso()}
-        atomic_write(self.paths.metadata, _json_bytes(self._metadata), fsync=self._fsync)
+        atomic_write(self.paths.metadata, _json_bytes(self._metadata), fsync=False)
 
     # -- extension state -------------------------------------------------------------------------
     def load_extension_state(self, name: str) -> JsonValue | None:

@@ -19,6 +19,12 @@ def dicts(messages: list[Message]) -> list[dict[str, object]]:
     return [m.to_dict() for m in messages]
 
 
+def llm_view_matches(state: ConversationState, expected: list[Message]) -> bool:
+    """``to_llm_messages()`` is exactly the ``data`` dicts (the same objects) of ``expected``."""
+    view = state.to_llm_messages()
+    return len(view) == len(expected) and all(d is m.data for d, m in zip(view, expected, strict=True))
+
+
 def test_append_replace_remove_truncate() -> None:
     state = ConversationState([msg("a"), msg("b")])
     assert state.emit(MessageEvent.append(msg("c"))) is None
@@ -56,6 +62,20 @@ def test_to_llm_messages_returns_the_data_dicts() -> None:
     assert state.to_llm_messages() == [{"role": "user", "content": "hello"}]
 
 
+def test_to_llm_messages_is_a_new_list_of_the_messages_own_dicts() -> None:
+    state = ConversationState([msg("a"), msg("b")])
+    view = state.to_llm_messages()
+    view.append({"role": "user", "content": "not in the conversation"})
+    assert len(state.to_llm_messages()) == 2  # callers may extend their list freely
+    state.emit(MessageEvent.replace("a", msg("a2")))
+    state.emit(MessageEvent.remove("b"))
+    state.emit(MessageEvent.append(msg("c")))
+    assert llm_view_matches(state, state.next_messages)
+    assert [d["content"] for d in state.to_llm_messages()] == ["a2", "c"]
+    adopted = ConversationState.adopt(state.next_messages, state.to_llm_messages())
+    assert llm_view_matches(adopted, state.next_messages)
+
+
 def test_next_messages_is_not_recomputed_on_append() -> None:
     state = ConversationState([msg(f"m{i}") for i in range(1000)])
     view = state.next_messages
@@ -88,10 +108,44 @@ def test_incremental_equals_naive_fold(base_ids: list[str], sequence: list[Messa
         if n % read_every == 0:  # interleave reads so lazy compaction is exercised mid-stream
             expected, _ = fold(base, sequence[:n])
             assert dicts(state.next_messages) == dicts(expected)
+            assert llm_view_matches(state, expected)
     expected, diagnostics = fold(base, sequence)
     assert dicts(state.next_messages) == dicts(expected)
+    assert llm_view_matches(state, expected)
     assert warnings == [d.extra for d in diagnostics]
     assert len(state) == len(expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(base_ids=st.lists(ids, max_size=8), sequence=st.lists(events, max_size=40),
+       actions=st.lists(st.sampled_from(["emit", "read", "detach", "commit"]), min_size=40,
+                        max_size=80))
+def test_llm_view_survives_detach_and_adopt(base_ids: list[str], sequence: list[MessageEvent],
+                                           actions: list[str]) -> None:
+    # Mirrors what InstanceStore.commit does between Turns: the next state adopts a copy of
+    # next_messages and takes over the data list; the old state rebuilds one when asked.
+    base = [msg(i) for i in base_ids]
+    state = ConversationState(base)
+    old_states: list[ConversationState] = []
+    applied = 0
+    for action in actions:
+        if action == "emit" and applied < len(sequence):
+            state.emit(sequence[applied])
+            applied += 1
+        elif action == "read":
+            assert llm_view_matches(state, fold(base, sequence[:applied])[0])
+        elif action == "detach":
+            data, expected = state.detach_llm_messages(), fold(base, sequence[:applied])[0]
+            assert len(data) == len(expected)
+            assert all(d is m.data for d, m in zip(data, expected, strict=True))
+        elif action == "commit":
+            old_states.append(state)
+            state = ConversationState.adopt(list(state.next_messages), state.detach_llm_messages())
+    expected, _ = fold(base, sequence[:applied])
+    assert dicts(state.next_messages) == dicts(expected)
+    assert llm_view_matches(state, expected)
+    for old in old_states:  # still usable after handing its list on
+        assert llm_view_matches(old, old.next_messages)
 
 
 @settings(max_examples=150, deadline=None)

@@ -276,3 +276,58 @@ def test_closed_store_refuses_writes(state_root: Path) -> None:
     store.close()
     with pytest.raises(WorkspaceError, match="closed"):
         store.append_event(MessageEvent.truncate(), "t")
+
+
+def test_status_is_written_unsynced_and_a_stale_processing_is_reset_at_open(
+    state_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_store(state_root) as store:
+        store.load()
+        synced: list[int] = []
+        real_fsync = os.fsync
+        monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+        store.set_status("processing")
+        assert synced == []  # advisory: no fsync on the per-turn path
+        monkeypatch.undo()
+    # The holder died mid-turn (the file still says processing); the next opener holds the lock.
+    assert json.loads(store.paths.metadata.read_text())["status"] == "processing"
+    with open_store(state_root) as store:
+        store.load()
+        assert store.status == "idle"
+        assert json.loads(store.paths.metadata.read_text())["status"] == "idle"
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00" * 180])
+def test_metadata_emptied_by_a_power_loss_is_rebuilt(state_root: Path, content: bytes) -> None:
+    with open_store(state_root) as store:
+        run_turn(store, store.load(), [MessageEvent.append(Message.user("kept"))], "t1")
+        store.paths.metadata.write_bytes(content)
+    with open_store(state_root) as store:
+        state = store.load()
+        assert [m.text for m in state.next_messages] == ["kept"]
+        assert [d.code for d in store.recovery_diagnostics] == ["W_WORKSPACE_METADATA_REBUILT"]
+        meta = json.loads(store.paths.metadata.read_text())
+        assert meta["agentName"] == "planner" and meta["instanceKey"] == "slack:C1"
+
+
+def test_each_committed_state_offers_the_llm_view_of_its_messages(state_root: Path) -> None:
+    # ConversationState keeps a second list of the messages' data dicts, handed from commit to
+    # the next Turn's state; it must never drift from next_messages across commits or reloads.
+    with open_store(state_root) as store:
+        state = store.load()
+        first, second = Message.user("a"), Message.user("b")
+        turns = [
+            [MessageEvent.append(first), MessageEvent.append(second)],  # delta append
+            [MessageEvent.replace(first.id, Message.user("a2"))],  # rewrite
+            [MessageEvent.remove(second.id), MessageEvent.append(Message.user("c"))],
+            [],  # nothing to fold
+            [MessageEvent.truncate(), MessageEvent.append(Message.user("d"))],
+        ]
+        for number, events in enumerate(turns):
+            state = run_turn(store, state, events, f"t{number}")
+            view = state.to_llm_messages()
+            assert all(d is m.data for d, m in zip(view, state.next_messages, strict=True))
+            assert store.load().to_llm_messages() == view
+        assert [d["content"] for d in view] == ["d"]
+    with open_store(state_root) as store:
+        assert store.load().to_llm_messages() == [{"role": "user", "content": "d"}]
