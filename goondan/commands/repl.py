@@ -42,6 +42,8 @@ __all__ = ["repl"]
               help="Print one TurnResult JSON object per turn (with --input or piped stdin).")
 @click.option("--state-root", type=click.Path(file_okay=False), default=None,
               help="System root for workspaces [env: GOONDAN_STATE_ROOT; default ~/.goondan].")
+@click.option("--env-file", default=None,
+              help="Extra env file read before .env.local and .env (relative to the bundle directory).")
 def repl(
     agent: str | None,
     bundle: str,
@@ -51,6 +53,7 @@ def repl(
     no_stream: bool,
     as_json: bool,
     state_root: str | None,
+    env_file: str | None,
 ) -> int:
     """Chat with an agent (default: the swarm's entry agent) in this terminal.
 
@@ -59,13 +62,17 @@ def repl(
     answers are printed.
     """
     import asyncio
+    import os
 
+    from goondan.config.dotenv import load_env_files
     from goondan.console import InstanceBackend, LineReader, ReplSession, TurnRenderer, run_batch
     from goondan.console.session import exit_code_for, result_json
     from goondan.runtime import Runtime
 
     options = get_globals()
     root = options.resolve_state_root(state_root)
+    path = Path(bundle)
+    load_env_files((path.parent if path.is_file() else path).resolve(), env_file, os.environ)
     runtime = Runtime.from_bundle(Path(bundle), state_root=root, swarm=swarm, stream=not no_stream)
     runner = asyncio.Runner()
     _keep_sigint_on_main_thread(runner)
@@ -119,9 +126,8 @@ def _keep_sigint_on_main_thread(runner: asyncio.Runner) -> None:
 
 
 def _echo_error(error: dict[str, object]) -> None:
-    from goondan.secrets import mask
+    from goondan.console.render import format_turn_error
 
-    click.echo(mask(f"[{error.get('code')}] {error.get('message')}"), err=True)
-    suggestion = error.get("suggestion")
-    if suggestion:
-        click.echo(mask(f"  suggestion: {suggestion}"), err=True)
+    for line in format_turn_error(error):
+        if line:
+            click.echo(line, err=True)

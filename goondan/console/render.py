@@ -23,7 +23,7 @@ from goondan.pipeline.context import TurnResult
 from goondan.secrets import mask
 from goondan.types import JsonObject
 
-__all__ = ["Style", "TurnRenderer", "short_args"]
+__all__ = ["Style", "TurnRenderer", "format_turn_error", "short_args"]
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 SPINNER_INTERVAL_S = 0.08
@@ -68,6 +68,13 @@ def short_args(args: Any, limit: int = ARGS_LIMIT) -> str:
         )
     text = mask(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def format_turn_error(error: dict[str, Any]) -> tuple[str, str | None]:
+    """``([CODE] message, suggestion line or None)`` for a failed turn, secrets masked."""
+    headline = mask(f"[{error.get('code', 'E_TURN_FAILED')}] {error.get('message', '')}")
+    suggestion = error.get("suggestion")
+    return headline, (mask(f"  suggestion: {suggestion}") if suggestion else None)
 
 
 def _ms(value: Any) -> str:
@@ -121,9 +128,10 @@ class TurnRenderer:
         if result is not None:
             if result.error is not None:
                 self._line_break()
-                code = result.error.get("code", "E_TURN_FAILED")
-                message = mask(str(result.error.get("message", "")))
-                self._write(self.style.red(f"[{code}] {message}") + "\n")
+                headline, suggestion = format_turn_error(result.error)
+                self._write(self.style.red(headline) + "\n")
+                if suggestion:
+                    self._write(suggestion + "\n")
             elif not self._streamed or not self.stream:
                 self._line_break()
                 text = result.text

@@ -22,7 +22,7 @@ from typing import IO
 
 from goondan.console.backend import ReplBackend
 from goondan.console.prompt import LineReader
-from goondan.console.render import Style, TurnRenderer, short_args
+from goondan.console.render import Style, TurnRenderer, format_turn_error, short_args
 from goondan.conversation.messages import Message
 from goondan.pipeline.context import TurnResult
 from goondan.secrets import mask
@@ -143,9 +143,7 @@ def run_batch(
             out.write(mask(result.text) + "\n")
         if result.error is not None:
             if not as_json:
-                err.write(
-                    mask(f"[{result.error.get('code')}] {result.error.get('message')}") + "\n"
-                )
+                err.write("\n".join(filter(None, format_turn_error(result.error))) + "\n")
             code = exit_code_for(result)
         out.flush()
     return code

@@ -66,6 +66,25 @@ def test_failed_turn_exit_code_and_stderr(tmp_path: Path, state_root: Path) -> N
     assert "sk-e2e-secret-key" not in done.stderr
 
 
+def test_dotenv_supplies_the_key_and_missing_key_has_a_suggestion(tmp_path: Path, state_root: Path) -> None:
+    """repl reads the bundle's .env like `goondan run` (the real environment wins); without a
+    key the error names the variable to set, on stderr, exit 6."""
+    with FakeProvider() as fake:
+        bundle = fake_provider_bundle(tmp_path, fake.base_url("openai"))
+        env = {k: v for k, v in os.environ.items() if k != FAKE_KEY_ENV}
+        missing = repl("--bundle", str(bundle), "--input", "hi", env=env)
+        assert missing.returncode == 6
+        assert "[E_LLM_AUTH]" in missing.stderr
+        assert f"suggestion: Set {FAKE_KEY_ENV}" in missing.stderr
+
+        (bundle / ".env").write_text(f"{FAKE_KEY_ENV}=sk-from-dotenv-123\n", encoding="utf-8")
+        fake.enqueue(FakeReply.reply("hello from the fake"))
+        done = repl("--bundle", str(bundle), "--input", "hi", env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "hello from the fake\n"
+        assert fake.requests[-1].header("Authorization") == "Bearer sk-from-dotenv-123"
+
+
 def _records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
