@@ -324,7 +324,7 @@ class AgentInstance:
         except Exception as exc:
             result = TurnResult(turn_id, "error", error=error_dict(exc))
             self.logger.debug("turn %s failed", turn_id, exc_info=exc)
-        if result.finish_reason == "error":
+        if result.finish_reason == "error" or runner.interrupted:
             self._repair(turn_id)
         result.metadata.update(self._turn_metadata(runner, span))
         await self._finish(turn_id, result)

@@ -21,6 +21,8 @@ exceptions into ``finishReason: error``, repairs tool pairs, commits and emits t
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +53,7 @@ from goondan.types import (
     ToolCall,
     ToolCallResult,
     ToolCatalogItem,
+    ToolError,
     new_id,
 )
 
@@ -131,6 +134,9 @@ class TurnRunner:
         self.tool_call_count = 0
         self.error_count = 0
         self.last_assistant: Message | None = None
+        # True once a step raised: tool calls may be left without results even if a turn
+        # middleware caught the exception and returned a normal result.
+        self.interrupted = False
         self._current_step: Step | None = None
 
     @property
@@ -172,7 +178,7 @@ class TurnRunner:
             result = await self._run_step(step)
             index += 1
             if result.status == "failed":
-                message = str(result.metadata.get("errorMessage") or "step failed")
+                message = _step_error(result)
                 code = str(result.metadata.get("errorCode") or "E_STEP_FAILED")
                 return TurnResult(self.turn_id, "error", error={"code": code, "message": message})
             if not satisfied and any(
@@ -236,6 +242,7 @@ class TurnRunner:
             result = await self.env.pipeline.run_step(ctx, core)
         except BaseException as exc:
             step.status = "failed"
+            self.interrupted = True
             self.error_count += 1
             latency = span.finish(error=exc).duration_ms
             fields = {**base, **span.ids(), "duration": latency, "latencyMs": latency}
@@ -243,20 +250,23 @@ class TurnRunner:
             self.env.observer.emit("step.failed", fields)
             raise
         step.status = "completed" if result.status == "completed" else "failed"
-        latency = span.finish().duration_ms
+        failed = result.status != "completed"
+        if failed:
+            self.error_count += 1
+        latency = span.finish(error=_step_error(result) if failed else None).duration_ms
         step_usage = _usage_delta(self.usage, usage_before)
-        self.env.observer.emit(
-            "step.completed" if result.status == "completed" else "step.failed",
-            {
-                **base,
-                **span.ids(),
-                "toolCallCount": len(result.tool_calls),
-                "errorCount": self.error_count - errors_before,
-                "tokenUsage": step_usage.to_dict(),
-                "duration": latency,
-                "latencyMs": latency,
-            },
-        )
+        fields = {
+            **base,
+            **span.ids(),
+            "toolCallCount": len(result.tool_calls),
+            "errorCount": self.error_count - errors_before,
+            "tokenUsage": step_usage.to_dict(),
+            "duration": latency,
+            "latencyMs": latency,
+        }
+        if failed:
+            fields["errorMessage"] = _step_error(result)
+        self.env.observer.emit("step.failed" if failed else "step.completed", fields)
         return result
 
     async def _step_core(self, ctx: StepContext, step: Step, span: Span) -> StepResult:
@@ -293,11 +303,20 @@ class TurnRunner:
         self.tool_call_count += len(calls)
         results: list[ToolCallResult]
         if env.spec.parallel_tool_calls and len(calls) > 1:
-            async with asyncio.TaskGroup() as group:
-                tasks = [
-                    group.create_task(self._run_tool_call(ctx, step, span, call, assistant, catalog))
-                    for call in calls
-                ]
+            tasks: list[asyncio.Task[ToolCallResult]] = []
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for call in calls:
+                        tasks.append(group.create_task(
+                            self._run_tool_call(ctx, step, span, call, assistant, catalog)
+                        ))
+            except BaseExceptionGroup as failure:
+                # Keep the results that finished (the rest are repaired), and fail the turn with
+                # the first real error, so its code and message reach the TurnResult.
+                for task in tasks:
+                    if task.done() and not task.cancelled() and task.exception() is None:
+                        self.emit(MessageEvent.append(Message.tool_result(task.result())))
+                raise _first_error(failure) from None
             results = [t.result() for t in tasks]
             for result in results:
                 self.emit(MessageEvent.append(Message.tool_result(result)))
@@ -346,7 +365,9 @@ class TurnRunner:
             step_index=step.index,
             tool_name=call.name,
             tool_call_id=call.id,
-            args=dict(call.args),
+            # A deep copy: middleware may edit nested values in place, while the assistant
+            # message (already recorded) must keep the model's own arguments.
+            args=copy.deepcopy(call.args),
             span_id=span.span_id,
             parent_span_id=span.parent_span_id,
         )
@@ -387,10 +408,14 @@ class TurnRunner:
                     "status": "error",
                     "duration": latency,
                     "latencyMs": latency,
+                    "errorCode": "E_TURN_CANCELLED"
+                    if isinstance(exc, asyncio.CancelledError)
+                    else str(error_dict(exc)["code"]),
                     "errorMessage": "cancelled" if isinstance(exc, asyncio.CancelledError) else str(exc),
                 },
             )
             raise
+        result = _settle(result, call)
         latency = span.finish().duration_ms
         fields = {**base, **span.ids(), "status": result.status, "duration": latency, "latencyMs": latency}
         if result.ok:
@@ -402,6 +427,30 @@ class TurnRunner:
                 fields["errorCode"] = result.error.code
             env.observer.emit("tool.failed", fields)
         return result
+
+
+def _step_error(result: StepResult) -> str:
+    return str(result.metadata.get("errorMessage") or "step failed")
+
+
+def _settle(result: ToolCallResult, call: ToolCall) -> ToolCallResult:
+    """The result as the answer to ``call``: a toolCall middleware may build its own result, but
+    the recorded tool message must pair with the call, and an error needs an error object."""
+    if result.tool_call_id != call.id or result.tool_name != call.name:
+        result = dataclasses.replace(result, tool_call_id=call.id, tool_name=call.name)
+    if not result.ok and result.error is None:
+        result = dataclasses.replace(
+            result, error=ToolError("the tool call failed (no error details)", code="E_TOOL")
+        )
+    return result
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf exception of a (possibly nested) exception group."""
+    first = group.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
 
 
 def _usage_delta(after: TokenUsage, before: TokenUsage) -> TokenUsage:

@@ -14,7 +14,9 @@
    finishes in the background and its result is dropped;
 5. an exception becomes ``E_TOOL`` (``name`` = exception class) unless it is a
    :class:`ToolFailure`, which chooses its own code and suggestion;
-6. the output must be JSON-serialisable, else ``E_TOOL_OUTPUT``.
+6. the output must be JSON-serialisable, else ``E_TOOL_OUTPUT``; the result holds a detached
+   JSON copy of it. A ``TimeoutError`` raised by the handler itself (not by the tool's
+   deadline) is an ordinary ``E_TOOL`` failure.
 
 Every error message is masked for secrets and cut to the tool's ``errorMessageLimit`` (default
 1000) with the ``... (truncated)`` suffix rule of seed 002 §10.4.
@@ -144,10 +146,16 @@ class ToolExecutor:
             )
         if context.tool_call_id != call.id:
             context = _with_call_id(context, call.id)
+        deadline = asyncio.timeout(tool.timeout_ms / 1000.0)
         try:
-            async with asyncio.timeout(tool.timeout_ms / 1000.0):
+            async with deadline:
                 output = await self._run_handler(tool, context, call.args)
-        except TimeoutError:
+        except TimeoutError as exc:
+            if not deadline.expired():
+                # The handler's own TimeoutError (a socket or client timeout): an ordinary failure.
+                return self._fail(call, tool, str(exc) or type(exc).__name__, code="E_TOOL",
+                                  name=type(exc).__name__,
+                                  suggestion="Check the tool's input parameters and try again.")
             return self._fail(
                 call, tool, f"Tool '{name}' timed out after {_ms(tool.timeout_ms)} ms.",
                 code="E_TOOL_TIMEOUT", name="ToolTimeoutError",
@@ -165,7 +173,9 @@ class ToolExecutor:
                               suggestion=getattr(exc, "suggestion", None) or
                               "Check the tool's input parameters and try again.")
         try:
-            json.dumps(output, allow_nan=False)
+            # Round-tripped so the result holds exactly the JSON the conversation records
+            # (tuples become lists), detached from objects the handler may keep mutating.
+            output = json.loads(json.dumps(output, allow_nan=False))
         except (TypeError, ValueError) as exc:
             return self._fail(
                 call, tool, f"Tool '{name}' returned a value that is not JSON: {exc}",

@@ -23,6 +23,11 @@ def test_agents_request_default_timeout_is_15_seconds() -> None:
     params = inspect.signature(MiddlewareAgentsApi.request).parameters
     assert params["timeout_ms"].default == 15_000
     assert {"request", "send"} <= set(dir(MiddlewareAgentsApi))
+    # ... and so does the implementation the runtime hands to middleware.
+    from goondan.runtime.agents import AgentCallApi
+
+    real = inspect.signature(AgentCallApi.request).parameters
+    assert real["timeout_ms"].default == 15_000
 
 
 def test_v1_turn_messages_structure_is_gone() -> None:

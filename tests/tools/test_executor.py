@@ -232,3 +232,40 @@ def test_tool_context_carries_workdir_message_and_ids(tmp_path: Path) -> None:
     }
     absolute = execute(executor, "basic__where", {"path": "/etc/hosts"}, workdir=tmp_path)
     assert absolute.output["resolved"] == "/etc/hosts"
+
+
+def _single(handler: Any, *, timeout_ms: int = 120_000) -> ToolExecutor:
+    registry = ToolRegistry()
+    registry.register({"name": "one__run"}, handler, timeout_ms=timeout_ms)
+    return ToolExecutor(registry)
+
+
+def test_timeout_error_raised_by_the_handler_is_not_the_tool_timeout() -> None:
+    """seed 002 §2.4 rule 1 / §10.3: a handler's own TimeoutError (e.g. a socket timeout) is an
+    ordinary E_TOOL failure with its own message, not E_TOOL_TIMEOUT with the tool's limit."""
+
+    async def connect(ctx: Any, input: Any) -> Any:
+        raise TimeoutError("connect to db.internal timed out")
+
+    def sync_connect(ctx: Any, input: Any) -> Any:
+        raise TimeoutError("read timed out")
+
+    for handler, text in ((connect, "connect to db.internal timed out"), (sync_connect, "read timed out")):
+        result = execute(_single(handler), "one__run")
+        assert result.error is not None
+        assert result.error.code == "E_TOOL" and result.error.name == "TimeoutError"
+        assert result.error.message == text
+
+
+def test_output_is_detached_json_as_recorded() -> None:
+    """seed 002 §10.2: the ok output is the JSON the conversation records, detached from the
+    handler's objects (a handler mutating a value it returned cannot rewrite history)."""
+    shared: dict[str, Any] = {"items": [1, 2], "pair": (3, 4)}
+
+    def handler(ctx: Any, input: Any) -> Any:
+        return shared
+
+    result = execute(_single(handler), "one__run")
+    assert result.ok and result.output == {"items": [1, 2], "pair": [3, 4]}
+    shared["items"].append(99)
+    assert result.output == {"items": [1, 2], "pair": [3, 4]}
