@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from goondan.conversation.messages import MessageEvent
 from goondan.conversation.repair import repair_tool_pairs
 from goondan.conversation.state import ConversationState
-from goondan.errors import AgentError
+from goondan.errors import AgentError, GoondanError
 from goondan.llm.base import LanguageModel, ModelSpec
 from goondan.pipeline.context import TurnResult
 from goondan.pipeline.tracing import start_span
@@ -378,7 +378,12 @@ class AgentInstance:
         await self._settle_status()
         committed = await asyncio.to_thread(self._commit_and_idle)
         self._adopt(committed)
-        await self._flush_extension_state()
+        try:
+            await self._flush_extension_state()
+        except GoondanError as exc:
+            # The conversation is committed; failed states stay dirty and are retried at the
+            # next turn end, so the turn's result is still delivered.
+            self.logger.error("[%s] %s", exc.code, exc.message)
 
     def _commit_and_idle(self) -> Any:
         # One worker-thread hop instead of two: the status is advisory, so recording "idle"

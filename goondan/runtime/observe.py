@@ -15,8 +15,10 @@ A failing listener never stops the others or the turn.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from goondan.types import JsonObject, now_iso
@@ -49,6 +51,7 @@ class RuntimeObserver:
         self.bus = bus
         self.logger = logger or logging.getLogger("goondan.runtime")
         self._listeners: list[EventListener] = []
+        self._tasks: set[asyncio.Future[Any]] = set()
 
     def subscribe(self, listener: EventListener) -> Callable[[], None]:
         """Call ``listener(payload)`` for every event; returns the unsubscribe function."""
@@ -76,11 +79,27 @@ class RuntimeObserver:
                 self.logger.exception("event bus listener failed for %s", event_type)
         for listener in tuple(self._listeners):
             try:
-                listener(payload)
+                outcome = listener(payload)
             except Exception:
                 self.logger.exception("runtime event subscriber failed for %s", event_type)
+                continue
+            if inspect.isawaitable(outcome):
+                self._schedule(outcome, event_type)
         if event_type not in _UNLOGGED and self.logger.isEnabledFor(logging.DEBUG):
             self.logger.debug("%s", event_type, extra={"goondan": payload})
+
+    def _schedule(self, outcome: Awaitable[Any], event_type: str) -> None:
+        """Run an ``async def`` subscriber's coroutine as a task (kept alive, errors logged)."""
+        task = asyncio.ensure_future(outcome)
+        self._tasks.add(task)
+
+        def done(finished: asyncio.Future[Any]) -> None:
+            self._tasks.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                self.logger.error("runtime event subscriber failed for %s: %s",
+                                  event_type, finished.exception())
+
+        task.add_done_callback(done)
 
     def __repr__(self) -> str:
         return (
