@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import os
 import re
@@ -36,6 +37,8 @@ from typing import Any
 
 from goondan.ipc.channel import InProcessTransport, PipeTransport, Transport
 from goondan.types import now_iso
+
+_log = logging.getLogger("goondan.ipc.spawner")
 
 __all__ = [
     "AgentHandle",
@@ -321,6 +324,10 @@ class InProcessSpawner(Spawner):
         async def run() -> int | None:
             try:
                 return await self._worker(request, child)
+            except Exception:
+                # A real process would print its traceback to its stderr log; keep the cause.
+                _log.exception("in-process agent %s failed", request.process_name)
+                raise
             finally:
                 await child.aclose()
 

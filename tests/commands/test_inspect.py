@@ -165,7 +165,8 @@ def test_follow_prints_new_events_and_exits_130_on_ctrl_c(state_root: Path, tmp_
     env = {**os.environ, "GOONDAN_STATE_ROOT": str(state_root), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "goondan", "inspect", "instance", "chat:1",
                              "--events", "--follow"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, text=True)
+                            stderr=subprocess.PIPE, env=env, text=True,
+                            preexec_fn=_default_sigint)
     try:
         assert proc.stdout is not None
         assert "following events" in _read_until(proc, "following events")
@@ -174,7 +175,7 @@ def test_follow_prints_new_events_and_exits_130_on_ctrl_c(state_root: Path, tmp_
         store.commit(store.load())
         assert "turn committed" in _read_until(proc, "turn committed")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -182,7 +183,12 @@ def test_follow_prints_new_events_and_exits_130_on_ctrl_c(state_root: Path, tmp_
     assert proc.returncode == 130 and "Traceback" not in err
 
 
-def _read_until(proc: subprocess.Popen[str], needle: str, timeout: float = 10.0) -> str:
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT must work even if this test run started with it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _read_until(proc: subprocess.Popen[str], needle: str, timeout: float = 30.0) -> str:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     seen = ""

@@ -35,10 +35,10 @@ def test_instance_list_shows_live_processes_while_an_orchestrator_runs(state_roo
     )
     try:
         _wait(lambda: (a := read_active(state_root)) is not None and a.pid == proc.pid
-              and Path(a.control_socket or "").exists(), 20, "the orchestrator")
+              and Path(a.control_socket or "").exists(), 30, "the orchestrator")
         assert "391" in _control(state_root, {"command": "request", "input": "What is 17 * 23?"})["response"]
         _wait(lambda: sum(1 for r in list_live_processes(state_root) if r.pid and r.status == "idle") == 2,
-              10, "the status snapshot")
+              30, "the status snapshot")
 
         listed = goondan("instance", "list", state_root=state_root)
         assert listed.returncode == 0, listed.stderr
@@ -66,6 +66,6 @@ def test_instance_list_shows_live_processes_while_an_orchestrator_runs(state_roo
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=30)
     after = goondan("instance", "list", state_root=state_root)
     assert "Live processes" not in after.stdout and "coordinator" in after.stdout

@@ -99,7 +99,7 @@ def test_processes_answer_and_stop_cleanly(state_root: Path, record_dir: Path, s
 
     run_with(state_root, spawned_pids, body)
     assert len(spawned_pids) == 2
-    assert _wait_dead(spawned_pids, 5) == []
+    assert _wait_dead(spawned_pids, 30) == []
     logs = sorted(p.name for p in (state_root / "logs").iterdir())
     assert "a.default.stderr.log" in logs and "b.default.stdout.log" in logs
 
@@ -126,7 +126,7 @@ def test_sigkill_mid_turn_respawns_and_caller_gets_structured_error(
         assert await ask(orch, "c", "echo:still here") == "still here"
 
     run_with(state_root, spawned_pids, body)
-    assert _wait_dead(spawned_pids, 5) == []
+    assert _wait_dead(spawned_pids, 30) == []
 
 
 def test_multi_process_ordering_exactly_once(state_root: Path, record_dir: Path, spawned_pids: list[int]) -> None:
@@ -154,7 +154,7 @@ def test_restart_during_turn_lets_it_finish(state_root: Path, record_dir: Path, 
         await orch.wait_until(lambda: (tmp_path / "gate.started").exists(), timeout=20)
         first = orch.records[("a", "default")].handle
         restarting = asyncio.ensure_future(orch.restart("a"))
-        await orch.wait_until(lambda: orch.records[("a", "default")].status == "draining", timeout=5)
+        await orch.wait_until(lambda: orch.records[("a", "default")].status == "draining", timeout=30)
         assert orch.records[("a", "default")].handle is first
         gate.write_text("go")
         assert await answer == "finished"
@@ -187,10 +187,10 @@ def test_orchestrator_exit_stops_every_child(state_root: Path, how: signal.Signa
         os.kill(proc.pid, how)
         proc.wait(timeout=20)
         # SIGTERM: graceful shutdown; SIGKILL: children see EOF on their pipe and exit.
-        assert _wait_dead(children, 10) == []
+        assert _wait_dead(children, 30) == []
         if how == signal.SIGTERM:
             assert proc.returncode == 0
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
+        proc.wait(timeout=30)

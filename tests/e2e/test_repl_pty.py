@@ -29,6 +29,9 @@ class Terminal:
         pid, fd = pty.fork()
         if pid == 0:  # child
             try:
+                # Like a shell starting a foreground job: Ctrl-C must reach the child even when
+                # the test run itself was started with SIGINT ignored (a background job, nohup).
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)

@@ -57,4 +57,8 @@ def test_streamed_request_delivers_the_entry_turns_events_before_the_answer(stat
         assert kinds == ["step.started", "tool.called", "tool.completed", "step.completed",
                          "step.started", "step.completed"]
 
-    asyncio.run(main())
+    async def bounded() -> None:
+        async with asyncio.timeout(60):  # an agent that cannot start must fail, not hang
+            await main()
+
+    asyncio.run(bounded())

@@ -68,7 +68,7 @@ class ScriptHandler:
                 if command == "send":
                     await api.send(target, body)
                     return "sent"
-                result = await api.request(target, body, timeout_ms=10_000)
+                result = await api.request(target, body, timeout_ms=30_000)
                 return f"asked:{result['response']}"
             except AgentError as err:
                 return f"error:{err.code}:{err.message}"
