@@ -33,39 +33,50 @@ __all__ = [
 
 SourceType = Literal["user", "assistant", "tool", "system", "extension"]
 _SOURCE_TYPES = ("user", "assistant", "tool", "system", "extension")
+# The fields each variant owns; anything else in a stored source is kept in ``extra``.
+_SOURCE_FIELDS = {
+    "assistant": (("stepId", "step_id"),),
+    "tool": (("toolCallId", "tool_call_id"), ("toolName", "tool_name")),
+    "extension": (("extensionName", "extension_name"),),
+}
 
 
 @dataclass(frozen=True)
 class MessageSource:
-    """Who produced a message; JSON keeps only the variant's own fields."""
+    """Who produced a message; JSON keeps the variant's own fields (those that are set).
+
+    Unknown keys of a stored source (including another variant's fields) are kept in ``extra``
+    and written back after the known ones, so a rewrite preserves them.
+    """
 
     type: SourceType
     step_id: str | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
     extension_name: str | None = None
+    # None rather than an empty dict: one object less per message on long histories.
+    extra: JsonObject | None = field(default=None, hash=False, compare=False)
 
     def to_dict(self) -> JsonObject:
         out: JsonObject = {"type": self.type}
-        if self.type == "assistant" and self.step_id is not None:
-            out["stepId"] = self.step_id
-        elif self.type == "tool":
-            out["toolCallId"] = self.tool_call_id
-            out["toolName"] = self.tool_name
-        elif self.type == "extension":
-            out["extensionName"] = self.extension_name
+        for key, attr in _SOURCE_FIELDS.get(self.type, ()):
+            value = getattr(self, attr)
+            if value is not None:
+                out[key] = value
+        if self.extra:
+            out.update(self.extra)
         return out
 
     @classmethod
     def from_dict(cls, data: Any) -> MessageSource:
         if not isinstance(data, dict) or data.get("type") not in _SOURCE_TYPES:
             raise ValueError(f"invalid message source: {data!r}")
+        fields = _SOURCE_FIELDS.get(data["type"], ())
+        known = {key for key, _ in fields}
         return cls(
             type=data["type"],
-            step_id=data.get("stepId"),
-            tool_call_id=data.get("toolCallId"),
-            tool_name=data.get("toolName"),
-            extension_name=data.get("extensionName"),
+            **{attr: data.get(key) for key, attr in fields},
+            extra={k: v for k, v in data.items() if k != "type" and k not in known} or None,
         )
 
 
@@ -291,6 +302,8 @@ def tool_calls_of(data: JsonObject) -> list[ToolCall]:
     if isinstance(content, list):
         for part in content:
             if isinstance(part, dict) and part.get("type") == "tool-call":
-                args = part.get("input", part.get("args")) or {}
-                calls.append(ToolCall(str(part.get("toolCallId")), str(part.get("toolName")), dict(args)))
+                args = part.get("input", part.get("args"))
+                # A stored record may carry any JSON here; never let it break a load.
+                calls.append(ToolCall(str(part.get("toolCallId")), str(part.get("toolName")),
+                                      dict(args) if isinstance(args, dict) else {}))
     return calls

@@ -65,7 +65,8 @@ def repair_tool_pairs(messages: Sequence[Message]) -> list[MessageEvent]:
         index += 1
         if message.role != "assistant":
             continue
-        missing = [call for call in message.tool_calls if call.id not in answered]
+        # dict.fromkeys: a call id repeated within the message still gets a single result.
+        missing = list(dict.fromkeys(c.id for c in message.tool_calls if c.id not in answered))
         if not missing:
             continue
         # Keep the results that already follow the assistant message, then add the synthetic ones.
@@ -74,9 +75,10 @@ def repair_tool_pairs(messages: Sequence[Message]) -> list[MessageEvent]:
             index += 1
         if first_change is None:
             first_change = index
-        for call in missing:
-            answered.add(call.id)
-            desired.append(interrupted_result(call.id, call.name))
+        names = {call.id: call.name for call in reversed(message.tool_calls)}
+        for call_id in missing:
+            answered.add(call_id)
+            desired.append(interrupted_result(call_id, names[call_id]))
 
     if first_change is None:
         return []

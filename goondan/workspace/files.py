@@ -19,6 +19,7 @@ from typing import Any
 from goondan.errors import WorkspaceCorruptError, WorkspaceError
 
 __all__ = [
+    "append_or_undo",
     "atomic_write",
     "count_lines",
     "fsync_dir",
@@ -52,6 +53,28 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def append_or_undo(fd: int, data: bytes, *, fsync: bool = False) -> None:
+    """Append ``data`` to the ``O_APPEND`` descriptor ``fd`` completely, or not at all.
+
+    A write can fail half way (disk full, I/O error) after part of a record reached the file;
+    left there, that partial line would sit in the *middle* of the file once the next append
+    succeeds, and the file would read as corrupt. So on failure the file is cut back to its
+    previous size before the error propagates. Only if that cut fails too does the partial
+    write stay; the error then carries ``undo_failed = True`` so the caller can stop writing.
+    """
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        write_all(fd, data)
+        if fsync:
+            os.fsync(fd)
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            exc.undo_failed = True  # type: ignore[attr-defined]
+        raise
 
 
 def fsync_dir(path: Path) -> None:
@@ -149,18 +172,27 @@ def iter_lines_backwards(path: Path) -> Iterator[tuple[int, bytes]]:
         raise io_error(exc, path, "read") from exc
     with handle:
         position = handle.seek(0, os.SEEK_END)
-        pending = b""
+        # Pieces of the line being assembled, last piece first: a gigantic line is joined once
+        # when its start is found, not re-copied for every block read (that was quadratic).
+        pending: list[bytes] = []
         while position > 0:
             step = min(_BLOCK, position)
             position -= step
             handle.seek(position)
-            block = handle.read(step) + pending
-            lines = block.split(b"\n")
-            pending = lines.pop(0)  # may continue in the previous block
-            end = position + len(block)
-            for line in reversed(lines):
-                end -= len(line) + 1
-                if line.strip():
-                    yield end + 1, line
-        if pending.strip():
-            yield 0, pending
+            block = handle.read(step)
+            pieces = block.split(b"\n")
+            pending.append(pieces[-1])
+            if len(pieces) == 1:
+                continue
+            start = position + len(block) - len(pieces[-1])
+            line = b"".join(reversed(pending))
+            if line.strip():
+                yield start, line
+            for piece in reversed(pieces[1:-1]):
+                start -= len(piece) + 1
+                if piece.strip():
+                    yield start, piece
+            pending = [pieces[0]]
+        line = b"".join(reversed(pending))
+        if line.strip():
+            yield 0, line

@@ -25,17 +25,21 @@ Exactly-once across a crash between "base written" and "events emptied":
 
 * delta append — the committed messages are then a suffix of ``base.jsonl`` equal (by id) to a
   prefix of the leftover append events; recovery skips that prefix. This relies on the invariant
-  that message ids are unique within an instance (ids are stable forever, Decision 2).
-* rewrite — before the rename the old base is hard-linked to ``base.jsonl.prev``. If that link
-  exists at open and its inode differs from ``base.jsonl``'s, the rename happened, so the leftover
-  events are already in base and are discarded instead of replayed.
+  that message ids are unique within an instance (ids are stable forever, Decision 2), and on
+  ``events.jsonl`` holding exactly what a commit folds (recovery logs its appended repairs).
+* rewrite — before the rename the old base is hard-linked (or copied) to ``base.jsonl.prev``. If
+  that file exists at open and differs in content from ``base.jsonl``, the rename happened, so the
+  leftover events are already in base and are discarded instead of replayed.
+
+A write that fails half way is cut back (``append_or_undo``); events a commit could not clear are
+cleared before the next append, so ``events.jsonl`` never mixes a folded turn with a later one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +53,7 @@ from goondan.conversation.state import ConversationState
 from goondan.errors import Diagnostic, WorkspaceCorruptError, WorkspaceError
 from goondan.types import JsonValue, now_iso
 from goondan.workspace.files import (
+    append_or_undo,
     atomic_write,
     fsync_dir,
     io_error,
@@ -118,15 +123,25 @@ def metadata_matches(meta: dict[str, Any], agent_name: str, instance_key: str) -
 def locate_instance(layout: StateLayout, workspace_id: str, agent_name: str,
                     instance_key: str) -> tuple[InstancePaths, bool]:
     """The directory for (agent, key) and whether it exists yet (Decision 4 + collisions)."""
-    candidates = (instance_dir_name(agent_name, instance_key),
-                  collision_dir_name(agent_name, instance_key))
-    for name in candidates:
-        paths = layout.instance(workspace_id, name)
+    candidates = [layout.instance(workspace_id, name) for name in (
+        instance_dir_name(agent_name, instance_key), collision_dir_name(agent_name, instance_key))]
+    # Look at every candidate before picking a free one: the pair's directory may be the
+    # collision name even when the plain name is free again (its owner was deleted).
+    free: InstancePaths | None = None
+    unclaimed: InstancePaths | None = None
+    for paths in candidates:
         if not paths.dir.is_dir():
-            return paths, False
+            free = free or paths
+            continue
         meta = read_metadata(paths)
-        if meta is None or metadata_matches(meta, agent_name, instance_key):
-            return paths, True  # a directory without metadata is an interrupted creation
+        if meta is None:
+            unclaimed = unclaimed or paths  # an interrupted creation
+        elif metadata_matches(meta, agent_name, instance_key):
+            return paths, True
+    if unclaimed is not None:
+        return unclaimed, True
+    if free is not None:
+        return free, False
     raise WorkspaceError(
         f"no free directory name for agent {agent_name!r} instance {instance_key!r}",
         code="E_WORKSPACE_COLLISION", location=str(layout.instances_dir(workspace_id)),
@@ -153,6 +168,11 @@ class InstanceStore:
         self._base: list[Message] | None = None  # what base.jsonl holds, once loaded
         self._events_fd: int | None = None
         self._events_dirty = True  # unknown until load() has looked
+        # True from the moment base.jsonl holds the events until events.jsonl is emptied; a
+        # clear that failed is retried before anything else is appended, so events.jsonl never
+        # mixes records already folded with records of a later turn.
+        self._events_folded = False
+        self._broken: str | None = None  # a write failed and could not be undone
         self._extension_cache: dict[str, bytes] = {}
 
     # -- opening ---------------------------------------------------------------------------------
@@ -247,18 +267,31 @@ class InstanceStore:
         base_file = decode_messages(read_bytes(paths.base), file=str(paths.base))
         diagnostics.extend(base_file.diagnostics)
         if base_file.torn or base_file.missing_newline:
-            self._heal_tail(base_file.valid_size, base_file.missing_newline)
+            self._heal_tail(paths.base, base_file.valid_size, base_file.missing_newline)
         base = base_file.records
         diagnostics.extend(_duplicate_ids(base, str(paths.base)))
 
         events_file = decode_events(read_bytes(paths.events), file=str(paths.events))
         diagnostics.extend(events_file.diagnostics)
+        if events_file.torn or events_file.missing_newline:
+            self._heal_tail(paths.events, events_file.valid_size, events_file.missing_newline)
         leftovers = events_file.records
         self._base = base
+        self._events_folded = False
         plan = plan_recovery(base, leftovers, events_file=str(paths.events),
                              base_file=str(paths.base))
         diagnostics.extend(plan.diagnostics)
-        self._events_dirty = bool(events_file.records or events_file.diagnostics)
+        self._events_dirty = bool(leftovers)
+        if plan.repairs and all(e.type == "append" for e in plan.repairs):
+            # Logged like any turn's events, so that events.jsonl holds exactly what the delta
+            # append below adds: a crash after it is then recognised (the base tail equals the
+            # logged appends) instead of the leftovers being applied twice. Any prefix of these
+            # appends is safe to replay. A repair that moves messages (remove + append) is not
+            # logged — a torn prefix of it would drop the moved messages — and needs none: its
+            # commit is an atomic rewrite, and a crash before the rename simply repairs again.
+            turn_id = next((str(e.extra["turnId"]) for e in reversed(leftovers)
+                            if e.extra.get("turnId")), "recovery")
+            self.append_events(plan.repairs, turn_id)
         state = self.commit(plan.state)
         if first_load and self.status == "processing":
             # We hold the lock, so no Turn is running: the holder that wrote it died mid-Turn.
@@ -266,40 +299,38 @@ class InstanceStore:
         return state
 
     def _finish_interrupted_rewrite(self) -> None:
-        prev, base = self.paths.base_prev, self.paths.base
-        try:
-            prev_stat = prev.stat()
-        except FileNotFoundError:
+        prev = self.paths.base_prev
+        if not os.path.lexists(prev):
             return
-        except OSError as exc:
-            raise io_error(exc, prev, "read") from exc
-        try:
-            renamed = base.stat().st_ino != prev_stat.st_ino
-        except FileNotFoundError:
-            renamed = False
-        if renamed and self.paths.events.exists() and self.paths.events.stat().st_size:
-            self._truncate_events()
+        if rewrite_committed(self.paths) and read_bytes(self.paths.events):
+            self._clear_events()
             self.recovery_diagnostics.append(Diagnostic(
                 code=COMMIT_COMPLETED, severity="warning", file=str(self.paths.events),
                 message="the previous turn was committed to base.jsonl but its events were not "
                 "cleared; they were discarded instead of being applied twice",
             ))
-        prev.unlink(missing_ok=True)
-
-    def _heal_tail(self, valid_size: int, missing_newline: bool) -> None:
-        # A torn tail must go before the next delta append, or it would become a corrupt
-        # line in the middle of the file.
-        fd = os.open(self.paths.base, os.O_WRONLY)
         try:
-            if missing_newline:
-                os.lseek(fd, 0, os.SEEK_END)
-                write_all(fd, b"\n")
-            else:
-                os.ftruncate(fd, valid_size)
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+            prev.unlink(missing_ok=True)
+        except OSError as exc:
+            raise io_error(exc, prev, "remove") from exc
+
+    def _heal_tail(self, path: Path, valid_size: int, missing_newline: bool) -> None:
+        # A torn tail must go before the next append, or it would become a corrupt line in the
+        # middle of the file.
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                if missing_newline:
+                    os.lseek(fd, 0, os.SEEK_END)
+                    write_all(fd, b"\n")
+                else:
+                    os.ftruncate(fd, valid_size)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise io_error(exc, path, "repair the end of") from exc
 
     # -- writing ---------------------------------------------------------------------------------
     def append_event(self, event: MessageEvent, turn_id: str) -> None:
@@ -312,11 +343,12 @@ class InstanceStore:
 
     def _write_events(self, data: bytes) -> None:
         fd = self._require_open()
+        if self._events_folded:
+            self._clear_events()  # the last commit could not clear them; never mix turns
         try:
-            write_all(fd, data)
-            if self._fsync_events:
-                os.fsync(fd)
+            append_or_undo(fd, data, fsync=self._fsync_events)
         except OSError as exc:
+            self._fail(exc)
             raise io_error(exc, self.paths.events, "append to") from exc
         self._events_dirty = True
 
@@ -342,20 +374,27 @@ class InstanceStore:
             base = self._base = list(new)
             data = state.detach_llm_messages()
         if self._events_dirty:
-            self._truncate_events()
+            self._events_folded = True
+            self._clear_events()
         return ConversationState.adopt(base, data)
 
     def _append_base(self, data: bytes) -> None:
         try:
             fd = os.open(self.paths.base, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                write_all(fd, data)
-                if self._fsync:
-                    os.fsync(fd)
+                append_or_undo(fd, data, fsync=self._fsync)
             finally:
                 os.close(fd)
         except OSError as exc:
+            self._fail(exc)
             raise io_error(exc, self.paths.base, "append to") from exc
+
+    def _fail(self, exc: OSError) -> None:
+        # A partial append that could not be cut back leaves a torn line that the next append
+        # would bury in the middle of the file: stop writing until the instance is reopened
+        # (recovery then drops the torn tail).
+        if getattr(exc, "undo_failed", False):
+            self._broken = f"a failed write could not be undone ({exc.strerror or exc})"
 
     def _rewrite_base(self, data: bytes) -> None:
         paths = self.paths
@@ -368,26 +407,33 @@ class InstanceStore:
             finally:
                 os.close(fd)
             paths.base_prev.unlink(missing_ok=True)
-            # Without hard links a crash right after the rename could replay the events.
-            with contextlib.suppress(OSError):
+            # The marker telling a crash after the rename from one before it (see
+            # rewrite_committed); a copy where the file system has no hard links.
+            try:
                 os.link(paths.base, paths.base_prev)
+            except FileNotFoundError:
+                paths.base_prev.touch()  # no base: the old base was empty
+            except OSError:
+                shutil.copyfile(paths.base, paths.base_prev)
             os.replace(paths.base_tmp, paths.base)
             if self._fsync:
                 fsync_dir(paths.messages_dir)
         except OSError as exc:
             raise io_error(exc, paths.base, "rewrite") from exc
 
-    def _truncate_events(self) -> None:
+    def _clear_events(self) -> None:
+        """Empty ``events.jsonl`` (its events are in base) and drop the rewrite marker."""
         try:
             if self._events_fd is not None:
                 os.ftruncate(self._events_fd, 0)
             else:
                 os.truncate(self.paths.events, 0)
+            # Not optional: a stale marker would make a later crash discard a later turn.
+            self.paths.base_prev.unlink(missing_ok=True)
         except OSError as exc:
             raise io_error(exc, self.paths.events, "clear") from exc
-        with contextlib.suppress(OSError):
-            self.paths.base_prev.unlink(missing_ok=True)
         self._events_dirty = False
+        self._events_folded = False
 
     def set_status(self, status: Status) -> None:
         """Write ``status`` (``processing`` during a Turn, ``idle`` after) and ``updatedAt``.
@@ -460,6 +506,12 @@ class InstanceStore:
                 f"instance {self.agent_name}:{self.instance_key} is closed",
                 code="E_WORKSPACE_CLOSED", suggestion="open the instance again",
             )
+        if self._broken is not None:
+            raise WorkspaceError(
+                f"instance {self.agent_name}:{self.instance_key}: {self._broken}; "
+                "nothing more is written to it", code="E_WORKSPACE_IO", location=str(self.paths.dir),
+                suggestion="fix the disk problem, then restart the agent (reopening recovers it)",
+            )
         return self._events_fd
 
     def __repr__(self) -> str:
@@ -488,6 +540,7 @@ class RecoveryPlan:
     leftover_events: int = 0
     synthetic_results: int = 0
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    repairs: list[MessageEvent] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -526,6 +579,7 @@ def plan_recovery(base: list[Message], leftovers: list[MessageEvent], *, events_
             extra={"syntheticResults": plan.synthetic_results},
         ))
         state.emit_all(repairs)
+        plan.repairs = repairs
     return plan
 
 
@@ -534,11 +588,8 @@ def preview_recovery(paths: InstancePaths) -> RecoveryPlan:
     base_file = decode_messages(read_bytes(paths.base), file=str(paths.base))
     events_file = decode_events(read_bytes(paths.events), file=str(paths.events))
     leftovers = events_file.records
-    try:
-        if paths.base_prev.stat().st_ino != paths.base.stat().st_ino:
-            leftovers = []  # an interrupted rewrite already committed them
-    except OSError:
-        pass
+    if rewrite_committed(paths):
+        leftovers = []  # an interrupted rewrite already committed them
     plan = plan_recovery(base_file.records, leftovers, events_file=str(paths.events),
                          base_file=str(paths.base))
     plan.diagnostics[:0] = [*base_file.diagnostics, *events_file.diagnostics,
@@ -546,11 +597,36 @@ def preview_recovery(paths: InstancePaths) -> RecoveryPlan:
     return plan
 
 
+def rewrite_committed(paths: InstancePaths) -> bool:
+    """True when ``base.jsonl.prev`` exists and the rewrite it guards reached ``base.jsonl``.
+
+    The marker is the old base (a hard link, or a copy where links are unsupported), so the
+    rename happened exactly when the base no longer has the marker's content. Contents, not
+    inode numbers, are compared: a copy of the directory (backup, ``cp -r``) keeps the answer.
+    If the rewrite left the bytes unchanged either answer is right, since the events then
+    fold to the same history again.
+    """
+    prev = read_bytes(paths.base_prev) if os.path.lexists(paths.base_prev) else None
+    if prev is None or not paths.base.exists():
+        return False
+    return read_bytes(paths.base) != prev
+
+
 def _committed_prefix(base: list[Message], events: list[MessageEvent]) -> int:
-    """How many leading append events are already the tail of base (an interrupted delta commit)."""
-    if not events or not base or any(e.type != "append" for e in events):
+    """How many leading append events are already the tail of base (an interrupted delta commit).
+
+    Only the leading run of appends can have been delta-committed (a commit with any other
+    event rewrites the file, see ``_finish_interrupted_rewrite``); looking at that run rather
+    than requiring every event to be an append keeps this exact even if the file ever held a
+    committed turn followed by more events.
+    """
+    ids: list[str] = []
+    for event in events:
+        if event.type != "append" or event.message is None:
+            break
+        ids.append(event.message.id)
+    if not ids or not base:
         return 0
-    ids = [e.message.id for e in events if e.message is not None]
     first = ids[0]
     for start in range(len(base) - 1, max(-1, len(base) - len(ids) - 1), -1):
         if base[start].id == first:

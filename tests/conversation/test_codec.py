@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from goondan.conversation import fold
+from goondan.conversation import Message, fold
 from goondan.conversation.codec import (
     TORN_LINE,
     decode_events,
@@ -124,3 +124,29 @@ def test_lone_surrogates_still_encode_to_valid_utf8() -> None:
     line = encode_message(Message.user("bad \ud800 text"))
     line.decode("utf-8")
     assert decode_messages(line, file="b").records[0].text == "bad \ud800 text"
+
+
+def test_non_utf8_bytes_name_the_line_and_are_never_skipped() -> None:
+    good = encode_message(Message.user("ok"))
+    bad = b'{"id":"x","data":{"role":"user","content":"\xff\xfe"},"source":{"type":"user"}}\n'
+    with pytest.raises(WorkspaceCorruptError) as info:
+        decode_messages(good + bad + good, file="base.jsonl")
+    assert info.value.location == "base.jsonl:2"
+    # A complete last line (it has its newline) is not a torn write either.
+    with pytest.raises(WorkspaceCorruptError) as info:
+        decode_messages(good + bad, file="base.jsonl")
+    assert info.value.location == "base.jsonl:2"
+    torn = decode_messages(good + bad[:-1], file="base.jsonl")  # no newline: a torn write
+    assert torn.torn and len(torn.records) == 1
+
+
+def test_unknown_source_fields_survive_a_rewrite() -> None:
+    line = (b'{"id":"m1","data":{"role":"user","content":"hi"},"metadata":{},'
+            b'"createdAt":"2026-03-04T08:05:09.120Z","source":{"type":"user","channel":"slack",'
+            b'"stepId":"s-1"}}\n')
+    [message] = decode_messages(line, file="base.jsonl").records
+    assert encode_message(message) == line
+    tool = (b'{"id":"m2","data":{"role":"tool","content":[]},"metadata":{},'
+            b'"createdAt":"2026-03-04T08:05:09.120Z","source":{"type":"tool","toolCallId":"c1"}}\n')
+    [message] = decode_messages(tool, file="base.jsonl").records
+    assert encode_message(message) == tool  # no "toolName": null added

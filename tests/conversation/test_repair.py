@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from goondan.conversation import ConversationState, Message, repair_tool_pairs
+from goondan.conversation import ConversationState, Message, MessageEvent, repair_tool_pairs
 from goondan.conversation.repair import tool_result_ids
 from goondan.types import ToolCall, ToolCallResult
 
@@ -57,3 +57,46 @@ def test_duplicate_ids_fall_back_to_truncate_and_rebuild() -> None:
     assert events[0].type == "truncate"
     repaired = apply(history)
     assert [m.role for m in repaired] == ["user", "assistant", "tool", "user"]
+
+
+def test_several_calls_with_partial_results_in_the_wrong_order() -> None:
+    history = [Message.assistant("", [ToolCall("c1", "a"), ToolCall("c2", "b"), ToolCall("c3", "c")]),
+               result("c3", "c"), result("c1", "a")]
+    repaired = apply(history)
+    assert [tool_result_ids(m) for m in repaired[1:]] == [["c3"], ["c1"], ["c2"]]
+    assert repaired[-1].metadata == {"synthetic": True}
+    assert repair_tool_pairs(repaired) == []
+
+
+def test_orphan_results_are_kept_and_need_no_repair() -> None:
+    # A result whose call is gone (e.g. compacted away) is not a missing result; nothing is
+    # deleted by the repair, which only ever adds.
+    history = [Message.user("hi"), result("gone"), Message.assistant("ok")]
+    assert repair_tool_pairs(history) == []
+
+
+def test_a_replaced_assistant_message_gets_results_for_its_own_calls() -> None:
+    old = Message.assistant("", [ToolCall("c1", "a")])
+    history = [Message.user("hi"), old, result("c1", "a")]
+    state = ConversationState(history)
+    state.emit(MessageEvent.replace(old.id, Message.assistant("", [ToolCall("c9", "z")])))
+    repaired = apply(state.next_messages)
+    assert [tool_result_ids(m) for m in repaired if m.role == "tool"] == [["c1"], ["c9"]]
+
+
+def test_a_call_id_repeated_in_one_message_gets_one_result() -> None:
+    history = [Message.assistant("", [ToolCall("c1", "a"), ToolCall("c1", "a")])]
+    repaired = apply(history)
+    assert [tool_result_ids(m) for m in repaired[1:]] == [["c1"]]
+
+
+def test_malformed_tool_call_parts_do_not_raise() -> None:
+    # Wrong JSON types in a record read from disk: no traceback, still repaired.
+    bad = Message.assistant("", [ToolCall("c1", "a")])
+    bad.data["content"][0]["input"] = "not an object"
+    bad.data["content"].append({"type": "tool-call", "toolCallId": "c2", "toolName": "b",
+                                "input": [1, 2]})
+    bad.data["content"].append("a bare string part")
+    assert [c.id for c in bad.tool_calls] == ["c1", "c2"]
+    repaired = apply([bad])
+    assert sorted(i for m in repaired[1:] for i in tool_result_ids(m)) == ["c1", "c2"]

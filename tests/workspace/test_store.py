@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
+import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from goondan.conversation import ConversationState, Message, MessageEvent
+from goondan.conversation import ConversationState, Message, MessageEvent, fold
 from goondan.conversation.codec import encode_event, encode_message
+from goondan.conversation.messages import MessageSource
 from goondan.errors import InstanceLockedError, WorkspaceCorruptError, WorkspaceError
 from goondan.types import ToolCall
 from goondan.workspace import InstanceStore
@@ -331,3 +339,162 @@ def test_each_committed_state_offers_the_llm_view_of_its_messages(state_root: Pa
         assert [d["content"] for d in view] == ["d"]
     with open_store(state_root) as store:
         assert store.load().to_llm_messages() == [{"role": "user", "content": "d"}]
+
+
+# -- adversarial review: failures mid-commit, mixed turns, collisions, lock after SIGKILL --------
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """A real partial write: the kernel writes up to ``limit`` bytes of a file, then EFBIG."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_delta_append_that_fails_half_way_is_undone(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        state = run_turn(store, store.load(), [MessageEvent.append(Message.user("a"))], "t1")
+        big = [MessageEvent.append(Message.user("x" * 5000)) for _ in range(3)]
+        for event in big:
+            state.emit(event)
+        store.append_events(big, "t2")
+        with file_size_limit(store.paths.base.stat().st_size + 7000), \
+                pytest.raises(WorkspaceError) as info:
+            store.commit(state)  # the write stops inside the second new line
+        assert info.value.code == "E_WORKSPACE_IO"
+        assert [m["data"]["content"] for m in lines(store.paths.base)] == ["a"]  # type: ignore[index]
+        # The turn's state is kept; the next turn goes on and commits both.
+        tail = MessageEvent.append(Message.user("b"))
+        state.emit(tail)
+        store.append_event(tail, "t3")
+    with open_store(state_root) as store:  # crash before that commit: nothing lost or doubled
+        texts = [m.text for m in store.load().next_messages]
+        assert texts == ["a", "x" * 5000, "x" * 5000, "x" * 5000, "b"]
+
+
+def test_an_event_append_that_fails_half_way_is_undone(state_root: Path) -> None:
+    with open_store(state_root) as store:
+        state = store.load()
+        store.append_event(MessageEvent.append(Message.user("kept")), "t1")
+        with file_size_limit(store.paths.events.stat().st_size + 100), pytest.raises(WorkspaceError):
+            store.append_event(MessageEvent.append(Message.user("y" * 1000)), "t1")
+        store.append_event(MessageEvent.append(Message.user("next")), "t1")
+        del state
+    with open_store(state_root) as store:  # no corrupt middle line
+        assert [m.text for m in store.load().next_messages] == ["kept", "next"]
+        assert store.recovery_diagnostics[0].code == "W_WORKSPACE_RECOVERED"
+
+
+def test_events_not_cleared_by_a_commit_are_cleared_before_the_next_turn(
+    state_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_store(state_root) as store:
+        state = store.load()
+        first = Message.user("a")
+        turn1 = [MessageEvent.append(first), MessageEvent.replace(first.id, Message.user("a2"))]
+        for event in turn1:
+            state.emit(event)
+            store.append_event(event, "t1")
+        real = os.ftruncate
+
+        def failing(fd: int, size: int) -> None:
+            monkeypatch.setattr(os, "ftruncate", real)
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "ftruncate", failing)
+        with pytest.raises(WorkspaceError):
+            store.commit(state)  # base rewritten, events not cleared
+        # The runtime keeps its state and runs the next turn; its events must not join turn 1's.
+        event = MessageEvent.append(Message.user("b"))
+        state.emit(event)
+        store.append_event(event, "t2")
+        assert [r["turnId"] for r in lines(store.paths.events)] == ["t2"]
+    with open_store(state_root) as store:  # crash before the commit of turn 2
+        assert [m.text for m in store.load().next_messages] == ["a2", "b"]
+
+
+def test_events_of_two_turns_after_a_committed_delta_are_exact(state_root: Path) -> None:
+    # events.jsonl holding a delta-committed turn followed by another turn (older writers could
+    # leave this): the committed appends are recognised by id, the rest is applied once.
+    a, b = Message.user("a"), Message.user("b")
+    with open_store(state_root) as store:
+        run_turn(store, store.load(), [MessageEvent.append(a), MessageEvent.append(b)], "t1")
+        turn2 = [MessageEvent.replace(a.id, Message.user("a2")), MessageEvent.append(Message.user("c"))]
+        store.paths.events.write_bytes(
+            encode_event(MessageEvent.append(a), "t1") + encode_event(MessageEvent.append(b), "t1")
+            + b"".join(encode_event(e, "t2") for e in turn2))
+    with open_store(state_root) as store:
+        assert [m.text for m in store.load().next_messages] == ["a2", "b", "c"]
+        assert store.recovery_diagnostics[0].extra["turnIds"] == ["t1", "t2"]
+
+
+def test_collision_directory_is_found_after_the_plain_name_is_freed(state_root: Path) -> None:
+    with open_store(state_root, key="a/b") as first:
+        first.load()
+    with open_store(state_root, key="a?b") as second:
+        run_turn(second, second.load(), [MessageEvent.append(Message.user("mine"))], "t")
+        assert second.paths.dir.name == collision_dir_name("planner", "a?b")
+    shutil.rmtree(first.paths.dir)  # `goondan instance delete a/b`
+    with open_store(state_root, key="a?b") as again:
+        assert again.paths.dir.name == collision_dir_name("planner", "a?b")
+        assert [m.text for m in again.load().next_messages] == ["mine"]
+
+
+def test_lock_is_released_when_the_holder_is_killed(state_root: Path) -> None:
+    code = (
+        "import sys\n"
+        "from goondan.workspace import InstanceStore\n"
+        f"s = InstanceStore.open({str(state_root)!r}, {WS!r}, 'planner', 'slack:C1')\n"
+        "s.load(); print('open', flush=True); sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "open"
+        with pytest.raises(InstanceLockedError) as info:
+            open_store(state_root)
+        assert info.value.pid == child.pid
+    finally:
+        child.kill()
+        child.communicate()
+    with open_store(state_root) as store:  # no stale lock after SIGKILL
+        store.load()
+        assert store.recovery_diagnostics == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base_ids=st.lists(st.sampled_from("abcdef"), max_size=6),
+       turns=st.lists(st.lists(st.one_of(
+           st.builds(lambda i: MessageEvent.append(Message(id=i, data={"role": "user", "content": i},
+                                                           source=MessageSource("user"))),
+                     st.sampled_from("abcdefgh")),
+           st.builds(lambda t: MessageEvent.replace(t, Message(id=t, data={"role": "user", "content": "R"},
+                                                               source=MessageSource("user"))),
+                     st.sampled_from("abcdefgh")),
+           st.builds(MessageEvent.remove, st.sampled_from("abcdefgh")),
+           st.just(None).map(lambda _: MessageEvent.truncate())), max_size=5), max_size=4))
+def test_store_commits_equal_the_naive_fold_even_with_duplicate_ids(
+    state_root: Path, base_ids: list[str], turns: list[list[MessageEvent]]
+) -> None:
+    # base.jsonl as another writer (the reference runtime, a hand edit) may leave it: ids repeat.
+    base = [Message(id=i, data={"role": "user", "content": i}, source=MessageSource("user"))
+            for i in base_ids]
+    with open_store(state_root, key="prop") as store:
+        store.paths.base.write_bytes(b"".join(encode_message(m) for m in base))
+        store.paths.events.write_bytes(b"")
+    with open_store(state_root, key="prop") as store:
+        state = store.load()
+        expected = list(base)
+        for number, events in enumerate(turns):
+            state = run_turn(store, state, events, f"t{number}")
+            expected = fold(expected, events)[0]
+            assert [m.to_dict() for m in state.next_messages] == [m.to_dict() for m in expected]
+    with open_store(state_root, key="prop") as store:
+        again = store.load().next_messages
+        assert [m.to_dict() for m in again] == [m.to_dict() for m in expected]
