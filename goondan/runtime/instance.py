@@ -406,8 +406,16 @@ class AgentInstance:
                 await outcome
 
     def _repair(self, turn_id: str) -> None:
-        for repair in repair_tool_pairs(self.state.next_messages):
-            self._emit(turn_id, repair)
+        # A repair in mid-history is "remove, re-append moved messages, append results": it is
+        # logged in ONE write so a kill cannot keep the removes and lose the re-appends.
+        repairs = repair_tool_pairs(self.state.next_messages)
+        if not repairs:
+            return
+        for repair in repairs:
+            diagnostic = self.state.emit(repair)
+            if diagnostic is not None:
+                self.logger.warning("%s: %s", diagnostic.code, diagnostic.message)
+        self.store.append_events(repairs, turn_id)
 
     async def _finish_cancelled(
         self, turn_id: str, runner: TurnRunner, span: Any, base: JsonObject
