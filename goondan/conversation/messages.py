@@ -145,10 +145,12 @@ class Message:
         step_id: str | None = None,
         metadata: JsonObject | None = None,
         call_options: dict[str, JsonObject] | None = None,
+        reasoning: list[JsonObject] | None = None,
     ) -> Message:
         """An assistant message; ``call_options`` maps a tool-call id to the ``providerOptions``
-        stored on its part (adapters read them back, e.g. Gemini thought signatures)."""
-        parts: list[JsonObject] = []
+        stored on its part (adapters read them back, e.g. Gemini thought signatures) and
+        ``reasoning`` parts come first (e.g. Claude's signed thinking, replayed with tool use)."""
+        parts: list[JsonObject] = list(reasoning or ())
         if text:
             parts.append({"type": "text", "text": text})
         for call in tool_calls or ():

@@ -18,14 +18,17 @@ several parallel tool calls travel together, before any following user text.
 ``maxTokens`` → ``max_tokens`` (required by the API; default :data:`DEFAULT_MAX_TOKENS`),
 ``topP`` → ``top_p``.
 
-Responses: ``content`` blocks (``text``, ``tool_use``; ``thinking`` blocks are not part of the
-text), ``stop_reason`` (end_turn / stop_sequence → stop, max_tokens → length, tool_use →
+Responses: ``content`` blocks (``text``, ``tool_use``; ``thinking`` / ``redacted_thinking``
+blocks are not part of the text: they become ``ModelResponse.reasoning`` parts carrying their
+signature, are stored first in the assistant message and are sent back verbatim, as Claude
+requires for extended thinking with tool use), ``stop_reason`` (end_turn / stop_sequence → stop, max_tokens → length, tool_use →
 tool_calls, refusal → content_filter, pause_turn → other) and ``usage``. Input tokens are
 reported as ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens`` (the
 prompt's full size, like OpenAI), cached as ``cache_read_input_tokens``.
 
 Streams: ``message_start`` (message id, model, input usage), ``content_block_start`` /
-``content_block_delta`` (``text_delta``; ``input_json_delta`` with ``partial_json``) /
+``content_block_delta`` (``text_delta``; ``input_json_delta`` with ``partial_json``;
+``thinking_delta`` and ``signature_delta`` accumulated into the thinking block) /
 ``content_block_stop``, ``message_delta`` (``stop_reason``, cumulative ``usage``),
 ``message_stop``, ``ping`` and ``error`` events.
 """
@@ -120,6 +123,8 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
                 kind = part.get("type")
                 if kind == "text" and part.get("text"):
                     blocks.append({"type": "text", "text": str(part["text"])})
+                elif kind == "reasoning":
+                    blocks.extend(_thinking_to_wire(part))
                 elif kind == "tool-call":
                     blocks.append({
                         "type": "tool_use",
@@ -146,6 +151,34 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
                 texts.append({"type": "text", "text": str(part["text"])})
         add("user", results + texts)  # tool_result blocks must lead the user turn
     return "\n\n".join(system_texts), out
+
+
+def _thinking_to_wire(part: JsonObject) -> list[JsonObject]:
+    """A stored ``reasoning`` part → the ``thinking``/``redacted_thinking`` block it came from.
+
+    Claude requires these blocks back, verbatim and signed, in an assistant turn that used tools
+    with extended thinking on. Reasoning without an Anthropic signature (e.g. from another
+    provider) cannot be replayed and is left out.
+    """
+    options = part.get("providerOptions")
+    anthropic = options.get("anthropic") if isinstance(options, dict) else None
+    if not isinstance(anthropic, dict):
+        return []
+    if anthropic.get("redactedData"):
+        return [{"type": "redacted_thinking", "data": str(anthropic["redactedData"])}]
+    if anthropic.get("signature"):
+        return [{"type": "thinking", "thinking": str(part.get("text") or ""),
+                 "signature": str(anthropic["signature"])}]
+    return []
+
+
+def _reasoning_from_wire(block: JsonObject) -> JsonObject:
+    """A ``thinking``/``redacted_thinking`` block → a canonical ``reasoning`` part."""
+    if block.get("type") == "redacted_thinking":
+        return {"type": "reasoning", "text": "",
+                "providerOptions": {"anthropic": {"redactedData": str(block.get("data") or "")}}}
+    return {"type": "reasoning", "text": str(block.get("thinking") or ""),
+            "providerOptions": {"anthropic": {"signature": str(block.get("signature") or "")}}}
 
 
 def tools_to_wire(tools: list[ToolCatalogItem]) -> list[JsonObject]:
@@ -224,12 +257,15 @@ class AnthropicModel(HttpModel):
             raise bad_shape(self.label, "no content in the message")
         texts: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[JsonObject] = []
         for block in content:
             if not isinstance(block, dict):
                 continue
             kind = block.get("type")
             if kind == "text":
                 texts.append(str(block.get("text") or ""))
+            elif kind in ("thinking", "redacted_thinking"):
+                reasoning.append(_reasoning_from_wire(block))
             elif kind == "tool_use":
                 raw_input = block.get("input")
                 name = str(block.get("name") or "")
@@ -249,6 +285,7 @@ class AnthropicModel(HttpModel):
             raw_finish_reason=str(raw_finish) if raw_finish is not None else None,
             model=body.get("model") if isinstance(body.get("model"), str) else self.spec.model,
             provider_metadata=metadata,
+            reasoning=reasoning,
         )
 
     def new_stream(self, request: ModelRequest | None = None) -> AnthropicStream:
@@ -326,7 +363,11 @@ class AnthropicStream(StreamAccumulator):
             return [StreamDelta(
                 kind="tool_call", index=self.tool_index.get(index, 0), args_delta=partial,
             )] if partial else []
-        return []  # thinking_delta, signature_delta, citations ...
+        if kind == "thinking_delta":  # kept (with its signature) so it can be sent back
+            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking") or "")
+        elif kind == "signature_delta":
+            block["signature"] = str(block.get("signature") or "") + str(delta.get("signature") or "")
+        return []  # thinking is not streamed as answer text; citations are ignored
 
     def _stream_error(self, data: JsonObject) -> LlmError:
         error = as_object(data.get("error"))

@@ -93,6 +93,9 @@ class ModelResponse:
     # Per tool-call id: ``providerOptions`` the runtime stores on the tool-call part so the
     # adapter can send them back next time (e.g. Gemini thought signatures).
     tool_call_options: dict[str, JsonObject] = field(default_factory=dict)
+    # Canonical ``reasoning`` parts (``{"type": "reasoning", "text", "providerOptions"}``) stored
+    # ahead of the text so providers that require it get them back (Claude's signed thinking).
+    reasoning: list[JsonObject] = field(default_factory=list)
 
 
 DeltaCallback = Callable[[StreamDelta], Any]

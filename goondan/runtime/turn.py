@@ -288,7 +288,8 @@ class TurnRunner:
         calls = [c if c.id else ToolCall(new_id("call"), c.name, c.args) for c in response.tool_calls]
         text = response.text if (response.text or calls) else EMPTY_RESPONSE
         assistant = Message.assistant(
-            text, calls, step_id=step.id, call_options=response.tool_call_options or None
+            text, calls, step_id=step.id, call_options=response.tool_call_options or None,
+            reasoning=response.reasoning or None,
         )
         self.emit(MessageEvent.append(assistant))
         self.last_assistant = assistant

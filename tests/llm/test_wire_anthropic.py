@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
+from goondan.conversation.messages import Message
 from goondan.errors import LlmAuthError, LlmBadResponseError, LlmError, LlmRateLimitError
 from goondan.llm.anthropic import AnthropicModel
 from goondan.llm.base import ModelRequest, ModelResponse, ModelSpec, StreamDelta
 from goondan.llm.registry import create_model
 from goondan.llm.sse import SseEvent
-from goondan.types import TokenUsage, ToolCall, ToolCatalogItem
+from goondan.types import TokenUsage, ToolCall, ToolCallResult, ToolCatalogItem
 
 TOOL = ToolCatalogItem("clock__now", "", {"type": "object", "properties": {}})
 
@@ -98,6 +99,30 @@ def test_response_parsing() -> None:
     assert response.finish_reason == "tool_calls"
     assert response.usage == TokenUsage(input_tokens=115, output_tokens=20, total_tokens=135, cached_tokens=100)
     assert response.model == "claude-x-2025"
+    assert response.reasoning == [
+        {"type": "reasoning", "text": "hmm", "providerOptions": {"anthropic": {"signature": "s"}}}
+    ]
+
+
+def test_signed_thinking_is_replayed_with_the_tool_use_turn() -> None:
+    """Extended thinking + tool use: Claude needs the signed thinking blocks back verbatim,
+    first in the assistant turn; redacted blocks travel as data; unsigned reasoning is dropped."""
+    m = model()
+    response = m.from_wire(MESSAGE)
+    stored = Message.assistant(response.text, response.tool_calls, reasoning=[
+        *response.reasoning,
+        {"type": "reasoning", "text": "", "providerOptions": {"anthropic": {"redactedData": "enc=="}}},
+        {"type": "reasoning", "text": "from another provider"},
+    ])
+    results = [Message.tool_result(ToolCallResult.success(c.id, c.name, "ok")).data for c in response.tool_calls]
+    body = m.to_wire(ModelRequest(messages=[{"role": "user", "content": "time?"}, stored.data, *results]))
+    assistant = body["messages"][1]
+    assert assistant["role"] == "assistant"
+    assert [b["type"] for b in assistant["content"]] == [
+        "thinking", "redacted_thinking", "text", "tool_use", "tool_use"]
+    assert assistant["content"][0] == {"type": "thinking", "thinking": "hmm", "signature": "s"}
+    assert assistant["content"][1] == {"type": "redacted_thinking", "data": "enc=="}
+    assert stored.text == "Checking."  # reasoning never becomes answer text
 
 
 @pytest.mark.parametrize(("raw", "finish"), [("end_turn", "stop"), ("stop_sequence", "stop"),
@@ -122,6 +147,8 @@ def _events() -> list[SseEvent]:
                                  "content_block": {"type": "thinking", "thinking": ""}}),
         ("content_block_delta", {"type": "content_block_delta", "index": 0,
                                  "delta": {"type": "thinking_delta", "thinking": "hmm"}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "signature_delta", "signature": "s"}}),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
         ("content_block_start", {"type": "content_block_start", "index": 1,
                                  "content_block": {"type": "text", "text": ""}}),
