@@ -211,28 +211,44 @@ def _steps_since_user(request: ModelRequest) -> int:
     return count
 
 
-def _last_tool_result_text(request: ModelRequest) -> str:
+def _last_tool_result(request: ModelRequest) -> Any:
+    """The value of the latest tool result of this turn (``None`` when there is none)."""
     for message in reversed(request.messages):
         if message.get("role") == "user":
-            return ""
+            return None
         content = message.get("content")
         if message.get("role") != "tool" or not isinstance(content, list):
             continue
         for part in reversed(content):
             if isinstance(part, dict) and part.get("type") == "tool-result":
                 output = part.get("output")
-                value = output.get("value") if isinstance(output, dict) else output
-                return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return ""
+                return output.get("value") if isinstance(output, dict) else output
+    return None
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+_TOOL_RESULT_FIELD = re.compile(r"\{\{toolResult((?:\.[A-Za-z0-9_-]+)*)\}\}")
 
 
 def _fill(text: str, request: ModelRequest) -> str:
     # Tiny placeholder language for demos; only expanded when a placeholder is present.
     if "{{" not in text:
         return text
-    return text.replace("{{input}}", last_user_text(request)).replace(
-        "{{toolResult}}", _last_tool_result_text(request)
-    )
+    result = _last_tool_result(request)
+
+    def field(match: re.Match[str]) -> str:
+        # ``{{toolResult.a.b}}`` walks object keys; a missing key renders as empty text.
+        value = result
+        for key in filter(None, match.group(1).split(".")):
+            value = value.get(key) if isinstance(value, dict) else None
+        return _as_text(value)
+
+    return _TOOL_RESULT_FIELD.sub(field, text.replace("{{input}}", last_user_text(request)))
 
 
 def _usage_from(data: Any) -> TokenUsage:

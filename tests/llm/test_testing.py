@@ -273,6 +273,15 @@ def test_json_tool_results_are_rendered_as_json_in_placeholders() -> None:
     assert run(model.generate(after_tool("t", {"a": 1}))).text == 'got {"a": 1}'
 
 
+def test_tool_result_fields_can_be_picked_in_placeholders() -> None:
+    model = ScriptedModel([{"when": "t", "steps": [
+        "go", "{{toolResult.response}} / {{toolResult.meta.n}} / [{{toolResult.missing}}] / {{toolResult}}",
+    ]}])
+    output = {"response": "391", "meta": {"n": 2}}
+    text = run(model.generate(after_tool("t", output))).text
+    assert text == '391 / 2 / [] / {"response": "391", "meta": {"n": 2}}'
+
+
 # -- FunctionModel ----------------------------------------------------------------------------------
 
 

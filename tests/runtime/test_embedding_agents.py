@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -66,11 +65,11 @@ def test_delegation_runs_in_process_with_separate_instances(state_root: Path) ->
             rt.subscribe(events.append)
             result = await rt.run_turn("coordinator", "What is 17 * 23?", instance_key="k1")
             assert result.finish_reason == "text_response", result.error
-            assert result.text.startswith("The worker replied:")
-            payload = json.loads(result.text.split(":", 1)[1])
-            assert payload["target"] == "worker" and payload["response"] == "17 * 23 = 391"
-
+            assert result.text == "The worker says: 17 * 23 = 391"
             coordinator = await rt.instance("coordinator", "k1")
+            [tool_message] = [m for m in coordinator.messages if m.role == "tool"]
+            payload = tool_message.data["content"][0]["output"]["value"]
+            assert payload["target"] == "worker" and payload["response"] == "17 * 23 = 391"
             worker = await rt.instance("worker", "k1")
             assert coordinator is not worker and coordinator.store is not worker.store
             assert set(rt.router.instances) == {("coordinator", "k1"), ("worker", "k1")}
@@ -169,6 +168,6 @@ def test_repl_delegates_in_process(state_root: Path) -> None:
         capture_output=True, text=True, timeout=60, cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
-    assert "The worker replied:" in result.stdout and "17 * 23 = 391" in result.stdout
+    assert result.stdout.strip() == "The worker says: 17 * 23 = 391"
     assert "E_AGENT_UNAVAILABLE" not in result.stdout
     assert not (state_root / "runtime").exists()  # no orchestrator, no process records
