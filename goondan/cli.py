@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 import traceback
@@ -23,7 +24,7 @@ import click
 from goondan import __version__
 from goondan.commands.common import GlobalOptions, use_color
 from goondan.errors import EXIT_GENERAL, EXIT_INTERRUPTED, EXIT_USAGE, GoondanError, help_url
-from goondan.secrets import mask
+from goondan.secrets import SecretMaskingFilter, mask
 
 __all__ = ["cli", "main"]
 
@@ -96,6 +97,7 @@ def cli(
     chat (repl) or run them. Exit codes: 0 ok, 1 error, 2 usage, 3 config, 4 validation,
     5 network, 6 auth, 130 interrupted.
     """
+    _configure_logging(verbose, quiet)
     ctx.obj = GlobalOptions(
         state_root=state_root,
         color=use_color(sys.stdout, no_color),
@@ -104,6 +106,52 @@ def cli(
         verbose=verbose,
         quiet=quiet,
     )
+
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+           "warning": logging.WARNING, "error": logging.ERROR}
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time (like logging's last-resort handler),
+    so a replaced stderr (test capture, embedding) is never written after it is closed."""
+
+    _goondan_cli = True
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.setLevel(level)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    """Log records of the ``goondan`` logger to stderr, secrets masked.
+
+    Level: ``-q`` error, default warning (or ``GOONDAN_LOG_LEVEL``), ``-v`` info, ``-vv`` debug.
+    The level is set on the handler, so file handlers added later (``goondan run``) keep theirs.
+    """
+    if quiet:
+        level = logging.ERROR
+    elif verbose:
+        level = logging.INFO if verbose == 1 else logging.DEBUG
+    else:
+        level = _LEVELS.get(os.environ.get("GOONDAN_LOG_LEVEL", "").lower(), logging.WARNING)
+    logger = logging.getLogger("goondan")
+    for old in [h for h in logger.handlers if getattr(h, "_goondan_cli", False)]:
+        logger.removeHandler(old)  # main() may run several times in one process (tests)
+    handler = _StderrHandler(level)
+    handler.setFormatter(logging.Formatter("goondan %(levelname)s [%(name)s] %(message)s"))
+    handler.addFilter(SecretMaskingFilter())
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > level:
+        logger.setLevel(level)
 
 
 def render_error(err: GoondanError, *, as_json: bool, color: bool) -> str:

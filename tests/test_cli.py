@@ -95,3 +95,20 @@ def test_python_dash_m_and_help_are_fast_imports() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert "HEAVY []" in result.stderr, result.stderr
     assert "Usage: goondan" in result.stdout
+
+
+def test_verbose_prints_goondan_log_records_on_stderr_masked(boom: None, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from goondan.secrets import register_secret
+
+    register_secret("sk-verbose-secret-999")
+    logger = logging.getLogger("goondan.test")
+    run(capsys, "-v", "boom", "--kind", "ok")
+    logger.info("hello with sk-verbose-secret-999")
+    logger.debug("not shown at -v")
+    err = capsys.readouterr().err
+    assert "goondan INFO [goondan.test] hello with ***" in err and "not shown" not in err
+    run(capsys, "-q", "boom", "--kind", "ok")
+    logger.warning("quiet hides warnings")
+    assert "quiet hides" not in capsys.readouterr().err

@@ -6,6 +6,8 @@ the orchestrator is ``orchestrator``, agent processes are ``<agent>.<conversatio
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from goondan.commands.common import get_globals
@@ -15,7 +17,7 @@ __all__ = ["logs"]
 
 @click.command("logs")
 @click.option("-i", "--instance-key", default=None,
-              help="Orchestrator instance key [default: the most recently started swarm].")
+              help="Orchestrator instance key [default: the running swarm, else the one that logged last].")
 @click.option("-p", "--process", "process", default="orchestrator", show_default=True,
               help="Process name: 'orchestrator' or '<agent>.<conversation>' (see --list).")
 @click.option("--stream", type=click.Choice(["stdout", "stderr", "both"]), default="both", show_default=True)
@@ -43,12 +45,12 @@ def logs(instance_key: str | None, process: str, stream: str, lines: int, follow
                          suggestion="process names match [A-Za-z0-9._-]+")
     if instance_key is None:
         active = read_active(state_root)
-        if active is None:
+        instance_key = active.instance_key if active is not None else _last_logged_key(state_root)
+        if instance_key is None:
             raise ConfigError(
                 "no swarm has been started under this state root", code="E_RUN_NOT_RUNNING",
                 suggestion="pass --instance-key, or start one with 'goondan run'",
             )
-        instance_key = active.instance_key
     directory = log_dir_for(state_root, instance_key)
     if list_processes:
         names = sorted({p.name.rsplit(".", 2)[0] for p in directory.glob("*.log")}) if directory.is_dir() else []
@@ -77,3 +79,19 @@ def logs(instance_key: str | None, process: str, stream: str, lines: int, follow
         except KeyboardInterrupt:
             return 0
     return 0
+
+
+def _last_logged_key(state_root: Path) -> str | None:
+    """The swarm whose log files changed last (after it stopped, ``active.json`` is gone)."""
+    from goondan.ipc.logs import log_dir_for
+
+    base = log_dir_for(state_root, "x").parent
+    if not base.is_dir():
+        return None
+    dated = [
+        (max((f.stat().st_mtime for f in d.glob("*.log")), default=0.0), d.name)
+        for d in base.iterdir() if d.is_dir()
+    ]
+    dated = [item for item in dated if item[0] > 0]
+    return max(dated)[1] if dated else None
+

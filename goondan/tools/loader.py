@@ -46,12 +46,14 @@ def clear_module_cache() -> None:
 
 
 def load_entry_module(path: Path | str, *, kind: str = "tool", cache: bool = False) -> ModuleType:
-    """Execute the Python file ``path`` as a private module and return it.
+    """Execute the Python file ``path`` (or package directory) as a private module.
 
     Raises :class:`ToolLoadError` ``E_TOOL_LOAD`` when the file is missing, is not a ``.py``
     file, or raises while executing (syntax errors included); the cause is chained.
     """
     entry = Path(path).expanduser().resolve()
+    if entry.is_dir() and (entry / "__init__.py").is_file():
+        entry = entry / "__init__.py"  # a package entry: its __init__ holds handlers/register
     try:
         stat = entry.stat()
     except OSError as exc:

@@ -61,3 +61,17 @@ def test_errors_while_importing_are_reported_with_location(tmp_path: Path) -> No
     with pytest.raises(ToolLoadError, match="RuntimeError: nope"):
         load_entry_module(raising)
     assert not [m for m in sys.modules if m.startswith(PRIVATE_PREFIX) and "raising" in m]
+
+
+def test_a_package_directory_entry_loads_its_init_with_relative_imports(tmp_path: Path) -> None:
+    """Issue 2: an entry may be a Python file or a package inside the bundle; both load."""
+    package = tmp_path / "weather"
+    package.mkdir()
+    (package / "helpers.py").write_text("def forecast(city):\n    return f'sunny in {city}'\n")
+    (package / "__init__.py").write_text(
+        "from .helpers import forecast\n\nhandlers = {'get': lambda ctx, args: forecast(args['city'])}\n"
+    )
+    module = load_entry_module(package)
+    assert module.handlers["get"](None, {"city": "Seoul"}) == "sunny in Seoul"
+    with pytest.raises(ToolLoadError):
+        load_entry_module(tmp_path)  # a directory without __init__.py is not a package
