@@ -3,7 +3,8 @@
 Front-ends (the orchestrator is the same in all of them):
 
 * ``--input TEXT`` — one request to the entry agent, print the answer, stop, exit 0;
-* stdin is a TTY (default) — an interactive chat with the entry agent, REPL look and feel;
+* stdin is a TTY (default) — an interactive chat with the entry agent, REPL look and feel
+  (Ctrl-C cancels the entry agent's running Turn in its process, see ``runtime.cancel``);
 * stdin is not a TTY — each line is one request; answers go to stdout, then stop at EOF;
 * ``--foreground`` — headless: no stdin connector; runs until SIGTERM/SIGINT (for service
   managers; talk to it with ``goondan restart`` and read it with ``goondan logs``).
@@ -44,7 +45,8 @@ def run(
 ) -> int:
     """Run a swarm: one supervised process per agent instance, agents spawned on demand.
 
-    Chat with the entry agent on a terminal (Ctrl-D stops the swarm), pipe lines in, send one
+    Chat with the entry agent on a terminal (Ctrl-C cancels the running answer, Ctrl-D stops
+    the swarm), pipe lines in, send one
     message with --input, or run headless with --foreground. Agent-to-agent calls go through
     the orchestrator; crashed agents are respawned with their history.
     """

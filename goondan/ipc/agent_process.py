@@ -16,7 +16,11 @@
    tool calls) go to the orchestrator as ``runtime.delta`` reports before the answer;
 3. events with ``metadata.inReplyTo`` answer this instance's own requests
    (:class:`IpcAgentRouter`);
-4. ``shutdown`` → draining: no new Turn starts, the running one finishes and folds, the
+4. ``runtime.cancel {eventId}`` (from the orchestrator) cancels that event's Turn: the running
+   task is cancelled (``AgentInstance`` aborts the model request, repairs the tool pairs and
+   folds), a queued one is dropped; either way the requester gets an ``E_TURN_CANCELLED``
+   answer and ``runtime.turnFinished {cancelled: true}`` is reported, so queued events go on;
+5. ``shutdown`` → draining: no new Turn starts, the running one finishes and folds, the
    instance is closed, then ``shutdown_ack {instanceKey, pending}`` (events that never started)
    and exit 0. EOF on the channel (orchestrator gone) drains the same way.
 """
@@ -40,6 +44,8 @@ from typing import Any, Protocol
 from goondan.errors import AgentError, GoondanError, IpcError
 from goondan.ipc.channel import PipeTransport, Transport
 from goondan.ipc.protocol import (
+    CANCEL_EVENT,
+    CONTROL_PREFIX,
     ORCHESTRATOR,
     STREAM_KEY,
     STREAMED_EVENT_TYPES,
@@ -50,7 +56,7 @@ from goondan.pipeline.context import TurnResult
 from goondan.runtime.agents import response_event, turn_error
 from goondan.types import AgentEvent, JsonObject, ReplyChannel
 
-__all__ = ["AgentWorker", "IpcAgentRouter", "TurnHandler", "parse_args", "process_main"]
+__all__ = ["AgentWorker", "IpcAgentRouter", "TurnHandler", "cancelled_error", "parse_args", "process_main"]
 
 _log = logging.getLogger("goondan.ipc")
 
@@ -156,6 +162,9 @@ class AgentWorker:
         self._reply_targets: dict[str, str] = {}
         self._streaming: str | None = None  # id of the event whose Turn is streamed
         self._stream_sends: list[asyncio.Task[None]] = []
+        self._running: tuple[str, asyncio.Task[TurnResult] | None] | None = None
+        self._cancelled: set[str] = set()  # ids of running Turns asked to cancel
+        self._tasks: set[asyncio.Task[None]] = set()
         self.turns = 0
 
     def __repr__(self) -> str:
@@ -215,12 +224,52 @@ class AgentWorker:
                 self.request_drain()
             elif message.type == "event":
                 event = message.agent_event()
-                if "inReplyTo" in event.metadata:
+                if event.type == CANCEL_EVENT:
+                    self.cancel(str(event.metadata.get("eventId")))
+                elif event.type.startswith(CONTROL_PREFIX):
+                    self.logger.debug("ignoring control event %s", event.type)
+                elif "inReplyTo" in event.metadata:
                     if not self.router.resolve(event):
                         self.logger.debug("dropping late answer %s", event.metadata.get("inReplyTo"))
                 else:
                     self._queue.append(event)
                     self._wakeup.set()
+
+    def cancel(self, event_id: str) -> bool:
+        """Cancel the Turn of ``event_id`` (running: its task is cancelled; queued: dropped).
+
+        Returns False when this worker neither runs nor holds that event (already finished)."""
+        queued = next((e for e in self._queue if e.id == event_id), None)
+        if queued is not None:
+            self._queue.remove(queued)
+            self.logger.info("event %s cancelled before its turn started", event_id)
+            finish = asyncio.ensure_future(self._finish_cancelled(queued))
+            self._tasks.add(finish)
+            finish.add_done_callback(self._tasks.discard)
+            return True
+        if self._running is None or self._running[0] != event_id:
+            return False
+        self.logger.info("cancelling the turn of event %s", event_id)
+        self._cancelled.add(event_id)
+        turn = self._running[1]
+        if turn is not None:
+            turn.cancel()
+        return True
+
+    async def _finish_cancelled(self, event: AgentEvent) -> None:
+        await self._answer(event, None, cancelled_error())
+        await self.report("turnFinished", eventId=event.id, finishReason="error", ok=False, cancelled=True)
+
+    async def _answer(self, event: AgentEvent, text: str | None, error: JsonObject | None) -> None:
+        correlation = event.reply_to.correlation_id if event.reply_to else None
+        if correlation is not None and correlation not in self._replied:
+            answer = response_event(
+                event, agent_name=self.agent_name, instance_key=self.instance_key, text=text, error=error
+            )
+            await self.on_outgoing(answer)
+        if correlation is not None:
+            self._replied.discard(correlation)
+            self._reply_targets.pop(correlation, None)
 
     async def _next_event(self) -> AgentEvent | None:
         while True:
@@ -244,6 +293,8 @@ class AgentWorker:
         finally:
             with contextlib.suppress(Exception):
                 await handler.close()
+        if self._tasks:  # answers of events cancelled before they started
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._shutdown_requested:
             pending = [e.to_dict() for e in self._queue]
             with contextlib.suppress(IpcError):
@@ -261,31 +312,38 @@ class AgentWorker:
         correlation = event.reply_to.correlation_id if event.reply_to else None
         if event.reply_to is not None and correlation is not None:
             self._reply_targets[correlation] = event.reply_to.target
+        self._running = (event.id, None)
         await self.report("turnStarted", eventId=event.id)
         error: JsonObject | None
+        text: str | None = None
+        cancelled = False
         restore = self._start_stream(handler, event)
         try:
-            result = await handler.run(event)
+            if event.id in self._cancelled:  # cancelled while turnStarted was being sent
+                raise asyncio.CancelledError
+            task = asyncio.ensure_future(handler.run(event))
+            self._running = (event.id, task)
+            result = await task
             text, error, finish = result.text, turn_error(result), result.finish_reason
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if event.id not in self._cancelled or (current is not None and current.cancelling()):
+                raise  # the worker itself is being stopped (in-process kill)
+            cancelled, error, finish = True, cancelled_error(), "error"
         except Exception as exc:  # the handler's own failure; the process stays up
             self.logger.error("turn for event %s failed: %s", event.id, exc)
-            text, finish = None, "error"
+            finish = "error"
             error = {"code": getattr(exc, "code", "E_AGENT_TURN_FAILED"), "message": str(exc)}
         finally:
+            self._running = None
+            self._cancelled.discard(event.id)
             self._streaming = None
             restore()
         await self._flush_stream()
         self.turns += 1
-        if correlation is not None and correlation not in self._replied:
-            answer = response_event(
-                event, agent_name=self.agent_name, instance_key=self.instance_key, text=text, error=error
-            )
-            await self.on_outgoing(answer)
-        if correlation is not None:
-            self._replied.discard(correlation)
-            self._reply_targets.pop(correlation, None)
-        await self.report("turnFinished", eventId=event.id, finishReason=finish, ok=error is None)
-
+        await self._answer(event, text, error)
+        await self.report("turnFinished", eventId=event.id, finishReason=finish, ok=error is None,
+                          cancelled=cancelled)
 
     def _start_stream(self, handler: TurnHandler, event: AgentEvent) -> Callable[[], None]:
         """Stream this Turn if asked: model deltas on (``TurnEnv.stream``), events forwarded."""
@@ -301,6 +359,11 @@ class AgentWorker:
             env.stream = False
 
         return restore
+
+
+def cancelled_error() -> JsonObject:
+    """The structured error of a Turn cancelled through ``runtime.cancel``."""
+    return {"code": "E_TURN_CANCELLED", "message": "the turn was cancelled"}
 
 
 # -- the child process ---------------------------------------------------------------------------

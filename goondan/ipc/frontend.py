@@ -2,18 +2,26 @@
 
 * :class:`ServiceThread` runs the service's event loop in a background thread, so the
   orchestrator keeps supervising (pumps, crash detection, reconciliation, the control socket)
-  while the main thread blocks on the terminal.
+  while the main thread blocks on the terminal. That thread blocks SIGINT and SIGTERM (and so
+  do the worker threads it starts, which inherit its mask): the kernel then always delivers
+  Ctrl-C to the main thread, whose blocking ``input()`` is interrupted at once — delivered to
+  another thread, the signal would only be handled after the next Enter. Agent processes
+  started from those threads reset the mask first thing (:mod:`goondan.ipc.spawner`).
 * :class:`OrchestratorBackend` is the console's ``ReplBackend`` over the orchestrator: each
   line becomes an event for the entry agent (conversation ``cli``), answered through IPC. The
   REPL's renderer and slash commands are reused unchanged. The request asks the agent process
   to stream the Turn (``runtime.delta`` reports): text deltas and tool calls are handed to the
-  subscribers on the caller's event loop, in order, before the answer.
+  subscribers on the caller's event loop, in order, before the answer. Cancelling
+  :meth:`OrchestratorBackend.run_turn` (Ctrl-C) cancels the agent's Turn through
+  ``runtime.cancel`` and returns once the agent reported it finished (repaired and folded).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import signal
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
@@ -23,7 +31,12 @@ from goondan.ipc.service import SwarmService
 from goondan.pipeline.context import TurnResult
 from goondan.types import AgentEvent, JsonObject, TokenUsage, ToolCatalogItem, new_id
 
-__all__ = ["OrchestratorBackend", "ServiceThread", "turn_result_of"]
+__all__ = ["BLOCKED_SIGNALS", "CANCEL_WAIT_S", "OrchestratorBackend", "ServiceThread", "turn_result_of"]
+
+# Signals only the main thread may take (handled there: Ctrl-C, SIGTERM → KeyboardInterrupt).
+BLOCKED_SIGNALS: frozenset[signal.Signals] = frozenset({signal.SIGINT, signal.SIGTERM})
+# How long Ctrl-C waits for the agent to confirm the cancelled Turn before the prompt returns.
+CANCEL_WAIT_S = 10.0
 
 T = TypeVar("T")
 
@@ -57,6 +70,8 @@ class ServiceThread:
         return f"<ServiceThread {self.service!r} alive={self._thread.is_alive()}>"
 
     def _run(self) -> None:
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED_SIGNALS)
         asyncio.set_event_loop(self.loop)
 
         async def start() -> None:
@@ -114,21 +129,37 @@ class OrchestratorBackend:
         )
         orchestrator = self.runner.service.orchestrator
         loop = asyncio.get_running_loop()
+        live = [True]  # events of a cancelled turn still queued on this loop are dropped
 
         def on_event(payload: JsonObject) -> None:
             # Called on the service thread; call_soon_threadsafe keeps the order, and the
             # answer (wrap_future) is scheduled the same way after the last event.
-            loop.call_soon_threadsafe(self._dispatch, payload)
+            loop.call_soon_threadsafe(self._dispatch, live, payload)
 
         future = self.runner.submit(orchestrator.request(
             self.agent_name, event, instance_key=self.instance_key,
             on_event=on_event if self._listeners else None,
         ))
-        answer = await asyncio.wrap_future(future)
+        try:
+            answer = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            live[0] = False
+            # Cancelling the request cancels the Turn; wait until the agent has repaired and
+            # folded it, so the prompt comes back on a consistent conversation (a second
+            # Ctrl-C during this wait leaves at once: asyncio.Runner raises KeyboardInterrupt).
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(self.runner.submit(orchestrator.cancel(
+                    self.agent_name, event.id, instance_key=self.instance_key, timeout_s=CANCEL_WAIT_S,
+                )))
+            raise
+        finally:
+            live[0] = False
         self.turns += 1
         return turn_result_of(answer)
 
-    def _dispatch(self, payload: JsonObject) -> None:
+    def _dispatch(self, live: list[bool], payload: JsonObject) -> None:
+        if not live[0]:
+            return
         for listener in tuple(self._listeners):
             listener(payload)
 

@@ -20,6 +20,12 @@ Responsibilities (runtime.md §3-5, Decisions 1, 10, 11):
 * **Graceful stop.** ``shutdown {gracePeriodMs, reason}`` → the process drains (finishes and folds
   its running Turn) → ``shutdown_ack`` → exit 0; SIGKILL after the grace period. Restart (per
   agent, optionally ``fresh``) is a graceful stop followed by a respawn with history kept.
+* **Cancellation.** :meth:`Orchestrator.cancel` (and cancelling the task of
+  :meth:`Orchestrator.request`) drops a queued event or sends ``runtime.cancel {eventId}`` to the
+  process running it; the agent aborts that Turn (repaired and folded) and reports
+  ``turnFinished``, so the events behind it go on. The requests that Turn made to other agents
+  and that are still unanswered are cancelled the same way, recursively (their callers, being
+  cancelled themselves, drop the ``E_TURN_CANCELLED`` answers).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from goondan.ipc.protocol import (
     STREAM_KEY,
     IpcMessage,
     ShutdownReason,
+    cancel_event,
 )
 from goondan.ipc.spawner import AgentHandle, Spawner, SpawnRequest
 from goondan.ipc.supervision import (
@@ -72,6 +79,8 @@ class _Pending:
     caller: tuple[str, str] | None  # None: a local request (future)
     callee: tuple[str, str]
     future: asyncio.Future[AgentEvent] | None = None
+    event_id: str | None = None  # the request event (on the callee)
+    caller_event: str | None = None  # the event whose Turn made the request (on the caller)
 
 
 ClearHistory = Callable[[str], Awaitable[None] | None]
@@ -250,7 +259,7 @@ class Orchestrator:
         correlation = f"corr_{uuid.uuid4().hex}"
         event.reply_to = ReplyChannel(target=ORCHESTRATOR, correlation_id=correlation)
         future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
-        self._pending[correlation] = _Pending(None, (agent, event.instance_key), future)
+        self._pending[correlation] = _Pending(None, (agent, event.instance_key), future, event_id=event.id)
         if on_event is not None:
             event.metadata[STREAM_KEY] = True
             self._stream_listeners[event.id] = on_event
@@ -265,9 +274,60 @@ class Orchestrator:
                 f"agent request timeout ({timeout_ms}ms) waiting for {agent}@{event.instance_key}",
                 code="E_AGENT_TIMEOUT",
             ) from None
+        except asyncio.CancelledError:
+            # The requester gave up (Ctrl-C in the chat): the Turn is cancelled too, not orphaned.
+            rec = self.records.get((agent, event.instance_key))
+            if rec is not None:
+                self._cancel_event(rec, event.id)
+            raise
         finally:
             self._pending.pop(correlation, None)
             self._stream_listeners.pop(event.id, None)
+
+    async def cancel(
+        self, agent: str, event_id: str, *, instance_key: str = "default", timeout_s: float | None = 10.0
+    ) -> bool:
+        """Cancel the Turn of ``event_id`` on (agent, instance_key) and wait (up to ``timeout_s``)
+        until the process reported it finished; False if that event is neither queued nor
+        running there (already answered). The events queued behind it are not affected."""
+        rec = self.records.get((agent, instance_key))
+        if rec is None or not self._cancel_event(rec, event_id):
+            return False
+
+        def gone() -> bool:
+            in_flight = rec.in_flight is not None and rec.in_flight.id == event_id
+            return not in_flight and all(e.id != event_id for e in rec.queue)
+
+        if timeout_s is not None:
+            with contextlib.suppress(TimeoutError):
+                await self.wait_until(gone, timeout_s)
+        return True
+
+    def _cancel_event(self, rec: InstanceRecord, event_id: str) -> bool:
+        queued = next((e for e in rec.queue if e.id == event_id), None)
+        if queued is not None:
+            rec.queue.remove(queued)
+            self._fail_request(queued, rec, "E_TURN_CANCELLED", "the request was cancelled before it started")
+            self._mark_changed()
+            return True
+        if rec.in_flight is None or rec.in_flight.id != event_id:
+            return False
+        if rec.cancel_requested == event_id:
+            return True
+        rec.cancel_requested = event_id
+        self.logger.info("cancelling event %s on %s", event_id, rec.name,
+                         extra={"event": "orchestrator.cancel", "agentName": rec.agent_name,
+                                "instanceKey": rec.instance_key, "eventId": event_id})
+        if rec.handle is not None:
+            message = IpcMessage.event(ORCHESTRATOR, rec.agent_name, cancel_event(event_id, instance_key=rec.instance_key))
+            self._spawn_task(self._send(rec, rec.handle, message))
+        # The Turn's own unanswered requests would only produce work nobody waits for.
+        for pending in list(self._pending.values()):
+            if pending.caller == rec.key and pending.caller_event == event_id and pending.event_id:
+                callee = self.records.get(pending.callee)
+                if callee is not None:
+                    self._cancel_event(callee, pending.event_id)
+        return True
 
     async def spawn_instance(
         self, agent: str, instance_key: str, *, cwd: str | None = None,
@@ -382,7 +442,10 @@ class Orchestrator:
         key = event.instance_key or "default"
         event.instance_key = key
         if event.reply_to is not None:
-            self._pending[event.reply_to.correlation_id] = _Pending(sender.key, (target, key))
+            self._pending[event.reply_to.correlation_id] = _Pending(
+                sender.key, (target, key), event_id=event.id,
+                caller_event=sender.in_flight.id if sender.in_flight is not None else None,
+            )
         self._enqueue(target, event)
 
     async def _answer_error(self, to: InstanceRecord, request: AgentEvent, code: str, message: str) -> None:
@@ -477,7 +540,7 @@ class Orchestrator:
             rec.in_flight_started = True
             rec.status = "processing" if rec.stop_mode is None else "draining"
         elif kind == "turnFinished":
-            rec.in_flight, rec.in_flight_started = None, False
+            rec.in_flight, rec.in_flight_started, rec.cancel_requested = None, False, None
             rec.consecutive_crashes = 0  # Decision 11: a completed Turn resets the crash count
             rec.processed += 1
             if rec.stop_mode is None:
@@ -609,7 +672,9 @@ class Orchestrator:
         expected = rec.stop_mode is not None or self._stopping
         interrupted = rec.in_flight
         if interrupted is not None:
-            if rec.in_flight_started:
+            if rec.cancel_requested == interrupted.id:
+                self._fail_request(interrupted, rec, "E_TURN_CANCELLED", "the request was cancelled")
+            elif rec.in_flight_started:
                 what = f"exit code {code}" if code >= 0 else f"signal {-code}"
                 self.logger.warning(
                     "%s exited (%s) during a turn; event %s was interrupted", rec.name, what, interrupted.id,
@@ -623,7 +688,7 @@ class Orchestrator:
                 )
             else:
                 rec.queue.appendleft(interrupted)  # never started: deliver to the next process
-            rec.in_flight, rec.in_flight_started = None, False
+            rec.in_flight, rec.in_flight_started, rec.cancel_requested = None, False, None
         if code == 0 or expected:
             rec.status = "terminated"
         else:

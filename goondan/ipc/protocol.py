@@ -7,7 +7,9 @@ process exchange is one of them:
   set ``replyTo``; answers carry ``metadata.inReplyTo``. Events addressed ``to: "orchestrator"``
   whose ``type`` starts with ``runtime.`` are *control reports* of an agent process (ready,
   turn started/finished, spawn/list queries, ``runtime.delta`` stream events); they never
-  start a Turn.
+  start a Turn. In the other direction, ``runtime.cancel {eventId}`` (orchestrator → agent)
+  cancels the Turn of that event (or drops it if it has not started); it never starts a Turn
+  either.
 * ``shutdown`` asks a process to drain: ``{gracePeriodMs, reason}``.
 * ``shutdown_ack`` answers it after the running Turn was folded: ``{instanceKey}``.
 
@@ -25,6 +27,7 @@ from goondan.errors import IpcError
 from goondan.types import AgentEvent, JsonObject
 
 __all__ = [
+    "CANCEL_EVENT",
     "CONTROL_PREFIX",
     "MESSAGE_TYPES",
     "ORCHESTRATOR",
@@ -34,6 +37,7 @@ __all__ = [
     "IpcMessage",
     "MessageType",
     "ShutdownReason",
+    "cancel_event",
     "control_event",
     "decode",
     "encode",
@@ -47,6 +51,8 @@ SHUTDOWN_REASONS: Final = ("restart", "config_change", "orchestrator_shutdown")
 ORCHESTRATOR: Final = "orchestrator"
 # Event types of control reports (agent process → orchestrator); never routed to an agent.
 CONTROL_PREFIX: Final = "runtime."
+# Orchestrator → agent: cancel the Turn of ``metadata.eventId`` (Ctrl-C in the ``goondan run`` chat).
+CANCEL_EVENT: Final = CONTROL_PREFIX + "cancel"
 # Event metadata flag: the agent process reports this Turn's runtime events to the orchestrator
 # as ``runtime.delta`` control events (``{eventId, payload}``), e.g. for the ``goondan run`` chat.
 STREAM_KEY: Final = "__goondanStream"
@@ -182,4 +188,14 @@ def control_event(kind: str, *, agent: str, instance_key: str, **metadata: Any) 
         instance_key=instance_key,
         source={"kind": "agent", "name": agent},
         metadata=dict(metadata),
+    )
+
+
+def cancel_event(event_id: str, *, instance_key: str, reason: str = "cancelled") -> AgentEvent:
+    """The orchestrator's ``runtime.cancel`` request for the Turn of ``event_id``."""
+    return AgentEvent(
+        type=CANCEL_EVENT,
+        instance_key=instance_key,
+        source={"kind": "agent", "name": ORCHESTRATOR},
+        metadata={"eventId": event_id, "reason": reason},
     )

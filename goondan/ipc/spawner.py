@@ -11,7 +11,10 @@ injection), so tests and the embedding API can swap real processes for in-proces
   child). When the target lives in an importable module (the default ``process_main`` does),
   the child does not re-run the parent's ``__main__``: under the ``goondan`` console script
   that would import click and the whole CLI into every agent process for nothing (see
-  :func:`_lean_start`).
+  :func:`_lean_start`). The child runs :func:`child_entry` first: a spawned child inherits the
+  signal mask of the thread that started it, and ``goondan run`` starts agents from threads
+  that block SIGINT/SIGTERM (see :mod:`goondan.ipc.frontend`); a blocked SIGTERM would make
+  the agent ignore graceful stops, so the mask is cleared before the target runs.
 * :class:`InProcessSpawner` runs a worker coroutine per instance in the current loop over an
   :class:`~goondan.ipc.channel.InProcessTransport` pair; ``kill()`` cancels it (like SIGKILL:
   the running turn is not folded).
@@ -47,6 +50,7 @@ __all__ = [
     "SpawnRequest",
     "Spawner",
     "WorkerFactory",
+    "child_entry",
     "process_name",
 ]
 
@@ -115,6 +119,18 @@ class Spawner(abc.ABC):
 ChildTarget = Callable[[Connection, list[str]], None]
 
 _lean = threading.local()
+
+
+def child_entry(target: ChildTarget, conn: Connection, argv: list[str]) -> None:
+    """First code of every agent process: a clean signal mask, SIGINT ignored, then ``target``.
+
+    SIGINT is set to ignored *before* the mask is cleared, so a Ctrl-C that arrived while the
+    child was starting (pending, blocked) is discarded instead of killing it: Ctrl-C in a
+    terminal reaches the whole process group, and the orchestrator decides what stops."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    target(conn, argv)
 
 
 def _install_lean_main() -> None:
@@ -258,8 +274,8 @@ class ProcessSpawner(Spawner):
             target = process_main
         parent_conn, child_conn = self._context.Pipe(duplex=True)
         process = self._context.Process(
-            target=target,
-            args=(child_conn, self.argv(request)),
+            target=child_entry,
+            args=(target, child_conn, self.argv(request)),
             name=f"goondan-agent:{request.process_name}",
             daemon=False,
         )

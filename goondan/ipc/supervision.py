@@ -55,6 +55,7 @@ class InstanceRecord:
     queue: deque[AgentEvent] = field(default_factory=deque)
     in_flight: AgentEvent | None = None
     in_flight_started: bool = False
+    cancel_requested: str | None = None  # id of the in-flight event a ``runtime.cancel`` was sent for
     ready: bool = False
     starting: bool = False
     stop_mode: ShutdownReason | None = None

@@ -1,7 +1,8 @@
-"""``goondan run``'s interactive chat in a pseudo-terminal: prompt, answer, streaming, Ctrl-D."""
+"""``goondan run``'s interactive chat in a pseudo-terminal: prompt, answer, streaming, Ctrl-C, Ctrl-D."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import shutil
@@ -10,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from goondan.conversation.messages import Message
+from goondan.conversation.repair import INTERRUPTED, repair_tool_pairs
 from goondan.ipc.state import list_live_processes, pid_alive
 from tests.e2e.test_repl_pty import DEADLINE_S, Terminal
-from tests.support.fake_provider import FakeProvider, FakeReply
+from tests.support.fake_provider import FakeProvider, FakeReply, FakeToolCall
 from tests.support.runtime_harness import FAKE_KEY_ENV, fake_provider_bundle, goondan_cmd
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow,
@@ -93,4 +96,58 @@ def test_run_chat_streams_partial_text_from_the_agent_process(state_root: Path, 
         finally:
             term.close()
         _all_gone(list(pids.values()))
+    shutil.rmtree(bundle)
+
+
+def _wait_file(path: Path) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared")
+        time.sleep(0.02)
+
+
+def test_run_chat_ctrl_c_cancels_the_agents_turn_and_the_chat_goes_on(state_root: Path, tmp_path: Path) -> None:
+    """Ctrl-C cancels the Turn inside the agent process (not just the wait): the blocking tool
+    call is interrupted and repaired, the same process answers the next message, and Ctrl-C at
+    the prompt is handled at once (no Enter needed)."""
+    marker = tmp_path / "wait"
+    with FakeProvider() as fake:
+        fake.enqueue(
+            FakeReply.calls(FakeToolCall("calc__wait", {"marker": str(marker)})),  # blocks forever
+            FakeReply.reply("after the cancel"),
+        )
+        bundle = fake_provider_bundle(tmp_path, fake.base_url("openai"))
+        env = {**os.environ, FAKE_KEY_ENV: "sk-run-pty", "GOONDAN_STATE_ROOT": str(state_root),
+               "TERM": "xterm", "COLUMNS": "200"}
+        term = Terminal(goondan_cmd("run", "--bundle", str(bundle)), env)
+        try:
+            term.expect("plain> ")
+            term.send("wait please\r")
+            _wait_file(Path(f"{marker}.started"))  # the tool runs in the agent process
+            pids = _agent_pids(state_root, {"plain.cli"})
+            term.send("\x03")
+            term.expect("(turn cancelled)")
+            term.expect("plain> ")
+            term.send("next question\r")
+            term.expect("after the cancel")  # answered: the cancelled turn no longer blocks
+            term.expect("plain> ")
+            assert _agent_pids(state_root, {"plain.cli"}) == pids  # cancelled, not restarted
+            term.send("\x03")  # at the prompt: handled without waiting for Enter
+            term.expect("press Ctrl-C again")
+            term.expect("plain> ")
+            term.send("\x04")
+            assert term.wait() == 0
+        finally:
+            term.close()
+        _all_gone(list(pids.values()))
+        assert len(fake.requests) == 2
+    bases = list(state_root.glob("workspaces/*/instances/*/messages/base.jsonl"))
+    assert len(bases) == 1
+    lines = bases[0].read_text(encoding="utf-8").splitlines()
+    messages = [Message.from_dict(json.loads(line)) for line in lines if line.strip()]
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    assert repair_tool_pairs(messages) == []  # provider-valid: the tool pair is intact
+    assert INTERRUPTED in json.dumps(messages[2].data)
+    assert messages[4].text == "after the cancel"
     shutil.rmtree(bundle)
