@@ -101,8 +101,10 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
     from goondan.secrets import mask
 
     assert isinstance(service, SwarmService)
+    from goondan.console.render import format_turn_error
+
     thread = ServiceThread(service)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     thread.start()
     runner = asyncio.Runner()
     try:
@@ -117,7 +119,8 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
                 if result.error is None:
                     click.echo(mask(result.text))
                 else:
-                    click.echo(mask(f"[{result.error.get('code')}] {result.error.get('message')}"), err=True)
+                    for line in filter(None, format_turn_error(result.error)):
+                        click.echo(line, err=True)
                     code = exit_code_for(result)
             return code
         banner = (f"goondan run · swarm {service.swarm.name} · entry agent {backend.agent_name} · "
@@ -126,6 +129,8 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
         session = ReplSession(backend, runner, reader=reader, out=sys.stdout, color=color,
                               stream=True, banner=banner)
         return session.run()
+    except _Terminated:
+        return 128 + signal.SIGTERM  # the swarm is stopped gracefully below
     finally:
         try:
             runner.close()
@@ -134,5 +139,9 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
             signal.signal(signal.SIGTERM, previous)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+class _Terminated(BaseException):
+    """SIGTERM: leave the chat (unlike Ctrl-C, which only cancels the running turn)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated

@@ -151,3 +151,22 @@ def test_run_chat_ctrl_c_cancels_the_agents_turn_and_the_chat_goes_on(state_root
     assert INTERRUPTED in json.dumps(messages[2].data)
     assert messages[4].text == "after the cancel"
     shutil.rmtree(bundle)
+
+
+def test_sigterm_at_the_prompt_stops_the_swarm(state_root: Path) -> None:
+    """SIGTERM leaves the chat (exit 143) and stops every agent; Ctrl-C would only cancel."""
+    import signal
+
+    env = {**os.environ, "GOONDAN_STATE_ROOT": str(state_root), "TERM": "xterm", "COLUMNS": "200"}
+    term = Terminal(goondan_cmd("run", "--bundle", str(DELEGATION)), env)
+    try:
+        term.expect("coordinator> ")
+        term.send("What is 17 * 23?\r")
+        term.expect("17 * 23 = 391")
+        term.expect("coordinator> ")
+        pids = _agent_pids(state_root, {"coordinator.cli", "worker.cli"})
+        os.kill(term.pid, signal.SIGTERM)
+        assert term.wait() == 128 + signal.SIGTERM
+    finally:
+        term.close()
+    _all_gone(list(pids.values()))
