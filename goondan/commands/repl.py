@@ -22,7 +22,7 @@ import click
 from goondan.commands.common import get_globals
 
 if TYPE_CHECKING:
-    import asyncio
+    pass
 
 __all__ = ["repl"]
 
@@ -66,7 +66,7 @@ def repl(
 
     from goondan.config.dotenv import load_env_files
     from goondan.console import InstanceBackend, LineReader, ReplSession, TurnRenderer, run_batch
-    from goondan.console.session import exit_code_for, result_json
+    from goondan.console.session import exit_code_for, keep_signals_on_main_thread, result_json
     from goondan.runtime import Runtime
 
     options = get_globals()
@@ -75,7 +75,7 @@ def repl(
     load_env_files((path.parent if path.is_file() else path).resolve(), env_file, os.environ)
     runtime = Runtime.from_bundle(Path(bundle), state_root=root, swarm=swarm, stream=not no_stream)
     runner = asyncio.Runner()
-    _keep_sigint_on_main_thread(runner)
+    keep_signals_on_main_thread(runner)
     try:
         instance = runner.run(runtime.instance(agent, instance_key))
         backend = InstanceBackend(instance)
@@ -110,19 +110,6 @@ def repl(
             runner.run(runtime.aclose())
         finally:
             runner.close()
-
-
-def _keep_sigint_on_main_thread(runner: asyncio.Runner) -> None:
-    """Worker threads block SIGINT, so Ctrl-C always reaches the main thread (readline's
-    ``input()`` and asyncio's handler); otherwise the kernel may pick an idle worker."""
-    import signal
-    from concurrent.futures import ThreadPoolExecutor
-
-    def block() -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-    loop = runner.get_loop()
-    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="goondan", initializer=block))
 
 
 def _echo_error(error: dict[str, object]) -> None:

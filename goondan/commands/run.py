@@ -95,7 +95,7 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
     import signal
 
     from goondan.console import LineReader, ReplSession
-    from goondan.console.session import exit_code_for
+    from goondan.console.session import exit_code_for, keep_signals_on_main_thread
     from goondan.ipc.frontend import OrchestratorBackend, ServiceThread
     from goondan.ipc.service import SwarmService
     from goondan.secrets import mask
@@ -107,6 +107,7 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     thread.start()
     runner = asyncio.Runner()
+    keep_signals_on_main_thread(runner, (signal.SIGINT, signal.SIGTERM))
     try:
         backend = OrchestratorBackend(thread, instance_key=conversation)
         if input_text is not None or not sys.stdin.isatty():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO
@@ -27,7 +28,31 @@ from goondan.conversation.messages import Message
 from goondan.pipeline.context import TurnResult
 from goondan.secrets import mask
 
-__all__ = ["SLASH_COMMANDS", "ReplSession", "format_message", "result_json", "run_batch", "run_once"]
+__all__ = [
+    "SLASH_COMMANDS",
+    "ReplSession",
+    "format_message",
+    "keep_signals_on_main_thread",
+    "result_json",
+    "run_batch",
+    "run_once",
+]
+
+def keep_signals_on_main_thread(
+    runner: asyncio.Runner, signals: Iterable[signal.Signals] = (signal.SIGINT,)
+) -> None:
+    """Block ``signals`` in the runner's worker threads so the kernel delivers them to the main
+    thread: a signal caught by an idle worker would leave ``input()`` asleep until Enter."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    blocked = set(signals)
+
+    def block() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+
+    loop = runner.get_loop()
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="goondan", initializer=block))
+
 
 SLASH_COMMANDS: dict[str, str] = {
     "/help": "show this help",

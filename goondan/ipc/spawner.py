@@ -159,14 +159,22 @@ def _lean_start(process: Any, *, lean: bool) -> None:
     The spawn start method re-executes the parent's main script in the child (as
     ``__mp_main__``) so that targets defined there can be unpickled. Targets from importable
     modules do not need it, and for the ``goondan`` console script it costs ~40 ms of
-    click/CLI imports per agent process."""
+    click/CLI imports per agent process.
+
+    The calling thread's signal mask is restored afterwards: the first ``start()`` launches
+    multiprocessing's resource tracker, which blocks and then *unblocks* SIGINT/SIGTERM in the
+    calling thread, letting a worker thread take a Ctrl-C or SIGTERM meant for the main one."""
     if lean:
         _install_lean_main()
+    has_mask = hasattr(signal, "pthread_sigmask")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set()) if has_mask else None
     _lean.active = lean
     try:
         process.start()
     finally:
         _lean.active = False
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 class _ProcessHandle(AgentHandle):

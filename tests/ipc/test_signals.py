@@ -63,3 +63,35 @@ def test_service_thread_blocks_sigint_and_spawned_agents_start_clean(tmp_path: P
     assert _blocked_here() == main_before  # the main thread still takes Ctrl-C
     assert not wanted & set(child["blocked"])  # SIGTERM reaches the agent's drain handler
     assert child["sigint"] == "ignored"  # Ctrl-C goes to the orchestrator, not the agents
+
+
+def test_starting_an_agent_process_keeps_the_thread_mask() -> None:
+    """The first process start launches multiprocessing's resource tracker, which unblocks
+    SIGINT/SIGTERM in the calling thread; ``_lean_start`` restores the mask. Run in a fresh
+    interpreter so the tracker is not already running."""
+    import subprocess
+    import sys
+
+    probe = """
+import multiprocessing, signal, threading
+from goondan.ipc.spawner import _lean_start
+
+def child():
+    pass
+
+result = []
+def worker():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    process = multiprocessing.get_context("spawn").Process(target=child)
+    _lean_start(process, lean=False)
+    process.join()
+    result.append(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set())))
+
+if __name__ == "__main__":
+    t = threading.Thread(target=worker)
+    t.start(); t.join()
+    print(result[0])
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2, 15]"
