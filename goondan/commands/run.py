@@ -16,8 +16,11 @@ wins). See docs/orchestrator.md.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -104,7 +107,8 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
     from goondan.console.render import format_turn_error
 
     thread = ServiceThread(service)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    terminate = _TerminateOnSigterm()
+    terminate.install()
     thread.start()
     runner = asyncio.Runner()
     keep_signals_on_main_thread(runner, (signal.SIGINT, signal.SIGTERM))
@@ -137,12 +141,49 @@ def _chat(service: object, input_text: str | None, conversation: str, *, color: 
             runner.close()
         finally:
             thread.stop()
-            signal.signal(signal.SIGTERM, previous)
+            terminate.uninstall()
 
 
 class _Terminated(BaseException):
     """SIGTERM: leave the chat (unlike Ctrl-C, which only cancels the running turn)."""
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
+class _TerminateOnSigterm:
+    """SIGTERM raises :class:`_Terminated` in the main thread, reliably.
+
+    Python runs signal handlers only when the main thread executes bytecode. A SIGTERM that
+    lands after readline printed the prompt but before it blocks in ``select()`` would wait for
+    the next key press; so the C-level wakeup fd tells a watcher thread, which re-delivers the
+    signal to the main thread every 0.2 s until the handler has run.
+    """
+
+    def __init__(self) -> None:
+        self.handled = threading.Event()
+        self._read, self._write = os.pipe()
+        self._previous: Any = None
+        self._previous_fd = -1
+
+    def install(self) -> None:
+        os.set_blocking(self._write, False)
+        self._previous_fd = signal.set_wakeup_fd(self._write)
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        threading.Thread(target=self._watch, name="goondan-sigterm", daemon=True).start()
+
+    def uninstall(self) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._write)  # ends the watcher
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if not self.handled.is_set():  # a second SIGTERM must not break the graceful stop
+            self.handled.set()
+            raise _Terminated
+
+    def _watch(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        main = threading.main_thread().ident
+        while data := os.read(self._read, 64):
+            if signal.SIGTERM in data:
+                while main is not None and not self.handled.wait(0.2):
+                    signal.pthread_kill(main, signal.SIGTERM)
+        os.close(self._read)
