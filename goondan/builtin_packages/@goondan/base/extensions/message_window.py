@@ -1,0 +1,110 @@
+"""Extension ``message-window`` of ``@goondan/base``: keep only the newest ``maxMessages``.
+
+A turn middleware (base-package.md §3). Before ``next()``, when the conversation
+(``conversation_state.next_messages``, which already holds this turn's input) has more than
+``maxMessages`` messages, it emits ``remove`` events for the oldest ones. Everything goes
+through ``ctx.emit_message_event``, so the removal is recorded in ``events.jsonl`` and folded
+into ``base.jsonl`` at turn end.
+
+Deliberate refinement of the spec's plain "remove the oldest ``len − max``": an assistant
+message with tool calls and the ``role: tool`` messages answering them are removed together or
+not at all, because a provider rejects a tool result whose call is missing (and vice versa). The
+window may therefore end up a few messages shorter than ``maxMessages``. The newest message (the
+turn's input) is never removed.
+
+Config (``api.config``, i.e. the Extension's ``spec.config`` merged with the Agent's
+ref-level ``config``): ``maxMessages`` (code default 40; the shipped manifest sets 80). A value
+that is not a number or is below 1 falls back to 40 (with a ``W_BASE_EXTENSION_CONFIG``
+warning); fractions are floored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from goondan.conversation.messages import Message, MessageEvent
+
+DEFAULT_MAX_MESSAGES = 40
+
+
+def positive_int(api: Any, key: str, default: int, *, minimum: int = 1) -> int:
+    """``api.config[key]`` floored, or ``default`` (with a warning) when missing or invalid."""
+    value = api.config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or math.floor(value) < minimum:
+        api.logger.warning(
+            "W_BASE_EXTENSION_CONFIG: %s.%s=%r is invalid (need a number >= %d); using %d",
+            api.name, key, value, minimum, default,
+        )
+        return default
+    return math.floor(value)
+
+
+def tool_groups(messages: Sequence[Message]) -> list[list[int]]:
+    """Indices of messages that must be kept or removed together, oldest group first.
+
+    An assistant message with ``tool-call`` parts forms one group with every later message whose
+    ``tool-result`` parts answer those calls; any other message is a group of its own.
+    """
+    groups: list[list[int]] = []
+    owner: dict[str, int] = {}  # toolCallId -> index in ``groups``
+    for index, message in enumerate(messages):
+        target: int | None = None
+        content = message.data.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "tool-result":
+                    found = owner.get(str(part.get("toolCallId")))
+                    if found is not None and target is None:
+                        target = found
+                    elif found is not None and found != target and target is not None:
+                        # One message answering calls of two assistant messages: merge them.
+                        groups[target].extend(groups[found])
+                        groups[found] = []
+                        owner.update({k: target for k, v in owner.items() if v == found})
+        if target is None:
+            groups.append([])
+            target = len(groups) - 1
+        groups[target].append(index)
+        for call in message.tool_calls:
+            owner[call.id] = target
+    return [sorted(group) for group in groups if group]
+
+
+def oldest_removals(messages: Sequence[Message], keep: int) -> list[str]:
+    """Ids to remove, oldest group first, until at most ``keep`` messages remain.
+
+    Whole tool-call groups only; the group holding the newest message is never removed.
+    """
+    excess = len(messages) - keep
+    if excess <= 0:
+        return []
+    newest = len(messages) - 1
+    removed: list[str] = []
+    for group in tool_groups(messages):
+        if len(removed) >= excess or newest in group:
+            break
+        removed.extend(messages[i].id for i in group)
+    return removed
+
+
+def register(api: Any) -> None:
+    """Install the turn middleware that trims the conversation before each turn."""
+    max_messages = positive_int(api, "maxMessages", DEFAULT_MAX_MESSAGES)
+
+    async def message_window(ctx: Any) -> Any:
+        messages = list(ctx.conversation_state.next_messages)
+        # Collect first: emitting changes next_messages.
+        doomed = oldest_removals(messages, max_messages)
+        for message_id in doomed:
+            ctx.emit_message_event(MessageEvent.remove(message_id))
+        if doomed:
+            api.logger.debug(
+                "[message-window] removed %d of %d messages (maxMessages=%d)",
+                len(doomed), len(messages), max_messages,
+            )
+        return await ctx.next()
+
+    api.pipeline.register("turn", message_window)

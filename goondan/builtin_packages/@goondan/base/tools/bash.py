@@ -1,0 +1,206 @@
+"""Tool ``bash`` of ``@goondan/base``: run shell commands and scripts (base-package.md §2).
+
+Exports:
+
+* ``exec``: ``/bin/sh -lc <command>`` in ``cwd`` (relative to the workdir, default the workdir);
+* ``script``: ``<shell> <path> …args`` in the workdir (``shell`` defaults to ``/bin/bash``).
+
+Both take ``timeoutMs`` (default 30000) and ``env`` (primitive values, merged over the process
+environment). A non-zero exit status is an output, not an error. The child runs in its own
+session so a timeout reaches every process it started: the group gets SIGTERM, then SIGKILL
+100 ms later; ``exitCode`` is ``-1`` and ``signal`` names the signal when the child was killed.
+The handlers are ``async`` and use asyncio subprocesses, so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from goondan.tools import ToolContext, ToolFailure
+
+DEFAULT_TIMEOUT_MS = 30_000
+DEFAULT_SHELL = "/bin/bash"
+KILL_GRACE_S = 0.1
+# After the child exited (or was killed), how long to wait for its pipes to close: a process
+# that left the group (setsid) may keep them open forever.
+DRAIN_GRACE_S = 1.0
+
+
+def _invalid(message: str) -> ToolFailure:
+    return ToolFailure(message, code="E_TOOL_INVALID_ARGS",
+                       suggestion="Call the tool again with valid arguments.")
+
+
+def _required_text(input: dict[str, Any], name: str) -> str:
+    value = input.get(name)
+    if value is None:
+        raise _invalid(f"'{name}' is required")
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(f"'{name}' must be a non-empty string")
+    return value
+
+
+def _optional_text(input: dict[str, Any], name: str) -> str | None:
+    value = input.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _invalid(f"'{name}' must be a string")
+    return value
+
+
+def _timeout_ms(input: dict[str, Any]) -> float:
+    value = input.get("timeoutMs", DEFAULT_TIMEOUT_MS)
+    if value is None:
+        return DEFAULT_TIMEOUT_MS
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise _invalid("'timeoutMs' must be a positive number")
+    return float(value)
+
+
+def _primitive(value: Any) -> str:
+    """JavaScript's ``String(value)`` for the primitives models send."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _env(input: dict[str, Any]) -> dict[str, str]:
+    value = input.get("env")
+    merged = dict(os.environ)
+    if value is None:
+        return merged
+    if not isinstance(value, dict):
+        raise _invalid("'env' must be an object of string, number or boolean values")
+    for key, item in value.items():
+        if item is None:
+            continue
+        if not isinstance(item, str | int | float):
+            raise _invalid(f"'env.{key}' must be a string, number or boolean")
+        merged[str(key)] = _primitive(item)
+    return merged
+
+
+def _absolute(ctx: ToolContext, path: str) -> Path:
+    # Normalised but not symlink-resolved, like Node's path.resolve.
+    return Path(os.path.abspath(ctx.resolve_path(path)))
+
+
+def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    _signal_group(proc, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(KILL_GRACE_S):
+            await proc.wait()
+    # Also reaches children that ignored SIGTERM after the shell itself exited.
+    _signal_group(proc, signal.SIGKILL)
+    await proc.wait()
+
+
+async def _read_all(stream: asyncio.StreamReader | None) -> bytes:
+    if stream is None:
+        return b""
+    chunks: list[bytes] = []
+    while chunk := await stream.read(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout_ms: float) -> dict[str, Any]:
+    """Run ``argv``; ``{durationMs, stdout, stderr, exitCode, signal, timedOut}``."""
+    if not cwd.is_dir():
+        raise ToolFailure(f"working directory does not exist: {cwd}", code="E_BASE_PATH_NOT_FOUND",
+                          suggestion="Create the directory first or pass an existing cwd.")
+    started = time.monotonic()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise ToolFailure(f"cannot start {argv[0]}: {exc.strerror or exc}", code="E_BASE_EXEC",
+                          suggestion="Check that the shell exists and is executable.") from None
+    readers = [asyncio.ensure_future(_read_all(proc.stdout)),
+               asyncio.ensure_future(_read_all(proc.stderr))]
+    waiter = asyncio.ensure_future(proc.wait())
+    timed_out = False
+    try:
+        # asyncio.wait never cancels what it waits for, so output read so far survives a
+        # timeout. Open pipes count too: a background job still writing keeps the command going.
+        _, pending = await asyncio.wait([waiter, *readers], timeout=timeout_ms / 1000.0)
+        if pending:
+            timed_out = True
+            await _terminate(proc)
+            await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
+    except BaseException:
+        # Cancelled (tool deadline, turn cancelled): never leave the process group behind.
+        _signal_group(proc, signal.SIGKILL)
+        # Reap it and let the pipes close, so no subprocess transport outlives the call.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([waiter, *readers], timeout=DRAIN_GRACE_S)
+        for task in (waiter, *readers):
+            task.cancel()
+        raise
+    duration_ms = round((time.monotonic() - started) * 1000)
+    stdout, stderr = (r.result() if r.done() and not r.cancelled() else b"" for r in readers)
+    for reader in readers:
+        reader.cancel()
+    code = proc.returncode if proc.returncode is not None else -1
+    signal_name: str | None = None
+    if code < 0:
+        try:
+            signal_name = signal.Signals(-code).name
+        except ValueError:
+            signal_name = f"SIG{-code}"
+        code = -1
+    return {
+        "durationMs": duration_ms,
+        "stdout": stdout.decode("utf-8", errors="replace"),
+        "stderr": stderr.decode("utf-8", errors="replace"),
+        "exitCode": code,
+        "signal": signal_name,
+        "timedOut": timed_out,
+    }
+
+
+async def exec_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Run ``command`` with ``/bin/sh -lc``: ``{command, cwd, durationMs, stdout, …, timedOut}``."""
+    command = _required_text(input, "command")
+    cwd_input = _optional_text(input, "cwd")
+    cwd = _absolute(ctx, cwd_input) if cwd_input else _absolute(ctx, ".")
+    result = await _run(["/bin/sh", "-lc", command], cwd, _env(input), _timeout_ms(input))
+    return {"command": command, "cwd": str(cwd), **result}
+
+
+async def script(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Run ``<shell> <path> …args`` in the workdir: ``{path, shell, args, durationMs, …}``."""
+    path = _absolute(ctx, _required_text(input, "path"))
+    if not path.is_file():
+        raise ToolFailure(f"script not found: {path}", code="E_BASE_PATH_NOT_FOUND",
+                          suggestion="Check the path (relative paths start at the workdir).")
+    shell = _optional_text(input, "shell") or DEFAULT_SHELL
+    raw_args = input.get("args")
+    if raw_args is None:
+        raw_args = []
+    if not isinstance(raw_args, list) or not all(isinstance(a, str) for a in raw_args):
+        raise _invalid("'args' must be an array of strings")
+    args = [str(a) for a in raw_args]
+    timeout_ms = _timeout_ms(input)
+    result = await _run([shell, str(path), *args], _absolute(ctx, "."), _env(input), timeout_ms)
+    return {"path": str(path), "shell": shell, "args": args, **result}
+
+
+handlers = {"exec": exec_, "script": script}

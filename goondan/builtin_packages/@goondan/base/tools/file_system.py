@@ -1,0 +1,162 @@
+"""Tool ``file-system`` of ``@goondan/base``: read, write, list and create files (base-package.md §2).
+
+Exports ``read``, ``write``, ``list`` and ``mkdir``. Relative paths resolve against the agent's
+workdir (``ctx.workdir``); absolute paths are used as they are — this tool is not a sandbox.
+Every output ``path`` is the absolute, normalised path. Text is UTF-8: bytes that are not valid
+UTF-8 read as U+FFFD. The handlers are plain functions, so the executor runs them in a worker
+thread and file I/O never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from pathlib import Path
+from typing import Any
+
+from goondan.tools import ToolContext, ToolFailure
+
+DEFAULT_MAX_BYTES = 100_000
+
+
+def _invalid(message: str) -> ToolFailure:
+    return ToolFailure(message, code="E_TOOL_INVALID_ARGS",
+                       suggestion="Call the tool again with valid arguments.")
+
+
+def _required_text(input: dict[str, Any], name: str) -> str:
+    value = input.get(name)
+    if value is None:
+        raise _invalid(f"'{name}' is required")
+    if not isinstance(value, str) or not value:
+        raise _invalid(f"'{name}' must be a non-empty string")
+    return value
+
+
+def _flag(input: dict[str, Any], name: str, default: bool) -> bool:
+    value = input.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _invalid(f"'{name}' must be a boolean")
+    return value
+
+
+def _absolute(ctx: ToolContext, path: str) -> Path:
+    # Normalised but not symlink-resolved, like Node's path.resolve.
+    return Path(os.path.abspath(ctx.resolve_path(path)))
+
+
+def _os_failure(exc: OSError, path: Path) -> ToolFailure:
+    """Map an ``OSError`` to a failure the model can act on."""
+    if isinstance(exc, FileNotFoundError):
+        return ToolFailure(f"no such file or directory: {path}", code="E_BASE_PATH_NOT_FOUND",
+                           suggestion="Check the path with file-system__list "
+                           "(relative paths start at the workdir).")
+    reason = exc.strerror or type(exc).__name__
+    return ToolFailure(f"{reason}: {path}", code="E_BASE_FS",
+                       suggestion="Check the path and its permissions.")
+
+
+def _decode_prefix(data: bytes, truncated: bool) -> str:
+    # A cut in the middle of a multi-byte character drops that partial character instead of
+    # ending the text with U+FFFD.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return decoder.decode(data, final=not truncated)
+
+
+def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Read the first ``maxBytes`` bytes of a file: ``{path, size, truncated, content}``."""
+    path = _absolute(ctx, _required_text(input, "path"))
+    max_bytes = input.get("maxBytes", DEFAULT_MAX_BYTES)
+    if max_bytes is None:
+        max_bytes = DEFAULT_MAX_BYTES
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise _invalid("'maxBytes' must be a positive integer")
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise _os_failure(exc, path) from None
+    truncated = len(data) > max_bytes
+    return {
+        "path": str(path),
+        "size": max(size, len(data)),
+        "truncated": truncated,
+        "content": _decode_prefix(data[:max_bytes], truncated),
+    }
+
+
+def write(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Write (or append) text, creating parent directories: ``{path, size, written, append}``."""
+    path = _absolute(ctx, _required_text(input, "path"))
+    content = _required_text(input, "content")
+    append = _flag(input, "append", False)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a" if append else "w", encoding="utf-8", newline="") as handle:
+            handle.write(content)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise _os_failure(exc, path) from None
+    return {"path": str(path), "size": size, "written": True, "append": append}
+
+
+def _entry(root: Path, entry: os.DirEntry[str], is_dir: bool) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "name": entry.name,
+        "path": Path(entry.path).relative_to(root).as_posix(),
+        "type": "dir" if is_dir else "file",
+    }
+    if not is_dir:
+        try:
+            item["size"] = entry.stat().st_size
+        except OSError:  # a dangling symlink: report the link itself
+            item["size"] = entry.stat(follow_symlinks=False).st_size
+    return item
+
+
+def list_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
+    """List a directory: ``{path, recursive, count, entries: [{name, path, type, size?}]}``."""
+    raw = input.get("path")
+    if raw is not None and not isinstance(raw, str):
+        raise _invalid("'path' must be a string")
+    root = _absolute(ctx, raw or ".")
+    recursive = _flag(input, "recursive", False)
+    include_dirs = _flag(input, "includeDirs", True)
+    include_files = _flag(input, "includeFiles", True)
+    entries: list[dict[str, Any]] = []
+    pending = [root]
+    try:
+        while pending:
+            directory = pending.pop()
+            with os.scandir(directory) as scan:
+                for entry in scan:
+                    # Symlinked directories are listed but not descended into (no cycles).
+                    is_dir = entry.is_dir()
+                    if is_dir and recursive and not entry.is_symlink():
+                        pending.append(Path(entry.path))
+                    if (include_dirs if is_dir else include_files):
+                        entries.append(_entry(root, entry, is_dir))
+    except OSError as exc:
+        raise _os_failure(exc, root) from None
+    entries.sort(key=lambda item: item["path"])
+    return {"path": str(root), "recursive": recursive, "count": len(entries), "entries": entries}
+
+
+def mkdir(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Create a directory (with its parents unless ``recursive`` is false)."""
+    path = _absolute(ctx, _required_text(input, "path"))
+    recursive = _flag(input, "recursive", True)
+    try:
+        if recursive:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.mkdir()
+    except OSError as exc:
+        raise _os_failure(exc, path) from None
+    return {"path": str(path), "created": True, "recursive": recursive}
+
+
+handlers = {"read": read, "write": write, "list": list_, "mkdir": mkdir}
