@@ -10,7 +10,12 @@ from goondan.conversation.codec import (
     encode_message,
 )
 from goondan.conversation.messages import Message, MessageEvent, MessageSource
-from goondan.conversation.repair import INTERRUPTED, interrupted_result, repair_tool_pairs
+from goondan.conversation.repair import (
+    INTERRUPTED,
+    interrupted_result,
+    repair_tool_pairs,
+    tool_call_groups,
+)
 from goondan.conversation.state import ConversationState, fold
 
 __all__ = [
@@ -27,4 +32,5 @@ __all__ = [
     "fold",
     "interrupted_result",
     "repair_tool_pairs",
+    "tool_call_groups",
 ]

@@ -21,7 +21,13 @@ from collections.abc import Sequence
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.types import ToolCallResult
 
-__all__ = ["INTERRUPTED", "interrupted_result", "repair_tool_pairs", "tool_result_ids"]
+__all__ = [
+    "INTERRUPTED",
+    "interrupted_result",
+    "repair_tool_pairs",
+    "tool_call_groups",
+    "tool_result_ids",
+]
 
 INTERRUPTED = "E_TURN_INTERRUPTED"
 _MESSAGE = (
@@ -90,3 +96,36 @@ def repair_tool_pairs(messages: Sequence[Message]) -> list[MessageEvent]:
     events = [MessageEvent.remove(m.id) for m in reversed(tail)]
     events.extend(MessageEvent.append(m) for m in desired[first_change:])
     return events
+
+
+def tool_call_groups(messages: Sequence[Message]) -> list[list[int]]:
+    """Indices of messages that must be kept or removed together, oldest group first.
+
+    An assistant message with ``tool-call`` parts forms one group with every later message whose
+    ``tool-result`` parts answer those calls; any other message is a group of its own.
+    Windowing and compaction remove whole groups, so a provider never sees a tool call without
+    its result (or a result without its call).
+    """
+    groups: list[list[int]] = []
+    owner: dict[str, int] = {}  # toolCallId -> index in ``groups``
+    for index, message in enumerate(messages):
+        target: int | None = None
+        content = message.data.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "tool-result":
+                    found = owner.get(str(part.get("toolCallId")))
+                    if found is not None and target is None:
+                        target = found
+                    elif found is not None and found != target and target is not None:
+                        # One message answering calls of two assistant messages: merge them.
+                        groups[target].extend(groups[found])
+                        groups[found] = []
+                        owner.update({k: target for k, v in owner.items() if v == found})
+        if target is None:
+            groups.append([])
+            target = len(groups) - 1
+        groups[target].append(index)
+        for call in message.tool_calls:
+            owner[call.id] = target
+    return [sorted(group) for group in groups if group]

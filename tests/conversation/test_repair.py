@@ -100,3 +100,25 @@ def test_malformed_tool_call_parts_do_not_raise() -> None:
     assert [c.id for c in bad.tool_calls] == ["c1", "c2"]
     repaired = apply([bad])
     assert sorted(i for m in repaired[1:] for i in tool_result_ids(m)) == ["c1", "c2"]
+
+
+def test_tool_call_groups_keep_calls_with_their_results() -> None:
+    """Windowing/compaction unit: an assistant tool-call message and every result answering it
+    form one group; a tool message answering two assistant messages merges their groups."""
+    from goondan.conversation.repair import tool_call_groups
+    from goondan.types import ToolCall, ToolCallResult
+
+    user = Message.user("go")
+    first = Message.assistant("", [ToolCall("a", "t__x"), ToolCall("b", "t__x")])
+    result_a = Message.tool_result(ToolCallResult.success("a", "t__x", 1))
+    second = Message.assistant("", [ToolCall("c", "t__x")])
+    result_b = Message.tool_result(ToolCallResult.success("b", "t__x", 2))
+    result_c = Message.tool_result(ToolCallResult.success("c", "t__x", 3))
+    answer = Message.assistant("done")
+    groups = tool_call_groups([user, first, result_a, second, result_b, result_c, answer])
+    assert groups == [[0], [1, 2, 4], [3, 5], [6]]
+    both = Message.create("tool", [
+        {"type": "tool-result", "toolCallId": "a", "toolName": "t__x", "output": {"type": "json", "value": 1}},
+        {"type": "tool-result", "toolCallId": "c", "toolName": "t__x", "output": {"type": "json", "value": 3}},
+    ], source=result_a.source)
+    assert tool_call_groups([first, second, both]) == [[0, 1, 2]]

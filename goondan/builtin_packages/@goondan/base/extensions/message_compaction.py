@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from goondan.conversation.messages import Message, MessageEvent, MessageSource
+from goondan.conversation.repair import tool_call_groups
 
 EXTENSION_NAME = "message-compaction"
 DEFAULTS: dict[str, Any] = {
@@ -84,37 +85,6 @@ def read_config(api: Any) -> dict[str, Any]:
     return config
 
 
-def tool_groups(messages: Sequence[Message]) -> list[list[int]]:
-    """Indices of messages that must be kept or removed together, oldest group first.
-
-    An assistant message with ``tool-call`` parts forms one group with every later message whose
-    ``tool-result`` parts answer those calls; any other message is a group of its own. (Same
-    rule as in ``message_window.py``; each entry module stands alone.)
-    """
-    groups: list[list[int]] = []
-    owner: dict[str, int] = {}  # toolCallId -> index in ``groups``
-    for index, message in enumerate(messages):
-        target: int | None = None
-        content = message.data.get("content")
-        if isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and part.get("type") == "tool-result":
-                    found = owner.get(str(part.get("toolCallId")))
-                    if found is not None and target is None:
-                        target = found
-                    elif found is not None and target is not None and found != target:
-                        groups[target].extend(groups[found])
-                        groups[found] = []
-                        owner.update({k: target for k, v in owner.items() if v == found})
-        if target is None:
-            groups.append([])
-            target = len(groups) - 1
-        groups[target].append(index)
-        for call in message.tool_calls:
-            owner[call.id] = target
-    return [sorted(group) for group in groups if group]
-
-
 def size(message: Message) -> int:
     """The message's text length: string content, or the sum of its ``text`` parts."""
     return len(message.text)
@@ -126,7 +96,7 @@ def plan_removal(messages: Sequence[Message], config: dict[str, Any]) -> tuple[l
     count = len(messages)
     chars = sum(size(m) for m in messages)
     removed: list[int] = []
-    for group in tool_groups(messages):
+    for group in tool_call_groups(messages):
         if count <= config["maxMessages"] and chars <= config["maxCharacters"]:
             break
         if any(i >= keep_from or messages[i].metadata.get("pinned") is True for i in group):

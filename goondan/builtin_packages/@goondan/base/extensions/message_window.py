@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from goondan.conversation.messages import Message, MessageEvent
+from goondan.conversation.repair import tool_call_groups
 
 DEFAULT_MAX_MESSAGES = 40
 
@@ -42,37 +43,6 @@ def positive_int(api: Any, key: str, default: int, *, minimum: int = 1) -> int:
     return math.floor(value)
 
 
-def tool_groups(messages: Sequence[Message]) -> list[list[int]]:
-    """Indices of messages that must be kept or removed together, oldest group first.
-
-    An assistant message with ``tool-call`` parts forms one group with every later message whose
-    ``tool-result`` parts answer those calls; any other message is a group of its own.
-    """
-    groups: list[list[int]] = []
-    owner: dict[str, int] = {}  # toolCallId -> index in ``groups``
-    for index, message in enumerate(messages):
-        target: int | None = None
-        content = message.data.get("content")
-        if isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and part.get("type") == "tool-result":
-                    found = owner.get(str(part.get("toolCallId")))
-                    if found is not None and target is None:
-                        target = found
-                    elif found is not None and found != target and target is not None:
-                        # One message answering calls of two assistant messages: merge them.
-                        groups[target].extend(groups[found])
-                        groups[found] = []
-                        owner.update({k: target for k, v in owner.items() if v == found})
-        if target is None:
-            groups.append([])
-            target = len(groups) - 1
-        groups[target].append(index)
-        for call in message.tool_calls:
-            owner[call.id] = target
-    return [sorted(group) for group in groups if group]
-
-
 def oldest_removals(messages: Sequence[Message], keep: int) -> list[str]:
     """Ids to remove, oldest group first, until at most ``keep`` messages remain.
 
@@ -83,7 +53,7 @@ def oldest_removals(messages: Sequence[Message], keep: int) -> list[str]:
         return []
     newest = len(messages) - 1
     removed: list[str] = []
-    for group in tool_groups(messages):
+    for group in tool_call_groups(messages):
         if len(removed) >= excess or newest in group:
             break
         removed.extend(messages[i].id for i in group)
