@@ -110,3 +110,54 @@ def test_provider_failure_mid_turn_then_next_turn_succeeds(
     last = fake_provider.requests[-1].json["messages"]
     assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "user"]
     assert last[3]["tool_call_id"] == last[2]["tool_calls"][0]["id"]
+
+
+def test_onion_order_through_http(state_root: Path, fake_provider: FakeProvider) -> None:
+    """Issue 6: two extensions' pre/post order across turn, step and toolCall (real adapter)."""
+    fake_provider.enqueue(FakeReply.calls(FakeToolCall("calc__add", {"a": 1, "b": 1})), "ok")
+
+    async def main() -> list[str]:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, model_factory=openai_factory(fake_provider)
+        ) as rt:
+            instance = await rt.instance("onion")
+            seen: list[str] = []
+            instance.bus.on("onion", seen.append)
+            result = await rt.run_turn("onion", "hi")
+            assert result.text == "ok"
+            return seen
+
+    assert run(main()) == [
+        "outer:turn:pre", "inner:turn:pre",
+        "outer:step:pre", "inner:step:pre",
+        "outer:toolCall:pre", "inner:toolCall:pre",
+        "inner:toolCall:post", "outer:toolCall:post",
+        "inner:step:post", "outer:step:post",
+        "outer:step:pre", "inner:step:pre",
+        "inner:step:post", "outer:step:post",
+        "inner:turn:post", "outer:turn:post",
+    ]
+    fake_provider.assert_all_used()
+
+
+def test_max_steps_and_required_tools_through_http(state_root: Path, fake_provider: FakeProvider) -> None:
+    """Issue 6: maxStepsPerTurn (Swarm policy 4) and requiredTools, over real HTTP requests."""
+    fake_provider.enqueue(*[FakeReply.calls(FakeToolCall("calc__echo", {"text": "again"}))] * 4)
+    fake_provider.enqueue("I can answer without tools", FakeReply.calls(FakeToolCall("calc__add", {"a": 2, "b": 2})), "4")
+
+    async def main() -> tuple[Any, Any]:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, model_factory=openai_factory(fake_provider)
+        ) as rt:
+            looping = await rt.run_turn("plain", "loop forever")
+            strict = await rt.run_turn("strict", "2+2?")
+            return looping, strict
+
+    looping, strict = run(main())
+    assert looping.finish_reason == "max_steps" and "limit of 4 steps" in looping.text
+    assert (strict.finish_reason, strict.text) == ("text_response", "4")
+    fake_provider.assert_all_used()
+    requests = [r.json for r in fake_provider.requests]
+    assert len(requests) == 7  # 4 steps of the looping turn, 3 of the strict one
+    reminder = requests[5]["messages"][-1]
+    assert reminder["role"] == "user" and "calc__add" in reminder["content"]
