@@ -24,6 +24,8 @@ from typing import Any
 
 from goondan.tools import ToolContext, ToolFailure
 
+from ._inputs import absolute, invalid, primitive, required_text
+
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_SHELL = "/bin/bash"
 KILL_GRACE_S = 0.1
@@ -32,26 +34,12 @@ KILL_GRACE_S = 0.1
 DRAIN_GRACE_S = 1.0
 
 
-def _invalid(message: str) -> ToolFailure:
-    return ToolFailure(message, code="E_TOOL_INVALID_ARGS",
-                       suggestion="Call the tool again with valid arguments.")
-
-
-def _required_text(input: dict[str, Any], name: str) -> str:
-    value = input.get(name)
-    if value is None:
-        raise _invalid(f"'{name}' is required")
-    if not isinstance(value, str) or not value.strip():
-        raise _invalid(f"'{name}' must be a non-empty string")
-    return value
-
-
 def _optional_text(input: dict[str, Any], name: str) -> str | None:
     value = input.get(name)
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise _invalid(f"'{name}' must be a string")
+        raise invalid(f"'{name}' must be a string")
     return value
 
 
@@ -60,17 +48,8 @@ def _timeout_ms(input: dict[str, Any]) -> float:
     if value is None:
         return DEFAULT_TIMEOUT_MS
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise _invalid("'timeoutMs' must be a positive number")
+        raise invalid("'timeoutMs' must be a positive number")
     return float(value)
-
-
-def _primitive(value: Any) -> str:
-    """JavaScript's ``String(value)`` for the primitives models send."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def _env(input: dict[str, Any]) -> dict[str, str]:
@@ -79,19 +58,14 @@ def _env(input: dict[str, Any]) -> dict[str, str]:
     if value is None:
         return merged
     if not isinstance(value, dict):
-        raise _invalid("'env' must be an object of string, number or boolean values")
+        raise invalid("'env' must be an object of string, number or boolean values")
     for key, item in value.items():
         if item is None:
             continue
         if not isinstance(item, str | int | float):
-            raise _invalid(f"'env.{key}' must be a string, number or boolean")
-        merged[str(key)] = _primitive(item)
+            raise invalid(f"'env.{key}' must be a string, number or boolean")
+        merged[str(key)] = primitive(item)
     return merged
-
-
-def _absolute(ctx: ToolContext, path: str) -> Path:
-    # Normalised but not symlink-resolved, like Node's path.resolve.
-    return Path(os.path.abspath(ctx.resolve_path(path)))
 
 
 def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
@@ -178,16 +152,16 @@ async def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout_ms: floa
 
 async def exec_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """Run ``command`` with ``/bin/sh -lc``: ``{command, cwd, durationMs, stdout, …, timedOut}``."""
-    command = _required_text(input, "command")
+    command = required_text(input, "command", allow_blank=False)
     cwd_input = _optional_text(input, "cwd")
-    cwd = _absolute(ctx, cwd_input) if cwd_input else _absolute(ctx, ".")
+    cwd = absolute(ctx, cwd_input) if cwd_input else absolute(ctx, ".")
     result = await _run(["/bin/sh", "-lc", command], cwd, _env(input), _timeout_ms(input))
     return {"command": command, "cwd": str(cwd), **result}
 
 
 async def script(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """Run ``<shell> <path> …args`` in the workdir: ``{path, shell, args, durationMs, …}``."""
-    path = _absolute(ctx, _required_text(input, "path"))
+    path = absolute(ctx, required_text(input, "path", allow_blank=False))
     if not path.is_file():
         raise ToolFailure(f"script not found: {path}", code="E_BASE_PATH_NOT_FOUND",
                           suggestion="Check the path (relative paths start at the workdir).")
@@ -196,10 +170,10 @@ async def script(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     if raw_args is None:
         raw_args = []
     if not isinstance(raw_args, list) or not all(isinstance(a, str) for a in raw_args):
-        raise _invalid("'args' must be an array of strings")
+        raise invalid("'args' must be an array of strings")
     args = [str(a) for a in raw_args]
     timeout_ms = _timeout_ms(input)
-    result = await _run([shell, str(path), *args], _absolute(ctx, "."), _env(input), timeout_ms)
+    result = await _run([shell, str(path), *args], absolute(ctx, "."), _env(input), timeout_ms)
     return {"path": str(path), "shell": shell, "args": args, **result}
 
 

@@ -16,21 +16,9 @@ from typing import Any
 
 from goondan.tools import ToolContext, ToolFailure
 
+from ._inputs import absolute, invalid, required_text
+
 DEFAULT_MAX_BYTES = 100_000
-
-
-def _invalid(message: str) -> ToolFailure:
-    return ToolFailure(message, code="E_TOOL_INVALID_ARGS",
-                       suggestion="Call the tool again with valid arguments.")
-
-
-def _required_text(input: dict[str, Any], name: str) -> str:
-    value = input.get(name)
-    if value is None:
-        raise _invalid(f"'{name}' is required")
-    if not isinstance(value, str) or not value:
-        raise _invalid(f"'{name}' must be a non-empty string")
-    return value
 
 
 def _flag(input: dict[str, Any], name: str, default: bool) -> bool:
@@ -38,13 +26,8 @@ def _flag(input: dict[str, Any], name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise _invalid(f"'{name}' must be a boolean")
+        raise invalid(f"'{name}' must be a boolean")
     return value
-
-
-def _absolute(ctx: ToolContext, path: str) -> Path:
-    # Normalised but not symlink-resolved, like Node's path.resolve.
-    return Path(os.path.abspath(ctx.resolve_path(path)))
 
 
 def _os_failure(exc: OSError, path: Path) -> ToolFailure:
@@ -67,12 +50,12 @@ def _decode_prefix(data: bytes, truncated: bool) -> str:
 
 def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """Read the first ``maxBytes`` bytes of a file: ``{path, size, truncated, content}``."""
-    path = _absolute(ctx, _required_text(input, "path"))
+    path = absolute(ctx, required_text(input, "path"))
     max_bytes = input.get("maxBytes", DEFAULT_MAX_BYTES)
     if max_bytes is None:
         max_bytes = DEFAULT_MAX_BYTES
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
-        raise _invalid("'maxBytes' must be a positive integer")
+        raise invalid("'maxBytes' must be a positive integer")
     try:
         with path.open("rb") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -90,8 +73,8 @@ def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
 
 def write(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """Write (or append) text, creating parent directories: ``{path, size, written, append}``."""
-    path = _absolute(ctx, _required_text(input, "path"))
-    content = _required_text(input, "content")
+    path = absolute(ctx, required_text(input, "path"))
+    content = required_text(input, "content")
     append = _flag(input, "append", False)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,8 +104,8 @@ def list_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """List a directory: ``{path, recursive, count, entries: [{name, path, type, size?}]}``."""
     raw = input.get("path")
     if raw is not None and not isinstance(raw, str):
-        raise _invalid("'path' must be a string")
-    root = _absolute(ctx, raw or ".")
+        raise invalid("'path' must be a string")
+    root = absolute(ctx, raw or ".")
     recursive = _flag(input, "recursive", False)
     include_dirs = _flag(input, "includeDirs", True)
     include_files = _flag(input, "includeFiles", True)
@@ -147,7 +130,7 @@ def list_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
 
 def mkdir(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """Create a directory (with its parents unless ``recursive`` is false)."""
-    path = _absolute(ctx, _required_text(input, "path"))
+    path = absolute(ctx, required_text(input, "path"))
     recursive = _flag(input, "recursive", True)
     try:
         if recursive:

@@ -23,6 +23,8 @@ import urllib3
 
 from goondan.tools import ToolContext, ToolFailure
 
+from ._inputs import invalid, primitive
+
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_MAX_BYTES = 500_000
 MAX_REDIRECTS = 5
@@ -34,29 +36,15 @@ _retries = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0,
                          redirect=MAX_REDIRECTS, raise_on_redirect=False)
 
 
-def _invalid(message: str) -> ToolFailure:
-    return ToolFailure(message, code="E_TOOL_INVALID_ARGS",
-                       suggestion="Call the tool again with valid arguments.")
-
-
-def _primitive(value: Any) -> str:
-    """JavaScript's ``String(value)`` for the primitives models send."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
 def _url(input: dict[str, Any]) -> str:
     url = input.get("url")
     if url is None:
-        raise _invalid("'url' is required")
+        raise invalid("'url' is required")
     if not isinstance(url, str) or not url.strip():
-        raise _invalid("'url' must be a non-empty string")
+        raise invalid("'url' must be a non-empty string")
     parts = urlsplit(url.strip())
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-        raise _invalid(f"only absolute http:// and https:// URLs are allowed, got {url!r}")
+        raise invalid(f"only absolute http:// and https:// URLs are allowed, got {url!r}")
     return url.strip()
 
 
@@ -65,7 +53,7 @@ def _positive(input: dict[str, Any], name: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise _invalid(f"'{name}' must be a positive number")
+        raise invalid(f"'{name}' must be a positive number")
     return int(value) if value >= 1 else 1
 
 
@@ -74,14 +62,14 @@ def _headers(input: dict[str, Any]) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _invalid("'headers' must be an object of string, number or boolean values")
+        raise invalid("'headers' must be an object of string, number or boolean values")
     headers: dict[str, str] = {}
     for name, item in value.items():
         if item is None:
             continue
         if not isinstance(item, str | int | float):
-            raise _invalid(f"header '{name}' must be a string, number or boolean")
-        headers[str(name)] = _primitive(item)
+            raise invalid(f"header '{name}' must be a string, number or boolean")
+        headers[str(name)] = primitive(item)
     return headers
 
 
@@ -97,7 +85,7 @@ def _body(input: dict[str, Any], headers: dict[str, str]) -> bytes | None:
     if text is None:
         return None
     if not isinstance(text, str):
-        raise _invalid("'bodyString' must be a string")
+        raise invalid("'bodyString' must be a string")
     return text.encode("utf-8")
 
 

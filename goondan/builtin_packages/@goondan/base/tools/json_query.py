@@ -14,16 +14,13 @@ from typing import Any
 
 from goondan.tools import ToolContext, ToolFailure
 
+from ._inputs import invalid
+
 _MISSING = object()
 # One path segment: .name | [123] | ["quoted"] | ['quoted']
 _SEGMENT = re.compile(
     r"""\.?(?P<name>[^.\[\]]+)|\[(?P<index>\d+)\]|\[(?P<quote>["'])(?P<key>(?:\\.|(?!(?P=quote)).)*)(?P=quote)\]"""
 )
-
-
-def _invalid(message: str) -> ToolFailure:
-    return ToolFailure(message, code="E_TOOL_INVALID_ARGS",
-                       suggestion="Call the tool again with valid arguments.")
 
 
 def _reject_constant(name: str) -> Any:
@@ -34,9 +31,9 @@ def _reject_constant(name: str) -> Any:
 def _data(input: dict[str, Any]) -> Any:
     raw = input.get("data")
     if raw is None:
-        raise _invalid("'data' is required (a JSON string)")
+        raise invalid("'data' is required (a JSON string)")
     if not isinstance(raw, str):
-        raise _invalid("'data' must be a JSON string; serialise the value first")
+        raise invalid("'data' must be a JSON string; serialise the value first")
     try:
         return json.loads(raw, parse_constant=_reject_constant)
     except ValueError as exc:
@@ -49,7 +46,7 @@ def _path(input: dict[str, Any]) -> str:
     if value is None:
         return "."
     if not isinstance(value, str):
-        raise _invalid("'path' must be a string such as '.a.b[0]'")
+        raise invalid("'path' must be a string such as '.a.b[0]'")
     return value
 
 
@@ -63,7 +60,7 @@ def parse_path(path: str) -> list[str | int]:
     while position < len(text):
         match = _SEGMENT.match(text, position)
         if match is None or match.end() == position:
-            raise _invalid(f"invalid path {path!r} near position {position}; use e.g. '.a.b[0]'")
+            raise invalid(f"invalid path {path!r} near position {position}; use e.g. '.a.b[0]'")
         if match.group("name") is not None:
             segments.append(match.group("name"))
         elif match.group("index") is not None:
@@ -119,11 +116,11 @@ def pick(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     data = _data(input)
     keys = input.get("keys")
     if keys is None:
-        raise _invalid("'keys' is required (an array of strings)")
+        raise invalid("'keys' is required (an array of strings)")
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-        raise _invalid("'keys' must be an array of strings")
+        raise invalid("'keys' must be an array of strings")
     if not isinstance(data, dict):
-        raise _invalid(f"pick needs a JSON object, got {_type_name(data)}")
+        raise invalid(f"pick needs a JSON object, got {_type_name(data)}")
     return {"keys": keys, "result": {k: data[k] for k in keys if k in data}}
 
 
@@ -159,9 +156,9 @@ def flatten(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     if depth is None:
         depth = 1
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise _invalid("'depth' must be a non-negative integer")
+        raise invalid("'depth' must be a non-negative integer")
     if not isinstance(data, list):
-        raise _invalid(f"flatten needs a JSON array, got {_type_name(data)}")
+        raise invalid(f"flatten needs a JSON array, got {_type_name(data)}")
     result = _flatten(data, depth)
     return {"depth": depth, "count": len(result), "result": result}
 

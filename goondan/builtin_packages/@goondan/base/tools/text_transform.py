@@ -10,25 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from goondan.tools import ToolContext, ToolFailure
+from goondan.tools import ToolContext
+
+from ._inputs import invalid, primitive
 
 _TRIM_MODES = ("both", "start", "end")
 _CASES = ("upper", "lower")
-
-
-def _invalid(message: str) -> ToolFailure:
-    return ToolFailure(message, code="E_TOOL_INVALID_ARGS",
-                       suggestion="Call the tool again with valid arguments.")
 
 
 def _text(input: dict[str, Any], name: str, *, default: str | None = None) -> str:
     value = input.get(name)
     if value is None:
         if default is None:
-            raise _invalid(f"'{name}' is required")
+            raise invalid(f"'{name}' is required")
         return default
     if not isinstance(value, str):
-        raise _invalid(f"'{name}' must be a string")
+        raise invalid(f"'{name}' must be a string")
     return value
 
 
@@ -39,17 +36,8 @@ def _integer(input: dict[str, Any], name: str) -> int | None:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid(f"'{name}' must be an integer")
+        raise invalid(f"'{name}' must be an integer")
     return value
-
-
-def _primitive(value: Any) -> str:
-    """JavaScript's ``String(value)`` for strings, numbers and booleans."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def replace(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
@@ -57,13 +45,13 @@ def replace(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     text = _text(input, "text")
     search = _text(input, "search")
     if not search:
-        raise _invalid("'search' must not be empty")
+        raise invalid("'search' must not be empty")
     replacement = _text(input, "replacement", default="")
     every = input.get("all", False)
     if every is None:
         every = False
     if not isinstance(every, bool):
-        raise _invalid("'all' must be a boolean")
+        raise invalid("'all' must be a boolean")
     found = text.count(search)
     replacements = found if every else min(found, 1)
     result = text.replace(search, replacement, -1 if every else 1)
@@ -94,7 +82,7 @@ def split(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     delimiter = _text(input, "delimiter", default="\n")
     max_parts = _integer(input, "maxParts")
     if max_parts is not None and max_parts < 0:
-        raise _invalid("'maxParts' must be a non-negative integer")
+        raise invalid("'maxParts' must be a non-negative integer")
     # JavaScript splits "" into characters; Python's str.split refuses an empty separator.
     parts = text.split(delimiter) if delimiter else list(text)
     if max_parts is not None:
@@ -106,14 +94,14 @@ def join(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """Join ``parts`` (strings, numbers, booleans) with ``delimiter`` (default newline)."""
     parts = input.get("parts")
     if parts is None:
-        raise _invalid("'parts' is required (an array)")
+        raise invalid("'parts' is required (an array)")
     if not isinstance(parts, list):
-        raise _invalid("'parts' must be an array of strings, numbers or booleans")
+        raise invalid("'parts' must be an array of strings, numbers or booleans")
     for index, part in enumerate(parts):
         if not isinstance(part, str | int | float):
-            raise _invalid(f"'parts[{index}]' must be a string, number or boolean")
+            raise invalid(f"'parts[{index}]' must be a string, number or boolean")
     delimiter = _text(input, "delimiter", default="\n")
-    result = delimiter.join(_primitive(part) for part in parts)
+    result = delimiter.join(primitive(part) for part in parts)
     return {"delimiter": delimiter, "count": len(parts), "result": result}
 
 
@@ -122,7 +110,7 @@ def trim(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     text = _text(input, "text")
     mode = _text(input, "mode", default="both")
     if mode not in _TRIM_MODES:
-        raise _invalid(f"'mode' must be one of {', '.join(_TRIM_MODES)}, got {mode!r}")
+        raise invalid(f"'mode' must be one of {', '.join(_TRIM_MODES)}, got {mode!r}")
     result = text.strip() if mode == "both" else text.lstrip() if mode == "start" else text.rstrip()
     return {"original": text, "result": result, "mode": mode, "trimmedLength": len(result)}
 
@@ -132,7 +120,7 @@ def case(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     text = _text(input, "text")
     to = _text(input, "to")
     if to not in _CASES:
-        raise _invalid(f"'to' must be 'upper' or 'lower', got {to!r}")
+        raise invalid(f"'to' must be 'upper' or 'lower', got {to!r}")
     result = text.upper() if to == "upper" else text.lower()
     return {"original": text, "result": result, "to": to}
 

@@ -1,0 +1,2 @@
+"""Marks the tool directory as a package so the modules can share ``_inputs`` (for type
+checkers; goondan itself loads each entry by path as a package rooted here)."""
