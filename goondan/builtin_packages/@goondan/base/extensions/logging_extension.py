@@ -38,6 +38,8 @@ import logging
 import time
 from typing import Any
 
+from ._config import boolean, choice
+
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
           "warning": logging.WARNING, "error": logging.ERROR}
 DEFAULTS: dict[str, Any] = {"level": "info", "includeToolArgs": False, "includeTurnMetadata": True}
@@ -45,19 +47,11 @@ DEFAULTS: dict[str, Any] = {"level": "info", "includeToolArgs": False, "includeT
 
 def read_config(api: Any) -> dict[str, Any]:
     """``api.config`` over :data:`DEFAULTS`, each invalid value replaced by its default."""
-    config = dict(DEFAULTS)
-    for key in DEFAULTS:
-        value = api.config.get(key, DEFAULTS[key])
-        valid = value in LEVELS if key == "level" else isinstance(value, bool)
-        if valid:
-            config[key] = value
-        else:
-            api.logger.warning(
-                "W_BASE_EXTENSION_CONFIG: %s.%s=%r is invalid (need %s); using %r",
-                api.name, key, value,
-                "debug|info|warn|error" if key == "level" else "a boolean", DEFAULTS[key],
-            )
-    return config
+    return {
+        "level": choice(api, "level", DEFAULTS["level"], LEVELS, "debug|info|warn|error"),
+        "includeToolArgs": boolean(api, "includeToolArgs", DEFAULTS["includeToolArgs"]),
+        "includeTurnMetadata": boolean(api, "includeTurnMetadata", DEFAULTS["includeTurnMetadata"]),
+    }
 
 
 def _ms(start: float) -> int:

@@ -32,12 +32,13 @@ Config: ``maxMessages`` 40, ``maxCharacters`` 12000 (numbers >= 1), ``retainLast
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from goondan.conversation.messages import Message, MessageEvent, MessageSource
 from goondan.conversation.repair import tool_call_groups
+
+from ._config import boolean, choice, number_at_least, text
 
 EXTENSION_NAME = "message-compaction"
 DEFAULTS: dict[str, Any] = {
@@ -50,38 +51,16 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _warn(api: Any, key: str, value: Any, need: str, default: Any) -> None:
-    api.logger.warning(
-        "W_BASE_EXTENSION_CONFIG: %s.%s=%r is invalid (need %s); using %r",
-        api.name, key, value, need, default,
-    )
-
-
 def read_config(api: Any) -> dict[str, Any]:
     """``api.config`` over :data:`DEFAULTS`, each invalid value replaced by its default."""
-    config = dict(DEFAULTS)
-    for key, minimum in (("maxMessages", 1), ("maxCharacters", 1), ("retainLastMessages", 0)):
-        value = api.config.get(key, DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, int | float) \
-                or not math.isfinite(value) or math.floor(value) < minimum:
-            _warn(api, key, value, f"a number >= {minimum}", DEFAULTS[key])
-        else:
-            config[key] = math.floor(value)
-    mode = api.config.get("mode", DEFAULTS["mode"])
-    if mode in ("remove", "truncate"):
-        config["mode"] = mode
-    else:
-        _warn(api, "mode", mode, "'remove' or 'truncate'", DEFAULTS["mode"])
-    append = api.config.get("appendSummary", DEFAULTS["appendSummary"])
-    if isinstance(append, bool):
-        config["appendSummary"] = append
-    else:
-        _warn(api, "appendSummary", append, "a boolean", DEFAULTS["appendSummary"])
-    prefix = api.config.get("summaryPrefix", DEFAULTS["summaryPrefix"])
-    if isinstance(prefix, str):
-        config["summaryPrefix"] = prefix
-    else:
-        _warn(api, "summaryPrefix", prefix, "a string", DEFAULTS["summaryPrefix"])
+    config: dict[str, Any] = {
+        key: number_at_least(api, key, DEFAULTS[key], minimum)
+        for key, minimum in (("maxMessages", 1), ("maxCharacters", 1), ("retainLastMessages", 0))
+    }
+    config["mode"] = choice(api, "mode", DEFAULTS["mode"], ("remove", "truncate"),
+                            "'remove' or 'truncate'")
+    config["appendSummary"] = boolean(api, "appendSummary", DEFAULTS["appendSummary"])
+    config["summaryPrefix"] = text(api, "summaryPrefix", DEFAULTS["summaryPrefix"])
     return config
 
 

@@ -20,27 +20,15 @@ warning); fractions are floored.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.conversation.repair import tool_call_groups
 
+from ._config import number_at_least
+
 DEFAULT_MAX_MESSAGES = 40
-
-
-def positive_int(api: Any, key: str, default: int, *, minimum: int = 1) -> int:
-    """``api.config[key]`` floored, or ``default`` (with a warning) when missing or invalid."""
-    value = api.config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or math.floor(value) < minimum:
-        api.logger.warning(
-            "W_BASE_EXTENSION_CONFIG: %s.%s=%r is invalid (need a number >= %d); using %d",
-            api.name, key, value, minimum, default,
-        )
-        return default
-    return math.floor(value)
 
 
 def oldest_removals(messages: Sequence[Message], keep: int) -> list[str]:
@@ -62,7 +50,7 @@ def oldest_removals(messages: Sequence[Message], keep: int) -> list[str]:
 
 def register(api: Any) -> None:
     """Install the turn middleware that trims the conversation before each turn."""
-    max_messages = positive_int(api, "maxMessages", DEFAULT_MAX_MESSAGES)
+    max_messages = number_at_least(api, "maxMessages", DEFAULT_MAX_MESSAGES, 1)
 
     async def message_window(ctx: Any) -> Any:
         messages = list(ctx.conversation_state.next_messages)

@@ -31,6 +31,8 @@ from typing import Any
 from goondan.tools.executor import ToolFailure
 from goondan.tools.naming import is_valid_tool_name
 
+from ._config import boolean, is_number, number_at_least, setting
+
 DEFAULTS: dict[str, Any] = {
     "toolName": "tool-search__search",
     "maxResults": 10,
@@ -43,37 +45,15 @@ DESCRIPTION = (
 )
 
 
-def _warn(api: Any, key: str, value: Any, need: str, default: Any) -> None:
-    api.logger.warning(
-        "W_BASE_EXTENSION_CONFIG: %s.%s=%r is invalid (need %s); using %r",
-        api.name, key, value, need, default,
-    )
-
-
-def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-
-
 def read_config(api: Any) -> dict[str, Any]:
     """``api.config`` over :data:`DEFAULTS`, each invalid value replaced by its default."""
-    config = dict(DEFAULTS)
-    name = api.config.get("toolName", DEFAULTS["toolName"])
-    if is_valid_tool_name(name):
-        config["toolName"] = name
-    else:
-        _warn(api, "toolName", name, "a {resource}__{export} tool name", DEFAULTS["toolName"])
-    for key, minimum in (("maxResults", 1), ("minQueryLength", 0)):
-        value = api.config.get(key, DEFAULTS[key])
-        if _number(value) and math.floor(value) >= minimum:
-            config[key] = math.floor(value)
-        else:
-            _warn(api, key, value, f"a number >= {minimum}", DEFAULTS[key])
-    persist = api.config.get("persistSelection", DEFAULTS["persistSelection"])
-    if isinstance(persist, bool):
-        config["persistSelection"] = persist
-    else:
-        _warn(api, "persistSelection", persist, "a boolean", DEFAULTS["persistSelection"])
-    return config
+    return {
+        "toolName": setting(api, "toolName", DEFAULTS["toolName"], is_valid_tool_name,
+                            "a {resource}__{export} tool name"),
+        "maxResults": number_at_least(api, "maxResults", DEFAULTS["maxResults"], 1),
+        "minQueryLength": number_at_least(api, "minQueryLength", DEFAULTS["minQueryLength"], 0),
+        "persistSelection": boolean(api, "persistSelection", DEFAULTS["persistSelection"]),
+    }
 
 
 def read_state(raw: Any) -> dict[str, Any]:
@@ -112,7 +92,7 @@ def register(api: Any) -> None:
         limit = input.get("limit", config["maxResults"])
         if limit is None:
             limit = config["maxResults"]
-        if not _number(limit):
+        if not is_number(limit):
             raise ToolFailure("'limit' must be a number", code="E_TOOL_INVALID_ARGS")
         limit = max(1, min(config["maxResults"], math.floor(limit)))
         state = read_state(await api.state.get())
