@@ -44,6 +44,7 @@ from goondan.llm.http import error_for_status
 from goondan.llm.provider import (
     HttpModel,
     StreamAccumulator,
+    append_turn,
     as_object,
     bad_shape,
     content_parts,
@@ -93,14 +94,6 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
     system_texts = [system] if system else []
     out: list[JsonObject] = []
 
-    def add(role: str, blocks: list[JsonObject]) -> None:
-        if not blocks:
-            return
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
-
     for message in messages:
         role = message.get("role")
         content = message.get("content")
@@ -109,7 +102,8 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
                 if content:
                     system_texts.append(content)
             elif content and role != "tool":
-                add("assistant" if role == "assistant" else "user", [{"type": "text", "text": content}])
+                speaker = "assistant" if role == "assistant" else "user"
+                append_turn(out, speaker, [{"type": "text", "text": content}], "content")
             continue
         parts = content_parts(message)
         if role == "system":
@@ -132,7 +126,7 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
                         "name": str(part.get("toolName", "")),
                         "input": tool_call_input(part),
                     })
-            add("assistant", blocks)
+            append_turn(out, "assistant", blocks, "content")
             continue
         results: list[JsonObject] = []
         texts: list[JsonObject] = []
@@ -149,7 +143,7 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
                 results.append(block)
             elif kind == "text" and part.get("text"):
                 texts.append({"type": "text", "text": str(part["text"])})
-        add("user", results + texts)  # tool_result blocks must lead the user turn
+        append_turn(out, "user", results + texts, "content")  # tool_result blocks must lead the user turn
     return "\n\n".join(system_texts), out
 
 

@@ -56,6 +56,7 @@ from goondan.llm.http import error_for_status
 from goondan.llm.provider import (
     HttpModel,
     StreamAccumulator,
+    append_turn,
     as_object,
     bad_shape,
     content_parts,
@@ -101,14 +102,6 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
     names: dict[str, str] = {}  # tool call id → function name, for functionResponse.name
     out: list[JsonObject] = []
 
-    def add(role: str, parts: list[JsonObject]) -> None:
-        if not parts:
-            return
-        if out and out[-1]["role"] == role:
-            out[-1]["parts"].extend(parts)
-        else:
-            out.append({"role": role, "parts": parts})
-
     for message in messages:
         role = message.get("role")
         content = message.get("content")
@@ -117,7 +110,8 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
                 if content:
                     system_texts.append(content)
             elif content and role != "tool":
-                add("model" if role == "assistant" else "user", [{"text": content}])
+                append_turn(out, "model" if role == "assistant" else "user", [{"text": content}],
+                            "parts")
             continue
         parts = content_parts(message)
         if role == "system":
@@ -154,10 +148,11 @@ def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[st
                     response["id"] = identifier
                 wire.append({"functionResponse": response})
         if role == "assistant":
-            add("model", wire)
+            append_turn(out, "model", wire, "parts")
         else:
             # results first: they answer the model turn that precedes them
-            add("user", [p for p in wire if "functionResponse" in p] + [p for p in wire if "text" in p])
+            responses_first = [p for p in wire if "functionResponse" in p] + [p for p in wire if "text" in p]
+            append_turn(out, "user", responses_first, "parts")
     return "\n\n".join(system_texts), out
 
 

@@ -43,6 +43,7 @@ from goondan.types import JsonObject
 __all__ = [
     "HttpModel",
     "StreamAccumulator",
+    "append_turn",
     "as_object",
     "content_parts",
     "is_error_output",
@@ -122,6 +123,20 @@ def tool_result_text(part: Mapping[str, Any]) -> str:
 def tool_result_value(part: Mapping[str, Any]) -> Any:
     """A tool-result part's output value (JSON), for providers that take structured results."""
     return _output(part).get("value")
+
+
+def append_turn(turns: list[JsonObject], role: str, items: list[JsonObject], key: str) -> None:
+    """Add ``items`` to the last turn when it has the same ``role``, else start a turn.
+
+    For APIs whose roles must alternate (Anthropic ``content``, Gemini ``parts``): consecutive
+    canonical messages that map to one role travel as one turn. Empty ``items`` add nothing.
+    """
+    if not items:
+        return
+    if turns and turns[-1]["role"] == role:
+        turns[-1][key].extend(items)
+    else:
+        turns.append({"role": role, key: items})
 
 
 def parse_tool_args(text: str, *, label: str, tool_name: str) -> JsonObject:
