@@ -199,6 +199,9 @@ async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigter
         code = 1
     finally:
         stop.cancel()
+        if not task.done():  # serve itself was cancelled (a hosted worker killed): run goes too
+            task.cancel()
+            reader.cancel()
     if code == 0 and not worker.stop_requested.is_set():
         await worker.report_quietly(control.Completed())
     reader.cancel()

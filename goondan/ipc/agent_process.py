@@ -464,15 +464,19 @@ async def _child(conn: Connection, args: argparse.Namespace, build: HandlerBuild
     return await worker.serve(handler)
 
 
-async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker) -> TurnHandler:
-    """Load the bundle and open the ``AgentInstance`` wired to the orchestrator."""
+async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
+                               bundle: Any | None = None) -> TurnHandler:
+    """Load the bundle (unless a host that runs many instances passes the one it loaded) and
+    open the ``AgentInstance`` wired to the orchestrator."""
     from goondan.config import load_bundle
     from goondan.runtime.agents import DEFAULT_MAX_DEPTH, AgentsFactory, SwarmCatalog
     from goondan.runtime.instance import AgentInstance
     from goondan.workspace.paths import resolve_state_root, workspace_id_for
 
     state_root = resolve_state_root(args.state_root)
-    bundle = await asyncio.to_thread(load_bundle, Path(args.bundle_dir), state_root=state_root)
+    if bundle is None:
+        bundle = await asyncio.to_thread(load_bundle, Path(args.bundle_dir), state_root=state_root)
+    assert bundle is not None
     swarm = bundle.swarm_spec(args.swarm)
     spec = bundle.agent_spec(args.agent_name, swarm=swarm.name)
     catalog = SwarmCatalog(swarm.name, swarm.entry_agent, tuple(swarm.agents))

@@ -1,14 +1,16 @@
-"""The Ray host actor: many agent instances in one event loop (docs/scaling.md).
+"""The Ray host actor: many workers in one event loop (docs/scaling.md).
 
 :class:`AgentHost` is a plain class; :mod:`goondan.engines.ray.spawner` turns it into a named
-async Ray actor. Each hosted instance is the same :class:`~goondan.ipc.agent_process.AgentWorker`
-a local agent process runs, on the child end of an
-:class:`~goondan.ipc.channel.InProcessTransport` pair; the host keeps the parent end and relays
-it to the driver as JSON text frames (nothing else crosses the engine boundary):
+async Ray actor. A hosted worker is of either kind of :data:`~goondan.ipc.spawner.WORKER_ENTRIES`:
+an agent instance runs the same :class:`~goondan.ipc.agent_process.AgentWorker` a local agent
+process runs, a connector the same :func:`goondan.connectors.process.serve` a local connector
+process runs, each on the child end of an :class:`~goondan.ipc.channel.InProcessTransport` pair;
+the host keeps the parent end and relays it to the driver as JSON text frames (nothing else
+crosses the engine boundary):
 
-* ``deliver(hid, frame)`` / ``eof(hid)`` — the driver's sends, in the ``io`` concurrency group
-  of size 1, so frames from the driver are applied in the order they were submitted (a FIFO per
-  instance);
+* ``deliver(entries)`` / ``eof(hid)`` — the driver's sends, a batch of ``[hid, frame]`` per
+  call, in the ``io`` concurrency group of size 1, so frames from the driver are applied in the
+  order they were submitted (a FIFO per instance);
 * ``poll()`` — a long poll returning ``[hid, frame, exit]`` entries of every hosted instance, an
   instance's exit always after its last frame;
 * ``open``, ``kill``, ``verify``, ``info`` — the ``control`` group, answered even while the
@@ -17,6 +19,10 @@ it to the driver as JSON text frames (nothing else crosses the engine boundary):
 Every host carries an ``epoch`` (new on each start): after Ray restarts a host on another node,
 its instances are gone, the driver sees a new epoch and reports their workers as ended, and the
 orchestrator re-creates them, which re-opens each instance from the shared state root.
+
+A host loads the bundle once for all its instances (:class:`BundleCache`: reloaded when one of
+its files changes), where a local agent process loads it at every start: at ~18 ms a load, that
+was most of the cost of a new conversation on a host.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +42,7 @@ from goondan.ipc.channel import InProcessTransport
 from goondan.ipc.protocol import decode, encode
 from goondan.types import JsonObject
 
-__all__ = ["MARKER_NAME", "AgentHost", "run_hosted_agent"]
+__all__ = ["MARKER_NAME", "AgentHost", "BundleCache", "run_hosted_agent", "run_hosted_connector"]
 
 _log = logging.getLogger("goondan.engines.ray")
 
@@ -46,7 +52,60 @@ _POLL_BATCH = 512
 _T = TypeVar("_T")
 
 
-async def run_hosted_agent(argv: list[str], transport: InProcessTransport) -> int:
+def _signature(files: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for path in files:
+        try:
+            st = path.stat()
+            out.append((str(path), st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((str(path), -1, -1))
+    return tuple(out)
+
+
+class BundleCache:
+    """Loaded bundles by (bundle dir, state root), reused while none of their files changed.
+
+    The files are those ``--watch`` follows (``Bundle.watched_files``); their size and mtime are
+    checked before each reuse, so an instance opened after an edit sees the edited bundle, as a
+    new local agent process would. One load at a time per key: a burst of new instances on a
+    host waits for the first load instead of parsing the same YAML hundreds of times."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str | None], tuple[Any, tuple[tuple[str, int, int], ...]]] = {}
+        self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
+        self.loads = 0
+
+    def __repr__(self) -> str:
+        return f"<BundleCache bundles={len(self._entries)} loads={self.loads}>"
+
+    async def get(self, bundle_dir: str, state_root: str | None) -> Any:
+        """The bundle at ``bundle_dir`` as ``load_bundle`` returns it (``BundleError`` too)."""
+        from goondan.config import load_bundle
+        from goondan.workspace.paths import resolve_state_root
+
+        key = (bundle_dir, state_root)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            entry = self._entries.get(key)
+            if entry is not None:
+                bundle, signature = entry
+                if await asyncio.to_thread(_signature, bundle.watched_files()) == signature:
+                    return bundle
+
+            def load() -> tuple[Any, tuple[tuple[str, int, int], ...]]:
+                loaded = load_bundle(Path(bundle_dir), state_root=resolve_state_root(state_root))
+                return loaded, _signature(loaded.watched_files())
+
+            # The signature is taken after the load: an edit racing the load is caught by the
+            # ``--watch`` restart that follows it, which opens the instances again.
+            bundle, signature = await asyncio.to_thread(load)
+            self.loads += 1
+            self._entries[key] = (bundle, signature)
+            return bundle
+
+
+async def run_hosted_agent(argv: list[str], transport: InProcessTransport,
+                           bundles: BundleCache | None = None) -> int:
     """One agent instance inside a host: what a local agent process's main does."""
     from goondan.ipc.agent_process import AgentWorker, build_agent_instance, parse_args
     from goondan.ipc.control import StartError
@@ -54,12 +113,20 @@ async def run_hosted_agent(argv: list[str], transport: InProcessTransport) -> in
     args = parse_args(argv)
     worker = AgentWorker(transport, agent_name=args.agent_name, instance_key=args.instance_key)
     try:
-        handler = await build_agent_instance(args, worker)
+        bundle = None if bundles is None else await bundles.get(args.bundle_dir, args.state_root)
+        handler = await build_agent_instance(args, worker, bundle=bundle)
     except GoondanError as err:
         _log.error("agent %s failed to start: [%s] %s", args.agent_name, err.code, err.message)
         await worker.report(StartError(err.code, err.message))
         return 3
     return await worker.serve(handler)
+
+
+async def run_hosted_connector(argv: list[str], transport: InProcessTransport) -> int:
+    """One Connection's connector inside a host: what a local connector process's main does."""
+    from goondan.connectors.process import parse_args, serve
+
+    return await serve(transport, parse_args(argv))
 
 
 class _Hosted:
@@ -77,6 +144,8 @@ class AgentHost:
         self.epoch = uuid.uuid4().hex
         self._hosted: dict[str, _Hosted] = {}
         self._outbox: list[list[Any]] = []
+        self._bundles = BundleCache()
+        self._env: dict[str, str] = {}
         # Ray runs each concurrency group of an async actor on its own event loop thread; the
         # hosted instances share one loop of their own, and every method runs its work there.
         self._loop = asyncio.new_event_loop()
@@ -104,22 +173,36 @@ class AgentHost:
         import ray
 
         return {"epoch": self.epoch, "pid": os.getpid(), "instances": len(self._hosted), "name": self.name,
-                "nodeId": ray.get_runtime_context().get_node_id()}
+                "nodeId": ray.get_runtime_context().get_node_id(), "bundleLoads": self._bundles.loads}
 
-    async def open(self, hid: str, argv: list[str]) -> str:
-        """Start one agent instance with the agent-process ``argv``; returns the epoch."""
-        return await self._on_loop(self._open(hid, argv))
+    async def open(self, hid: str, argv: list[str], kind: str = "agent",
+                   env: Mapping[str, str] | None = None) -> str:
+        """Start one worker of ``kind`` (``agent`` or ``connector``) with the arguments of its
+        local process and the driver's forwarded environment ``env``; returns the epoch."""
+        return await self._on_loop(self._open(hid, argv, kind, dict(env or {})))
 
-    async def _open(self, hid: str, argv: list[str]) -> str:
+    def _apply_env(self, env: dict[str, str]) -> None:
+        """Make ``env`` (the driver's, see ``forwarded_env``) this process's environment: what a
+        local worker inherits from the orchestrator. A variable forwarded before and not now is
+        removed again (``goondan restart`` re-reads the .env files)."""
+        for key in set(self._env) - set(env):
+            os.environ.pop(key, None)
+        os.environ.update(env)
+        self._env = env
+
+    async def _open(self, hid: str, argv: list[str], kind: str, env: dict[str, str]) -> str:
+        self._apply_env(env)
         parent, child = InProcessTransport.pair(hid)
 
         async def run() -> int | None:
             try:
-                return await run_hosted_agent(argv, child)
+                if kind == "connector":
+                    return await run_hosted_connector(argv, child)
+                return await run_hosted_agent(argv, child, self._bundles)
             finally:
                 await child.aclose()
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"agent:{hid}")
+        task = asyncio.get_running_loop().create_task(run(), name=f"{kind}:{hid}")
         hosted = _Hosted(parent, task)
         self._hosted[hid] = hosted
         asyncio.get_running_loop().create_task(self._relay(hid, hosted))
@@ -148,19 +231,25 @@ class AgentHost:
         self._outbox.append(entry)
         self._ready.set()
 
-    async def deliver(self, hid: str, frame: str) -> bool:
-        """Hand one frame from the driver to instance ``hid``; False when it is gone."""
-        return await self._on_loop(self._deliver(hid, frame))
+    async def deliver(self, entries: list[list[str]]) -> list[bool]:
+        """Hand frames from the driver to their instances, in order: ``[hid, frame]`` each; one
+        flag per entry, False when that instance is gone."""
+        return await self._on_loop(self._deliver(entries))
 
-    async def _deliver(self, hid: str, frame: str) -> bool:
-        hosted = self._hosted.get(hid)
-        if hosted is None or hosted.parent.closed:
-            return False
-        try:
-            await hosted.parent.send(decode(frame.encode("utf-8")))
-        except GoondanError:
-            return False
-        return True
+    async def _deliver(self, entries: list[list[str]]) -> list[bool]:
+        out = []
+        for hid, frame in entries:
+            hosted = self._hosted.get(hid)
+            if hosted is None or hosted.parent.closed:
+                out.append(False)
+                continue
+            try:
+                await hosted.parent.send(decode(frame.encode("utf-8")))
+            except GoondanError:
+                out.append(False)
+                continue
+            out.append(True)
+        return out
 
     async def eof(self, hid: str) -> None:
         """The driver closed its end: the instance drains as on EOF of its pipe."""

@@ -10,8 +10,18 @@ every host sees the driver's state root.
 
 An agent instance goes to host ``stable_hash(agent, instanceKey) % hosts`` — the same host for
 the whole run, so one writer per instance on top of the instance lock. Its handle's transport
-sends JSON frames with ``deliver`` and receives them from one long poll per host. Connector
-workers still run as local processes (:class:`~goondan.ipc.spawner.ProcessSpawner`).
+sends JSON frames through one sender per host (frames queued while a ``deliver`` call is in
+flight go together in the next one, in order) and receives them from one long poll per host.
+
+Connectors run in one more host actor, the *connector host*, created on the first connector
+spawn and placed on the driver's node (soft affinity): a connector that listens (``webhook``)
+binds the configured host and port on the machine where ``goondan run`` was started, as on the
+local engine. Its control messages (``emit``, ``answer``, ``ready`` …) cross the engine boundary
+as the same JSON frames; the orchestrator stays the only writer of every inbox.
+
+Workers see the driver's environment (:func:`forwarded_env`: without the variables that
+describe the driver's own machine and process), as a local child process inherits it: model
+keys and connector secrets come from there.
 """
 
 from __future__ import annotations
@@ -22,9 +32,11 @@ import hashlib
 import json
 import logging
 import os
+import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from goondan.engines.ray import require_ray
 from goondan.engines.ray.host import MARKER_NAME, AgentHost
@@ -33,11 +45,25 @@ from goondan.ipc.channel import Transport
 from goondan.ipc.protocol import IpcMessage, decode, encode
 from goondan.ipc.spawner import AgentHandle, ProcessSpawner, Spawner, SpawnRequest, WorkerExit
 
-__all__ = ["RaySpawner", "host_index"]
+__all__ = ["CONNECTOR_HOST", "RaySpawner", "forwarded_env", "host_index"]
 
 _log = logging.getLogger("goondan.engines.ray")
 _EOF = object()
 NAMESPACE = "goondan"
+CONNECTOR_HOST = "connectors"  # the name suffix of the connector host actor
+_DELIVER_BATCH = 256
+
+# Variables that describe the driver's machine or process, not the swarm: never forwarded.
+_LOCAL_ENV: Final = re.compile(
+    r"(PATH|HOME|PWD|OLDPWD|SHLVL|_|USER|LOGNAME|SHELL|MAIL|HOSTNAME|TERM|COLORTERM|DISPLAY|TMPDIR|TMP|TEMP"
+    r"|VIRTUAL_ENV|PYTHONPATH|PYTHONHOME|PYTHONSTARTUP|PYTHONEXECUTABLE|CUDA_VISIBLE_DEVICES"
+    r"|(LD|DYLD|RAY|SSH|XDG|CONDA|PYENV|OMP|MKL)_.*)"
+)
+
+
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The driver's environment as hosted workers see it (docs/scaling.md, "Environment")."""
+    return {k: v for k, v in environ.items() if not _LOCAL_ENV.fullmatch(k)}
 
 
 def host_index(agent: str, instance_key: str, hosts: int) -> int:
@@ -71,11 +97,7 @@ class _RayTransport(Transport):
         frame = encode(message).decode("utf-8")
         if self.closed:
             raise _closed()
-        try:
-            ok = await self._spawner.actor(self._host).deliver.options(concurrency_group="io").remote(self.hid, frame)
-        except Exception as exc:  # the host died or restarted: the channel is gone
-            raise _closed() from exc
-        if not ok:
+        if not await self._spawner.sender(self._host).send(self.hid, frame):
             raise _closed()
 
     def feed(self, frame: str | None) -> None:
@@ -100,6 +122,50 @@ class _RayTransport(Transport):
         self._inbox.put_nowait(_EOF)
         with contextlib.suppress(Exception):
             await self._spawner.actor(self._host).eof.options(concurrency_group="io").remote(self.hid)
+
+
+class _HostSender:
+    """The driver's frames to one host: queued, sent in order, one ``deliver`` call in flight;
+    what arrives meanwhile goes in the next call (a burst of events costs a few round trips,
+    not one each)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        self._queue: list[tuple[str, str, asyncio.Future[bool]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.calls = 0
+
+    async def send(self, hid: str, frame: str) -> bool:
+        """Queue one frame; True once the host handed it to instance ``hid`` (False: gone)."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((hid, frame, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:_DELIVER_BATCH], self._queue[_DELIVER_BATCH:]
+            self.calls += 1
+            flags: list[bool] = []
+            try:
+                flags = await self.actor.deliver.options(concurrency_group="io").remote(
+                    [[hid, frame] for hid, frame, _ in batch])
+            except Exception:  # the host died or restarted: those channels are gone
+                flags = []
+            finally:  # also when cancelled: nobody waits forever for a frame's fate
+                for index, (_, _, future) in enumerate(batch):
+                    if not future.done():
+                        future.set_result(bool(flags[index]) if index < len(flags) else False)
+
+    def cancel(self) -> None:
+        """Stop sending (the spawner closes): waiting senders get False."""
+        if self._task is not None:
+            self._task.cancel()
+        for _, _, future in self._queue:
+            if not future.done():
+                future.set_result(False)
+        self._queue = []
 
 
 class _RayHandle(AgentHandle):
@@ -151,7 +217,8 @@ class RaySpawner(Spawner):
         self.address = address
         self.name_prefix = name_prefix or f"goondan-{uuid.uuid4().hex[:8]}"
         self.init_options = dict(init_options or {})
-        self._actors: list[Any] = []
+        self._actors: list[Any] = []  # the agent hosts, then the connector host once created
+        self._senders: list[_HostSender] = []
         self.placement: list[str | None] = []  # the node each host was first placed on (soft)
         self._epochs: list[str | None] = []
         self._handles: dict[str, _RayHandle] = {}
@@ -159,6 +226,8 @@ class RaySpawner(Spawner):
         self._pumps: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()
         self._started = False
+        self._marker: tuple[Path, str] | None = None
+        self.connector_host: int | None = None  # index of the connector host in the actor list
 
     def __repr__(self) -> str:
         return f"<RaySpawner hosts={self.hosts} address={self.address!r} prefix={self.name_prefix!r}>"
@@ -166,6 +235,10 @@ class RaySpawner(Spawner):
     def actor(self, index: int) -> Any:
         """The Ray actor handle of host ``index``."""
         return self._actors[index]
+
+    def sender(self, index: int) -> _HostSender:
+        """The frame sender of host ``index``."""
+        return self._senders[index]
 
     async def start(self) -> None:
         """Connect to Ray, create the host actors and check the shared state root. Idempotent."""
@@ -185,24 +258,40 @@ class RaySpawner(Spawner):
         token = uuid.uuid4().hex
         marker = self.state_root / "runtime" / f"{self.name_prefix}.{MARKER_NAME}"
         await asyncio.to_thread(_write_marker, marker, token)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        remote_cls = ray.remote(concurrency_groups={"io": 1, "poll": 1, "control": 8})(AgentHost)
+        self._marker = (marker, token)
+        first = len(self._actors)
         for index in range(self.hosts):
             node = nodes[index % len(nodes)]["NodeID"] if nodes else None
-            options: dict[str, Any] = {
-                "name": f"{self.name_prefix}-host-{index}", "namespace": NAMESPACE,
-                "max_restarts": -1, "max_task_retries": 0, "num_cpus": 0, "lifetime": None,
-                "get_if_exists": True,
-            }
-            if node is not None:
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
-            self.placement.append(node)
-            self._actors.append(remote_cls.options(**options).remote(f"{self.name_prefix}-{index}"))
-            self._by_host.append(set())
-        checks = await asyncio.gather(*(a.verify.options(concurrency_group="control").remote(
-            str(marker), token) for a in self._actors))
-        for index, check in enumerate(checks):
+            self._create_host(str(index), node)
+        await self._verify(range(first, len(self._actors)))
+
+    def _create_host(self, suffix: str, node: str | None) -> int:
+        """Create (or find, after a driver restart) host actor ``<prefix>-host-<suffix>``."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        remote_cls = self._ray.remote(concurrency_groups={"io": 1, "poll": 1, "control": 8})(AgentHost)
+        options: dict[str, Any] = {
+            "name": f"{self.name_prefix}-host-{suffix}", "namespace": NAMESPACE,
+            "max_restarts": -1, "max_task_retries": 0, "num_cpus": 0, "lifetime": None,
+            "get_if_exists": True,
+        }
+        if node is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        actor = remote_cls.options(**options).remote(f"{self.name_prefix}-{suffix}")
+        self.placement.append(node)
+        self._actors.append(actor)
+        self._senders.append(_HostSender(actor))
+        self._by_host.append(set())
+        self._epochs.append(None)
+        return len(self._actors) - 1
+
+    async def _verify(self, indices: range) -> None:
+        """Every new host sees the state root's marker; then its poll starts."""
+        assert self._marker is not None
+        marker, token = self._marker
+        checks = await asyncio.gather(*(self._actors[i].verify.options(concurrency_group="control").remote(
+            str(marker), token) for i in indices))
+        for index, check in zip(indices, checks, strict=True):
             if not check["ok"]:
                 raise ConfigError(
                     f"Ray host {index} does not see the state root {self.state_root} "
@@ -211,24 +300,41 @@ class RaySpawner(Spawner):
                     suggestion="put the state root on a filesystem every Ray node mounts at the "
                                "same path (--state-root / GOONDAN_STATE_ROOT); see docs/scaling.md",
                 )
-            self._epochs.append(check["epoch"])
+            self._epochs[index] = check["epoch"]
         loop = asyncio.get_running_loop()
-        self._pumps = [loop.create_task(self._pump(i), name=f"ray-host-{i}") for i in range(self.hosts)]
+        self._pumps += [loop.create_task(self._pump(i), name=f"ray-host-{i}") for i in indices]
+
+    async def _connector_index(self) -> int:
+        """The connector host, created on first use on the driver's node (module docstring)."""
+        await self.start()
+        async with self._lock:
+            if self.connector_host is None:
+                try:
+                    node: str | None = self._ray.get_runtime_context().get_node_id()
+                except Exception:  # a Ray client driver is no node: let Ray place it
+                    node = None
+                index = self._create_host(CONNECTOR_HOST, node)
+                await self._verify(range(index, index + 1))
+                self.connector_host = index
+            return self.connector_host
 
     async def spawn(self, request: SpawnRequest) -> AgentHandle:
-        """Open ``request``'s instance on its host (connectors start as local processes)."""
-        if request.kind != "agent":
-            return await self.local.spawn(request)
-        await self.start()
-        assert self.hosts is not None
-        index = host_index(request.agent_name, request.instance_key, self.hosts)
+        """Open ``request``'s worker on its host: an agent instance on the host of its stable
+        hash, a connector on the connector host."""
+        if request.kind == "connector":
+            index = await self._connector_index()
+        else:
+            await self.start()
+            assert self.hosts is not None
+            index = host_index(request.agent_name, request.instance_key, self.hosts)
         hid = f"{request.process_name}#{uuid.uuid4().hex[:8]}"
         handle = _RayHandle(request, _RayTransport(self, index, hid), self)
         self._handles[hid] = handle
         self._by_host[index].add(hid)
         argv = self.local.argv(request)
         try:
-            epoch = await self._actors[index].open.options(concurrency_group="control").remote(hid, argv)
+            epoch = await self._actors[index].open.options(concurrency_group="control").remote(
+                hid, argv, request.kind, forwarded_env(os.environ))
         except Exception as exc:
             self._forget(hid)
             raise IpcError(f"cannot open {request.process_name} on Ray host {index}: {exc}",
@@ -285,6 +391,8 @@ class RaySpawner(Spawner):
 
     async def aclose(self) -> None:
         """Stop polling and end the host actors (after the orchestrator stopped its workers)."""
+        for sender in self._senders:
+            sender.cancel()
         for task in self._pumps:
             task.cancel()
         for task in self._pumps:
@@ -293,7 +401,9 @@ class RaySpawner(Spawner):
         for actor in self._actors:
             with contextlib.suppress(Exception):
                 self._ray.kill(actor, no_restart=True)
-        self._pumps, self._actors = [], []
+        self._pumps, self._actors, self._senders = [], [], []
+        self._by_host, self._epochs, self.placement = [], [], []
+        self.connector_host = None
         self._started = False
 
 
