@@ -1,7 +1,7 @@
 """The Ray engine on a real local two-node Ray cluster (docs/scaling.md).
 
-One module-scoped cluster (``ray.cluster_utils.Cluster``: no dashboard, 100 MiB object store,
-one CPU per node, fast health checks) serves every test here; skipped without the extra.
+The session's one cluster (``cluster`` in ``tests/engines/conftest.py``) serves every test
+here; skipped without the extra.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,53 +19,13 @@ from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.spawner import ProcessSpawner, Spawner
 from goondan.runtime.agents import response_text
 
-ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
+pytest.importorskip("ray")
 
-from goondan.engines.ray.spawner import RaySpawner, host_index  # noqa: E402
+from goondan.engines.ray.spawner import RaySpawner, host_index
+from tests.engines.conftest import NODE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "delegation"
-FAST_HEALTH = {
-    "health_check_period_ms": 500, "health_check_failure_threshold": 3,
-    "health_check_timeout_ms": 500, "health_check_initial_delay_ms": 0,
-}
-# Every node, driver and worker on loopback: tests never talk to the machine's other addresses.
-NODE = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024, "include_dashboard": False,
-        "node_ip_address": "127.0.0.1"}
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "HOME", "RAY_AUTH_MODE",
-                                          "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
-    tmp = tempfile.mkdtemp(prefix="gr", dir="/tmp")  # Ray's socket paths must stay short
-    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray (here and in the `goondan run` children) take
-    # 127.0.0.1 as this node's address instead of the interface address.
-    os.environ.update(RAY_TMPDIR=tmp, HOME=tmp, RAY_AUTH_MODE="disabled",
-                      RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
-    # This process imported Ray already: its constant was read at import, so set it too.
-    from ray._private import ray_constants
-    saved_cluster_flag = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    c = Cluster(initialize_head=True, head_node_args={**NODE, "_system_config": FAST_HEALTH})
-    c.add_node(**NODE)
-    c.wait_for_nodes()
-    ray.init(address=c.address, namespace="goondan", log_to_driver=False)
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        ray_constants.ENABLE_RAY_CLUSTER = saved_cluster_flag
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _bundle(tmp_path: Path) -> Path:
     bundle = tmp_path / "delegation"
     shutil.copytree(EXAMPLE, bundle)

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,21 +72,24 @@ def base_bundle(root: Path, endpoint: str | None, agents: dict[str, str], docume
     return root
 
 
-def start_run(bundle: Path, state_root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """``goondan run --foreground`` in its own process group (output discarded: the logs are
-    under the state root)."""
+def start_run(bundle: Path, state_root: Path, env: dict[str, str],
+              args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """``goondan run --foreground [args]`` in its own process group (output discarded: the logs
+    are under the state root)."""
     return subprocess.Popen(
         [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle),
-         "--foreground"],
+         "--foreground", *args],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, **env},
     )
 
 
 @contextlib.contextmanager
-def goondan_run(bundle: Path, state_root: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """A running swarm; killed with its whole process group if the test left it running."""
-    proc = start_run(bundle, state_root, env)
+def goondan_run(bundle: Path, state_root: Path, env: dict[str, str],
+                args: Sequence[str] = ()) -> Iterator[subprocess.Popen[bytes]]:
+    """A running swarm (``args``: more ``goondan run`` options, e.g. ``--engine ray``); killed
+    with its whole process group if the test left it running."""
+    proc = start_run(bundle, state_root, env, args)
     try:
         wait_for(lambda: ((a := read_active(state_root)) is not None and a.pid == proc.pid)
                  or proc.poll() is not None, 60, "the orchestrator")

@@ -1,0 +1,58 @@
+"""The one local Ray cluster of the engine tests (``cluster``), shared by the whole session.
+
+``ray.cluster_utils.Cluster``: a head and one more node, no dashboard, 100 MiB object store,
+one CPU per node, fast health checks, every address on 127.0.0.1. Tests that need Ray ask for
+``cluster``; without the extra they are skipped (``pytest.importorskip`` in their module).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+FAST_HEALTH = {
+    "health_check_period_ms": 500, "health_check_failure_threshold": 3,
+    "health_check_timeout_ms": 500, "health_check_initial_delay_ms": 0,
+}
+# Every node, driver and worker on loopback: tests never talk to the machine's other addresses.
+NODE = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024, "include_dashboard": False,
+        "node_ip_address": "127.0.0.1"}
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "HOME", "RAY_AUTH_MODE",
+                                          "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    tmp = tempfile.mkdtemp(prefix="gr", dir="/tmp")  # Ray's socket paths must stay short
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray (here and in the `goondan run` children) take
+    # 127.0.0.1 as this node's address instead of the interface address.
+    os.environ.update(RAY_TMPDIR=tmp, HOME=tmp, RAY_AUTH_MODE="disabled",
+                      RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    # This process imported Ray already: its constant was read at import, so set it too.
+    from ray._private import ray_constants
+    saved_cluster_flag = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    c = Cluster(initialize_head=True, head_node_args={**NODE, "_system_config": FAST_HEALTH})
+    c.add_node(**NODE)
+    c.wait_for_nodes()
+    ray.init(address=c.address, namespace="goondan", log_to_driver=False)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = saved_cluster_flag
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(tmp, ignore_errors=True)
