@@ -11,7 +11,9 @@ boundary, the orchestrator writes the inbox and routes each event to its instanc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -59,11 +61,27 @@ def _post(port: int, body: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _webhook_transcripts(bundle: Path, state_root: Path, args: list[str]) -> dict[str, list[str]]:
+def _listener(port: int) -> str:
+    """The command line of the process listening on 127.0.0.1:``port`` (Linux ``/proc``)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":  # 0A: LISTEN
+            inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                    return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    raise AssertionError(f"nobody listens on port {port}")
+
+
+def _webhook_transcripts(bundle: Path, state_root: Path, args: list[str]) -> tuple[dict[str, list[str]], str]:
     """Two signed POSTs (one routed to ``ops``, one to ``assistant``) and a retried one; the
-    stored conversations without ids and timestamps."""
+    stored conversations without ids and timestamps, and who listened on the webhook's port."""
     with goondan_run(bundle, state_root, {"WEBHOOK_SIGNING_SECRET": SECRET}, args) as proc:
         port = webhook_port(state_root, "http-in", timeout=120)
+        listener = _listener(port)
         alert = {"id": "alert-1", "text": "The database is down", "properties": {"route": "ops", "service": "db"}}
         assert _post(port, alert)["duplicate"] is False
         assert _post(port, {"id": "hello-1", "instanceKey": "customer-17", "text": "Hello!"})["duplicate"] is False
@@ -79,13 +97,18 @@ def _webhook_transcripts(bundle: Path, state_root: Path, args: list[str]) -> dic
         return [re.sub(r"[0-9a-f]{6,}|\d{4}-\d\d-\d\dT[0-9:.]+Z?", "*",
                        json.dumps(json.loads(line)["data"], sort_keys=True)) for line in text.splitlines()]
 
-    return {key: [stored[key]["metadata"]["agentName"], *strip(stored[key]["messages"])] for key in sorted(stored)}
+    return ({key: [stored[key]["metadata"]["agentName"], *strip(stored[key]["messages"])] for key in sorted(stored)},
+            listener)
 
 
 def test_webhook_example_answers_under_ray_like_the_local_engine(cluster: Any, tmp_path: Path) -> None:
     bundle = _webhook_bundle(tmp_path)
-    local = _webhook_transcripts(bundle, tmp_path / "local", [])
-    remote = _webhook_transcripts(bundle, tmp_path / "ray", ["--engine", "ray", "--ray-address", cluster.address])
+    local, local_listener = _webhook_transcripts(bundle, tmp_path / "local", [])
+    remote, ray_listener = _webhook_transcripts(bundle, tmp_path / "ray",
+                                                ["--engine", "ray", "--ray-address", cluster.address])
+    # Locally a connector process listens; on Ray the connector host actor, on this (the driver's) node.
+    assert "multiprocessing" in local_listener and not local_listener.startswith("ray::")
+    assert ray_listener.startswith("ray::AgentHost"), ray_listener
     assert set(local) == {"alert:db", "customer-17"}
     assert local["alert:db"][0] == "ops" and local["customer-17"][0] == "assistant"
     assert any("Ops here: alert received" in line for line in local["alert:db"])
@@ -174,7 +197,13 @@ def test_many_instances_through_the_ingress_exactly_once_in_order(cluster: Any, 
                 await orch.wait_until(lambda: sum(r.processed for r in orch.records.values()) >= 2 * KEYS
                                       and orch.released >= KEYS, timeout=240)
                 await connections.stop()
-                return await spawner.host_info()
+                import ray
+
+                driver_node = ray.get_runtime_context().get_node_id()
+                info = await spawner.host_info()
+                (connector_host,) = [h for h in info if h["name"].endswith(CONNECTOR_HOST)]
+                assert connector_host["nodeId"] == driver_node  # placed next to the driver
+                return info
         finally:
             await spawner.aclose()
 
