@@ -184,6 +184,12 @@ class ConnectorSupervisor:
         except GoondanError as err:  # the inbox cannot be written: the event is not accepted
             self.logger.error("connection %s: event not accepted: %s", rec.name, err.message)
             answer = Answer(correlation, error={"code": err.code, "message": err.message})
+        # The answer goes out without holding up the next message of this connector: on an
+        # engine where a send is a round trip (Ray), awaiting it would make a burst of emits
+        # pay one round trip each, one after the other. The event is durable already.
+        self._task(self._send_answer(rec, handle, answer))
+
+    async def _send_answer(self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer) -> None:
         with contextlib.suppress(IpcError):
             await handle.transport.send(
                 answer.ipc_message(sender=ORCHESTRATOR, to=rec.name, instance_key=rec.name))

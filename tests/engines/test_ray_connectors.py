@@ -202,7 +202,8 @@ def test_many_instances_through_the_ingress_exactly_once_in_order(cluster: Any, 
                 driver_node = ray.get_runtime_context().get_node_id()
                 info = await spawner.host_info()
                 (connector_host,) = [h for h in info if h["name"].endswith(CONNECTOR_HOST)]
-                assert connector_host["nodeId"] == driver_node  # placed next to the driver
+                assert spawner.connector_host is not None
+                assert connector_host["nodeId"] == driver_node, info  # pinned next to the driver
                 return info
         finally:
             await spawner.aclose()

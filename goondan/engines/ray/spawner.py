@@ -14,9 +14,9 @@ sends JSON frames through one sender per host (frames queued while a ``deliver``
 flight go together in the next one, in order) and receives them from one long poll per host.
 
 Connectors run in one more host actor, the *connector host*, created on the first connector
-spawn and placed on the driver's node (soft affinity): a connector that listens (``webhook``)
-binds the configured host and port on the machine where ``goondan run`` was started, as on the
-local engine. Its control messages (``emit``, ``answer``, ``ready`` …) cross the engine boundary
+spawn and pinned to the driver's node: a connector that listens (``webhook``) binds the
+configured host and port on the machine where ``goondan run`` was started, as on the local
+engine. Its control messages (``emit``, ``answer``, ``ready`` …) cross the engine boundary
 as the same JSON frames; the orchestrator stays the only writer of every inbox.
 
 Workers see the driver's environment (:func:`forwarded_env`: without the variables that
@@ -265,8 +265,9 @@ class RaySpawner(Spawner):
             self._create_host(str(index), node)
         await self._verify(range(first, len(self._actors)))
 
-    def _create_host(self, suffix: str, node: str | None) -> int:
-        """Create (or find, after a driver restart) host actor ``<prefix>-host-<suffix>``."""
+    def _create_host(self, suffix: str, node: str | None, *, soft: bool = True) -> int:
+        """Create (or find, after a driver restart) host actor ``<prefix>-host-<suffix>`` on
+        ``node``: preferred (``soft``: Ray moves it when the node dies) or required."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         remote_cls = self._ray.remote(concurrency_groups={"io": 1, "poll": 1, "control": 8})(AgentHost)
@@ -276,7 +277,7 @@ class RaySpawner(Spawner):
             "get_if_exists": True,
         }
         if node is not None:
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=soft)
         actor = remote_cls.options(**options).remote(f"{self.name_prefix}-{suffix}")
         self.placement.append(node)
         self._actors.append(actor)
@@ -313,7 +314,10 @@ class RaySpawner(Spawner):
                     node: str | None = self._ray.get_runtime_context().get_node_id()
                 except Exception:  # a Ray client driver is no node: let Ray place it
                     node = None
-                index = self._create_host(CONNECTOR_HOST, node)
+                # Required, not preferred: Ray may place a soft-affine actor elsewhere, and a
+                # webhook must listen where `goondan run` runs. The orchestrator lives on that
+                # node too, so there is nothing to fail over to when it dies.
+                index = self._create_host(CONNECTOR_HOST, node, soft=node is None)
                 await self._verify(range(index, index + 1))
                 self.connector_host = index
             return self.connector_host
