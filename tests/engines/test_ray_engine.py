@@ -184,11 +184,16 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
                 worker = orch.records[("worker", key)]
                 slow = asyncio.ensure_future(orch.request("worker", "slow please", instance_key=key))
                 await orch.wait_until(lambda: worker.status == "processing", timeout=30)
+                # queued behind the running turn: not started when the node goes, so it is kept
+                queued = asyncio.ensure_future(orch.request("worker", "What is 17 * 23? (queued)",
+                                                            instance_key=key, timeout_ms=60_000))
+                await orch.wait_until(lambda: len(worker.queue) == 1, timeout=30)
                 cluster.remove_node(doomed, allow_graceful=False)
                 os.kill(before["pid"], 9)
                 with pytest.raises(AgentError) as info:
                     response_text(await slow)
-                assert info.value.code == "E_AGENT_CRASHED"
+                assert info.value.code == "E_AGENT_CRASHED"  # the running turn: the documented error
+                assert response_text(await queued) == first  # the queued one: answered after the restart
                 again = response_text(await orch.request("worker", "What is 17 * 23?", instance_key=key,
                                                          timeout_ms=60_000))
                 assert again == first
@@ -200,5 +205,5 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
     asyncio.run(asyncio.wait_for(main(), 150))
     (base,) = [p for p in state_root.glob("workspaces/*/instances/*/messages/base.jsonl")]
     text = base.read_text()
-    assert text.count("17 * 23 = 391") == 2  # committed before the crash, and after it
+    assert text.count("17 * 23 = 391") == 3  # committed before the crash, and the two after it
     assert "slow please" in text  # the interrupted turn's user message was recovered from disk
