@@ -5,9 +5,12 @@ Runs the delegation example's scripted ``worker`` agent (no network) on both eng
 * agent-request round trip: a request to an already running instance (median);
 * instance cold start: a new instanceKey → its first answer (median);
 * events/s: ``--instances`` new keys × 2 events each, all at once;
-* memory: PSS per idle instance (local: one agent process; Ray: host PSS growth / instances).
+* memory: PSS per idle instance (local: one agent process; Ray: host PSS growth / instances);
+* ingress events/s: the same burst through a connector's ``ctx.emit`` (inbox, routing,
+  instances), from the start of the Connection (its connector process, or Ray's connector host)
+  to the last turn.
 
-Ray runs as a local two-node cluster (``ray.cluster_utils.Cluster``). Usage::
+Ray runs as a local two-node cluster (``ray.cluster_utils.Cluster``) on 127.0.0.1. Usage::
 
     python scripts/bench_engines.py [--instances 200] [--rounds 30]
 """
@@ -28,8 +31,78 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from goondan.config import load_bundle  # noqa: E402
+from goondan.connectors.runtime import ConnectionRuntime  # noqa: E402
 from goondan.ipc.orchestrator import Orchestrator  # noqa: E402
 from goondan.ipc.spawner import ProcessSpawner, Spawner  # noqa: E402
+
+# A connector that emits 2 events for each of KEYS keys (every first event before any second).
+BURST = """\
+import asyncio
+
+
+async def run(ctx):
+    keys = int(ctx.config["KEYS"])
+    for n in (1, 2):
+        await asyncio.gather(*(ctx.emit({
+            "id": f"k{k}-e{n}", "name": "burst", "instanceKey": f"k{k}",
+            "message": {"type": "text", "text": f"event {n} for key k{k}"},
+        }) for k in range(keys)))
+"""
+INGRESS_BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: ok}
+spec: {provider: scripted, model: ok, options: {loop: true, script: [{text: ok}]}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: worker}
+spec: {modelConfig: {modelRef: Model/ok}, prompts: {systemPrompt: Answer ok.}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec: {entryAgent: Agent/worker, agents: [{ref: Agent/worker}]}
+---
+apiVersion: goondan.ai/v1
+kind: Connector
+metadata: {name: burst}
+spec: {entry: ./burst.py, events: [{name: burst}]}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: burst-in}
+spec:
+  connectorRef: Connector/burst
+  config: {KEYS: {value: "KEYS"}}
+  ingress: {rules: [{route: {}}]}
+"""
+
+
+def ingress_bundle(root: Path, instances: int) -> Path:
+    """A bundle whose one Connection emits ``instances`` keys x 2 events."""
+    root.mkdir(parents=True)
+    (root / "goondan.yaml").write_text(INGRESS_BUNDLE.replace('"KEYS"', f'"{instances}"'))
+    (root / "burst.py").write_text(BURST)
+    return root
+
+
+async def measure_ingress(spawner: Spawner, root: Path, state_root: Path, instances: int) -> float:
+    """Events/s of the burst connector's events, from the Connection's start to the last turn."""
+    bundle = load_bundle(root, state_root=state_root)
+    swarm = bundle.swarm_spec(None)
+    orch = Orchestrator(spawner, swarm_name=swarm.name, entry_agent=swarm.entry_agent, agents=swarm.agents,
+                        project_root=bundle.root, reconcile_interval_s=0, grace_period_ms=10_000)
+    connections = ConnectionRuntime(bundle, swarm, orch, spawner, state_root=state_root)
+    async with orch:
+        start = time.perf_counter()
+        await connections.start()
+        await orch.wait_until(lambda: sum(r.processed for r in orch.records.values()) >= 2 * instances,
+                              timeout=1800)
+        elapsed = time.perf_counter() - start
+        await connections.stop()
+    return 2 * instances / elapsed
 
 
 def pss_kib(pid: int) -> int:
@@ -84,11 +157,15 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gb", dir="/tmp"))
     bundle = tmp / "delegation"
     shutil.copytree(REPO / "examples" / "delegation", bundle)
+    burst = ingress_bundle(tmp / "burst", args.instances)
     results: dict[str, dict[str, float]] = {}
     try:
         if not args.skip_local:
-            spawner = ProcessSpawner(bundle, state_root=tmp / "local")
+            spawner = ProcessSpawner(bundle, state_root=tmp / "local", log_dir=tmp / "logs")
             results["local"] = asyncio.run(measure(spawner, bundle, args.instances, args.rounds, local_pss))
+            ingress = ProcessSpawner(burst, state_root=tmp / "local-burst", swarm="default", log_dir=tmp / "logs")
+            results["local"]["ingressEventsPerS"] = asyncio.run(
+                measure_ingress(ingress, burst, tmp / "local-burst", args.instances))
         try:
             import ray
             from ray.cluster_utils import Cluster
@@ -96,8 +173,13 @@ def main() -> int:
             print("ray not installed (pip install 'goondan[ray]'): Ray figures skipped")
             ray = None
         if ray is not None:
-            os.environ.update(RAY_TMPDIR=str(tmp), RAY_AUTH_MODE="disabled")
-            node = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024, "include_dashboard": False}
+            # Loopback only, as tests/engines/conftest.py does it (see the notes there).
+            os.environ.update(RAY_TMPDIR=str(tmp), RAY_AUTH_MODE="disabled", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+            from ray._private import ray_constants
+
+            ray_constants.ENABLE_RAY_CLUSTER = False
+            node = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024, "include_dashboard": False,
+                    "node_ip_address": "127.0.0.1"}
             cluster = Cluster(initialize_head=True, head_node_args=node)
             cluster.add_node(**node)
             cluster.wait_for_nodes()
@@ -111,9 +193,16 @@ def main() -> int:
                     return sum(pss_kib(h["pid"]) for h in await spawner.host_info())
 
                 try:
-                    return await measure(spawner, bundle, args.instances, args.rounds, host_pss)
+                    figures = await measure(spawner, bundle, args.instances, args.rounds, host_pss)
                 finally:
                     await spawner.aclose()
+                ingress = RaySpawner(burst, state_root=tmp / "ray-burst", swarm="default", hosts=2)
+                try:
+                    figures["ingressEventsPerS"] = await measure_ingress(ingress, burst, tmp / "ray-burst",
+                                                                         args.instances)
+                finally:
+                    await ingress.aclose()
+                return figures
 
             try:
                 results["ray"] = asyncio.run(on_ray())
@@ -122,7 +211,7 @@ def main() -> int:
                 cluster.shutdown()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    keys = ["roundTripMs", "coldStartMs", "eventsPerS", "pssPerIdleInstanceKiB"]
+    keys = ["roundTripMs", "coldStartMs", "eventsPerS", "pssPerIdleInstanceKiB", "ingressEventsPerS"]
     print(f"{'figure':<24}" + "".join(f"{name:>12}" for name in results) + ("     ray/local" if len(results) == 2 else ""))
     for key in keys:
         row = f"{key:<24}" + "".join(f"{results[name][key]:>12.1f}" for name in results)
