@@ -89,7 +89,7 @@ class BundleCache:
             entry = self._entries.get(key)
             if entry is not None:
                 bundle, signature = entry
-                if await asyncio.to_thread(_signature, bundle.watched_files()) == signature:
+                if await asyncio.to_thread(lambda: _signature(bundle.watched_files())) == signature:
                     return bundle
 
             def load() -> tuple[Any, tuple[tuple[str, int, int], ...]]:
