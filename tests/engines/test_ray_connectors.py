@@ -222,3 +222,49 @@ def test_many_instances_through_the_ingress_exactly_once_in_order(cluster: Any, 
         users = [json.dumps(r["content"]) for r in records if r.get("role") == "user"]
         assert len(users) == 2 and "event 1 for key" in users[0] and "event 2 for key" in users[1], users
         assert sum(1 for r in records if r.get("role") == "assistant") == 2
+
+
+def test_a_lost_connector_host_restarts_its_connector(cluster: Any, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connector host's process is killed: Ray restarts the actor, the supervisor sees the
+    connector crash and starts it again (once, at once), and the inbox still knows every id."""
+    from tests.support.trigger_client import FIXTURE, send_trigger, wait_port
+
+    root = tmp_path / "durable"
+    shutil.copytree(FIXTURE, root)
+    port_file = tmp_path / "port.json"
+    # read by the connector in the connector host: the driver forwards its environment
+    monkeypatch.setenv("TRIGGER_PORT_FILE", str(port_file))
+    monkeypatch.setenv("TRIGGER_FAIL", "")
+    state_root = tmp_path / "state"
+    bundle = load_bundle(root, state_root=state_root)
+    swarm = bundle.swarm_spec(None)
+
+    async def main() -> None:
+        spawner = RaySpawner(bundle.root, state_root=state_root, swarm=swarm.name, hosts=1)
+        orch = Orchestrator(spawner, swarm_name=swarm.name, entry_agent=swarm.entry_agent, agents=swarm.agents,
+                            project_root=bundle.root, grace_period_ms=5000)
+        connections = ConnectionRuntime(bundle, swarm, orch, spawner, state_root=state_root)
+        record = connections.supervisor.records["trig"]
+        try:
+            async with orch:
+                await connections.start()
+                port = await asyncio.to_thread(wait_port, port_file, 60)
+                first_pid = json.loads(port_file.read_text())["pid"]
+                assert await asyncio.to_thread(send_trigger, port, "e1", "before") == {"id": "e1", "duplicate": False}
+                port_file.unlink()
+                os.kill(first_pid, signal.SIGKILL)  # the connector host's process
+                await orch.wait_until(lambda: record.spawn_count == 2 and record.status == "running", timeout=90)
+                port = await asyncio.to_thread(wait_port, port_file, 60)
+                assert json.loads(port_file.read_text())["pid"] != first_pid
+                assert await asyncio.to_thread(send_trigger, port, "e2", "after") == {"id": "e2", "duplicate": False}
+                assert (await asyncio.to_thread(send_trigger, port, "e1", "again"))["duplicate"] is True
+                await orch.wait_until(lambda: sum(r.processed for r in orch.records.values()) >= 2, timeout=60)
+                assert record.total_crashes == 1 and record.emitted == 2
+                await connections.stop()
+        finally:
+            await spawner.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 240))
+    inbox = next(state_root.glob("workspaces/*/connections/default/trig/inbox.jsonl"))
+    assert [json.loads(line)["event"]["id"] for line in inbox.read_text().splitlines()] == ["e1", "e2"]
