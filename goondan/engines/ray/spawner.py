@@ -227,6 +227,7 @@ class RaySpawner(Spawner):
         self._lock = asyncio.Lock()
         self._started = False
         self._marker: tuple[Path, str] | None = None
+        self._remote_cls: Any = None
         self.connector_host: int | None = None  # index of the connector host in the actor list
 
     def __repr__(self) -> str:
@@ -270,7 +271,8 @@ class RaySpawner(Spawner):
         ``node``: preferred (``soft``: Ray moves it when the node dies) or required."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        remote_cls = self._ray.remote(concurrency_groups={"io": 1, "poll": 1, "control": 8})(AgentHost)
+        if self._remote_cls is None:
+            self._remote_cls = self._ray.remote(concurrency_groups={"io": 1, "poll": 1, "control": 8})(AgentHost)
         options: dict[str, Any] = {
             "name": f"{self.name_prefix}-host-{suffix}", "namespace": NAMESPACE,
             "max_restarts": -1, "max_task_retries": 0, "num_cpus": 0, "lifetime": None,
@@ -278,7 +280,7 @@ class RaySpawner(Spawner):
         }
         if node is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=soft)
-        actor = remote_cls.options(**options).remote(f"{self.name_prefix}-{suffix}")
+        actor = self._remote_cls.options(**options).remote(f"{self.name_prefix}-{suffix}")
         self.placement.append(node)
         self._actors.append(actor)
         self._senders.append(_HostSender(actor))
