@@ -8,6 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from goondan.engines.ray.host import BundleCache
 from goondan.engines.ray.spawner import forwarded_env
 
@@ -40,3 +42,17 @@ def test_the_driver_forwards_its_environment_but_not_its_machine() -> None:
            "LD_LIBRARY_PATH": "/opt", "VIRTUAL_ENV": "/venv", "PATHS_OF_MINE": "kept"}
     assert forwarded_env(env) == {"OPENAI_API_KEY": "k", "WEBHOOK_SIGNING_SECRET": "s",
                                   "GOONDAN_STATE_ROOT": "/shared/state", "PATHS_OF_MINE": "kept"}
+
+
+def test_a_host_takes_the_forwarded_environment_and_gives_the_node_its_own_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from goondan.engines.ray.host import AgentHost
+
+    monkeypatch.setenv("NODE_OWN", "node")
+    monkeypatch.delenv("FORWARDED_ONLY", raising=False)
+    host = AgentHost.__new__(AgentHost)  # no event loop thread: only the environment is tested
+    host._env, host._own_env = {}, dict(os.environ)
+    host._apply_env({"NODE_OWN": "driver", "FORWARDED_ONLY": "x"})
+    assert (os.environ["NODE_OWN"], os.environ["FORWARDED_ONLY"]) == ("driver", "x")
+    host._apply_env({})  # e.g. removed from the .env file before `goondan restart`
+    assert os.environ["NODE_OWN"] == "node" and "FORWARDED_ONLY" not in os.environ

@@ -146,6 +146,7 @@ class AgentHost:
         self._outbox: list[list[Any]] = []
         self._bundles = BundleCache()
         self._env: dict[str, str] = {}
+        self._own_env = dict(os.environ)
         # Ray runs each concurrency group of an async actor on its own event loop thread; the
         # hosted instances share one loop of their own, and every method runs its work there.
         self._loop = asyncio.new_event_loop()
@@ -183,10 +184,13 @@ class AgentHost:
 
     def _apply_env(self, env: dict[str, str]) -> None:
         """Make ``env`` (the driver's, see ``forwarded_env``) this process's environment: what a
-        local worker inherits from the orchestrator. A variable forwarded before and not now is
-        removed again (``goondan restart`` re-reads the .env files)."""
+        local worker inherits from the orchestrator. A variable forwarded before and not now gets
+        the node's own value back, or is removed (``goondan restart`` re-reads the .env files)."""
         for key in set(self._env) - set(env):
-            os.environ.pop(key, None)
+            if key in self._own_env:  # the node's own value, overridden while forwarded
+                os.environ[key] = self._own_env[key]
+            else:
+                os.environ.pop(key, None)
         os.environ.update(env)
         self._env = env
 
