@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -407,6 +408,12 @@ def cancelled_error() -> JsonObject:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Parse the agent process arguments."""
+    return _parser().parse_args(argv)
+
+
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    # Built once: a Ray host parses the arguments of every instance it opens (docs/scaling.md).
     parser = argparse.ArgumentParser(prog="goondan-agent", add_help=False)
     parser.add_argument("--bundle-dir", required=True)
     parser.add_argument("--agent-name", required=True)
@@ -417,7 +424,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--process-name", default=None)
     parser.add_argument("--max-depth", type=int, default=None)
-    return parser.parse_args(argv)
+    return parser
 
 
 def redirect_output(log_dir: Path, name: str) -> None:
