@@ -19,7 +19,10 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["FileTooLargeError", "NotRegularFileError", "read_regular_file"]
+__all__ = [
+    "BASENAMES", "SKIP_DIRS", "FileTooLargeError", "NotRegularFileError", "display_path", "read_regular_file",
+    "scan_yaml_files",
+]
 
 _CHUNK = 64 * 1024
 
@@ -80,3 +83,38 @@ def read_regular_file(path: Path, *, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+SKIP_DIRS = frozenset({"dist", "node_modules", ".git", "__pycache__", ".venv", "venv", ".goondan"})
+BASENAMES = frozenset({
+    "goondan", "model", "models", "agent", "agents", "tool", "tools", "extension", "extensions",
+    "connector", "connectors", "connection", "connections", "swarm", "swarms", "resources",
+})
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory when below it, else absolute."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def scan_yaml_files(root: Path, skip: set[Path]) -> list[Path]:
+    """The bundle's own YAML files under ``root`` (docs/configuration.md), sorted by relative path;
+    ``skip`` holds directories of path dependencies."""
+    found: list[Path] = []
+    for current, dirs, files in os.walk(root):  # symlinked directories are not followed
+        here = Path(current)
+        # A subdirectory with its own goondan.yaml is another bundle or package, not ours.
+        dirs[:] = [
+            d for d in dirs
+            if d not in SKIP_DIRS and not d.startswith(".") and here / d not in skip
+            and not (here / d / "goondan.yaml").is_file()
+        ]
+        for name in files:
+            stem, dot, ext = name.rpartition(".")
+            if dot and ext in ("yaml", "yml") and stem in BASENAMES:
+                found.append(here / name)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())

@@ -136,12 +136,13 @@ class Runtime:
         :class:`LanguageModel` — handy for tests with ``ScriptedModel``; ``model_factory``
         replaces ``goondan.llm.create_model`` for every other agent.
         """
-        from goondan.config import load_bundle
-        from goondan.workspace import resolve_state_root
+        from goondan.config.cache import load_bundle_cached
+        from goondan.workspace.paths import resolve_state_root
 
         environ = os.environ if env is None else env
         root = resolve_state_root(str(state_root) if state_root is not None else None, environ)
-        bundle = load_bundle(Path(path), state_root=root)
+        # A validated bundle whose inputs are all unchanged is reused (docs/bundle-cache.md).
+        bundle = load_bundle_cached(Path(path), state_root=root, env=environ)
         return cls(
             bundle,
             state_root=root,
