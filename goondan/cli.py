@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import click
 
 from goondan import __version__
-from goondan.commands.common import GlobalOptions, get_globals, use_color
+from goondan.commands.common import GlobalOptions, defer_gc, get_globals, startup_done, use_color
 from goondan.errors import EXIT_GENERAL, EXIT_INTERRUPTED, EXIT_USAGE, GoondanError, help_url
 from goondan.secrets import SecretMaskingFilter, mask
 
@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "completion": ("goondan.commands.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
+# Commands that call startup_done() themselves once started; every other command gets the
+# garbage collector back before its module is imported.
+GC_DEFERRING = frozenset({"repl"})
+
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
@@ -59,6 +63,8 @@ class LazyGroup(click.Group):
         entry = COMMANDS.get(cmd_name)
         if entry is None or not _module_exists(entry[0]):
             return None
+        if cmd_name not in GC_DEFERRING:
+            startup_done()
         module = importlib.import_module(entry[0])
         command: click.Command = getattr(module, entry[1])
         add_global_options(command)
@@ -274,6 +280,8 @@ def render_error(err: GoondanError, *, as_json: bool, color: bool) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI and exit with the documented code."""
     args = sys.argv[1:] if argv is None else argv
+    if argv is None:  # our own process: a library caller's collector is none of our business
+        defer_gc()
     debug = "--debug" in args or os.environ.get("GOONDAN_DEBUG") == "1"
     as_json = "--json" in args
     color = use_color(sys.stderr, "--no-color" in args)
