@@ -48,9 +48,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "completion": ("goondan.commands.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
-# Commands that call startup_done() themselves once started; every other command gets the
-# garbage collector back before its module is imported.
-GC_DEFERRING = frozenset({"repl"})
+# Commands tuned for a fast start (docs/runtime.md "Performance"): they call startup_done()
+# themselves once started (every other command gets the garbage collector back before its module
+# is imported), and their process ends without the interpreter's teardown (_leave).
+FAST_START = frozenset({"repl"})
+_fast_command: list[str] = []
 
 
 class LazyGroup(click.Group):
@@ -63,7 +65,9 @@ class LazyGroup(click.Group):
         entry = COMMANDS.get(cmd_name)
         if entry is None or not _module_exists(entry[0]):
             return None
-        if cmd_name not in GC_DEFERRING:
+        if cmd_name in FAST_START:
+            _fast_command.append(cmd_name)
+        else:
             startup_done()
         module = importlib.import_module(entry[0])
         command: click.Command = getattr(module, entry[1])
@@ -317,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         code = EXIT_GENERAL
     sys.stdout.flush()
-    if argv is None:  # the process's own command line: nothing runs after us
+    if argv is None and _fast_command:  # the process's own command line: nothing runs after us
         _leave(code)
     sys.exit(code)
 

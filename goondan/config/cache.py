@@ -99,10 +99,10 @@ def load_bundle_cached(
 # --- reading -------------------------------------------------------------------------------------
 
 def _meta(target: Path, state_root: Path, builtin_root: Path | None) -> dict[str, Any]:
-    from goondan import __version__
-
+    # The parent package is loaded before any of its submodules; its version is read from there
+    # because this layer may not import the top-level package (docs/architecture.md "Layers").
     return {
-        "goondan": __version__,
+        "goondan": str(getattr(sys.modules.get("goondan"), "__version__", "")),
         "python": sys.version,
         "code": _code_fingerprint(),
         "cwd": os.getcwd(),
@@ -113,8 +113,10 @@ def _meta(target: Path, state_root: Path, builtin_root: Path | None) -> dict[str
 
 
 def _code_fingerprint() -> list[list[Any]]:
-    """Size and mtime of goondan/config's sources: an edited checkout never reuses old results."""
-    out: list[list[Any]] = []
+    """Size and mtime of goondan/config's sources and of goondan/__init__.py (the version): an
+    edited checkout never reuses old results."""
+    st = (_CONFIG_DIR.parent / "__init__.py").stat()
+    out: list[list[Any]] = [["../__init__.py", st.st_size, st.st_mtime_ns]]
     with os.scandir(_CONFIG_DIR) as entries:
         for item in entries:
             if item.name.endswith(".py"):

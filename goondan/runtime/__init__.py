@@ -41,6 +41,7 @@ from goondan.types import AgentEvent, JsonObject
 if TYPE_CHECKING:
     from goondan.config import Bundle, SwarmSpec
     from goondan.llm.base import LanguageModel
+    from goondan.otlp.exporter import OtlpExporter
     from goondan.runtime.instance import (
         AgentInstance,
         AgentsApiFactory,
@@ -80,7 +81,7 @@ class Runtime:
         on_outgoing: OutgoingHandler | None = None,
         max_agent_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
-        from goondan.workspace import workspace_id_for
+        from goondan.workspace.paths import workspace_id_for
 
         self.bundle = bundle
         self.state_root = Path(state_root)
@@ -110,9 +111,13 @@ class Runtime:
             self.router.admit = self.budgets.admit
         # OTLP export of every instance's spans when an endpoint is configured
         # (docs/observability.md "OTLP export"); flushed by aclose().
-        from goondan.otlp.exporter import exporter_from_env
+        from goondan.otlp import endpoint_configured
 
-        self.exporter = exporter_from_env(self.env, resource_attributes={"goondan.swarm": self.swarm.name})
+        self.exporter: OtlpExporter | None = None
+        if endpoint_configured(self.env):
+            from goondan.otlp.exporter import exporter_from_env
+
+            self.exporter = exporter_from_env(self.env, resource_attributes={"goondan.swarm": self.swarm.name})
         self._listeners: list[EventListener] = []
         self._runner: asyncio.Runner | None = None
         self._closed = False
