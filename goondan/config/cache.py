@@ -63,8 +63,9 @@ def cache_dir(state_root: Path, env: Mapping[str, str]) -> Path:
 
 
 def entry_path(target: Path, state_root: Path, env: Mapping[str, str], builtin_root: Path | None = None) -> Path:
-    """The cache file of the bundle at ``target`` (absolute) loaded with ``state_root``."""
-    key = json.dumps([FORMAT, str(target), str(state_root), str(builtin_root or "")])
+    """The cache file of the bundle at ``target`` (absolute) loaded with ``state_root`` from the
+    working directory (one entry per directory: processes started elsewhere never evict it)."""
+    key = json.dumps([FORMAT, str(target), str(state_root), str(builtin_root or ""), os.getcwd()])
     return cache_dir(state_root, env) / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()[:40]}.json"
 
 

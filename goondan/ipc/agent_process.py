@@ -466,13 +466,14 @@ async def _child(conn: Connection, args: argparse.Namespace, build: HandlerBuild
 
 async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker) -> TurnHandler:
     """Load the bundle and open the ``AgentInstance`` wired to the orchestrator."""
-    from goondan.config import load_bundle
+    from goondan.config.cache import load_bundle_cached
     from goondan.runtime.agents import DEFAULT_MAX_DEPTH, AgentsFactory, SwarmCatalog
     from goondan.runtime.instance import AgentInstance
     from goondan.workspace.paths import resolve_state_root, workspace_id_for
 
     state_root = resolve_state_root(args.state_root)
-    bundle = await asyncio.to_thread(load_bundle, Path(args.bundle_dir), state_root=state_root)
+    # The CLI process has just loaded the same bundle: its cache entry is reused (docs/bundle-cache.md).
+    bundle = await asyncio.to_thread(load_bundle_cached, Path(args.bundle_dir), state_root=state_root)
     swarm = bundle.swarm_spec(args.swarm)
     spec = bundle.agent_spec(args.agent_name, swarm=swarm.name)
     catalog = SwarmCatalog(swarm.name, swarm.entry_agent, tuple(swarm.agents))
