@@ -22,8 +22,8 @@ if TYPE_CHECKING:
         ToolBinding,
         ToolExport,
     )
+    from goondan.config.envelope import Location, Resource
     from goondan.config.refs import ObjectRef
-    from goondan.config.resources import Location, Resource
     from goondan.config.validate import ValidationReport, load_bundle, validate_bundle
     from goondan.config.values import resolve_value
 
@@ -47,7 +47,7 @@ __all__ = [
 _HOME = {
     "AgentSpec": "bundle", "Bundle": "bundle", "ExtensionBinding": "bundle", "ModelBinding": "bundle",
     "SwarmSpec": "bundle", "ToolBinding": "bundle", "ToolExport": "bundle", "ObjectRef": "refs",
-    "Location": "resources", "Resource": "resources", "ValidationReport": "validate",
+    "Location": "envelope", "Resource": "envelope", "ValidationReport": "validate",
     "load_bundle": "validate", "validate_bundle": "validate", "resolve_value": "values",
 }
 

@@ -245,9 +245,9 @@ def _load_and_store(entry: Path, target: Path, state_root: Path, env: Mapping[st
 
 def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
             recorder: _RecordingEnv, env: Mapping[str, str]) -> dict[str, Any]:
+    from goondan.config.envelope import agent_prompt
     from goondan.config.lockfile import LOCK_FILE
     from goondan.config.packages import read_lock_entries
-    from goondan.config.resources import agent_prompt
 
     root = loaded.root
     probes: set[Path] = {*loaded.files, root / LOCK_FILE, root / ".env", root / ".env.local"}
@@ -368,7 +368,7 @@ def _dict(value: Any) -> dict[str, Any]:
 def _bundle_from_json(data: dict[str, Any]) -> Bundle:
     """The :class:`Bundle` of an entry; any shape problem raises (the entry is then ignored)."""
     from goondan.config.bundle import Bundle
-    from goondan.config.resources import Location, Resource
+    from goondan.config.envelope import Location, Resource
     from goondan.errors import Diagnostic
 
     warnings = []
