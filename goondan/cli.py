@@ -53,6 +53,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 # is imported), and their process ends without the interpreter's teardown (_leave).
 FAST_START = frozenset({"repl"})
 _fast_command: list[str] = []
+_own_process: list[bool] = []  # set by main() when it runs the process's own command line
 
 
 class LazyGroup(click.Group):
@@ -65,6 +66,10 @@ class LazyGroup(click.Group):
         entry = COMMANDS.get(cmd_name)
         if entry is None or not _module_exists(entry[0]):
             return None
+        if _own_process:  # compiled dataclass methods of earlier starts (goondan/codecache.py)
+            from goondan.codecache import install
+
+            install()
         if cmd_name in FAST_START:
             _fast_command.append(cmd_name)
         else:
@@ -286,6 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if argv is None:  # our own process: a library caller's collector is none of our business
         defer_gc()
+        _own_process.append(True)
     debug = "--debug" in args or os.environ.get("GOONDAN_DEBUG") == "1"
     as_json = "--json" in args
     color = use_color(sys.stderr, "--no-color" in args)

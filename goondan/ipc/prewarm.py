@@ -65,12 +65,16 @@ def warm_entry(conn: Connection) -> None:
     # The imports create long-lived objects only: collecting while they load is wasted work
     # (about 10 ms), and freezing them keeps the agent's later collections small.
     gc.disable()
+    from goondan.codecache import install, save
+
+    install()  # compiled dataclass methods of earlier starts
     try:
         for name in WARM_IMPORTS:
             importlib.import_module(name)
     finally:
         gc.freeze()
         gc.enable()
+    save()  # while waiting for the orchestrator: nothing else to do yet
     try:
         target, argv, environ, cwd, path = conn.recv()
     except (EOFError, OSError):
