@@ -51,7 +51,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 # Commands tuned for a fast start (docs/runtime.md "Performance"): they call startup_done()
 # themselves once started (every other command gets the garbage collector back before its module
 # is imported), and their process ends without the interpreter's teardown (_leave).
-FAST_START = frozenset({"repl"})
+FAST_START = frozenset({"repl", "run"})
 _fast_command: list[str] = []
 _own_process: list[bool] = []  # set by main() when it runs the process's own command line
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals
+from goondan.commands.common import get_globals, startup_done
 
 __all__ = ["run"]
 
@@ -102,6 +102,7 @@ def run(
     service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
                            env_file=env_file, real_env=real_env, engine=engine, ray_address=ray_address)
     service.check_not_running()
+    startup_done()  # cli.FAST_START: the collector was paused while the service was set up
     if detach:
         return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet)
     if foreground:
