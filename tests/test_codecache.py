@@ -19,6 +19,8 @@ class Point:
     tags: list = dataclasses.field(default_factory=list, compare=False)
 
 p = Point(1)
+# compiled without codecache.py's own future flags: annotations are objects, not strings
+assert Point.__init__.__annotations__ == {"x": int, "y": int, "tags": list, "return": None}, Point.__init__.__annotations__
 assert repr(p) == "Point(x=1, y=3, tags=[])", repr(p)
 assert p == Point(1, 3, ["other"]) and p < Point(2) and hash(p) == hash(Point(1))
 try:
