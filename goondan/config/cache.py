@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from goondan.config.sourcefile import scan_yaml_files
+from goondan.config.sourcefile import record_reads, scan_yaml_files
 
 if TYPE_CHECKING:
     from goondan.config.bundle import Bundle
@@ -231,12 +231,13 @@ def _load_and_store(entry: Path, target: Path, state_root: Path, env: Mapping[st
     from goondan.config.validate import bundle_or_raise, validate_loaded
 
     recorder = _RecordingEnv(env)
-    report, loaded = validate_loaded(target, state_root=state_root, env=recorder, builtin_root=builtin_root)
+    with record_reads() as reads:
+        report, loaded = validate_loaded(target, state_root=state_root, env=recorder, builtin_root=builtin_root)
     bundle = bundle_or_raise(report)
     if any(w.code == "W_CONFIG_INLINE_SECRET" for w in report.warnings):
         return bundle  # never copy a literal secret into the cache
     with contextlib.suppress(Exception):  # the cache is an optimisation: never fail a load
-        inputs = _inputs(target, state_root, loaded, bundle, recorder, env)
+        inputs = _inputs(target, state_root, loaded, bundle, recorder, env, reads)
         record = {"format": FORMAT, "meta": _meta(target, state_root, builtin_root), "inputs": inputs,
                   "bundle": _bundle_to_json(bundle)}
         _write_atomic(entry, json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8"))
@@ -244,7 +245,9 @@ def _load_and_store(entry: Path, target: Path, state_root: Path, env: Mapping[st
 
 
 def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
-            recorder: _RecordingEnv, env: Mapping[str, str]) -> dict[str, Any]:
+            recorder: _RecordingEnv, env: Mapping[str, str], reads: dict[str, str]) -> dict[str, Any]:
+    """Every input of the load; a file the load read is keyed on the bytes it read (``reads``),
+    the others (existence checks, alternatives) on their content now."""
     from goondan.config.envelope import agent_prompt
     from goondan.config.lockfile import LOCK_FILE
     from goondan.config.packages import read_lock_entries
@@ -294,7 +297,7 @@ def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
         "pydist": _pydist_fingerprint() if uses_pydist else None,
         "paths": paths,
         "listings": {path: _listing(Path(path)) for path in listings},
-        "files": {str(p): _digest(p) for p in sorted(probes)},
+        "files": {**{str(p): _digest(p) for p in sorted(probes) if str(p) not in reads}, **reads},
         "scan": scan,
         "trees": trees,
     }

@@ -14,14 +14,17 @@ See docs/configuration.md ("Files that are read").
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
     "BASENAMES", "SKIP_DIRS", "FileTooLargeError", "NotRegularFileError", "display_path", "read_regular_file",
-    "scan_yaml_files",
+    "record_reads", "scan_yaml_files",
 ]
 
 _CHUNK = 64 * 1024
@@ -80,9 +83,32 @@ def read_regular_file(path: Path, *, limit: int) -> bytes:
             total += len(chunk)
         if total > limit:  # grew after the fstat
             raise FileTooLargeError(path, limit)
-        return b"".join(chunks)
+        data = b"".join(chunks)
+        reads = getattr(_recording, "reads", None)
+        if reads is not None:
+            import hashlib
+
+            reads[str(path)] = hashlib.sha256(data).hexdigest()
+        return data
     finally:
         os.close(fd)
+
+
+_recording = threading.local()
+
+
+@contextlib.contextmanager
+def record_reads() -> Iterator[dict[str, str]]:
+    """Within the block, every file this thread reads here is recorded as ``{path: SHA-256 of
+    the bytes read}``: the bundle cache keys an entry on exactly what the load parsed, so a file
+    edited while it was being loaded cannot pair old results with new content."""
+    previous = getattr(_recording, "reads", None)
+    reads: dict[str, str] = {}
+    _recording.reads = reads
+    try:
+        yield reads
+    finally:
+        _recording.reads = previous
 
 
 SKIP_DIRS = frozenset({"dist", "node_modules", ".git", "__pycache__", ".venv", "venv", ".goondan"})

@@ -268,3 +268,25 @@ def test_repl_on_a_cache_hit_imports_neither_yaml_nor_the_validator(tmp_path: Pa
     assert warm.returncode == 0, warm.stderr
     assert "HEAVY []" in warm.stderr, warm.stderr
     assert warm.stdout == cold.stdout
+
+
+def test_a_file_edited_while_the_bundle_loads_is_a_miss_next_time(
+        tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry is keyed on the bytes the load parsed, not on the file as it is afterwards."""
+    bundle, state = copy(QUICKSTART, tmp_path), tmp_path / "state"
+    manifest = bundle / "goondan.yaml"
+    real = validate_module.validate_loaded
+    calls = []
+
+    def load_then_edit(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        if len(calls) == 1:  # an editor saves between the parse and the cache write
+            _edit(manifest, "\n---\napiVersion: goondan.ai/v1\nkind: Tool\nmetadata: {name: late}\n"
+                  "spec: {entry: ./tools/units.py, exports: [{name: convert}]}\n")
+        return result
+
+    monkeypatch.setattr(validate_module, "validate_loaded", load_then_edit)
+    assert load(bundle, state, env).get("Tool", "late") is None
+    assert load(bundle, state, env).get("Tool", "late") is not None
+    assert len(calls) == 2
