@@ -30,11 +30,12 @@ from typing import Any
 
 __all__ = ["cache_file", "install", "save"]
 
-_FORMAT = 1
+_FORMAT = 2
 _MAX_ENTRIES = 4000
 _MAX_BYTES = 16 * 1024 * 1024
 
-_table: dict[str, CodeType] = {}
+# source → marshalled code object: each is unmarshalled only when its class is created.
+_table: dict[str, bytes] = {}
 _new: dict[str, CodeType] = {}
 _used: set[str] = set()
 _installed = False
@@ -56,7 +57,12 @@ def cache_file(env: Any = os.environ) -> Path | None:
 
 def _cached_exec(source: Any, globals: Any = None, locals: Any = None, /) -> None:
     if isinstance(source, str):
-        code = _table.get(source)
+        blob = _table.get(source)
+        code = None
+        if blob is not None:
+            with contextlib.suppress(ValueError, EOFError, TypeError):
+                loaded = marshal.loads(blob)
+                code = loaded if isinstance(loaded, CodeType) else None
         if code is None:
             # exec() of a string compiles it with the caller's future flags: dataclasses has none.
             code = compile(source, "<string>", "exec", dont_inherit=True)
@@ -87,7 +93,7 @@ def install(env: Any = os.environ) -> None:
     atexit.register(save, path)
 
 
-def _read(path: Path) -> dict[str, CodeType]:
+def _read(path: Path) -> dict[str, bytes]:
     try:
         with open(path, "rb") as handle:
             raw = handle.read(_MAX_BYTES + 1)
@@ -96,9 +102,9 @@ def _read(path: Path) -> dict[str, CodeType]:
         return {}
     if not isinstance(data, dict) or data.get("format") != _FORMAT or not isinstance(data.get("entries"), dict):
         return {}
-    entries: dict[str, CodeType] = {}
+    entries: dict[str, bytes] = {}
     for key, value in data["entries"].items():
-        if not (isinstance(key, str) and isinstance(value, CodeType)):
+        if not (isinstance(key, str) and isinstance(value, bytes)):
             return {}
         entries[key] = value
     return entries
@@ -111,9 +117,10 @@ def save(path: Path | None = None) -> None:
     target = path or cache_file()
     if target is None:
         return
-    entries = {**_table, **_new}
+    new = {source: marshal.dumps(code) for source, code in _new.items()}
+    entries = {**_table, **new}
     if len(entries) > _MAX_ENTRIES:  # keep what this process used
-        entries = {k: v for k, v in entries.items() if k in _used or k in _new}
+        entries = {k: v for k, v in entries.items() if k in _used or k in new}
     with contextlib.suppress(OSError, ValueError):
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
@@ -126,5 +133,5 @@ def save(path: Path | None = None) -> None:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-    _table.update(_new)
+    _table.update(new)
     _new.clear()
