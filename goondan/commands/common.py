@@ -11,6 +11,7 @@ import click
 
 __all__ = [
     "GlobalOptions",
+    "adopt_paused_gc",
     "defer_gc",
     "find_running",
     "get_globals",
@@ -37,6 +38,13 @@ def defer_gc() -> None:
     if gc.isenabled():
         gc.disable()
         _gc_deferred = True
+
+
+def adopt_paused_gc(was_enabled: bool) -> None:
+    """The entry point (``goondan/__main__.py``) paused the collector before importing the CLI:
+    :func:`startup_done` turns it back on as if :func:`defer_gc` had paused it."""
+    global _gc_deferred
+    _gc_deferred = _gc_deferred or was_enabled
 
 
 def startup_done() -> None:
