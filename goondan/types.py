@@ -8,9 +8,7 @@ and ``to_dict`` writes them back, so records survive a round trip unchanged.
 from __future__ import annotations
 
 import os
-import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias
@@ -32,6 +30,7 @@ __all__ = [
     "new_span_id",
     "new_trace_id",
     "now_iso",
+    "uuid4_hex",
 ]
 
 JsonValue: TypeAlias = Any  # str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]
@@ -45,12 +44,21 @@ def now_iso() -> str:
 
 def new_id(prefix: str) -> str:
     """A unique, roughly time-ordered id such as ``msg-0194f1c2a3b4-9f8e7d6c``."""
-    return f"{prefix}-{time.time_ns() // 1_000_000:012x}-{secrets.token_hex(4)}"
+    return f"{prefix}-{time.time_ns() // 1_000_000:012x}-{os.urandom(4).hex()}"
 
 
 def new_trace_id() -> str:
     """OpenTelemetry-compatible trace id: 32 lower-case hex digits, never all zero."""
-    return uuid.uuid4().hex
+    return uuid4_hex()
+
+
+def uuid4_hex() -> str:
+    """``uuid.uuid4().hex``, built from ``os.urandom`` the same way without importing ``uuid``
+    (nor ``secrets`` with ``hmac`` and ``random``) at every start (docs/runtime.md "Performance")."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
 
 
 def new_span_id() -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals
+from goondan.commands.common import get_globals, startup_done
 
 __all__ = ["run"]
 
@@ -84,7 +84,7 @@ def run(
         from goondan.ipc.prewarm import prewarm_agent_process
 
         prewarm_agent_process()
-    from goondan.config import load_bundle
+    from goondan.config.cache import load_bundle_cached
     from goondan.ipc.service import SwarmService, load_env_files
 
     if path is not None and bundle is not None and Path(path).resolve() != Path(bundle).resolve():
@@ -94,7 +94,7 @@ def run(
     project_root = (chosen.parent if chosen.is_file() else chosen).resolve()
     real_env = dict(os.environ)
     load_env_files(project_root, env_file, os.environ, real_env=real_env)
-    loaded = load_bundle(chosen, state_root=state_root)
+    loaded = load_bundle_cached(chosen, state_root=state_root)  # docs/bundle-cache.md
     if ray_address is not None and engine != "ray":
         raise click.UsageError("--ray-address needs --engine ray")
     if detach and engine != "local":
@@ -102,6 +102,7 @@ def run(
     service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
                            env_file=env_file, real_env=real_env, engine=engine, ray_address=ray_address)
     service.check_not_running()
+    startup_done()  # cli.FAST_START: the collector was paused while the service was set up
     if detach:
         return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet)
     if foreground:

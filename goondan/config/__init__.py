@@ -2,23 +2,30 @@
 
 ``load_bundle`` raises on problems; ``validate_bundle`` reports every problem in one pass.
 See ``docs/configuration.md`` for the resource reference and ``docs/errors.md`` for the codes.
+
+The names below are imported on first use, so that a light submodule (``goondan.config.dotenv``,
+``goondan.config.cache``) does not load the validator and PyYAML (docs/runtime.md "Performance").
 """
 
 from __future__ import annotations
 
-from goondan.config.bundle import (
-    AgentSpec,
-    Bundle,
-    ExtensionBinding,
-    ModelBinding,
-    SwarmSpec,
-    ToolBinding,
-    ToolExport,
-)
-from goondan.config.refs import ObjectRef
-from goondan.config.resources import Location, Resource
-from goondan.config.validate import ValidationReport, load_bundle, validate_bundle
-from goondan.config.values import resolve_value
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from goondan.config.bundle import (
+        AgentSpec,
+        Bundle,
+        ExtensionBinding,
+        ModelBinding,
+        SwarmSpec,
+        ToolBinding,
+        ToolExport,
+    )
+    from goondan.config.envelope import Location, Resource
+    from goondan.config.refs import ObjectRef
+    from goondan.config.validate import ValidationReport, load_bundle, validate_bundle
+    from goondan.config.values import resolve_value
 
 __all__ = [
     "AgentSpec",
@@ -36,3 +43,19 @@ __all__ = [
     "resolve_value",
     "validate_bundle",
 ]
+
+_HOME = {
+    "AgentSpec": "bundle", "Bundle": "bundle", "ExtensionBinding": "bundle", "ModelBinding": "bundle",
+    "SwarmSpec": "bundle", "ToolBinding": "bundle", "ToolExport": "bundle", "ObjectRef": "refs",
+    "Location": "envelope", "Resource": "envelope", "ValidationReport": "validate",
+    "load_bundle": "validate", "validate_bundle": "validate", "resolve_value": "values",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"goondan.config.{home}"), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value

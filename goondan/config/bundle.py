@@ -10,16 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from goondan.config.mcp import McpServerSpec, mcp_server_spec
+from goondan.config.envelope import Resource, agent_prompt, deep_merge
 from goondan.config.refs import ObjectRef, RefItem, parse_ref, parse_ref_item
 from goondan.config.resolve import Index
-from goondan.config.resources import Resource, agent_prompt, deep_merge
 from goondan.config.schema import Checker
 from goondan.config.sourcefile import read_regular_file
 from goondan.config.values import env_names, resolve_value
 from goondan.errors import ConfigError, Diagnostic
+
+if TYPE_CHECKING:
+    from goondan.config.mcp import McpServerSpec
 
 __all__ = [
     "DEFAULT_ERROR_MESSAGE_LIMIT",
@@ -274,6 +276,8 @@ class Bundle:
         mcp_servers: list[McpServerSpec] = []
         for t, item in self.resolve_items(spec.get("tools") or [], "Tool", res):
             if "mcp" in t.spec:
+                from goondan.config.mcp import mcp_server_spec
+
                 mcp_servers.append(mcp_server_spec(t.name, t.package, t.spec, t.root))
             else:
                 tools.append(self.tool_binding(t, item.config))

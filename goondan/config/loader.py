@@ -29,16 +29,13 @@ from goondan.config.resources import (
     Resource,
 )
 from goondan.config.schema import Checker, did_you_mean, type_name
+from goondan.config.sourcefile import display_path
+from goondan.config.sourcefile import scan_yaml_files as _scan
 from goondan.config.yamlsource import YamlDocument, read_yaml_file
 from goondan.errors import Diagnostic, GoondanError
 
 __all__ = ["READ_CODES", "LoadResult", "display_path", "load_resources"]
 
-SKIP_DIRS = frozenset({"dist", "node_modules", ".git", "__pycache__", ".venv", "venv", ".goondan"})
-BASENAMES = frozenset({
-    "goondan", "model", "models", "agent", "agents", "tool", "tools", "extension", "extensions",
-    "connector", "connectors", "connection", "connections", "swarm", "swarms", "resources",
-})
 # Problems that mean "the bundle cannot be read" (CLI exit 3) rather than "it is invalid" (4).
 READ_CODES = frozenset({
     "E_CONFIG_NOT_FOUND", "E_CONFIG_PARSE_ERROR", "E_CONFIG_FILE_TOO_LARGE",
@@ -62,32 +59,6 @@ class LoadResult:
     @property
     def unreadable(self) -> bool:
         return any(d.code in READ_CODES for d in self.diagnostics)
-
-
-def display_path(path: Path) -> str:
-    """``path`` relative to the working directory when below it, else absolute."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return str(path)
-    return str(path) if rel.startswith("..") else rel
-
-
-def _scan(root: Path, skip: set[Path]) -> list[Path]:
-    found: list[Path] = []
-    for current, dirs, files in os.walk(root):  # symlinked directories are not followed
-        here = Path(current)
-        # A subdirectory with its own goondan.yaml is another bundle or package, not ours.
-        dirs[:] = [
-            d for d in dirs
-            if d not in SKIP_DIRS and not d.startswith(".") and here / d not in skip
-            and not (here / d / "goondan.yaml").is_file()
-        ]
-        for name in files:
-            stem, dot, ext = name.rpartition(".")
-            if dot and ext in ("yaml", "yml") and stem in BASENAMES:
-                found.append(here / name)
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
 def _file_error(result: LoadResult, code: str, message: str, path: Path, suggestion: str) -> None:

@@ -24,8 +24,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from goondan.config.packages import Located, PackageProblem, read_lock_entries
 from goondan.workspace.files import atomic_write
 
@@ -78,6 +76,8 @@ def write_lock(bundle_root: Path, located: dict[str, Located]) -> Path:
         f"{name}@{loc.version or '0.0.0'}": lock_entry(loc)
         for name, loc in sorted(located.items()) if loc.source != "path"
     }
+    import yaml  # only writing a lock needs PyYAML
+
     text = yaml.safe_dump({"lockfileVersion": 1, "packages": packages}, sort_keys=False,
                           allow_unicode=True)
     path = bundle_root / LOCK_FILE

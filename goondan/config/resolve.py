@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from goondan.config.envelope import Resource
 from goondan.config.refs import ObjectRef, Selector
-from goondan.config.resources import Resource
 from goondan.config.schema import did_you_mean
 
 __all__ = ["Index", "Resolution"]

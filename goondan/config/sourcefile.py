@@ -14,12 +14,18 @@ See docs/configuration.md ("Files that are read").
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["FileTooLargeError", "NotRegularFileError", "read_regular_file"]
+__all__ = [
+    "BASENAMES", "SKIP_DIRS", "FileTooLargeError", "NotRegularFileError", "display_path", "read_regular_file",
+    "record_reads", "scan_yaml_files",
+]
 
 _CHUNK = 64 * 1024
 
@@ -77,6 +83,64 @@ def read_regular_file(path: Path, *, limit: int) -> bytes:
             total += len(chunk)
         if total > limit:  # grew after the fstat
             raise FileTooLargeError(path, limit)
-        return b"".join(chunks)
+        data = b"".join(chunks)
+        reads = getattr(_recording, "reads", None)
+        if reads is not None:
+            import hashlib
+
+            reads[str(path)] = hashlib.sha256(data).hexdigest()
+        return data
     finally:
         os.close(fd)
+
+
+_recording = threading.local()
+
+
+@contextlib.contextmanager
+def record_reads() -> Iterator[dict[str, str]]:
+    """Within the block, every file this thread reads here is recorded as ``{path: SHA-256 of
+    the bytes read}``: the bundle cache keys an entry on exactly what the load parsed, so a file
+    edited while it was being loaded cannot pair old results with new content."""
+    previous = getattr(_recording, "reads", None)
+    reads: dict[str, str] = {}
+    _recording.reads = reads
+    try:
+        yield reads
+    finally:
+        _recording.reads = previous
+
+
+SKIP_DIRS = frozenset({"dist", "node_modules", ".git", "__pycache__", ".venv", "venv", ".goondan"})
+BASENAMES = frozenset({
+    "goondan", "model", "models", "agent", "agents", "tool", "tools", "extension", "extensions",
+    "connector", "connectors", "connection", "connections", "swarm", "swarms", "resources",
+})
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory when below it, else absolute."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def scan_yaml_files(root: Path, skip: set[Path]) -> list[Path]:
+    """The bundle's own YAML files under ``root`` (docs/configuration.md), sorted by relative path;
+    ``skip`` holds directories of path dependencies."""
+    found: list[Path] = []
+    for current, dirs, files in os.walk(root):  # symlinked directories are not followed
+        here = Path(current)
+        # A subdirectory with its own goondan.yaml is another bundle or package, not ours.
+        dirs[:] = [
+            d for d in dirs
+            if d not in SKIP_DIRS and not d.startswith(".") and here / d not in skip
+            and not (here / d / "goondan.yaml").is_file()
+        ]
+        for name in files:
+            stem, dot, ext = name.rpartition(".")
+            if dot and ext in ("yaml", "yml") and stem in BASENAMES:
+                found.append(here / name)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())

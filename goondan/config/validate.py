@@ -28,7 +28,7 @@ from goondan.errors import BundleError, ConfigError, Diagnostic
 from goondan.secrets import register_secret
 from goondan.tools.naming import sanitize_export_name
 
-__all__ = ["ValidationReport", "load_bundle", "validate_bundle"]
+__all__ = ["ValidationReport", "bundle_or_raise", "load_bundle", "validate_bundle", "validate_loaded"]
 
 _ENTRY_SYMBOL = {"Tool": "handlers", "Extension": "register", "Connector": "run"}
 
@@ -430,6 +430,19 @@ def validate_bundle(
     warn about unset ``valueFrom.env`` variables. ``builtin_root`` replaces the directory of
     packages shipped with goondan (for tests).
     """
+    return validate_loaded(path, state_root=state_root, strict=strict, env=env, builtin_root=builtin_root)[0]
+
+
+def validate_loaded(
+    path: str | os.PathLike[str],
+    *,
+    state_root: Path | None = None,
+    strict: bool = False,
+    env: Mapping[str, str] | None = None,
+    builtin_root: Path | None = None,
+) -> tuple[ValidationReport, LoadResult]:
+    """:func:`validate_bundle` plus what the loader read (files, package locations), for the
+    bundle cache (:mod:`goondan.config.cache`)."""
     loaded = load_resources(
         path,
         state_root=Path(state_root) if state_root is not None else None,  # resolved when needed
@@ -443,16 +456,21 @@ def validate_bundle(
     if not errors:
         bundle = Bundle(loaded.root, loaded.package.name if loaded.package else None,
                         loaded.resources, warnings, loaded.files)
-    return ValidationReport(
+    report = ValidationReport(
         valid, errors, warnings, bundle, unreadable=loaded.unreadable, root=loaded.root,
         files=loaded.files, resource_count=len(loaded.resources),
     )
+    return report, loaded
 
 
 def load_bundle(path: str | os.PathLike[str], *, state_root: Path | None = None,
                 builtin_root: Path | None = None) -> Bundle:
     """Load and validate; raise :class:`ConfigError` (unreadable) or :class:`BundleError` (invalid)."""
-    report = validate_bundle(path, state_root=state_root, builtin_root=builtin_root)
+    return bundle_or_raise(validate_bundle(path, state_root=state_root, builtin_root=builtin_root))
+
+
+def bundle_or_raise(report: ValidationReport) -> Bundle:
+    """The report's bundle, else :class:`ConfigError` (unreadable) or :class:`BundleError` (invalid)."""
     if report.bundle is not None:
         return report.bundle
     first = report.errors[0]

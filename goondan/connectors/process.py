@@ -135,14 +135,14 @@ def _start_error(message: str) -> ConnectorError:
 
 async def _open(args: argparse.Namespace, worker: ConnectorWorker) -> tuple[Callable[..., Any], ConnectorContext]:
     """Load the bundle and the entry module; build the context."""
-    from goondan.config import load_bundle
+    from goondan.config.cache import load_bundle_cached
     from goondan.connectors.inbox import connection_dir
     from goondan.connectors.spec import connections_for_swarm, resolve_connection_values
     from goondan.tools.loader import load_entry_module
     from goondan.workspace.paths import resolve_state_root
 
     state_root = resolve_state_root(args.state_root)
-    bundle = await asyncio.to_thread(load_bundle, Path(args.bundle_dir), state_root=state_root)
+    bundle = await asyncio.to_thread(load_bundle_cached, Path(args.bundle_dir), state_root=state_root)
     swarm = bundle.swarm_spec(args.swarm)
     spec = next((c for c in connections_for_swarm(bundle, swarm.name) if c.name == args.connection_name), None)
     if spec is None:

@@ -475,14 +475,16 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
                                bundle: Any | None = None) -> TurnHandler:
     """Load the bundle (unless a host that runs many instances passes the one it loaded) and
     open the ``AgentInstance`` wired to the orchestrator."""
-    from goondan.config import load_bundle
+    from goondan.config.cache import load_bundle_cached
     from goondan.runtime.agents import DEFAULT_MAX_DEPTH, AgentsFactory, SwarmCatalog
     from goondan.runtime.instance import AgentInstance
     from goondan.workspace.paths import resolve_state_root, workspace_id_for
 
     state_root = resolve_state_root(args.state_root)
     if bundle is None:
-        bundle = await asyncio.to_thread(load_bundle, Path(args.bundle_dir), state_root=state_root)
+        # The CLI process has just loaded the same bundle: its cache entry is reused
+        # (docs/bundle-cache.md).
+        bundle = await asyncio.to_thread(load_bundle_cached, Path(args.bundle_dir), state_root=state_root)
     assert bundle is not None
     swarm = bundle.swarm_spec(args.swarm)
     spec = bundle.agent_spec(args.agent_name, swarm=swarm.name)

@@ -57,10 +57,10 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, *, poll_s: float =
 def bundle_runtime_key(bundle: Path, swarm: str | None, state_root: Path) -> tuple[str, Any]:
     """The runtime key of ``bundle``'s Swarm (see :func:`goondan.ipc.state.runtime_key`) and the
     loaded bundle."""
-    from goondan.config import load_bundle
+    from goondan.config.cache import load_bundle_cached
     from goondan.workspace.paths import workspace_id_for
 
-    loaded = load_bundle(bundle, state_root=state_root)
+    loaded = load_bundle_cached(bundle, state_root=state_root)
     spec = loaded.swarm_spec(swarm)
     return runtime_key(spec.instance_key, workspace_id_for(loaded.root, loaded.package_name)), loaded
 

@@ -190,10 +190,13 @@ class SwarmService:
     async def start(self) -> None:
         """Start logging, the orchestrator, the control socket, the watcher; write active.json."""
         self.check_not_running()
-        from goondan.otlp.exporter import exporter_from_env
+        from goondan.otlp import endpoint_configured
 
         # OTLP export (docs/observability.md): spans of every agent process, sent from a thread.
-        self.exporter = exporter_from_env(resource_attributes={"goondan.swarm": self.swarm.name})
+        if endpoint_configured(os.environ):
+            from goondan.otlp.exporter import exporter_from_env
+
+            self.exporter = exporter_from_env(resource_attributes={"goondan.swarm": self.swarm.name})
         if self.exporter is not None:
             self.orchestrator.add_event_sink(self.exporter)
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import json
 import logging
 import random
@@ -141,6 +140,8 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     raw = raw.strip()
     with contextlib.suppress(ValueError):
         return max(0.0, float(raw))
+    import email.utils  # rare (an HTTP-date Retry-After): not imported at every start
+
     try:
         when = email.utils.parsedate_to_datetime(raw)
     except (TypeError, ValueError, IndexError):

@@ -22,6 +22,7 @@ import inspect
 import ipaddress
 import json
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -368,14 +369,10 @@ class HttpModel(LanguageModel):
         on_delta: DeltaCallback | None = None,
     ) -> ModelResponse:
         """One round trip; with ``stream=True`` deltas go to ``on_delta`` as they arrive."""
-        # The guard of goondan.llm.testing (ALLOW_MODEL_REQUESTS) refuses non-loopback hosts
-        # in test suites before anything, even the key lookup, happens.
-        from goondan.llm.testing import check_model_request
-
         if stream and self.spec.capabilities.get("streaming") is False:
             stream = False  # capabilities.streaming: false — the server cannot stream (docs/models.md)
         url = self.url(stream=stream)
-        check_model_request(url)
+        _check_model_request(url)
         headers = self.headers()
         body = self.payload(request, stream=stream)
         if not stream:
@@ -439,3 +436,20 @@ def load_event_json(event: SseEvent, label: str) -> Any:
             f"{label} stream sent an event that is not JSON ({len(event.data)} characters)",
             suggestion="Check that spec.endpoint points at the provider's API.",
         ) from exc
+
+
+def _check_model_request(url: str) -> None:
+    """The guard of goondan.llm.testing (ALLOW_MODEL_REQUESTS): in test suites, non-loopback
+    hosts are refused before anything, even the key lookup, happens.
+
+    When neither the module switch nor ``GOONDAN_ALLOW_MODEL_REQUESTS`` forbids anything, every
+    request is allowed and the testing module (with its imports) is not loaded at all
+    (docs/runtime.md "Performance")."""
+    testing = sys.modules.get("goondan.llm.testing")
+    switch = getattr(testing, "ALLOW_MODEL_REQUESTS", True)
+    env = os.environ.get("GOONDAN_ALLOW_MODEL_REQUESTS", "1").strip().lower()
+    if switch and env not in ("0", "false", "no", "off"):
+        return
+    from goondan.llm.testing import check_model_request
+
+    check_model_request(url)

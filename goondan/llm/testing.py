@@ -43,7 +43,6 @@ import itertools
 import json
 import os
 import re
-import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -300,7 +299,7 @@ class _Counter:
 
     def __init__(self) -> None:
         self._it = itertools.count(1)
-        self.run = secrets.token_hex(3)
+        self.run = os.urandom(3).hex()
 
     def next_id(self) -> str:
         return f"call_{self.run}_{next(self._it)}"

@@ -41,6 +41,7 @@ from goondan.types import AgentEvent, JsonObject
 if TYPE_CHECKING:
     from goondan.config import Bundle, SwarmSpec
     from goondan.llm.base import LanguageModel
+    from goondan.otlp.exporter import OtlpExporter
     from goondan.runtime.instance import (
         AgentInstance,
         AgentsApiFactory,
@@ -80,7 +81,7 @@ class Runtime:
         on_outgoing: OutgoingHandler | None = None,
         max_agent_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
-        from goondan.workspace import workspace_id_for
+        from goondan.workspace.paths import workspace_id_for
 
         self.bundle = bundle
         self.state_root = Path(state_root)
@@ -110,9 +111,13 @@ class Runtime:
             self.router.admit = self.budgets.admit
         # OTLP export of every instance's spans when an endpoint is configured
         # (docs/observability.md "OTLP export"); flushed by aclose().
-        from goondan.otlp.exporter import exporter_from_env
+        from goondan.otlp import endpoint_configured
 
-        self.exporter = exporter_from_env(self.env, resource_attributes={"goondan.swarm": self.swarm.name})
+        self.exporter: OtlpExporter | None = None
+        if endpoint_configured(self.env):
+            from goondan.otlp.exporter import exporter_from_env
+
+            self.exporter = exporter_from_env(self.env, resource_attributes={"goondan.swarm": self.swarm.name})
         self._listeners: list[EventListener] = []
         self._runner: asyncio.Runner | None = None
         self._closed = False
@@ -136,12 +141,13 @@ class Runtime:
         :class:`LanguageModel` — handy for tests with ``ScriptedModel``; ``model_factory``
         replaces ``goondan.llm.create_model`` for every other agent.
         """
-        from goondan.config import load_bundle
-        from goondan.workspace import resolve_state_root
+        from goondan.config.cache import load_bundle_cached
+        from goondan.workspace.paths import resolve_state_root
 
         environ = os.environ if env is None else env
         root = resolve_state_root(str(state_root) if state_root is not None else None, environ)
-        bundle = load_bundle(Path(path), state_root=root)
+        # A validated bundle whose inputs are all unchanged is reused (docs/bundle-cache.md).
+        bundle = load_bundle_cached(Path(path), state_root=root, env=environ)
         return cls(
             bundle,
             state_root=root,

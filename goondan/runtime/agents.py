@@ -34,16 +34,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
+import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from goondan.errors import AgentError
 from goondan.pipeline.context import TurnResult
 from goondan.pipeline.tracing import CURRENT_SPAN
-from goondan.types import AgentEvent, JsonObject, ReplyChannel
+from goondan.types import AgentEvent, JsonObject, ReplyChannel, uuid4_hex
 
 __all__ = [
     "CALL_STACK_KEY",
@@ -301,7 +300,7 @@ class AgentCallApi:
             input=input,
             instance_key=key,
             source={"kind": "agent", "name": self.agent_name, "instanceKey": self.instance_key},
-            id=f"agent_event_{uuid.uuid4().hex}",
+            id=f"agent_event_{uuid4_hex()}",
             trace_id=self.trace_id or (inbound.trace_id if inbound else None),
             metadata=meta,
             auth=inbound.auth if inbound is not None else None,
@@ -328,7 +327,7 @@ class AgentCallApi:
         event, _key = self._build(
             target, input, instance_key, metadata, event_type, call_source, is_request=True
         )
-        correlation_id = f"corr_{uuid.uuid4().hex}"
+        correlation_id = f"corr_{uuid4_hex()}"
         event.reply_to = ReplyChannel(target=self.agent_name, correlation_id=correlation_id)
         timeout_ms = int(timeout_ms) if timeout_ms and timeout_ms > 0 else self.request_timeout_ms
         if async_mode:
@@ -412,7 +411,7 @@ class AgentCallApi:
     ) -> dict[str, Any]:
         """Prepare an instance of ``target``: ``{target, instanceKey, spawned, cwd}``."""
         self._check_target(target)
-        key = instance_key or f"{target}-instance-{int(time.time() * 1000)}-{secrets.token_hex(3)}"
+        key = instance_key or f"{target}-instance-{int(time.time() * 1000)}-{os.urandom(3).hex()}"
         return await self.router.spawn(
             (self.agent_name, self.instance_key), target, instance_key=key, cwd=cwd
         )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from goondan.runtime.events import RuntimeEvent
@@ -84,6 +83,8 @@ def cost_of(usage: TokenUsage | Mapping[str, Any] | None, pricing: Pricing | Non
     """
     if pricing is None or usage is None:
         return None
+    from fractions import Fraction  # only priced models pay for the import (with decimal)
+
     if not isinstance(usage, TokenUsage):
         usage = usage_from_dict(usage)
     cached = min(usage.cached_tokens or 0, usage.input_tokens)
