@@ -31,7 +31,7 @@ from typing import Any, cast
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic
 
-__all__ = ["TARGET_NOT_FOUND", "ConversationState", "fold", "same_messages", "target_not_found"]
+__all__ = ["TARGET_NOT_FOUND", "ConversationState", "LlmMessages", "fold", "same_messages", "target_not_found"]
 
 TARGET_NOT_FOUND = "E_MESSAGE_TARGET_NOT_FOUND"
 
@@ -46,6 +46,47 @@ def target_not_found(event: MessageEvent, event_index: int) -> Diagnostic:
         suggestion="emit replace/remove only for ids taken from next_messages",
         extra={"eventIndex": event_index, "targetId": event.target_id},
     )
+
+
+class LlmMessages(list[dict[str, Any]]):
+    """The list :meth:`ConversationState.to_llm_messages` returns: a plain list that also says
+    where it came from.
+
+    ``lineage`` names an append-only run of the state's message list: while it stays the same,
+    that list only grew at its end, so two ``LlmMessages`` of one lineage are prefixes of one
+    another. A model adapter's wire cache (goondan/llm/wire.py) uses it to know that a request
+    extends the one it converted last without comparing the whole history, which keeps a step
+    O(new messages). Any change to the list itself drops the claim (``lineage`` becomes
+    ``None``), and the cache then falls back to comparing.
+    """
+
+    __slots__ = ("lineage",)
+
+    def __init__(self, items: Iterable[dict[str, Any]] = (), lineage: object | None = None) -> None:
+        super().__init__(items)
+        self.lineage = lineage
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A copy (copy.deepcopy by a recording model, pickle) is a plain list: copied dicts are
+        # not the state's, so the copy must not claim its lineage.
+        return (list, (list(self),))
+
+
+def _forgets_lineage(name: str) -> Any:
+    method = getattr(list, name)
+
+    def mutate(self: LlmMessages, *args: Any, **kwargs: Any) -> Any:
+        self.lineage = None
+        return method(self, *args, **kwargs)
+
+    mutate.__name__ = name
+    mutate.__doc__ = method.__doc__
+    return mutate
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
+              "pop", "remove", "clear", "sort", "reverse"):
+    setattr(LlmMessages, _name, _forgets_lineage(_name))
 
 
 def fold(
@@ -85,7 +126,8 @@ class ConversationState:
     only through :meth:`emit`.
     """
 
-    __slots__ = ("_base", "_data", "_events", "_index", "_shared", "_slots", "_tombstones", "diagnostics")
+    __slots__ = ("_base", "_data", "_events", "_index", "_lineage", "_shared", "_slots", "_tombstones",
+                 "diagnostics")
 
     def __init__(self, base_messages: Iterable[Message] = ()) -> None:
         self._base: list[Message] = list(base_messages)
@@ -97,6 +139,8 @@ class ConversationState:
         self._tombstones = 0
         self._index: dict[str, list[int]] | None = None
         self._shared = False  # _slots is a list others hold (detach_messages): copy before a change
+        # Replaced whenever _data changes other than by an append (see LlmMessages).
+        self._lineage = object()
 
     @classmethod
     def adopt(
@@ -105,6 +149,7 @@ class ConversationState:
         base_data: list[dict[str, Any]] | None = None,
         *,
         slots: list[Message] | None = None,
+        lineage: object | None = None,
     ) -> ConversationState:
         """A state that uses ``base_messages`` as its base without copying it.
 
@@ -115,6 +160,9 @@ class ConversationState:
         loop that would otherwise build it on the first :meth:`to_llm_messages`. Likewise
         ``slots``, a list nobody else holds equal to ``base_messages`` (the previous state's
         :meth:`detach_messages`), becomes the new state's working list instead of a copy.
+        ``lineage`` (the previous state's :attr:`lineage`, read before detaching ``base_data``)
+        continues that list's append-only run, so a model's wire cache keeps matching across
+        Turns.
         """
         state = cls.__new__(cls)
         state._base = base_messages
@@ -124,6 +172,7 @@ class ConversationState:
         state._shared = False
         # Taken over, not copied; a list without tombstones is a valid _data.
         state._data = cast("list[dict[str, Any] | None] | None", base_data)
+        state._lineage = lineage if lineage is not None and base_data is not None else object()
         state._tombstones = 0
         state._index = None
         return state
@@ -158,7 +207,12 @@ class ConversationState:
         never protected the nested content anyway. Model adapters build their wire format from
         it without changing it; change the conversation only through :meth:`emit`.
         """
-        return self._llm_data()[:]
+        return LlmMessages(self._llm_data(), self._lineage)
+
+    @property
+    def lineage(self) -> object:
+        """The current append-only run of :meth:`to_llm_messages` (see :class:`LlmMessages`)."""
+        return self._lineage
 
     def detach_llm_messages(self) -> list[dict[str, Any]]:
         """Hand over the list behind :meth:`to_llm_messages` (for the next Turn's state).
@@ -187,6 +241,7 @@ class ConversationState:
             self._compact()
         if self._data is None:
             self._data = [m.data for m in self._slots]  # type: ignore[union-attr]
+            self._lineage = object()
         return self._data  # type: ignore[return-value]  # no None left after compaction
 
     def get(self, message_id: str) -> Message | None:
@@ -224,6 +279,7 @@ class ConversationState:
         if event.type == "truncate":
             self._slots = []
             self._data = None
+            self._lineage = object()
             self._index = None
             self._tombstones = 0
             return None
@@ -240,11 +296,13 @@ class ConversationState:
             self._slots[position] = event.message
             if self._data is not None:
                 self._data[position] = event.message.data
+                self._lineage = object()
             self._index_add(index, event.message.id, position)
         else:
             self._slots[position] = None
             if self._data is not None:
                 self._data[position] = None
+                self._lineage = object()
             self._tombstones += 1
         return None
 
@@ -272,6 +330,7 @@ class ConversationState:
         self._slots = [m for m in self._slots if m is not None]
         if self._data is not None:
             self._data = [d for d in self._data if d is not None]
+            self._lineage = object()
         self._tombstones = 0
         self._index = None  # positions moved; rebuilt on the next replace/remove
 

@@ -413,18 +413,19 @@ class InstanceStore:
             self._append_base(b"".join(encode_message(m) for m in plan.messages))
         elif isinstance(plan, Rewrite):
             self._rewrite_base(b"".join(encode_message(m) for m in plan.messages))
-        slots = None
+        slots, lineage = None, None
         if base is None or not isinstance(plan, Noop):
             # One C-level copy; the next state takes over the message and data lists the model
             # requests are built from, so starting a Turn on a long history costs no
             # per-message work and a single list copy.
             base = self._base = list(state.next_messages)
+            lineage = state.lineage
             data = state.detach_llm_messages()
             slots = state.detach_messages(base)
         if self._events_dirty:
             self._events_folded = True
             self._clear_events()
-        return ConversationState.adopt(base, data, slots=slots)
+        return ConversationState.adopt(base, data, slots=slots, lineage=lineage)
 
     def _append_base(self, data: bytes) -> None:
         try:
