@@ -140,34 +140,67 @@ def _key_value(key: str, value: AttributeValue) -> bytes:
     return _str_field(1, key) + _len_field(2, _any_value(value))
 
 
+# The span attributes' whole fields (tag, length and KeyValue), keyed like _KV_CACHE: a span's
+# attributes are mostly the same few values, so most of its bytes come from here.
+_FIELD_CACHE: dict[tuple[str, type, object], bytes] = {}
+
+
+def _attribute_field(key: str, value: AttributeValue) -> bytes:
+    if isinstance(value, (str, bool, int)):
+        ident = (key, type(value), value)
+        cached = _FIELD_CACHE.get(ident)
+        if cached is None:
+            if len(_FIELD_CACHE) >= _KV_CACHE_LIMIT:
+                _FIELD_CACHE.clear()
+            cached = _FIELD_CACHE[ident] = _len_field(9, _key_value(key, value))
+        return cached
+    return _len_field(9, _key_value(key, value))
+
+
 def _attributes(number: int, attributes: Mapping[str, AttributeValue]) -> bytes:
-    return b"".join(_len_field(number, _key_value(k, v)) for k, v in attributes.items())
+    if number == 9:
+        return b"".join([_attribute_field(k, v) for k, v in attributes.items()])
+    return b"".join([_len_field(number, _key_value(k, v)) for k, v in attributes.items()])
+
+
+_TRACE_ID_TAG = b"\x0a\x10"  # field 1, 16 bytes
+_SPAN_ID_TAG = b"\x12\x08"  # field 2, 8 bytes
+_PARENT_ID_TAG = b"\x22\x08"  # field 4, 8 bytes
+_START_TAG = _key(7, 1)
+_END_TAG = _key(8, 1)
+_KIND_FIELDS = [_key(6, 0) + _varint(kind) for kind in range(6)]
 
 
 def _span(span: OtlpSpan) -> bytes:
-    out = _len_field(1, bytes.fromhex(span.trace_id)) + _len_field(2, bytes.fromhex(span.span_id))
+    trace_id, span_id = bytes.fromhex(span.trace_id), bytes.fromhex(span.span_id)
+    if len(trace_id) == 16 and len(span_id) == 8:  # always, for ids made by goondan
+        parts = [_TRACE_ID_TAG, trace_id, _SPAN_ID_TAG, span_id]
+    else:
+        parts = [_len_field(1, trace_id), _len_field(2, span_id)]
     if span.parent_span_id:
-        out += _len_field(4, bytes.fromhex(span.parent_span_id))
-    out += _str_field(5, span.name)
+        parent = bytes.fromhex(span.parent_span_id)
+        parts.append(_PARENT_ID_TAG + parent if len(parent) == 8 else _len_field(4, parent))
+    parts.append(_str_field(5, span.name))
     if span.kind:
-        out += _key(6, 0) + _varint(span.kind)
+        parts.append(_KIND_FIELDS[span.kind] if span.kind < len(_KIND_FIELDS)
+                     else _key(6, 0) + _varint(span.kind))
     if span.start_unix_nanos:
-        out += _key(7, 1) + struct.pack("<Q", span.start_unix_nanos)
+        parts.append(_START_TAG + struct.pack("<Q", span.start_unix_nanos))
     if span.end_unix_nanos:
-        out += _key(8, 1) + struct.pack("<Q", span.end_unix_nanos)
-    out += _attributes(9, span.attributes)
+        parts.append(_END_TAG + struct.pack("<Q", span.end_unix_nanos))
+    parts.append(_attributes(9, span.attributes))
     if span.status_code or span.status_message:
         status = _str_field(2, span.status_message)
         if span.status_code:
             status += _key(3, 0) + _varint(span.status_code)
-        out += _len_field(15, status)
-    return out
+        parts.append(_len_field(15, status))
+    return b"".join(parts)
 
 
 def encode_protobuf(spans: Sequence[OtlpSpan], resource: Resource) -> bytes:
     """``ExportTraceServiceRequest`` bytes (``application/x-protobuf``) of one resource's spans."""
     scope = _str_field(1, resource.scope_name) + _str_field(2, resource.scope_version)
-    scope_spans = _len_field(1, scope) + b"".join(_len_field(2, _span(s)) for s in spans)
+    scope_spans = _len_field(1, scope) + b"".join([_len_field(2, _span(s)) for s in spans])
     resource_spans = (_len_field(1, _attributes(1, resource.attributes))
                       + _len_field(2, scope_spans))
     return _len_field(1, resource_spans)

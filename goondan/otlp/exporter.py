@@ -198,6 +198,11 @@ class OtlpExporter(EventSink):
         """Events dropped because the queue was full, plus spans whose batch failed."""
         return self._batcher.dropped + self.undelivered
 
+    @property
+    def thread_cpu_s(self) -> float:
+        """CPU seconds the exporter thread has spent building, encoding and sending batches."""
+        return self._batcher.cpu_s
+
     def handle(self, event: RuntimeEvent) -> None:
         """Queue an end event or an ingress (never blocks; a full queue drops it and counts it).
 
