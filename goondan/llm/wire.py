@@ -37,7 +37,7 @@ try:
     # The C encoder, made once: JSONEncoder.encode builds a new one at every call, about a
     # fifth of the cost of encoding a small dict. No circular check (markers=None): the values
     # are JSON read from disk or built by the runtime, never self-referencing.
-    from json.encoder import c_make_encoder, encode_basestring
+    from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 
     if c_make_encoder is None:
         raise ImportError("no C accelerator")
@@ -48,7 +48,7 @@ try:
             return encode_basestring(value)
         return "".join(_c_encode(value, 0))
 except ImportError:  # pragma: no cover - CPython always has the accelerator
-    _dumps = _encoder.encode
+    _dumps = _encoder.encode  # type: ignore[assignment]
 
 
 def encode_json(value: Any) -> bytes:

@@ -31,11 +31,20 @@ from goondan.otlp.encode import (
     encode_protobuf,
 )
 from goondan.runtime.eventlog import BackgroundBatcher
-from goondan.runtime.events import RuntimeEvent
+from goondan.runtime.events import (
+    AgentAnswered,
+    IngressReceived,
+    LlmCallEnded,
+    RuntimeEvent,
+    StepEnded,
+    ToolEnded,
+    TurnEnded,
+)
 from goondan.runtime.observe import EventSink
-from goondan.runtime.traces import SpanAssembler, SpanRecord
+from goondan.runtime.traces import SpanRecord, iso_to_unix_nanos
+from goondan.types import JsonObject
 
-__all__ = ["OtlpConfig", "OtlpExporter", "exporter_from_env", "to_otlp_span"]
+__all__ = ["OtlpConfig", "OtlpExporter", "event_to_otlp_span", "exporter_from_env", "to_otlp_span"]
 
 _log = logging.getLogger("goondan.otlp")
 _PROTOCOLS = ("http/protobuf", "http/json")
@@ -170,6 +179,116 @@ def to_otlp_span(record: SpanRecord) -> OtlpSpan:
     )
 
 
+_NANOS_OF_SECOND: list[Any] = [None, 0]  # the last "YYYY-MM-DDTHH:MM:SS" parsed, and its nanoseconds
+
+
+def _timestamp_nanos(timestamp: str) -> int:
+    """:func:`~goondan.runtime.traces.iso_to_unix_nanos` of a ``now_iso`` timestamp, parsing each
+    second once (the events of a turn mostly share it)."""
+    head, dot, tail = timestamp.partition(".")
+    if dot and len(tail) == 4 and tail[3] == "Z" and tail[:3].isdigit():
+        cached = _NANOS_OF_SECOND
+        if cached[0] != head:
+            nanos = iso_to_unix_nanos(head + ".000Z")
+            cached[1], cached[0] = nanos, head
+            return nanos + int(tail[:3]) * 1_000_000
+        return int(cached[1]) + int(tail[:3]) * 1_000_000
+    return iso_to_unix_nanos(timestamp)
+
+
+def event_to_otlp_span(event: RuntimeEvent) -> OtlpSpan | None:
+    """The span an end event (or an ingress) describes, as OTLP: the same span as
+    ``to_otlp_span(SpanAssembler().feed(event.to_dict()))`` (``None`` where that is ``None``),
+    built from the typed event without its payload dict or a :class:`SpanRecord`.
+
+    The exporter thread runs this for every span, so it is the bulk of the export's cost;
+    tests/otlp/test_exporter.py checks it against the general path for every event type."""
+    trace_id, span_id = event.trace_id, event.span_id
+    if not trace_id or not span_id or event.phase == "start":
+        return None
+    agent, key = event.agent_name, event.instance_key
+    if isinstance(event, IngressReceived):
+        attrs: dict[str, AttributeValue] = {
+            "goondan.span.kind": "ingress", "goondan.agent.name": agent, "goondan.instance.key": key,
+            "openinference.span.kind": "CHAIN"}
+        for name, value in (("source", event.source), ("eventType", event.event_type),
+                            ("eventId", event.event_id)):
+            if value:
+                attrs[f"goondan.ingress.{name}"] = str(value)
+        start = _timestamp_nanos(event.timestamp) if event.timestamp else 0
+        return OtlpSpan(trace_id=trace_id, span_id=span_id, parent_span_id=None,
+                        name=f"ingress {event.source or ''}".strip(), kind=SPAN_KIND_SERVER,
+                        start_unix_nanos=start, end_unix_nanos=start, attributes=attrs)
+    kind = _EVENT_KINDS.get(type(event))
+    if kind is None:
+        return None
+    attrs = {"goondan.span.kind": kind, "goondan.agent.name": agent, "goondan.instance.key": key,
+             "openinference.span.kind": _OPENINFERENCE[kind]}
+    span_kind = SPAN_KIND_INTERNAL
+    usage: JsonObject | None = None
+    if isinstance(event, StepEnded):
+        name = f"step {'' if event.step_index is None else event.step_index}".strip()
+        if isinstance(event.step_index, int):
+            attrs["goondan.step.index"] = event.step_index
+    elif isinstance(event, ToolEnded):
+        tool = str(event.tool_name or "tool")
+        name = f"execute_tool {tool}"
+        attrs["gen_ai.operation.name"] = "execute_tool"
+        attrs["gen_ai.tool.name"] = tool
+        attrs["gen_ai.tool.type"] = "function"
+        if event.tool_call_id:
+            attrs["gen_ai.tool.call.id"] = str(event.tool_call_id)
+    elif isinstance(event, LlmCallEnded):
+        model = str(event.model or "")
+        name = f"chat {model}".strip()
+        span_kind = SPAN_KIND_CLIENT
+        attrs["gen_ai.operation.name"] = "chat"
+        if event.provider:
+            attrs["gen_ai.provider.name"] = str(event.provider)
+        if model:
+            attrs["gen_ai.request.model"] = model
+        if event.finish_reason:
+            attrs["gen_ai.response.finish_reasons"] = [str(event.finish_reason)]
+        usage = event.token_usage
+    elif isinstance(event, TurnEnded):
+        name = f"invoke_agent {agent}"
+        attrs["gen_ai.operation.name"] = "invoke_agent"
+        attrs["gen_ai.agent.name"] = agent
+        attrs["gen_ai.conversation.id"] = key
+        usage = event.token_usage
+    else:
+        assert isinstance(event, AgentAnswered)
+        target = str(event.target or "")
+        name = f"invoke_agent {target}".strip()
+        span_kind = SPAN_KIND_CLIENT
+        attrs["gen_ai.operation.name"] = "invoke_agent"
+        attrs["gen_ai.agent.name"] = target
+    if isinstance(usage, dict) and usage:
+        attrs["gen_ai.usage.input_tokens"] = int(usage.get("prompt") or 0)
+        attrs["gen_ai.usage.output_tokens"] = int(usage.get("completion") or 0)
+    cost = getattr(event, "cost", None)
+    if isinstance(cost, (int, float)):
+        attrs["goondan.cost.usd"] = float(cost)
+    failed = getattr(event, "failed", False)
+    error_code = (getattr(event, "error_code", None) or None) if failed else None
+    if error_code:
+        attrs["error.type"] = error_code
+    latency = getattr(event, "latency_ms", 0.0)
+    duration = int((float(latency) if isinstance(latency, (int, float)) else 0.0) * 1_000_000)
+    end = _timestamp_nanos(event.timestamp)
+    start = end - duration
+    return OtlpSpan(
+        trace_id=trace_id, span_id=span_id, parent_span_id=event.parent_span_id or None,
+        name=name, kind=span_kind, start_unix_nanos=start, end_unix_nanos=max(start + duration, start),
+        attributes=attrs, status_code=STATUS_ERROR if failed else 0,
+        status_message=(getattr(event, "error_message", None) or "") if failed else "",
+    )
+
+
+_EVENT_KINDS: dict[type, str] = {TurnEnded: "turn", StepEnded: "step", LlmCallEnded: "llm",
+                                 ToolEnded: "toolCall", AgentAnswered: "agentCall"}
+
+
 class OtlpExporter(EventSink):
     """Exports the spans of the events it receives, in batches, from a background thread."""
 
@@ -184,7 +303,6 @@ class OtlpExporter(EventSink):
         self.exported = 0
         self.failed_batches = 0
         self.undelivered = 0  # spans a batch failed to deliver
-        self._assembler = SpanAssembler()
         self._pool: Any = None
         self._batcher = BackgroundBatcher("goondan-otlp", self._export, limit=queue_limit,
                                           interval_s=interval_s)
@@ -223,17 +341,21 @@ class OtlpExporter(EventSink):
 
     # -- background thread -------------------------------------------------------------------------
     def _export(self, events: list[RuntimeEvent]) -> None:
-        pending: list[SpanRecord] = []
+        pending: list[OtlpSpan] = []
         for event in events:
-            record = self._assembler.feed(event.to_dict())
-            if record is not None:
-                pending.append(record)
+            try:
+                span = event_to_otlp_span(event)
+            except Exception as exc:  # one malformed event must not lose the batch
+                _log.warning("OTLP export: event %s skipped: %s", event.type, exc)
+                continue
+            if span is not None:
+                pending.append(span)
         for start in range(0, len(pending), self.batch_size):
             self._send(pending[start:start + self.batch_size])
 
-    def _send(self, spans: list[SpanRecord]) -> None:
+    def _send(self, otlp: list[OtlpSpan]) -> None:
+        spans = otlp
         try:
-            otlp = [to_otlp_span(s) for s in spans]
             if self.config.protocol == "http/json":
                 body, content_type = encode_json(otlp, self.resource), "application/json"
             else:
