@@ -35,6 +35,7 @@ from goondan.runtime.events import (
     AgentAnswered,
     IngressReceived,
     LlmCallEnded,
+    LlmDelta,
     RuntimeEvent,
     StepEnded,
     ToolEnded,
@@ -292,6 +293,10 @@ _EVENT_KINDS: dict[type, str] = {TurnEnded: "turn", StepEnded: "step", LlmCallEn
 class OtlpExporter(EventSink):
     """Exports the spans of the events it receives, in batches, from a background thread."""
 
+    # An end event describes its whole span: start events are not needed (nor streamed text).
+    skips = frozenset({"turn.started", "step.started", "llm.started", "tool.called",
+                       "agent.requested", "llm.delta"})
+
     def __init__(self, config: OtlpConfig, *, resource_attributes: Mapping[str, AttributeValue] | None = None,
                  queue_limit: int = 20_000, batch_size: int = 256, interval_s: float = 1.0) -> None:
         self.config = config
@@ -306,6 +311,7 @@ class OtlpExporter(EventSink):
         self._pool: Any = None
         self._batcher = BackgroundBatcher("goondan-otlp", self._export, limit=queue_limit,
                                           interval_s=interval_s)
+        self._put = self._batcher.put
 
     def __repr__(self) -> str:
         return (f"<OtlpExporter {self.config.endpoint} exported={self.exported} "
@@ -326,8 +332,8 @@ class OtlpExporter(EventSink):
 
         An end event describes its whole span (ids, parent, duration, attributes), so start
         events are not queued at all: half the work, and a span is exported once it ends."""
-        if event.phase != "start" and event.type != "llm.delta":
-            self._batcher.put(event)
+        if event.phase != "start" and type(event) is not LlmDelta:
+            self._put(event)
 
     def close(self, timeout_s: float = 15.0) -> None:
         """Export everything queued (spans still open are dropped), then stop the thread."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from goondan.llm.wire import encode_json
-from goondan.runtime.events import RuntimeEvent
+from goondan.runtime.events import LlmCallStarted, LlmDelta, RuntimeEvent, StepStarted, ToolCalled
 from goondan.runtime.observe import EventSink
 from goondan.types import JsonObject
 
@@ -50,6 +50,8 @@ _BATCH_INTERVAL_S = 0.2
 # start too would double the cost for nothing. turn.started and agent.requested are written:
 # a turn or request still running (or cut short by a crash) shows in the tree.
 _NOT_WRITTEN = frozenset({"llm.delta", "step.started", "llm.started", "tool.called"})
+# The same, as classes: one identity test per event on the turn's path (``event.type`` is a property).
+_NOT_WRITTEN_CLASSES = frozenset({LlmDelta, StepStarted, LlmCallStarted, ToolCalled})
 _log = logging.getLogger("goondan.runtime")
 
 
@@ -144,6 +146,8 @@ class BackgroundBatcher:
 class RuntimeEventLog(EventSink):
     """Appends an instance's runtime events to ``<dir>/runtime-events.jsonl`` from a thread."""
 
+    skips = _NOT_WRITTEN
+
     def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
                  queue_limit: int = _QUEUE_LIMIT, only: frozenset[str] | None = None) -> None:
         self.path = Path(directory) / EVENT_LOG_NAME
@@ -154,6 +158,7 @@ class RuntimeEventLog(EventSink):
         self._failed = False
         self._batcher = BackgroundBatcher("goondan-event-log", self._write_batch, limit=queue_limit,
                                           interval_s=_BATCH_INTERVAL_S)
+        self._put = self._batcher.put
 
     def __repr__(self) -> str:
         return f"<RuntimeEventLog {self.path} written={self.written} dropped={self.dropped}>"
@@ -172,9 +177,11 @@ class RuntimeEventLog(EventSink):
         """Queue ``event`` (not ``llm.delta``) for the writer thread; drop it when the queue is full.
 
         The payload is built and serialised in the thread, off the turn's path."""
-        if event.type in _NOT_WRITTEN or (self.only is not None and event.type not in self.only):
+        if type(event) in _NOT_WRITTEN_CLASSES:
             return
-        self._batcher.put(event)
+        if self.only is not None and event.type not in self.only:
+            return
+        self._put(event)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Write what is queued, then stop the thread (blocking: call via ``asyncio.to_thread``)."""

@@ -460,10 +460,11 @@ class TurnRunner:
         where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id}
         described: dict[str, Any] = {"model": env.model.model or None,
                                      "provider": getattr(env.model, "provider", None)}
-        env.observer.emit(LlmCallStarted(
-            **span_ids(span), **where, **described, stream=stream,
-            message_count=len(request.messages), tool_count=len(request.tools),
-        ))
+        if env.observer.wants("llm.started"):  # the exporter and the event log skip it
+            env.observer.emit(LlmCallStarted(
+                **span_ids(span), **where, **described, stream=stream,
+                message_count=len(request.messages), tool_count=len(request.tools),
+            ))
         try:
             response = await env.model.generate(request, stream=stream, on_delta=on_delta)
         except BaseException as exc:
