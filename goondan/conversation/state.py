@@ -31,7 +31,10 @@ from typing import Any, cast
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic
 
-__all__ = ["TARGET_NOT_FOUND", "ConversationState", "LlmMessages", "fold", "same_messages", "target_not_found"]
+__all__ = [
+    "TARGET_NOT_FOUND", "ConversationState", "LlmMessages", "MessagePrefix", "fold", "same_messages",
+    "target_not_found",
+]
 
 TARGET_NOT_FOUND = "E_MESSAGE_TARGET_NOT_FOUND"
 
@@ -89,6 +92,42 @@ for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "e
     setattr(LlmMessages, _name, _forgets_lineage(_name))
 
 
+class MessagePrefix:
+    """The first ``length`` messages of a list whose owners never change those entries in place.
+
+    What the fold-commit keeps as "what ``base.jsonl`` holds" (:meth:`ConversationState.successor`):
+    the list is the next Turn's working list, which only grows at its end, and is copied before
+    a ``replace``/``remove`` would change it, so the prefix stays the committed snapshot without
+    a copy per Turn. Its length and its ends are O(1); :meth:`to_list` copies, once.
+    """
+
+    __slots__ = ("_items", "_list", "length")
+
+    def __init__(self, items: list[Message], length: int | None = None) -> None:
+        self._items = items
+        self.length = len(items) if length is None else length
+        self._list: list[Message] | None = items if length is None else None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Message:
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(index)
+        return self._items[index]
+
+    def to_list(self) -> list[Message]:
+        """The messages as a list nobody changes (made on the first call)."""
+        if self._list is None:
+            self._list = self._items[: self.length]
+        return self._list
+
+    def __repr__(self) -> str:
+        return f"<MessagePrefix {self.length} messages>"
+
+
 def fold(
     base: Iterable[Message], events: Iterable[MessageEvent], *, first_index: int = 0
 ) -> tuple[list[Message], list[Diagnostic]]:
@@ -126,11 +165,13 @@ class ConversationState:
     only through :meth:`emit`.
     """
 
-    __slots__ = ("_base", "_data", "_events", "_index", "_lineage", "_shared", "_slots", "_tombstones",
-                 "diagnostics")
+    __slots__ = ("_base", "_base_len", "_data", "_events", "_frozen", "_index", "_limit", "_lineage",
+                 "_shared", "_slots", "_tombstones", "diagnostics")
 
     def __init__(self, base_messages: Iterable[Message] = ()) -> None:
-        self._base: list[Message] = list(base_messages)
+        # None while the base is the first _base_len entries of _slots (see successor()).
+        self._base: list[Message] | None = list(base_messages)
+        self._base_len = len(self._base)
         self._events: list[MessageEvent] = []
         self.diagnostics: list[Diagnostic] = []
         self._slots: list[Message | None] = list(self._base)
@@ -139,6 +180,12 @@ class ConversationState:
         self._tombstones = 0
         self._index: dict[str, list[int]] | None = None
         self._shared = False  # _slots is a list others hold (detach_messages): copy before a change
+        # The first _frozen entries of _slots are relied on by others (successor()): copy the list
+        # before changing it other than by an append.
+        self._frozen = 0
+        # Set on a state that handed its list to its successor: its view is the first _limit
+        # entries, copied out before it is used again.
+        self._limit: int | None = None
         # Replaced whenever _data changes other than by an append (see LlmMessages).
         self._lineage = object()
 
@@ -166,6 +213,9 @@ class ConversationState:
         """
         state = cls.__new__(cls)
         state._base = base_messages
+        state._base_len = len(base_messages)
+        state._frozen = 0
+        state._limit = None
         state._events = []
         state.diagnostics = []
         state._slots = list(base_messages) if slots is None else cast("list[Message | None]", slots)
@@ -181,7 +231,22 @@ class ConversationState:
     @property
     def base_messages(self) -> list[Message]:
         """The messages loaded at Turn start (do not mutate)."""
-        return self._base
+        base = self._base
+        if base is None:
+            base = self._base = self._slots[: self._base_len]  # type: ignore[assignment]  # an intact prefix
+        return base  # type: ignore[return-value]
+
+    @property
+    def base_length(self) -> int:
+        """``len(base_messages)``, in O(1)."""
+        return self._base_len
+
+    def base_ends(self) -> tuple[Message, Message] | None:
+        """The first and last message of the base (``None`` when empty), in O(1)."""
+        if not self._base_len:
+            return None
+        base = self._base if self._base is not None else self._slots
+        return base[0], base[self._base_len - 1]  # type: ignore[return-value]  # no tombstone in a base
 
     @property
     def events(self) -> list[MessageEvent]:
@@ -191,11 +256,15 @@ class ConversationState:
     @property
     def next_messages(self) -> list[Message]:
         """``base_messages + SUM(events)``; O(1) unless removals are pending compaction."""
+        if self._limit is not None:
+            self._unshare()
         if self._tombstones:
             self._compact()
         return self._slots  # type: ignore[return-value]  # no None left after compaction
 
     def __len__(self) -> int:
+        if self._limit is not None:
+            return self._limit
         return len(self._slots) - self._tombstones
 
     def to_llm_messages(self) -> list[dict[str, Any]]:
@@ -232,11 +301,61 @@ class ConversationState:
         Used by the fold-commit with :meth:`adopt`: one list copy per Turn instead of two.
         """
         slots = self.next_messages
+        self.base_messages  # noqa: B018 - materialised: the lazy base is a prefix of the list handed on
         self._slots = snapshot  # type: ignore[assignment]  # a list without tombstones is valid
         self._shared = True
+        self._frozen = 0
         return slots
 
+    def successor(self) -> ConversationState:
+        """The state the next Turn starts from: ``base_messages`` = this state's ``next_messages``,
+        no events — built without copying the history.
+
+        The successor takes over this state's message list (its base is a prefix of it, which only
+        grows at its end, and which it copies before a ``replace``/``remove``), its data list
+        and its lineage (:class:`LlmMessages`). This state keeps the first ``len`` entries as its
+        view and copies them out if it is ever used again. :meth:`committed_prefix` of the
+        successor is the snapshot the store keeps. Used by the fold-commit.
+        """
+        slots = self.next_messages
+        length = len(slots)
+        lineage = self._lineage
+        data = self.detach_llm_messages()
+        self.base_messages  # noqa: B018 - materialised: the list is handed on
+        successor = ConversationState.__new__(ConversationState)
+        successor._base = None
+        successor._base_len = length
+        successor._events = []
+        successor.diagnostics = []
+        successor._slots = slots  # type: ignore[assignment]  # compacted: no None
+        successor._data = data  # type: ignore[assignment]  # compacted: no None
+        successor._lineage = lineage
+        successor._tombstones = 0
+        successor._index = None
+        successor._shared = False
+        successor._frozen = length
+        successor._limit = None
+        self._limit = length
+        self._index = None
+        return successor
+
+    def committed_prefix(self) -> MessagePrefix:
+        """The base as a :class:`MessagePrefix` (no copy while the base is a prefix of the list)."""
+        if self._base is None:
+            return MessagePrefix(self._slots, self._base_len)  # type: ignore[arg-type]
+        return MessagePrefix(self._base)
+
+    def _unshare(self) -> None:
+        # This state handed its list to a successor, which may have appended to it since.
+        assert self._limit is not None
+        self._slots = self._slots[: self._limit]
+        self._limit = None
+        self._frozen = 0
+        self._shared = False
+
     def _llm_data(self) -> list[dict[str, Any]]:
+        if self._limit is not None:
+            self._unshare()
         if self._tombstones:
             self._compact()
         if self._data is None:
@@ -246,12 +365,16 @@ class ConversationState:
 
     def get(self, message_id: str) -> Message | None:
         """The first message with ``message_id``, or None."""
+        if self._limit is not None:
+            self._unshare()
         positions = self._ensure_index().get(message_id)
         return self._slots[positions[0]] if positions else None
 
     # -- mutation ----------------------------------------------------------------------------------
     def emit(self, event: MessageEvent) -> Diagnostic | None:
         """Record ``event`` and apply it; a missing target returns (and keeps) a warning."""
+        if self._limit is not None:
+            self._unshare()
         event_index = len(self._events)
         self._events.append(event)
         diagnostic = self._apply(event, event_index)
@@ -276,6 +399,11 @@ class ConversationState:
             if self._index is not None:
                 self._index_add(self._index, event.message.id, len(self._slots) - 1)
             return None
+        if self._base is None:  # the base stops being a prefix of the list
+            self._base = self._slots[: self._base_len]  # type: ignore[assignment]
+        if self._frozen:  # others rely on the list's entries: change a copy
+            self._slots = list(self._slots)
+            self._frozen = 0
         if event.type == "truncate":
             self._slots = []
             self._data = None
@@ -336,7 +464,7 @@ class ConversationState:
 
     def __repr__(self) -> str:
         return (
-            f"ConversationState(base={len(self._base)}, events={len(self._events)}, "
+            f"ConversationState(base={self._base_len}, events={len(self._events)}, "
             f"next={len(self)})"
         )
 
