@@ -321,7 +321,7 @@ class ConversationState:
         length = len(slots)
         lineage = self._lineage
         data = self.detach_llm_messages()
-        self.base_messages  # noqa: B018 - materialised: the list is handed on
+        # This state's own base stays a lazy prefix: the successor never changes those entries.
         successor = ConversationState.__new__(ConversationState)
         successor._base = None
         successor._base_len = length
