@@ -25,14 +25,16 @@ message whose id equals ``targetId`` (the new message may carry a new id); ``rem
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
-from typing import Any, cast
+import copy
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, cast, overload
 
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic
 
 __all__ = [
-    "TARGET_NOT_FOUND", "ConversationState", "LlmMessages", "MessagePrefix", "fold", "same_messages",
+    "TARGET_NOT_FOUND", "ConversationState", "LlmMessages", "LlmView", "MessagePrefix", "fold", "same_messages",
     "target_not_found",
 ]
 
@@ -73,6 +75,75 @@ class LlmMessages(list[dict[str, Any]]):
         # A copy (copy.deepcopy by a recording model, pickle) is a plain list: copied dicts are
         # not the state's, so the copy must not claim its lineage.
         return (list, (list(self),))
+
+
+class LlmView(Sequence[dict[str, Any]]):
+    """A read-only view of a conversation's message dicts as they stood when it was made, with
+    no copy (:meth:`ConversationState.llm_view`): what the turn loop sends to the model.
+
+    It reads the state's own data list, which the state only appends to while views of it may
+    be alive (it copies the list before a ``replace``/``remove``), so the first ``len(view)``
+    entries never change. Indexing, slicing (a new list), iteration, ``reversed``, ``in``,
+    ``==`` with a list and ``+`` work as on a list; ``copy``/``deepcopy``/pickle give a list.
+    ``lineage`` is that of :class:`LlmMessages`.
+    """
+
+    __slots__ = ("_items", "_length", "lineage")
+
+    def __init__(self, items: list[dict[str, Any]], length: int, lineage: object | None) -> None:
+        self._items = items
+        self._length = length
+        self.lineage = lineage
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            return self._items[start:stop:step]
+        position = index + self._length if index < 0 else index
+        if not 0 <= position < self._length:
+            raise IndexError("LlmView index out of range")
+        return self._items[position]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return itertools.islice(self._items, self._length)
+
+    def __reversed__(self) -> Iterator[dict[str, Any]]:
+        items = self._items
+        return (items[i] for i in range(self._length - 1, -1, -1))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, LlmView)):
+            return len(other) == self._length and all(a == b for a, b in zip(self, other, strict=False))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # like a list
+
+    def __add__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*self, *other]
+
+    def __radd__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*other, *self]
+
+    def __copy__(self) -> list[dict[str, Any]]:
+        return self[:]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[dict[str, Any]]:
+        return copy.deepcopy(self[:], memo)
+
+    def __reduce__(self) -> Any:
+        return (list, (self[:],))
+
+    def __repr__(self) -> str:
+        return f"<LlmView {self._length} messages>"
 
 
 def _forgets_lineage(name: str) -> Any:
@@ -165,8 +236,8 @@ class ConversationState:
     only through :meth:`emit`.
     """
 
-    __slots__ = ("_base", "_base_len", "_data", "_events", "_frozen", "_index", "_limit", "_lineage",
-                 "_shared", "_slots", "_tombstones", "diagnostics")
+    __slots__ = ("_base", "_base_len", "_data", "_data_viewed", "_events", "_frozen", "_index", "_limit",
+                 "_lineage", "_shared", "_slots", "_tombstones", "diagnostics")
 
     def __init__(self, base_messages: Iterable[Message] = ()) -> None:
         # None while the base is the first _base_len entries of _slots (see successor()).
@@ -188,6 +259,7 @@ class ConversationState:
         self._limit: int | None = None
         # Replaced whenever _data changes other than by an append (see LlmMessages).
         self._lineage = object()
+        self._data_viewed = False  # an LlmView may read _data: copy it before changing an entry
 
     @classmethod
     def adopt(
@@ -225,6 +297,7 @@ class ConversationState:
         state._lineage = lineage if lineage is not None and base_data is not None else object()
         state._tombstones = 0
         state._index = None
+        state._data_viewed = base_data is not None  # the previous state's views may read it
         return state
 
     # -- views -----------------------------------------------------------------------------------
@@ -278,6 +351,13 @@ class ConversationState:
         """
         return LlmMessages(self._llm_data(), self._lineage)
 
+    def llm_view(self) -> LlmView:
+        """The same messages as :meth:`to_llm_messages` as a read-only :class:`LlmView`: no
+        copy, so building a model request does not grow with the history (the turn loop's)."""
+        data = self._llm_data()
+        self._data_viewed = True
+        return LlmView(data, len(data), self._lineage)
+
     @property
     def lineage(self) -> object:
         """The current append-only run of :meth:`to_llm_messages` (see :class:`LlmMessages`)."""
@@ -329,6 +409,7 @@ class ConversationState:
         successor.diagnostics = []
         successor._slots = slots  # type: ignore[assignment]  # compacted: no None
         successor._data = data  # type: ignore[assignment]  # compacted: no None
+        successor._data_viewed = True  # this state's views may read it
         successor._lineage = lineage
         successor._tombstones = 0
         successor._index = None
@@ -361,6 +442,7 @@ class ConversationState:
         if self._data is None:
             self._data = [m.data for m in self._slots]  # type: ignore[union-attr]
             self._lineage = object()
+            self._data_viewed = False
         return self._data  # type: ignore[return-value]  # no None left after compaction
 
     def get(self, message_id: str) -> Message | None:
@@ -419,6 +501,9 @@ class ConversationState:
         position = positions.pop(0)
         if not positions:
             del index[target]
+        if self._data is not None and self._data_viewed:  # views read the first entries: copy
+            self._data = list(self._data)
+            self._data_viewed = False
         if event.type == "replace":
             assert event.message is not None
             self._slots[position] = event.message
@@ -459,6 +544,7 @@ class ConversationState:
         if self._data is not None:
             self._data = [d for d in self._data if d is not None]
             self._lineage = object()
+            self._data_viewed = False
         self._tombstones = 0
         self._index = None  # positions moved; rebuilt on the next replace/remove
 

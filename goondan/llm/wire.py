@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from goondan.text import clean_json
@@ -148,7 +148,7 @@ class Converter(abc.ABC):
     def feed(self, message: JsonObject) -> None:
         """Convert one canonical message, appending to (or extending the last of) ``out``."""
 
-    def convert(self, messages: list[JsonObject]) -> Converter:
+    def convert(self, messages: Iterable[JsonObject]) -> Converter:
         """Feed every message; return ``self``."""
         for message in messages:
             self.feed(message)
@@ -186,7 +186,7 @@ class WireCache:
         self.hits = 0  # requests that reused a conversion (for tests and benchmarks)
         self.misses = 0
 
-    def convert(self, messages: list[JsonObject], key: Hashable = None) -> tuple[Converter, list[bytes]]:
+    def convert(self, messages: Sequence[JsonObject], key: Hashable = None) -> tuple[Converter, list[bytes]]:
         """The converter state after ``messages``, and the JSON of its ``out`` items as chunks
         that concatenate to the comma-separated items (for :meth:`RawJson.array`).
 
@@ -231,7 +231,7 @@ class WireCache:
             chunks.append(b"," + encode_json(out[-1]) if final else encode_json(out[-1]))
         return converter, chunks
 
-    def _find(self, messages: list[JsonObject], key: Hashable) -> _Entry | None:
+    def _find(self, messages: Sequence[JsonObject], key: Hashable) -> _Entry | None:
         lineage = getattr(messages, "lineage", None)
         if lineage is not None:
             # The conversation's list only grew since the entry saw it: no comparison, which is

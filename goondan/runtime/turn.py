@@ -349,7 +349,7 @@ class TurnRunner:
         catalog = [ToolCatalogItem.coerce(item) for item in ctx.tool_catalog]
         step.tool_catalog = catalog
         request = ModelRequest(
-            messages=ctx.conversation_state.to_llm_messages(),
+            messages=ctx.conversation_state.llm_view(),
             tools=catalog,
             system=ctx.system_prompt or None,
             params=dict(env.spec.params or {}),

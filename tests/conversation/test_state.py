@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from goondan.conversation import ConversationState, Message, MessageEvent, fold
 from goondan.conversation.codec import decode_messages, encode_message
 from goondan.conversation.messages import MessageSource
-from goondan.conversation.state import MessagePrefix
+from goondan.conversation.state import LlmView, MessagePrefix
 
 
 def msg(mid: str, text: str = "") -> Message:
@@ -210,6 +210,7 @@ def test_a_successor_shares_the_history_without_anyone_seeing_another_s_changes(
     expected = list(base)
     prefixes: list[tuple[MessagePrefix, list[Message]]] = []
     olds: list[tuple[ConversationState, list[Message]]] = []
+    views: list[tuple[LlmView, list[dict[str, object]]]] = []
     applied = 0
     for action in actions:
         if action == "emit" and applied < len(sequence):
@@ -237,8 +238,12 @@ def test_a_successor_shares_the_history_without_anyone_seeing_another_s_changes(
             assert dicts(old.next_messages) == dicts(old_expected)
         elif action == "llm":
             assert llm_view_matches(state, expected)
+            views.append((state.llm_view(), [m.data for m in expected]))
         assert dicts(state.next_messages) == dicts(expected)
         assert dicts(state.base_messages) == dicts(prefixes[-1][1] if prefixes else base)
+    for view, data in views:  # a view never changes, whatever happened after it was made
+        assert len(view) == len(data) and all(a is b for a, b in zip(view, data, strict=True))
+        assert view == data and view[:] == data and list(reversed(view)) == data[::-1]
     for prefix, snapshot in prefixes:
         assert len(prefix) == len(snapshot)
         assert all(a is b for a, b in zip(prefix.to_list(), snapshot, strict=True))
