@@ -22,33 +22,16 @@ docs/runtime.md "Request building".
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from goondan.text import clean_json
+from goondan.text import clean_json, dumps_compact
 from goondan.types import JsonObject
 
 __all__ = ["Converter", "RawJson", "WireCache", "encode_body", "encode_chunks", "encode_json"]
 
 _BLOCK = 64 * 1024  # cached bytes are kept and sent in blocks of about this size
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-try:
-    # The C encoder, made once: JSONEncoder.encode builds a new one at every call, about a
-    # fifth of the cost of encoding a small dict. No circular check (markers=None): the values
-    # are JSON read from disk or built by the runtime, never self-referencing.
-    from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-
-    if c_make_encoder is None:
-        raise ImportError("no C accelerator")
-    _c_encode = c_make_encoder(None, _encoder.default, encode_basestring, None, ":", ",", False, False, True)
-
-    def _dumps(value: Any) -> str:
-        if isinstance(value, str):
-            return encode_basestring(value)
-        return "".join(_c_encode(value, 0))
-except ImportError:  # pragma: no cover - CPython always has the accelerator
-    _dumps = _encoder.encode  # type: ignore[assignment]
+_dumps = dumps_compact
 
 
 def encode_json(value: Any) -> bytes:
