@@ -38,7 +38,9 @@ JsonValue: TypeAlias = Any  # str | int | float | bool | None | list[JsonValue] 
 JsonObject: TypeAlias = dict[str, Any]
 
 
-_second: list[Any] = [None, ""]  # the last whole second formatted, and its "YYYY-MM-DDTHH:MM:SS."
+# (the last whole second formatted, its "YYYY-MM-DDTHH:MM:SS."): one tuple, replaced whole, so a
+# thread never pairs one second with another's text.
+_second: list[tuple[int, str]] = [(-1, "")]
 
 
 def now_iso() -> str:
@@ -47,11 +49,11 @@ def now_iso() -> str:
     Called for every runtime event and span: the date and time of the current second are
     formatted once, so most calls only add the milliseconds."""
     seconds, millis = divmod(time.time_ns() // 1_000_000, 1000)
-    cached = _second
-    if cached[0] != seconds:
+    second, prefix = _second[0]
+    if second != seconds:
         prefix = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        cached[1], cached[0] = prefix, seconds  # the prefix first: another thread may read
-    return f"{cached[1]}{millis:03d}Z"
+        _second[0] = (seconds, prefix)
+    return f"{prefix}{millis:03d}Z"
 
 
 def new_id(prefix: str) -> str:

@@ -173,8 +173,8 @@ def main() -> int:
 
 # -- observability overhead ----------------------------------------------------------------------
 OBSERVE_STEPS = 20
-OBSERVE_ROUNDS = 15
-OBSERVE_BLOCK = 8
+OBSERVE_ROUNDS = 24
+OBSERVE_BLOCK = 10
 OBSERVE_TARGET = 0.10
 
 

@@ -143,9 +143,21 @@ def _key_value(key: str, value: AttributeValue) -> bytes:
 # The span attributes' whole fields (tag, length and KeyValue), keyed like _KV_CACHE: a span's
 # attributes are mostly the same few values, so most of its bytes come from here.
 _FIELD_CACHE: dict[tuple[str, type, object], bytes] = {}
+_STR_FIELDS: dict[tuple[str, str], bytes] = {}
+_PACK_FIXED64 = struct.Struct("<Q").pack
+# (trace id, its encoded field) of the last span: a batch is mostly one trace. One tuple, replaced
+# whole, so that a thread never reads one trace's id with another's field.
+_TRACE_FIELD: list[tuple[str, bytes]] = [("", b"")]
 
 
 def _attribute_field(key: str, value: AttributeValue) -> bytes:
+    if type(value) is str:  # the common case: one lookup, no isinstance chain
+        cached = _STR_FIELDS.get((key, value))
+        if cached is None:
+            if len(_STR_FIELDS) >= _KV_CACHE_LIMIT:
+                _STR_FIELDS.clear()
+            cached = _STR_FIELDS[(key, value)] = _len_field(9, _key_value(key, value))
+        return cached
     if isinstance(value, (str, bool, int)):
         ident = (key, type(value), value)
         cached = _FIELD_CACHE.get(ident)
@@ -172,11 +184,13 @@ _KIND_FIELDS = [_key(6, 0) + _varint(kind) for kind in range(6)]
 
 
 def _span(span: OtlpSpan) -> bytes:
-    trace_id, span_id = bytes.fromhex(span.trace_id), bytes.fromhex(span.span_id)
-    if len(trace_id) == 16 and len(span_id) == 8:  # always, for ids made by goondan
-        parts = [_TRACE_ID_TAG, trace_id, _SPAN_ID_TAG, span_id]
-    else:
-        parts = [_len_field(1, trace_id), _len_field(2, span_id)]
+    last_id, trace_field = _TRACE_FIELD[0]
+    if last_id != span.trace_id:
+        trace_id = bytes.fromhex(span.trace_id)
+        trace_field = _TRACE_ID_TAG + trace_id if len(trace_id) == 16 else _len_field(1, trace_id)
+        _TRACE_FIELD[0] = (span.trace_id, trace_field)
+    span_id = bytes.fromhex(span.span_id)
+    parts = [trace_field, _SPAN_ID_TAG + span_id if len(span_id) == 8 else _len_field(2, span_id)]
     if span.parent_span_id:
         parent = bytes.fromhex(span.parent_span_id)
         parts.append(_PARENT_ID_TAG + parent if len(parent) == 8 else _len_field(4, parent))
@@ -185,9 +199,9 @@ def _span(span: OtlpSpan) -> bytes:
         parts.append(_KIND_FIELDS[span.kind] if span.kind < len(_KIND_FIELDS)
                      else _key(6, 0) + _varint(span.kind))
     if span.start_unix_nanos:
-        parts.append(_START_TAG + struct.pack("<Q", span.start_unix_nanos))
+        parts.append(_START_TAG + _PACK_FIXED64(span.start_unix_nanos))
     if span.end_unix_nanos:
-        parts.append(_END_TAG + struct.pack("<Q", span.end_unix_nanos))
+        parts.append(_END_TAG + _PACK_FIXED64(span.end_unix_nanos))
     parts.append(_attributes(9, span.attributes))
     if span.status_code or span.status_message:
         status = _str_field(2, span.status_message)

@@ -180,7 +180,8 @@ def to_otlp_span(record: SpanRecord) -> OtlpSpan:
     )
 
 
-_NANOS_OF_SECOND: list[Any] = [None, 0]  # the last "YYYY-MM-DDTHH:MM:SS" parsed, and its nanoseconds
+# (the last "YYYY-MM-DDTHH:MM:SS" parsed, its nanoseconds): one tuple, replaced whole.
+_NANOS_OF_SECOND: list[tuple[str, int]] = [("", 0)]
 
 
 def _timestamp_nanos(timestamp: str) -> int:
@@ -188,12 +189,11 @@ def _timestamp_nanos(timestamp: str) -> int:
     second once (the events of a turn mostly share it)."""
     head, dot, tail = timestamp.partition(".")
     if dot and len(tail) == 4 and tail[3] == "Z" and tail[:3].isdigit():
-        cached = _NANOS_OF_SECOND
-        if cached[0] != head:
+        second, nanos = _NANOS_OF_SECOND[0]
+        if second != head:
             nanos = iso_to_unix_nanos(head + ".000Z")
-            cached[1], cached[0] = nanos, head
-            return nanos + int(tail[:3]) * 1_000_000
-        return int(cached[1]) + int(tail[:3]) * 1_000_000
+            _NANOS_OF_SECOND[0] = (head, nanos)
+        return nanos + int(tail[:3]) * 1_000_000
     return iso_to_unix_nanos(timestamp)
 
 
