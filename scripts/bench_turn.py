@@ -248,7 +248,7 @@ async def twenty_step_overheads(state_root: Path, exporter_url: str) -> dict[str
 
         async def block(name: str, count: int, record: bool) -> None:
             instance, model = runs[name]
-            threads_before = sum(s.thread_cpu_s for s in sinks(name))
+            threads_before = sum(getattr(s, "thread_cpu_s", 0.0) for s in sinks(name))
             block_model, block_cpu = model.spent, time.process_time()
             for _ in range(count):
                 before = model.spent
@@ -261,7 +261,7 @@ async def twenty_step_overheads(state_root: Path, exporter_url: str) -> dict[str
             for sink in sinks(name):
                 sink.flush()  # the background work of these turns, charged to this block
             total = time.process_time() - block_cpu - (model.spent - block_model)
-            threads = sum(s.thread_cpu_s for s in sinks(name)) - threads_before
+            threads = sum(getattr(s, "thread_cpu_s", 0.0) for s in sinks(name)) - threads_before
             if record:
                 blocks[name].append((total * 1000 / count, threads * 1000 / count))
 

@@ -81,11 +81,15 @@ class Resource:
 
 # -- protobuf wire format ------------------------------------------------------------------------
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
+# Two-byte varints (128 to 16383): the lengths of spans and of their attribute blocks.
+_TWO_BYTES = [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(1 << 14)]
 
 
 def _varint(value: int) -> bytes:
     if 0 <= value < 128:  # tags, lengths of short fields, small enums: the common case
         return _ONE_BYTE[value]
+    if 0 <= value < 16384:
+        return _TWO_BYTES[value]
     value &= (1 << 64) - 1  # negative int64: ten-byte two's complement, as protobuf does
     out = bytearray()
     while value > 0x7F:
@@ -144,6 +148,7 @@ def _key_value(key: str, value: AttributeValue) -> bytes:
 # attributes are mostly the same few values, so most of its bytes come from here.
 _FIELD_CACHE: dict[tuple[str, type, object], bytes] = {}
 _STR_FIELDS: dict[tuple[str, str], bytes] = {}
+_NAME_FIELDS: dict[str, bytes] = {}  # span names repeat too ("step 3", "execute_tool fs__read")
 _PACK_FIXED64 = struct.Struct("<Q").pack
 # (trace id, its encoded field) of the last span: a batch is mostly one trace. One tuple, replaced
 # whole, so that a thread never reads one trace's id with another's field.
@@ -194,7 +199,12 @@ def _span(span: OtlpSpan) -> bytes:
     if span.parent_span_id:
         parent = bytes.fromhex(span.parent_span_id)
         parts.append(_PARENT_ID_TAG + parent if len(parent) == 8 else _len_field(4, parent))
-    parts.append(_str_field(5, span.name))
+    name = _NAME_FIELDS.get(span.name)
+    if name is None:
+        if len(_NAME_FIELDS) >= _KV_CACHE_LIMIT:
+            _NAME_FIELDS.clear()
+        name = _NAME_FIELDS[span.name] = _str_field(5, span.name)
+    parts.append(name)
     if span.kind:
         parts.append(_KIND_FIELDS[span.kind] if span.kind < len(_KIND_FIELDS)
                      else _key(6, 0) + _varint(span.kind))

@@ -298,7 +298,7 @@ class OtlpExporter(EventSink):
                        "agent.requested", "llm.delta"})
 
     def __init__(self, config: OtlpConfig, *, resource_attributes: Mapping[str, AttributeValue] | None = None,
-                 queue_limit: int = 20_000, batch_size: int = 256, interval_s: float = 1.0) -> None:
+                 queue_limit: int = 20_000, batch_size: int = 512, interval_s: float = 1.0) -> None:
         self.config = config
         self.resource = Resource(
             attributes={"service.name": config.service_name, **(resource_attributes or {})},
