@@ -13,14 +13,18 @@ Reported, in one run (docs/runtime.md "Performance"):
   overhead per step.
 
 The stored history mixes plain text with tool calls and JSON tool results, the shape that made
-request building expensive. Wall time is the median of many turns; the CPU time of the same
-turns (``time.process_time``) is printed too, as it is steadier on a loaded machine.
+request building expensive. The 100- and 10,000-message turns alternate (load hits both alike)
+after warm-up turns; wall time is the median of many turns, and the CPU time of the same turns
+(``time.process_time``, every thread: the fold-commit runs in a worker thread) is printed too,
+as it is steadier on a loaded machine.
 
 Also reported: the **observability overhead** of a 20-step turn — ``runtime-events.jsonl``
-and OTLP export (to a receiver in another process) against neither, interleaved
-(docs/observability.md; target < 10 %).
+and OTLP export (to a receiver in another process) against neither — in blocks of turns whose
+order rotates from round to round, each block ending with the sinks' flush so that the
+writer's and exporter's threads are charged to the turns they served; the overhead is the
+median of per-round ratios (docs/observability.md "Cost of all this"; target < 10 %).
 
-Run: ``.venv/bin/python scripts/bench_turn.py`` (about 30 s). ``scripts/bench_cold.py``
+Run: ``.venv/bin/python scripts/bench_turn.py`` (about 20 s). ``scripts/bench_cold.py``
 measures start-up.
 """
 
@@ -279,7 +283,7 @@ async def twenty_step_overheads(state_root: Path, exporter_url: str) -> dict[str
     def paired(name: str, series: dict[str, list[Any]], pick: Any) -> float:
         # The overhead of each round against the same round's "none" blocks, then the median
         # over rounds: load that drifts between rounds cancels out.
-        return statistics.median(pick(a) / pick(b) - 1 for a, b in zip(series[name], series["none"], strict=True))
+        return float(statistics.median(pick(a) / pick(b) - 1 for a, b in zip(series[name], series["none"], strict=True)))
 
     return {name: {"wall": statistics.median(w for w, _ in turns[name]),
                    "cpu": statistics.median(c for _, c in turns[name]),
