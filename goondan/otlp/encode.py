@@ -40,8 +40,12 @@ __all__ = [
     "AttributeValue",
     "OtlpSpan",
     "Resource",
+    "attribute_fields",
     "encode_json",
     "encode_protobuf",
+    "encode_protobuf_spans",
+    "encode_span",
+    "span_message",
 ]
 
 AttributeValue = str | bool | int | float | Sequence[str | bool | int | float]
@@ -188,43 +192,63 @@ _END_TAG = _key(8, 1)
 _KIND_FIELDS = [_key(6, 0) + _varint(kind) for kind in range(6)]
 
 
-def _span(span: OtlpSpan) -> bytes:
+def attribute_fields(attributes: Mapping[str, AttributeValue]) -> bytes:
+    """A span's ``attributes`` as encoded ``KeyValue`` fields (what :func:`span_message` takes);
+    encodings concatenate, so a block of them may be cached and extended."""
+    return _attributes(9, attributes)
+
+
+def span_message(trace_id: str, span_id: str, parent_span_id: str | None, name: str, kind: int,
+                 start_unix_nanos: int, end_unix_nanos: int, attributes: bytes,
+                 status_code: int = STATUS_UNSET, status_message: str = "") -> bytes:
+    """One ``Span`` message, with its attributes already encoded (:func:`attribute_fields`)."""
     last_id, trace_field = _TRACE_FIELD[0]
-    if last_id != span.trace_id:
-        trace_id = bytes.fromhex(span.trace_id)
-        trace_field = _TRACE_ID_TAG + trace_id if len(trace_id) == 16 else _len_field(1, trace_id)
-        _TRACE_FIELD[0] = (span.trace_id, trace_field)
-    span_id = bytes.fromhex(span.span_id)
-    parts = [trace_field, _SPAN_ID_TAG + span_id if len(span_id) == 8 else _len_field(2, span_id)]
-    if span.parent_span_id:
-        parent = bytes.fromhex(span.parent_span_id)
+    if last_id != trace_id:
+        trace = bytes.fromhex(trace_id)
+        trace_field = _TRACE_ID_TAG + trace if len(trace) == 16 else _len_field(1, trace)
+        _TRACE_FIELD[0] = (trace_id, trace_field)
+    own = bytes.fromhex(span_id)
+    parts = [trace_field, _SPAN_ID_TAG + own if len(own) == 8 else _len_field(2, own)]
+    if parent_span_id:
+        parent = bytes.fromhex(parent_span_id)
         parts.append(_PARENT_ID_TAG + parent if len(parent) == 8 else _len_field(4, parent))
-    name = _NAME_FIELDS.get(span.name)
-    if name is None:
+    name_field = _NAME_FIELDS.get(name)
+    if name_field is None:
         if len(_NAME_FIELDS) >= _KV_CACHE_LIMIT:
             _NAME_FIELDS.clear()
-        name = _NAME_FIELDS[span.name] = _str_field(5, span.name)
-    parts.append(name)
-    if span.kind:
-        parts.append(_KIND_FIELDS[span.kind] if span.kind < len(_KIND_FIELDS)
-                     else _key(6, 0) + _varint(span.kind))
-    if span.start_unix_nanos:
-        parts.append(_START_TAG + _PACK_FIXED64(span.start_unix_nanos))
-    if span.end_unix_nanos:
-        parts.append(_END_TAG + _PACK_FIXED64(span.end_unix_nanos))
-    parts.append(_attributes(9, span.attributes))
-    if span.status_code or span.status_message:
-        status = _str_field(2, span.status_message)
-        if span.status_code:
-            status += _key(3, 0) + _varint(span.status_code)
+        name_field = _NAME_FIELDS[name] = _str_field(5, name)
+    parts.append(name_field)
+    if kind:
+        parts.append(_KIND_FIELDS[kind] if 0 <= kind < len(_KIND_FIELDS) else _key(6, 0) + _varint(kind))
+    if start_unix_nanos:
+        parts.append(_START_TAG + _PACK_FIXED64(start_unix_nanos))
+    if end_unix_nanos:
+        parts.append(_END_TAG + _PACK_FIXED64(end_unix_nanos))
+    parts.append(attributes)
+    if status_code or status_message:
+        status = _str_field(2, status_message)
+        if status_code:
+            status += _key(3, 0) + _varint(status_code)
         parts.append(_len_field(15, status))
     return b"".join(parts)
 
 
+def encode_span(span: OtlpSpan) -> bytes:
+    """One ``Span`` message."""
+    return span_message(span.trace_id, span.span_id, span.parent_span_id, span.name, span.kind,
+                        span.start_unix_nanos, span.end_unix_nanos, _attributes(9, span.attributes),
+                        span.status_code, span.status_message)
+
+
 def encode_protobuf(spans: Sequence[OtlpSpan], resource: Resource) -> bytes:
     """``ExportTraceServiceRequest`` bytes (``application/x-protobuf``) of one resource's spans."""
+    return encode_protobuf_spans([encode_span(s) for s in spans], resource)
+
+
+def encode_protobuf_spans(spans: Sequence[bytes], resource: Resource) -> bytes:
+    """:func:`encode_protobuf` of spans already encoded as ``Span`` messages (:func:`span_message`)."""
     scope = _str_field(1, resource.scope_name) + _str_field(2, resource.scope_version)
-    scope_spans = _len_field(1, scope) + b"".join([_len_field(2, _span(s)) for s in spans])
+    scope_spans = _len_field(1, scope) + b"".join([_len_field(2, s) for s in spans])
     resource_spans = (_len_field(1, _attributes(1, resource.attributes))
                       + _len_field(2, scope_spans))
     return _len_field(1, resource_spans)

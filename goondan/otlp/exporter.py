@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -27,8 +27,11 @@ from goondan.otlp.encode import (
     AttributeValue,
     OtlpSpan,
     Resource,
+    attribute_fields,
     encode_json,
-    encode_protobuf,
+    encode_protobuf_spans,
+    encode_span,
+    span_message,
 )
 from goondan.runtime.eventlog import BackgroundBatcher
 from goondan.runtime.events import (
@@ -45,7 +48,8 @@ from goondan.runtime.observe import EventSink
 from goondan.runtime.traces import SpanRecord, iso_to_unix_nanos
 from goondan.types import JsonObject
 
-__all__ = ["OtlpConfig", "OtlpExporter", "event_to_otlp_span", "exporter_from_env", "to_otlp_span"]
+__all__ = ["OtlpConfig", "OtlpExporter", "event_span_message", "event_to_otlp_span", "exporter_from_env",
+           "to_otlp_span"]
 
 _log = logging.getLogger("goondan.otlp")
 _PROTOCOLS = ("http/protobuf", "http/json")
@@ -288,6 +292,82 @@ def event_to_otlp_span(event: RuntimeEvent) -> OtlpSpan | None:
 
 _EVENT_KINDS: dict[type, str] = {TurnEnded: "turn", StepEnded: "step", LlmCallEnded: "llm",
                                  ToolEnded: "toolCall", AgentAnswered: "agentCall"}
+# Attributes that vary from span to span; they follow the cached ones (to_otlp_span's order).
+_VARYING = frozenset({"gen_ai.tool.call.id", "gen_ai.usage.input_tokens", "goondan.cost.usd", "error.type"})
+# (event class, agent, instance, the fields the name and leading attributes come from) ->
+# (name, kind, encoded leading attributes): most spans of a turn share them.
+_PREFIXES: dict[tuple[Any, ...], tuple[str, int, bytes]] = {}
+_PREFIX_LIMIT = 4096
+
+
+def _prefix_key(event: RuntimeEvent) -> tuple[Any, ...]:
+    cls = type(event)
+    head = (cls, event.agent_name, event.instance_key)
+    if cls is StepEnded:
+        return (*head, event.step_index)  # type: ignore[attr-defined]
+    if cls is ToolEnded:
+        return (*head, event.tool_name)  # type: ignore[attr-defined]
+    if cls is LlmCallEnded:
+        return (*head, event.model, event.provider, event.finish_reason)  # type: ignore[attr-defined]
+    if cls is AgentAnswered:
+        return (*head, event.target)  # type: ignore[attr-defined]
+    return head
+
+
+def event_span_message(event: RuntimeEvent) -> bytes | None:
+    """``encode.span_message`` of :func:`event_to_otlp_span` (the same bytes, proven by a
+    property test), with the name, kind and leading attributes cached per agent, instance and
+    step index / tool / model: what the exporter thread spends per span, about halved."""
+    cls = type(event)
+    if cls not in _EVENT_KINDS or not event.trace_id or not event.span_id:
+        span = event_to_otlp_span(event)
+        return None if span is None else encode_span(span)
+    try:
+        key = _prefix_key(event)
+        cached = _PREFIXES.get(key)
+    except TypeError:  # an unhashable field value: the general path
+        span = event_to_otlp_span(event)
+        return None if span is None else encode_span(span)
+    if cached is None:
+        span = event_to_otlp_span(event)
+        if span is None:
+            return None
+        leading: dict[str, AttributeValue] = {}
+        for name, value in span.attributes.items():
+            if name in _VARYING:
+                break
+            leading[name] = value
+        cached = (span.name, span.kind, attribute_fields(leading))
+        if len(_PREFIXES) >= _PREFIX_LIMIT:
+            _PREFIXES.clear()
+        _PREFIXES[key] = cached
+    name, kind, attributes = cached
+    varying: dict[str, AttributeValue] = {}
+    if cls is ToolEnded and event.tool_call_id:  # type: ignore[attr-defined]
+        varying["gen_ai.tool.call.id"] = str(event.tool_call_id)  # type: ignore[attr-defined]
+    if cls is TurnEnded or cls is LlmCallEnded:
+        usage = event.token_usage  # type: ignore[attr-defined]
+        if isinstance(usage, dict) and usage:
+            varying["gen_ai.usage.input_tokens"] = int(usage.get("prompt") or 0)
+            varying["gen_ai.usage.output_tokens"] = int(usage.get("completion") or 0)
+    cost = getattr(event, "cost", None)
+    if isinstance(cost, (int, float)):
+        varying["goondan.cost.usd"] = float(cost)
+    failed = getattr(event, "failed", False)
+    error_code = (getattr(event, "error_code", None) or None) if failed else None
+    if error_code:
+        varying["error.type"] = error_code
+    if varying:
+        attributes += attribute_fields(varying)
+    latency = getattr(event, "latency_ms", 0.0)
+    duration = int((float(latency) if isinstance(latency, (int, float)) else 0.0) * 1_000_000)
+    end = _timestamp_nanos(event.timestamp)
+    start = end - duration
+    return span_message(
+        event.trace_id, event.span_id, event.parent_span_id or None, name, kind, start,
+        max(start + duration, start), attributes, STATUS_ERROR if failed else 0,
+        (getattr(event, "error_message", None) or "") if failed else "",
+    )
 
 
 class OtlpExporter(EventSink):
@@ -347,25 +427,26 @@ class OtlpExporter(EventSink):
 
     # -- background thread -------------------------------------------------------------------------
     def _export(self, events: list[RuntimeEvent]) -> None:
-        pending: list[OtlpSpan] = []
+        as_json = self.config.protocol == "http/json"
+        build: Callable[[RuntimeEvent], Any] = event_to_otlp_span if as_json else event_span_message
+        pending: list[Any] = []
         for event in events:
             try:
-                span = event_to_otlp_span(event)
+                span = build(event)
             except Exception as exc:  # one malformed event must not lose the batch
                 _log.warning("OTLP export: event %s skipped: %s", event.type, exc)
                 continue
             if span is not None:
                 pending.append(span)
         for start in range(0, len(pending), self.batch_size):
-            self._send(pending[start:start + self.batch_size])
+            self._send(pending[start:start + self.batch_size], as_json)
 
-    def _send(self, otlp: list[OtlpSpan]) -> None:
-        spans = otlp
+    def _send(self, spans: list[Any], as_json: bool) -> None:
         try:
-            if self.config.protocol == "http/json":
-                body, content_type = encode_json(otlp, self.resource), "application/json"
+            if as_json:
+                body, content_type = encode_json(spans, self.resource), "application/json"
             else:
-                body, content_type = encode_protobuf(otlp, self.resource), "application/x-protobuf"
+                body, content_type = encode_protobuf_spans(spans, self.resource), "application/x-protobuf"
             status = self._post(body, content_type)
         except Exception as exc:  # the exporter must never take a turn down
             _log.warning("OTLP export to %s failed: %s", self.config.endpoint, exc)

@@ -15,8 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goondan.errors import ConfigError
-from goondan.otlp.encode import Resource, encode_protobuf
-from goondan.otlp.exporter import OtlpConfig, OtlpExporter, event_to_otlp_span, to_otlp_span
+from goondan.otlp.encode import Resource, encode_protobuf, encode_span
+from goondan.otlp.exporter import (
+    OtlpConfig,
+    OtlpExporter,
+    event_span_message,
+    event_to_otlp_span,
+    to_otlp_span,
+)
 from goondan.runtime.events import (
     AgentAnswered,
     IngressReceived,
@@ -200,6 +206,12 @@ def test_the_direct_span_equals_the_assembled_one(event: Any, trace_id: str, spa
     record = SpanAssembler().feed(event.to_dict())
     expected = to_otlp_span(record) if record is not None else None
     assert event_to_otlp_span(event) == expected
-    if expected is not None:
+    if expected is None:
+        assert event_span_message(event) is None
+    else:
         resource = Resource(attributes={"service.name": "goondan"})
         assert encode_protobuf([event_to_otlp_span(event)], resource) == encode_protobuf([expected], resource)
+        # The exporter's encoding with cached leading attributes: the same bytes, first time
+        # (cache miss) and again (hit).
+        assert event_span_message(event) == encode_span(expected)
+        assert event_span_message(event) == encode_span(expected)
