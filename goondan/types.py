@@ -8,6 +8,7 @@ and ``to_dict`` writes them back, so records survive a round trip unchanged.
 from __future__ import annotations
 
 import os
+import random
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,9 +38,22 @@ JsonValue: TypeAlias = Any  # str | int | float | bool | None | list[JsonValue] 
 JsonObject: TypeAlias = dict[str, Any]
 
 
+# (the last whole second formatted, its "YYYY-MM-DDTHH:MM:SS."): one tuple, replaced whole, so a
+# thread never pairs one second with another's text.
+_second: list[tuple[int, str]] = [(-1, "")]
+
+
 def now_iso() -> str:
-    """Current UTC time as ISO-8601 with milliseconds and ``Z`` (``2026-03-04T08:05:09.120Z``)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """Current UTC time as ISO-8601 with milliseconds and ``Z`` (``2026-03-04T08:05:09.120Z``).
+
+    Called for every runtime event and span: the date and time of the current second are
+    formatted once, so most calls only add the milliseconds."""
+    seconds, millis = divmod(time.time_ns() // 1_000_000, 1000)
+    second, prefix = _second[0]
+    if second != seconds:
+        prefix = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        _second[0] = (seconds, prefix)
+    return f"{prefix}{millis:03d}Z"
 
 
 def new_id(prefix: str) -> str:
@@ -62,9 +76,12 @@ def uuid4_hex() -> str:
 
 
 def new_span_id() -> str:
-    """OpenTelemetry-compatible span id: 16 lower-case hex digits, never all zero."""
-    value = os.urandom(8).hex()
-    return value if value != "0" * 16 else "0000000000000001"
+    """OpenTelemetry-compatible span id: 16 lower-case hex digits, never all zero.
+
+    From the ``random`` module's generator, as the OpenTelemetry SDKs do: span ids need to be
+    unique, not secret, and this is made for every step, LLM call and tool call without a
+    system call (``random`` reseeds itself in a forked child)."""
+    return f"{random.getrandbits(64) or 1:016x}"
 
 
 def _split(data: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic, WorkspaceCorruptError
+from goondan.text import dumps_compact
 from goondan.types import JsonObject
 
 __all__ = [
@@ -42,8 +43,7 @@ T = TypeVar("T")
 def encode_json_line(record: JsonObject) -> bytes:
     """One compact JSON line (``\\n`` included) in the reference runtime's style."""
     try:
-        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-        return text.encode("utf-8") + b"\n"
+        return dumps_compact(record).encode("utf-8") + b"\n"
     except UnicodeEncodeError:
         # Lone surrogates cannot be written as UTF-8; escaping them keeps the line valid JSON.
         return json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"

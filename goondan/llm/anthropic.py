@@ -36,6 +36,7 @@ Streams: ``message_start`` (message id, model, input usage), ``content_block_sta
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from goondan.errors import LlmError
@@ -90,7 +91,7 @@ _ERROR_STATUS = {
 }
 
 
-def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[str, list[JsonObject]]:
+def messages_to_wire(messages: Sequence[JsonObject], system: str | None) -> tuple[str, list[JsonObject]]:
     """Canonical messages → (top-level ``system`` text, Messages API ``messages``)."""
     converter = MessagesConverter().convert(messages)
     return _system_text(system, converter.system_texts), converter.out

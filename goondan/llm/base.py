@@ -15,7 +15,7 @@ provider modules.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -59,10 +59,13 @@ class ModelRequest:
 
     ``messages`` are the conversation's own ``data`` dicts (``ConversationState.to_llm_messages``
     shares them to keep a step O(1) in history size): adapters and middleware must treat them
-    as read-only and build new structures for the wire.
+    as read-only and build new structures for the wire. The turn loop passes a read-only
+    sequence (``ConversationState.llm_view``: indexing, slicing, iteration, ``len``, ``==`` and
+    ``+`` as on a list, and ``copy.deepcopy`` gives a list) rather than a copy of the history;
+    use ``list(request.messages)`` for a list of your own.
     """
 
-    messages: list[JsonObject]
+    messages: Sequence[JsonObject]
     tools: list[ToolCatalogItem] = field(default_factory=list)
     system: str | None = None
     params: JsonObject = field(default_factory=dict)  # temperature, maxTokens, topP, passthrough

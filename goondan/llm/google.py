@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -97,7 +98,7 @@ def call_id(response_id: str, salt: int, ordinal: int, name: str, args: JsonObje
     return GENERATED_ID_PREFIX + hashlib.sha256(seed.encode("utf-8")).hexdigest()[:16]
 
 
-def messages_to_wire(messages: list[JsonObject], system: str | None) -> tuple[str, list[JsonObject]]:
+def messages_to_wire(messages: Sequence[JsonObject], system: str | None) -> tuple[str, list[JsonObject]]:
     """Canonical messages → (``systemInstruction`` text, ``contents``)."""
     converter = ContentsConverter().convert(messages)
     return _system_text(system, converter.system_texts), converter.out

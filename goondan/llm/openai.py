@@ -32,7 +32,7 @@ Responses: ``choices[0].message`` (``content``, ``tool_calls``), ``finish_reason
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, ModelSpec, StreamDelta
@@ -69,7 +69,7 @@ _FINISH: dict[str, FinishReason] = {
 
 
 def messages_to_wire(
-    messages: list[JsonObject], system: str | None, *, empty_content: str | None = None
+    messages: Sequence[JsonObject], system: str | None, *, empty_content: str | None = None
 ) -> list[JsonObject]:
     """Canonical messages (+ system prompt) → Chat Completions ``messages``.
 

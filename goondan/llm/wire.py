@@ -4,8 +4,10 @@ A step sends the whole conversation again, but between two steps of a Turn (and 
 an instance) the conversation usually only grows at its end. :class:`WireCache` keeps, per
 model adapter, the messages it last converted, the adapter's conversion state after them
 (:class:`Converter`) and the JSON bytes of every finished wire item. The next request checks
-that the cached messages are still its prefix (one C-level list comparison: the dicts are the
-conversation's own shared ``data``, so the check is an identity test per message), feeds only
+that the cached messages are still its prefix — without looking at them when the request's list
+is an :class:`~goondan.conversation.state.LlmMessages` of the same append-only run (its
+``lineage``), else by one C-level list comparison (the dicts are the conversation's own shared
+``data``, so that check is an identity test per message) — feeds only
 the new messages to the converter and encodes only the new items; the request body is then
 spliced from the cached bytes (:class:`RawJson`, :func:`encode_body`).
 
@@ -20,17 +22,16 @@ docs/runtime.md "Request building".
 from __future__ import annotations
 
 import abc
-import json
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from goondan.text import clean_json
+from goondan.text import clean_json, dumps_compact
 from goondan.types import JsonObject
 
 __all__ = ["Converter", "RawJson", "WireCache", "encode_body", "encode_chunks", "encode_json"]
 
 _BLOCK = 64 * 1024  # cached bytes are kept and sent in blocks of about this size
-_dumps: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_dumps = dumps_compact
 
 
 def encode_json(value: Any) -> bytes:
@@ -130,7 +131,7 @@ class Converter(abc.ABC):
     def feed(self, message: JsonObject) -> None:
         """Convert one canonical message, appending to (or extending the last of) ``out``."""
 
-    def convert(self, messages: list[JsonObject]) -> Converter:
+    def convert(self, messages: Iterable[JsonObject]) -> Converter:
         """Feed every message; return ``self``."""
         for message in messages:
             self.feed(message)
@@ -138,10 +139,12 @@ class Converter(abc.ABC):
 
 
 class _Entry:
-    __slots__ = ("blocks", "converter", "final", "seen", "tail")
+    __slots__ = ("blocks", "converter", "final", "lineage", "seen", "tail")
 
     def __init__(self, converter: Converter) -> None:
         self.seen: list[JsonObject] = []
+        # The append-only run ``seen`` is a prefix of (see conversation/state.py LlmMessages).
+        self.lineage: object | None = None
         self.converter = converter
         self.final = 0  # how many items of converter.out are encoded into blocks + tail
         # Those items' JSON, comma-separated: sealed blocks of about _BLOCK bytes (immutable,
@@ -166,7 +169,7 @@ class WireCache:
         self.hits = 0  # requests that reused a conversion (for tests and benchmarks)
         self.misses = 0
 
-    def convert(self, messages: list[JsonObject], key: Hashable = None) -> tuple[Converter, list[bytes]]:
+    def convert(self, messages: Sequence[JsonObject], key: Hashable = None) -> tuple[Converter, list[bytes]]:
         """The converter state after ``messages``, and the JSON of its ``out`` items as chunks
         that concatenate to the comma-separated items (for :meth:`RawJson.array`).
 
@@ -187,6 +190,7 @@ class WireCache:
             del self._entries[self._slots:]
         else:
             self.hits += 1
+        entry.lineage = getattr(messages, "lineage", None)
         converter = entry.converter
         done = len(entry.seen)
         if len(messages) > done:
@@ -210,7 +214,16 @@ class WireCache:
             chunks.append(b"," + encode_json(out[-1]) if final else encode_json(out[-1]))
         return converter, chunks
 
-    def _find(self, messages: list[JsonObject], key: Hashable) -> _Entry | None:
+    def _find(self, messages: Sequence[JsonObject], key: Hashable) -> _Entry | None:
+        lineage = getattr(messages, "lineage", None)
+        if lineage is not None:
+            # The conversation's list only grew since the entry saw it: no comparison, which is
+            # what keeps a step independent of the history's length.
+            for position, (entry_key, entry) in enumerate(self._entries):
+                if entry.lineage is lineage and entry_key == key and len(entry.seen) <= len(messages):
+                    if position:
+                        self._entries.insert(0, self._entries.pop(position))
+                    return entry
         for position, (entry_key, entry) in enumerate(self._entries):
             seen = entry.seen
             if entry_key != key or len(seen) > len(messages):

@@ -40,8 +40,12 @@ __all__ = [
     "AttributeValue",
     "OtlpSpan",
     "Resource",
+    "attribute_fields",
     "encode_json",
     "encode_protobuf",
+    "encode_protobuf_spans",
+    "encode_span",
+    "span_message",
 ]
 
 AttributeValue = str | bool | int | float | Sequence[str | bool | int | float]
@@ -81,11 +85,15 @@ class Resource:
 
 # -- protobuf wire format ------------------------------------------------------------------------
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
+# Two-byte varints (128 to 16383): the lengths of spans and of their attribute blocks.
+_TWO_BYTES = [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(1 << 14)]
 
 
 def _varint(value: int) -> bytes:
     if 0 <= value < 128:  # tags, lengths of short fields, small enums: the common case
         return _ONE_BYTE[value]
+    if 0 <= value < 16384:
+        return _TWO_BYTES[value]
     value &= (1 << 64) - 1  # negative int64: ten-byte two's complement, as protobuf does
     out = bytearray()
     while value > 0x7F:
@@ -140,34 +148,107 @@ def _key_value(key: str, value: AttributeValue) -> bytes:
     return _str_field(1, key) + _len_field(2, _any_value(value))
 
 
+# The span attributes' whole fields (tag, length and KeyValue), keyed like _KV_CACHE: a span's
+# attributes are mostly the same few values, so most of its bytes come from here.
+_FIELD_CACHE: dict[tuple[str, type, object], bytes] = {}
+_STR_FIELDS: dict[tuple[str, str], bytes] = {}
+_NAME_FIELDS: dict[str, bytes] = {}  # span names repeat too ("step 3", "execute_tool fs__read")
+_PACK_FIXED64 = struct.Struct("<Q").pack
+# (trace id, its encoded field) of the last span: a batch is mostly one trace. One tuple, replaced
+# whole, so that a thread never reads one trace's id with another's field.
+_TRACE_FIELD: list[tuple[str, bytes]] = [("", b"")]
+
+
+def _attribute_field(key: str, value: AttributeValue) -> bytes:
+    if type(value) is str:  # the common case: one lookup, no isinstance chain
+        cached = _STR_FIELDS.get((key, value))
+        if cached is None:
+            if len(_STR_FIELDS) >= _KV_CACHE_LIMIT:
+                _STR_FIELDS.clear()
+            cached = _STR_FIELDS[(key, value)] = _len_field(9, _key_value(key, value))
+        return cached
+    if isinstance(value, (str, bool, int)):
+        ident = (key, type(value), value)
+        cached = _FIELD_CACHE.get(ident)
+        if cached is None:
+            if len(_FIELD_CACHE) >= _KV_CACHE_LIMIT:
+                _FIELD_CACHE.clear()
+            cached = _FIELD_CACHE[ident] = _len_field(9, _key_value(key, value))
+        return cached
+    return _len_field(9, _key_value(key, value))
+
+
 def _attributes(number: int, attributes: Mapping[str, AttributeValue]) -> bytes:
-    return b"".join(_len_field(number, _key_value(k, v)) for k, v in attributes.items())
+    if number == 9:
+        return b"".join([_attribute_field(k, v) for k, v in attributes.items()])
+    return b"".join([_len_field(number, _key_value(k, v)) for k, v in attributes.items()])
 
 
-def _span(span: OtlpSpan) -> bytes:
-    out = _len_field(1, bytes.fromhex(span.trace_id)) + _len_field(2, bytes.fromhex(span.span_id))
-    if span.parent_span_id:
-        out += _len_field(4, bytes.fromhex(span.parent_span_id))
-    out += _str_field(5, span.name)
-    if span.kind:
-        out += _key(6, 0) + _varint(span.kind)
-    if span.start_unix_nanos:
-        out += _key(7, 1) + struct.pack("<Q", span.start_unix_nanos)
-    if span.end_unix_nanos:
-        out += _key(8, 1) + struct.pack("<Q", span.end_unix_nanos)
-    out += _attributes(9, span.attributes)
-    if span.status_code or span.status_message:
-        status = _str_field(2, span.status_message)
-        if span.status_code:
-            status += _key(3, 0) + _varint(span.status_code)
-        out += _len_field(15, status)
-    return out
+_TRACE_ID_TAG = b"\x0a\x10"  # field 1, 16 bytes
+_SPAN_ID_TAG = b"\x12\x08"  # field 2, 8 bytes
+_PARENT_ID_TAG = b"\x22\x08"  # field 4, 8 bytes
+_START_TAG = _key(7, 1)
+_END_TAG = _key(8, 1)
+_KIND_FIELDS = [_key(6, 0) + _varint(kind) for kind in range(6)]
+
+
+def attribute_fields(attributes: Mapping[str, AttributeValue]) -> bytes:
+    """A span's ``attributes`` as encoded ``KeyValue`` fields (what :func:`span_message` takes);
+    encodings concatenate, so a block of them may be cached and extended."""
+    return _attributes(9, attributes)
+
+
+def span_message(trace_id: str, span_id: str, parent_span_id: str | None, name: str, kind: int,
+                 start_unix_nanos: int, end_unix_nanos: int, attributes: bytes,
+                 status_code: int = STATUS_UNSET, status_message: str = "") -> bytes:
+    """One ``Span`` message, with its attributes already encoded (:func:`attribute_fields`)."""
+    last_id, trace_field = _TRACE_FIELD[0]
+    if last_id != trace_id:
+        trace = bytes.fromhex(trace_id)
+        trace_field = _TRACE_ID_TAG + trace if len(trace) == 16 else _len_field(1, trace)
+        _TRACE_FIELD[0] = (trace_id, trace_field)
+    own = bytes.fromhex(span_id)
+    parts = [trace_field, _SPAN_ID_TAG + own if len(own) == 8 else _len_field(2, own)]
+    if parent_span_id:
+        parent = bytes.fromhex(parent_span_id)
+        parts.append(_PARENT_ID_TAG + parent if len(parent) == 8 else _len_field(4, parent))
+    name_field = _NAME_FIELDS.get(name)
+    if name_field is None:
+        if len(_NAME_FIELDS) >= _KV_CACHE_LIMIT:
+            _NAME_FIELDS.clear()
+        name_field = _NAME_FIELDS[name] = _str_field(5, name)
+    parts.append(name_field)
+    if kind:
+        parts.append(_KIND_FIELDS[kind] if 0 <= kind < len(_KIND_FIELDS) else _key(6, 0) + _varint(kind))
+    if start_unix_nanos:
+        parts.append(_START_TAG + _PACK_FIXED64(start_unix_nanos))
+    if end_unix_nanos:
+        parts.append(_END_TAG + _PACK_FIXED64(end_unix_nanos))
+    parts.append(attributes)
+    if status_code or status_message:
+        status = _str_field(2, status_message)
+        if status_code:
+            status += _key(3, 0) + _varint(status_code)
+        parts.append(_len_field(15, status))
+    return b"".join(parts)
+
+
+def encode_span(span: OtlpSpan) -> bytes:
+    """One ``Span`` message."""
+    return span_message(span.trace_id, span.span_id, span.parent_span_id, span.name, span.kind,
+                        span.start_unix_nanos, span.end_unix_nanos, _attributes(9, span.attributes),
+                        span.status_code, span.status_message)
 
 
 def encode_protobuf(spans: Sequence[OtlpSpan], resource: Resource) -> bytes:
     """``ExportTraceServiceRequest`` bytes (``application/x-protobuf``) of one resource's spans."""
+    return encode_protobuf_spans([encode_span(s) for s in spans], resource)
+
+
+def encode_protobuf_spans(spans: Sequence[bytes], resource: Resource) -> bytes:
+    """:func:`encode_protobuf` of spans already encoded as ``Span`` messages (:func:`span_message`)."""
     scope = _str_field(1, resource.scope_name) + _str_field(2, resource.scope_version)
-    scope_spans = _len_field(1, scope) + b"".join(_len_field(2, _span(s)) for s in spans)
+    scope_spans = _len_field(1, scope) + b"".join([_len_field(2, s) for s in spans])
     resource_spans = (_len_field(1, _attributes(1, resource.attributes))
                       + _len_field(2, scope_spans))
     return _len_field(1, resource_spans)

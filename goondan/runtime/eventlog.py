@@ -20,11 +20,13 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from goondan.runtime.events import RuntimeEvent
+from goondan.llm.wire import encode_json
+from goondan.runtime.events import LlmCallStarted, LlmDelta, RuntimeEvent, StepStarted, ToolCalled
 from goondan.runtime.observe import EventSink
 from goondan.types import JsonObject
 
@@ -48,6 +50,8 @@ _BATCH_INTERVAL_S = 0.2
 # start too would double the cost for nothing. turn.started and agent.requested are written:
 # a turn or request still running (or cut short by a crash) shows in the tree.
 _NOT_WRITTEN = frozenset({"llm.delta", "step.started", "llm.started", "tool.called"})
+# The same, as classes: one identity test per event on the turn's path (``event.type`` is a property).
+_NOT_WRITTEN_CLASSES = frozenset({LlmDelta, StepStarted, LlmCallStarted, ToolCalled})
 _log = logging.getLogger("goondan.runtime")
 
 
@@ -76,6 +80,9 @@ class BackgroundBatcher:
         self.limit = limit
         self.interval_s = interval_s
         self.dropped = 0
+        # CPU seconds the thread spent processing batches (time.thread_time): what the
+        # background work costs, for benchmarks and diagnostics.
+        self.cpu_s = 0.0
         self._items: collections.deque[Any] = collections.deque()
         self._put = 0
         self._done = 0
@@ -123,10 +130,12 @@ class BackgroundBatcher:
             while self._items:
                 items.append(self._items.popleft())
             if items:
+                started = time.thread_time()
                 try:
                     self.process(items)
                 except Exception:  # the owner logs its own failures; never kill the thread
                     _log.exception("%s: processing a batch failed", self.name)
+                self.cpu_s += time.thread_time() - started
             with self._cond:
                 self._done += len(items)
                 self._cond.notify_all()
@@ -136,6 +145,8 @@ class BackgroundBatcher:
 
 class RuntimeEventLog(EventSink):
     """Appends an instance's runtime events to ``<dir>/runtime-events.jsonl`` from a thread."""
+
+    skips = _NOT_WRITTEN
 
     def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
                  queue_limit: int = _QUEUE_LIMIT, only: frozenset[str] | None = None) -> None:
@@ -147,6 +158,7 @@ class RuntimeEventLog(EventSink):
         self._failed = False
         self._batcher = BackgroundBatcher("goondan-event-log", self._write_batch, limit=queue_limit,
                                           interval_s=_BATCH_INTERVAL_S)
+        self._put = self._batcher.put
 
     def __repr__(self) -> str:
         return f"<RuntimeEventLog {self.path} written={self.written} dropped={self.dropped}>"
@@ -156,13 +168,20 @@ class RuntimeEventLog(EventSink):
         """Events not written because the queue was full."""
         return self._batcher.dropped
 
+    @property
+    def thread_cpu_s(self) -> float:
+        """CPU seconds the writer thread has spent writing batches."""
+        return self._batcher.cpu_s
+
     def handle(self, event: RuntimeEvent) -> None:
         """Queue ``event`` (not ``llm.delta``) for the writer thread; drop it when the queue is full.
 
         The payload is built and serialised in the thread, off the turn's path."""
-        if event.type in _NOT_WRITTEN or (self.only is not None and event.type not in self.only):
+        if type(event) in _NOT_WRITTEN_CLASSES:
             return
-        self._batcher.put(event)
+        if self.only is not None and event.type not in self.only:
+            return
+        self._put(event)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Write what is queued, then stop the thread (blocking: call via ``asyncio.to_thread``)."""
@@ -176,8 +195,9 @@ class RuntimeEventLog(EventSink):
     def _write_batch(self, events: list[RuntimeEvent]) -> None:
         if self._failed:
             return
-        lines = [(json.dumps(e.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-                 for e in events]
+        # encode_json: the C encoder made once, and a lone surrogate becomes U+FFFD instead of
+        # failing the whole batch.
+        lines = [encode_json(e.to_dict()) + b"\n" for e in events]
         try:
             # Opened per batch (every 200 ms at most), not kept: an instance's log holds no
             # descriptor between batches, however long the process lives.

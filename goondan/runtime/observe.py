@@ -54,8 +54,12 @@ class EventSink:
     """Receives runtime events; override the hooks you need (all default to doing nothing).
 
     :meth:`handle` dispatches by the event's phase; a sink that wants every event the same way
-    may override ``handle`` itself.
+    may override ``handle`` itself. ``skips`` names the event types the sink ignores: when every
+    sink skips a type outside the documented stream (``llm.started``), the runtime does not
+    build those events at all.
     """
+
+    skips: frozenset[str] = frozenset()
 
     def handle(self, event: RuntimeEvent) -> None:
         """Deliver ``event`` to the hook of its phase."""
@@ -142,6 +146,7 @@ class RuntimeObserver:
         self._bus_sink = BusSink(bus) if bus is not None else None
         self._sinks: tuple[EventSink, ...] = ()
         self.traced = False
+        self._unwanted: frozenset[str] = frozenset()
 
     def add_sink(self, sink: EventSink) -> Callable[[], None]:
         """Deliver every event to ``sink`` from now on; returns the function that removes it."""
@@ -157,7 +162,14 @@ class RuntimeObserver:
         self._sinks = sinks
         # Only a typed sink (or a payload sink asking for everything) receives the events
         # outside the documented stream; without one the runtime does not build them at all.
-        self.traced = any(not isinstance(s, PayloadSink) or s.everything for s in sinks)
+        typed = [s for s in sinks if not isinstance(s, PayloadSink) or s.everything]
+        self.traced = bool(typed)
+        self._unwanted = frozenset.intersection(*(s.skips for s in typed)) if typed else frozenset()
+
+    def wants(self, event_type: str) -> bool:
+        """Whether an event of ``event_type`` outside the documented stream reaches any sink
+        (the documented events always go to the bus, the payload listeners and the log)."""
+        return self.traced and event_type not in self._unwanted
 
     def subscribe(self, listener: EventListener, *, everything: bool = False) -> Callable[[], None]:
         """Call ``listener(payload)`` for every documented event (``everything``: all events)."""

@@ -37,7 +37,8 @@ _SKIPPED = ("llm.delta",)
 def iso_to_unix_nanos(value: str) -> int:
     """``2026-03-04T08:05:09.120Z`` → nanoseconds since the epoch."""
     moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return int(moment.timestamp() * 1000) * 1_000_000
+    # round, not int: 1764000000.12 * 1000 is 1764000000119.9999 in floating point.
+    return round(moment.timestamp() * 1000) * 1_000_000
 
 
 @dataclass

@@ -349,7 +349,7 @@ class TurnRunner:
         catalog = [ToolCatalogItem.coerce(item) for item in ctx.tool_catalog]
         step.tool_catalog = catalog
         request = ModelRequest(
-            messages=ctx.conversation_state.to_llm_messages(),
+            messages=ctx.conversation_state.llm_view(),
             tools=catalog,
             system=ctx.system_prompt or None,
             params=dict(env.spec.params or {}),
@@ -460,10 +460,11 @@ class TurnRunner:
         where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id}
         described: dict[str, Any] = {"model": env.model.model or None,
                                      "provider": getattr(env.model, "provider", None)}
-        env.observer.emit(LlmCallStarted(
-            **span_ids(span), **where, **described, stream=stream,
-            message_count=len(request.messages), tool_count=len(request.tools),
-        ))
+        if env.observer.wants("llm.started"):  # the exporter and the event log skip it
+            env.observer.emit(LlmCallStarted(
+                **span_ids(span), **where, **described, stream=stream,
+                message_count=len(request.messages), tool_count=len(request.tools),
+            ))
         try:
             response = await env.model.generate(request, stream=stream, on_delta=on_delta)
         except BaseException as exc:

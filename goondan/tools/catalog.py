@@ -9,6 +9,7 @@ middleware that edits ``ctx.tool_catalog`` (or an item in it) changes only that 
 from __future__ import annotations
 
 import copy
+import marshal
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -55,13 +56,22 @@ def binding_items(binding: Any) -> list[ToolCatalogItem]:
     return items
 
 
+def _copy_json(value: Any) -> Any:
+    # marshal round trip: a deep copy of dicts, lists and scalars at C speed (a step copies
+    # every catalog item's schema); anything marshal refuses goes through copy.deepcopy.
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except ValueError:
+        return copy.deepcopy(value)
+
+
 def copy_item(item: ToolCatalogItem) -> ToolCatalogItem:
     """An independent copy (middleware may edit it freely)."""
     source = item.source
     return ToolCatalogItem(
         name=item.name,
         description=item.description,
-        parameters=copy.deepcopy(item.parameters),
+        parameters=_copy_json(item.parameters),
         source=ToolSource(source.type, source.name, copy.deepcopy(source.mcp)) if source else None,
     )
 

@@ -10,11 +10,12 @@ about crashes is in the docstring of ``goondan/workspace/store.py`` and in docs/
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.conversation.repair import count_tool_results, repair_tool_pairs
-from goondan.conversation.state import ConversationState
+from goondan.conversation.state import ConversationState, MessagePrefix
 from goondan.errors import Diagnostic
 
 __all__ = [
@@ -55,26 +56,30 @@ class Rewrite:
 CommitPlan = Append | Rewrite | Noop
 
 
-def plan_commit(state: ConversationState, on_disk: list[Message] | None) -> CommitPlan:
-    """How to fold ``state`` into a base file holding ``on_disk`` (None: not read yet)."""
-    old = state.base_messages
+def plan_commit(state: ConversationState, on_disk: Sequence[Message] | MessagePrefix | None) -> CommitPlan:
+    """How to fold ``state`` into a base file holding ``on_disk`` (None: not read yet).
+
+    O(new messages) for an appending turn: the bases are compared by length and ends only."""
     events = state.events
-    if on_disk is not None and not events and _same_base(old, on_disk):
+    if on_disk is not None and not events and _same_base(state, on_disk):
         return Noop()
     new = state.next_messages
-    if (events and on_disk is not None and _same_base(old, on_disk)
-            and len(new) == len(old) + len(events)
+    old_length = state.base_length
+    if (events and on_disk is not None and _same_base(state, on_disk)
+            and len(new) == old_length + len(events)
             and all(e.type == "append" for e in events)):
-        return Append(new[len(old):])
+        return Append(new[old_length:])
     return Rewrite(new)
 
 
-def _same_base(left: list[Message], right: list[Message]) -> bool:
+def _same_base(state: ConversationState, on_disk: Sequence[Message] | MessagePrefix) -> bool:
     # States come from load()/commit(), which share the Message objects, so comparing the ends
     # by identity is enough to know the on-disk base is the state's base.
-    if len(left) != len(right):
+    length = state.base_length
+    if length != len(on_disk):
         return False
-    return not left or (left[0] is right[0] and left[-1] is right[-1])
+    ends = state.base_ends()
+    return ends is None or (ends[0] is on_disk[0] and ends[1] is on_disk[length - 1])
 
 
 @dataclass

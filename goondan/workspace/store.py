@@ -46,8 +46,8 @@ from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from goondan.conversation.codec import decode_events, decode_messages, encode_event, encode_message
-from goondan.conversation.messages import Message, MessageEvent
-from goondan.conversation.state import ConversationState
+from goondan.conversation.messages import MessageEvent
+from goondan.conversation.state import ConversationState, MessagePrefix
 from goondan.errors import Diagnostic, WorkspaceCorruptError, WorkspaceError
 from goondan.text import clean_json
 from goondan.types import JsonValue, now_iso
@@ -214,7 +214,7 @@ class InstanceStore:
         self._fsync = fsync
         self._fsync_events = fsync_events
         self._metadata: dict[str, Any] = {}
-        self._base: list[Message] | None = None  # what base.jsonl holds, once loaded
+        self._base: MessagePrefix | None = None  # what base.jsonl holds, once loaded
         self._events_fd: int | None = None
         self._events_dirty = True  # unknown until load() has looked
         # True from the moment base.jsonl holds the events until events.jsonl is emptied; a
@@ -302,7 +302,7 @@ class InstanceStore:
     def load(self) -> ConversationState:
         """The conversation with leftovers folded and tool pairs repaired; events are empty."""
         if self._base is not None and not self._events_dirty:
-            return ConversationState.adopt(self._base)
+            return ConversationState.adopt(self._base.to_list())
         first_load = self._base is None
         self.recovery_diagnostics, self._open_diagnostics = self._open_diagnostics, []
         diagnostics = self.recovery_diagnostics
@@ -325,7 +325,7 @@ class InstanceStore:
         if events_file.torn or events_file.missing_newline:
             self._heal_tail(paths.events, events_file.valid_size, events_file.missing_newline)
         leftovers = events_file.records
-        self._base = base
+        self._base = MessagePrefix(base)
         self._events_folded = False
         plan = plan_recovery(base, leftovers, events_file=str(paths.events),
                              base_file=str(paths.base))
@@ -408,23 +408,23 @@ class InstanceStore:
         """
         self._require_open()
         plan = plan_commit(state, self._base)
-        base, data = self._base, None  # Noop: adopt() derives the data (nothing written)
         if isinstance(plan, Append):
             self._append_base(b"".join(encode_message(m) for m in plan.messages))
         elif isinstance(plan, Rewrite):
             self._rewrite_base(b"".join(encode_message(m) for m in plan.messages))
-        slots = None
-        if base is None or not isinstance(plan, Noop):
-            # One C-level copy; the next state takes over the message and data lists the model
-            # requests are built from, so starting a Turn on a long history costs no
-            # per-message work and a single list copy.
-            base = self._base = list(state.next_messages)
-            data = state.detach_llm_messages()
-            slots = state.detach_messages(base)
+        if self._base is not None and isinstance(plan, Noop):
+            # Nothing written: adopt() derives the lists (a fold with nothing to fold).
+            committed = ConversationState.adopt(self._base.to_list())
+        else:
+            # No copy of the history: the next state takes over this state's message and data
+            # lists, and its base — what base.jsonl now holds — is a prefix of them that it never
+            # changes in place (docs/runtime.md "Performance").
+            committed = state.successor()
+            self._base = committed.committed_prefix()
         if self._events_dirty:
             self._events_folded = True
             self._clear_events()
-        return ConversationState.adopt(base, data, slots=slots)
+        return committed
 
     def _append_base(self, data: bytes) -> None:
         try:

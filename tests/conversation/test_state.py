@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from goondan.conversation import ConversationState, Message, MessageEvent, fold
 from goondan.conversation.codec import decode_messages, encode_message
 from goondan.conversation.messages import MessageSource
+from goondan.conversation.state import LlmView, MessagePrefix
 
 
 def msg(mid: str, text: str = "") -> Message:
@@ -189,6 +190,63 @@ def test_a_detached_message_list_is_never_changed_behind_anyone(
             olds[-1] = (old, [*old_expected, msg("late")])
         assert dicts(state.next_messages) == dicts(expected)
         assert llm_view_matches(state, expected)
+    for old, old_expected in olds:
+        assert dicts(old.next_messages) == dicts(old_expected)
+        assert llm_view_matches(old, old.next_messages)
+
+
+@settings(max_examples=300, deadline=None)
+@given(base_ids=st.lists(ids, max_size=8), sequence=st.lists(events, max_size=40),
+       actions=st.lists(st.sampled_from(["emit", "commit", "old-emit", "old-read", "llm"]), min_size=40,
+                        max_size=90))
+def test_a_successor_shares_the_history_without_anyone_seeing_another_s_changes(
+    base_ids: list[str], sequence: list[MessageEvent], actions: list[str]
+) -> None:
+    # The fold-commit without a copy (InstanceStore.commit): the successor takes over the list,
+    # the store keeps a MessagePrefix of it. Neither that prefix, the successor's base, nor an
+    # old state used again may see another's changes; the LLM view and its lineage stay right.
+    base = [msg(i) for i in base_ids]
+    state = ConversationState(base)
+    expected = list(base)
+    prefixes: list[tuple[MessagePrefix, list[Message]]] = []
+    olds: list[tuple[ConversationState, list[Message]]] = []
+    views: list[tuple[LlmView, list[dict[str, object]]]] = []
+    applied = 0
+    for action in actions:
+        if action == "emit" and applied < len(sequence):
+            before = state.to_llm_messages()
+            state.emit(sequence[applied])
+            expected, _ = fold(expected, [sequence[applied]])
+            after = state.to_llm_messages()
+            if after.lineage is before.lineage:  # the same run: the list only grew at its end
+                assert after[: len(before)] == before
+            applied += 1
+        elif action == "commit":
+            snapshot = list(state.next_messages)
+            successor = state.successor()
+            olds.append((state, snapshot))
+            prefix = successor.committed_prefix()
+            prefixes.append((prefix, snapshot))
+            assert successor.base_length == len(snapshot) and successor.events == []
+            state = successor
+        elif action == "old-emit" and olds:
+            old, old_expected = olds[-1]
+            old.emit(MessageEvent.append(msg("late")))
+            olds[-1] = (old, [*old_expected, msg("late")])
+        elif action == "old-read" and olds:
+            old, old_expected = olds[0]
+            assert dicts(old.next_messages) == dicts(old_expected)
+        elif action == "llm":
+            assert llm_view_matches(state, expected)
+            views.append((state.llm_view(), [m.data for m in expected]))
+        assert dicts(state.next_messages) == dicts(expected)
+        assert dicts(state.base_messages) == dicts(prefixes[-1][1] if prefixes else base)
+    for view, data in views:  # a view never changes, whatever happened after it was made
+        assert len(view) == len(data) and all(a is b for a, b in zip(view, data, strict=True))
+        assert view == data and view[:] == data and list(reversed(view)) == data[::-1]
+    for prefix, snapshot in prefixes:
+        assert len(prefix) == len(snapshot)
+        assert all(a is b for a, b in zip(prefix.to_list(), snapshot, strict=True))
     for old, old_expected in olds:
         assert dicts(old.next_messages) == dicts(old_expected)
         assert llm_view_matches(old, old.next_messages)

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from goondan.connectors.event import ConnectorEvent, event_text
 from goondan.conversation import Message
@@ -270,3 +272,33 @@ def test_a_connector_event_built_directly_is_sanitised_too() -> None:
     assert event.instance_key == f"k{FFFD}" and event_text(event) == f"t{FFFD}"
     assert event.properties == {"p": FFFD}
     json.dumps(event.to_dict(), ensure_ascii=False).encode("utf-8")
+
+
+_json_trees = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    | st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0xFFFF, exclude_categories=[]), max_size=6),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0xFFFF, exclude_categories=[]), max_size=4),
+                      inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(_json_trees)
+def test_clean_json_fast_path_agrees_with_the_walk(value: object) -> None:
+    """clean_json proves a clean tree with one C-level encoding; the result is exactly what the
+    Python walk gives (the same object when nothing needed cleaning)."""
+    from goondan.text import _clean_json, dumps_compact
+
+    cleaned = clean_json(value)
+    walked = _clean_json(value)
+    assert cleaned == walked or (cleaned != cleaned and walked != walked)
+    if walked is value:
+        assert cleaned is value
+    dumps_compact(cleaned).encode("utf-8")  # never raises: no lone surrogate survives
+    assert dumps_compact(cleaned) == json.dumps(cleaned, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_clean_json_keeps_values_json_cannot_encode() -> None:
+    value = {"a": {1, 2}, "b": "x\udcff", (1, 2): "t"}
+    assert clean_json(value) == {"a": {1, 2}, "b": "x\ufffd", (1, 2): "t"}

@@ -128,6 +128,44 @@ def test_incremental_payload_equals_naive(
         _check(model, ModelRequest(messages=state.to_llm_messages(), tools=TOOLS, system=system), stream)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    provider=st.sampled_from(PROVIDERS),
+    base=st.lists(messages, max_size=6),
+    steps=st.lists(edits | st.tuples(st.just("commit")), max_size=14),
+    stream=st.booleans(),
+)
+def test_incremental_payload_from_views_and_commits_equals_naive(
+    provider: str, base: list[dict[str, Any]], steps: list[tuple[Any, ...]], stream: bool
+) -> None:
+    """As above, with the turn loop's requests: read-only views (``llm_view``) that the cache
+    matches by lineage without comparing, across fold-commits (``successor``) that hand the
+    history to the next turn's state."""
+    model = _model(provider)
+    state = ConversationState([_message(m) for m in base])
+    system: str | None = "You are a test."
+    _check(model, ModelRequest(messages=state.llm_view(), tools=TOOLS, system=system), stream)
+    for step in steps:
+        kind = step[0]
+        current = state.next_messages
+        if kind == "append":
+            state.emit_all(MessageEvent.append(_message(m)) for m in step[1])
+        elif kind == "replace" and current:
+            state.emit(MessageEvent.replace(current[step[1] % len(current)].id, _message(step[2])))
+        elif kind == "remove" and current:
+            state.emit(MessageEvent.remove(current[step[1] % len(current)].id))
+        elif kind == "truncate":
+            state.emit(MessageEvent.truncate())
+        elif kind == "system":
+            system = step[1]
+        elif kind == "commit":
+            state = state.successor()
+        elif kind == "switch":
+            other = ConversationState([_message({"role": "user", "content": "other"})])
+            _check(model, ModelRequest(messages=other.llm_view(), system="Other."), stream)
+        _check(model, ModelRequest(messages=state.llm_view(), tools=TOOLS, system=system), stream)
+
+
 def test_appending_steps_reuse_the_cached_conversion() -> None:
     for provider in PROVIDERS:
         model = _model(provider)

@@ -6,14 +6,34 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from goondan.errors import ConfigError
-from goondan.otlp.exporter import OtlpConfig, OtlpExporter
-from goondan.runtime.events import LlmCallEnded, LlmCallStarted, TurnEnded, TurnStarted
+from goondan.otlp.encode import Resource, encode_protobuf, encode_span
+from goondan.otlp.exporter import (
+    OtlpConfig,
+    OtlpExporter,
+    event_span_message,
+    event_to_otlp_span,
+    to_otlp_span,
+)
+from goondan.runtime.events import (
+    AgentAnswered,
+    IngressReceived,
+    LlmCallEnded,
+    LlmCallStarted,
+    StepEnded,
+    ToolEnded,
+    TurnEnded,
+    TurnStarted,
+)
+from goondan.runtime.traces import SpanAssembler
 
 TRACE = "c" * 32
 
@@ -143,3 +163,55 @@ def test_the_embedding_runtime_exports_one_tree_and_flushes_at_close(receiver: R
         node = by_id[node["parentSpanId"]]
         chain.append(node["name"])
     assert chain == ["invoke_agent worker", "execute_tool agents__request", "step 0", "invoke_agent coordinator"]
+
+
+# -- the exporter's direct path equals the general one ---------------------------------------------
+_maybe_text = st.none() | st.sampled_from(["", "gpt-x", "fs__read", "worker", "é✓"])
+_ids = st.sampled_from(["", "a" * 16, "0123456789abcdef"])
+_end_events = st.one_of(
+    st.builds(TurnEnded, turn_id=st.just("t"), finish_reason=st.just("text_response"), failed=st.booleans(),
+              token_usage=st.none() | st.just({}) | st.just({"prompt": 3, "completion": 2, "total": 5}),
+              cost=st.none() | st.floats(0, 1) | st.just(0), error_code=_maybe_text, error_message=_maybe_text,
+              latency_ms=st.floats(0, 5_000)),
+    st.builds(StepEnded, turn_id=st.just("t"), step_id=st.just("s"), step_index=st.integers(0, 40),
+              failed=st.booleans(), cost=st.none() | st.floats(0, 1), error_message=_maybe_text,
+              latency_ms=st.floats(0, 5_000)),
+    st.builds(LlmCallEnded, turn_id=st.just("t"), step_id=st.just("s"), model=_maybe_text, provider=_maybe_text,
+              finish_reason=_maybe_text, failed=st.booleans(), error_message=_maybe_text,
+              token_usage=st.none() | st.just({"prompt": 7, "completion": 1}), cost=st.none() | st.floats(0, 1),
+              latency_ms=st.floats(0, 5_000)),
+    st.builds(ToolEnded, turn_id=st.just("t"), step_id=st.just("s"), step_index=st.integers(0, 40),
+              tool_call_id=st.sampled_from(["", "call_1"]), tool_name=st.sampled_from(["", "fs__read"]),
+              status=st.sampled_from(["ok", "error"]), failed=st.booleans(), error_code=_maybe_text,
+              error_message=_maybe_text, latency_ms=st.floats(0, 5_000)),
+    st.builds(AgentAnswered, target=st.sampled_from(["", "worker"]), failed=st.booleans(),
+              error_code=_maybe_text, error_message=_maybe_text, latency_ms=st.floats(0, 5_000)),
+    st.builds(IngressReceived, source=st.sampled_from(["", "slack"]), event_id=_maybe_text, event_type=_maybe_text),
+    st.builds(TurnStarted, turn_id=st.just("t")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(event=_end_events, trace_id=st.sampled_from(["", TRACE]), span_id=_ids,
+       parent=st.none() | _ids, agent=_maybe_text.map(lambda v: v or ""),
+       moment=st.integers(1_600_000_000_000, 1_900_000_000_000))
+def test_the_direct_span_equals_the_assembled_one(event: Any, trace_id: str, span_id: str, parent: str | None,
+                                                  agent: str, moment: int) -> None:
+    """``event_to_otlp_span`` (the exporter thread's path) builds exactly the span that the
+    general path — the payload through ``SpanAssembler`` and ``to_otlp_span`` — builds."""
+    event.trace_id, event.span_id, event.parent_span_id = trace_id, span_id, parent
+    event.agent_name, event.instance_key = agent, "k"
+    seconds, millis = divmod(moment, 1000)
+    event.timestamp = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
+    record = SpanAssembler().feed(event.to_dict())
+    expected = to_otlp_span(record) if record is not None else None
+    assert event_to_otlp_span(event) == expected
+    if expected is None:
+        assert event_span_message(event) is None
+    else:
+        resource = Resource(attributes={"service.name": "goondan"})
+        assert encode_protobuf([event_to_otlp_span(event)], resource) == encode_protobuf([expected], resource)
+        # The exporter's encoding with cached leading attributes: the same bytes, first time
+        # (cache miss) and again (hit).
+        assert event_span_message(event) == encode_span(expected)
+        assert event_span_message(event) == encode_span(expected)
