@@ -91,18 +91,43 @@ class Ingress:
     async def open(self) -> int:
         """Open every inbox and queue its pending events in order; returns how many."""
         replayed = 0
-        for name, inbox in self.inboxes.items():
-            pending = inbox.open()
-            for record in pending:
-                if await self._submit(self.connections[name], inbox, record) is not None:
-                    replayed += 1
-            if pending:
-                self.logger.info(
-                    "Connection %s: %d accepted event(s) had not started; delivering them", name,
-                    len(pending), extra={"event": "ingress.replayed", "connection": name,
-                                         "count": len(pending)},
-                )
+        for name in list(self.inboxes):
+            replayed += await self._open_inbox(name)
         return replayed
+
+    async def _open_inbox(self, name: str) -> int:
+        inbox = self.inboxes[name]
+        pending = inbox.open()
+        replayed = 0
+        for record in pending:
+            if await self._submit(self.connections[name], inbox, record) is not None:
+                replayed += 1
+        if pending:
+            self.logger.info(
+                "Connection %s: %d accepted event(s) had not started; delivering them", name,
+                len(pending), extra={"event": "ingress.replayed", "connection": name,
+                                     "count": len(pending)},
+            )
+        return replayed
+
+    async def add_connection(self, spec: ConnectionSpec, directory: Path) -> int:
+        """Accept events of a Connection added while running (``--watch``); opens its inbox and
+        delivers what it holds, like :meth:`open`. Returns how many events were delivered."""
+        self.connections[spec.name] = spec
+        self.inboxes[spec.name] = ConnectionInbox(directory)
+        return await self._open_inbox(spec.name)
+
+    def update_connection(self, spec: ConnectionSpec) -> None:
+        """New rules for a Connection (``--watch``); events accepted before keep their route."""
+        self.connections[spec.name] = spec
+
+    def remove_connection(self, name: str) -> None:
+        """Stop accepting events of a Connection that left the bundle; closes its inbox (its
+        pending events wait there until the Connection comes back)."""
+        self.connections.pop(name, None)
+        inbox = self.inboxes.pop(name, None)
+        if inbox is not None:
+            inbox.close()
 
     def close(self) -> None:
         """Close the inboxes."""

@@ -9,6 +9,11 @@ terminal. ``goondan run`` feeds it instead — terminal chat, piped stdin, ``--i
 ``--input-file`` lines go through :meth:`ConnectionRuntime.cli_event`, so the Connection's
 ingress rules apply exactly as for any connector. Connections bound to another Swarm are
 logged as not started; none is ignored silently.
+
+Under ``goondan run --watch`` :meth:`ConnectionRuntime.reload` applies a new bundle: a
+Connection whose spec or connector entry file changed gets the new rules and its process is
+restarted, an added one is opened and started, a removed one is stopped (docs/connectors.md
+"Processes and supervision").
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from typing import Any
 from goondan.connectors.cli import parse_cli_line
 from goondan.connectors.inbox import connection_dir
 from goondan.connectors.ingress import Ingress
-from goondan.connectors.spec import ConnectionSpec, connections_for_swarm, other_connections
+from goondan.connectors.spec import (
+    ConnectionSpec,
+    connections_for_swarm,
+    fingerprint,
+    other_connections,
+)
 from goondan.connectors.supervisor import ConnectorSupervisor
 from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.spawner import Spawner
@@ -57,6 +67,8 @@ class ConnectionRuntime:
             grace_period_ms=grace_period_ms, logger=self.logger,
         )
         self._cli_line = 0
+        self._state_root = Path(state_root)
+        self._fingerprints = {c.name: fingerprint(c) for c in self.connections}
 
     def __repr__(self) -> str:
         return f"<ConnectionRuntime swarm={self.swarm_name!r} connections={[c.name for c in self.connections]}>"
@@ -77,6 +89,55 @@ class ConnectionRuntime:
         """Stop every connector process, then close the inboxes."""
         await self.supervisor.shutdown()
         self.ingress.close()
+
+    async def reload(self, bundle: Any) -> dict[str, list[str]]:
+        """Apply a reloaded bundle (``--watch``); returns the Connections ``restarted``,
+        ``updated`` (a ``cli`` Connection's rules: it has no process), ``added`` and ``removed``."""
+        new = {c.name: c for c in connections_for_swarm(bundle, self.swarm_name)}
+        prints = {name: fingerprint(c) for name, c in new.items()}
+        old = {c.name: c for c in self.connections}
+        changes: dict[str, list[str]] = {"restarted": [], "updated": [], "added": [], "removed": []}
+        # The cli Connection is fed by goondan run itself: it cannot appear, vanish or change
+        # kind while running. Such a change keeps the running state and says so.
+        for name in sorted(set(old) | set(new)):
+            was, now = old.get(name), new.get(name)
+            if (was is not None and was.is_cli) == (now is not None and now.is_cli):
+                continue
+            self.logger.warning("Connection %s: a cli Connection was added, removed or changed kind; restart "
+                                "goondan run to apply it", name,
+                                extra={"event": "connector.reloadDeferred", "connection": name})
+            if was is None:
+                del new[name], prints[name]
+            else:
+                new[name], prints[name] = was, self._fingerprints[name]
+        for name in [n for n in old if n not in new]:
+            await self.supervisor.remove(name)
+            self.ingress.remove_connection(name)
+            changes["removed"].append(name)
+        for name, spec in new.items():
+            if name in old and prints[name] != self._fingerprints[name]:
+                self.ingress.update_connection(spec)
+                if spec.is_cli:  # no process: the new rules are all there is to apply
+                    changes["updated"].append(name)
+                else:
+                    await self.supervisor.replace(spec)
+                    changes["restarted"].append(name)
+            elif name not in old:
+                directory = connection_dir(self._state_root, bundle.root, bundle.package_name,
+                                           self.swarm_name, name)
+                await self.ingress.add_connection(spec, directory)
+                self.supervisor.add(spec)
+                changes["added"].append(name)
+        self.connections = list(new.values())
+        self.skipped = other_connections(bundle, self.swarm_name)
+        self._fingerprints = {name: prints[name] for name in new}
+        if self.cli is not None:
+            self.cli = new.get(self.cli.name, self.cli)
+        for kind, names in changes.items():
+            if names:
+                self.logger.info("Connections %s: %s", kind, ", ".join(names),
+                                 extra={"event": f"connector.{kind}", "connections": names})
+        return changes
 
     def snapshot(self) -> list[JsonObject]:
         """Status rows of the connector processes."""

@@ -9,6 +9,8 @@ turns ``spec.config``/``spec.secrets`` into strings for ``ctx.config``/``ctx.sec
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ __all__ = [
     "ConnectionSpec",
     "connection_spec",
     "connections_for_swarm",
+    "fingerprint",
     "other_connections",
     "resolve_connection_values",
 ]
@@ -52,6 +55,18 @@ class ConnectionSpec:
     def is_cli(self) -> bool:
         """True for a Connection of the built-in ``cli`` connector."""
         return (self.connector_package, self.connector) == CLI_CONNECTOR
+
+
+def fingerprint(spec: ConnectionSpec) -> str:
+    """A digest of everything that shapes a Connection's process and routing: the spec (values
+    as written, never resolved secrets) and the connector entry file's content."""
+    try:
+        entry = hashlib.sha256(spec.entry.read_bytes()).hexdigest()
+    except OSError:
+        entry = "unreadable"
+    data = [spec.name, spec.connector, spec.connector_package, str(spec.entry), spec.swarm,
+            list(spec.events), repr(spec.rules), spec.config, spec.secrets, entry]
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=repr).encode()).hexdigest()
 
 
 def _silent() -> Checker:

@@ -14,7 +14,11 @@ The same policy as agent processes (docs/orchestrator.md, "Supervision"), applie
 * a connector whose ``run`` *returns* has finished its work (a file was read to its end): it
   is logged and not restarted, which is neither a crash nor a crash loop;
 * :meth:`ConnectorSupervisor.shutdown` sends ``shutdown`` to every process, waits up to the
-  grace period and SIGKILLs what is left.
+  grace period and SIGKILLs what is left;
+* ``goondan run --watch`` changes the set while it runs: :meth:`~ConnectorSupervisor.add`
+  starts a new Connection's process, :meth:`~ConnectorSupervisor.replace` stops one the same
+  way (reason ``config_change``) and starts it again with the new spec and a fresh crash count,
+  :meth:`~ConnectorSupervisor.remove` stops one for good.
 
 Messages from a connector process are never taken for an agent's: ``runtime.emit`` goes to
 :meth:`Ingress.accept` and is answered with ``runtime.answer``; other reports update the status.
@@ -42,7 +46,7 @@ from goondan.ipc.control import (
     StartError,
     decode_control,
 )
-from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage
+from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, ShutdownReason
 from goondan.ipc.spawner import AgentHandle, Spawner, SpawnRequest
 from goondan.ipc.supervision import backoff_ms
 from goondan.ipc.supervisor import pump_messages
@@ -73,6 +77,7 @@ class ConnectorRecord:
     started_at: str | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     timer: asyncio.TimerHandle | None = None
+    replacing: bool = False  # stopped for a configuration change: neither a crash nor completed
 
     @property
     def name(self) -> str:
@@ -204,7 +209,7 @@ class ConnectorSupervisor:
         with contextlib.suppress(Exception):
             await handle.transport.aclose()
         rec.handle, rec.last_exit_code = None, ended.status_code
-        if self._stopping:
+        if self._stopping or rec.replacing:
             rec.status = "terminated"
         elif ended.ok:
             rec.status = "completed"
@@ -230,7 +235,7 @@ class ConnectorSupervisor:
                    "connector": rec.spec.connector, "exitCode": code, "backoffMs": delay,
                    "consecutiveCrashes": rec.consecutive_crashes},
         )
-        if self._stopping:
+        if self._stopping or rec.replacing:
             return
         if delay > 0:
             rec.timer = asyncio.get_running_loop().call_later(delay / 1000, self._respawn, rec)
@@ -241,6 +246,38 @@ class ConnectorSupervisor:
         rec.timer = None
         rec.status = "pending"
         self._ensure_running(rec)
+
+    def add(self, spec: ConnectionSpec) -> None:
+        """Start the process of a Connection that was not running (a reloaded bundle)."""
+        if spec.name in self.records:
+            raise ValueError(f"Connection {spec.name!r} is supervised already")
+        rec = self.records[spec.name] = ConnectorRecord(spec)
+        self._ensure_running(rec)
+
+    async def replace(self, spec: ConnectionSpec) -> None:
+        """Stop the Connection's process (``config_change``) and start it again with ``spec``."""
+        rec = self.records[spec.name]
+        await self._stop_for_change(rec)
+        rec.spec, rec.status = spec, "pending"
+        rec.consecutive_crashes, rec.last_error = 0, None
+        self._ensure_running(rec)
+
+    async def remove(self, name: str) -> None:
+        """Stop the Connection's process for good (it left the bundle)."""
+        rec = self.records.get(name)
+        if rec is not None:
+            await self._stop_for_change(rec)
+            del self.records[name]
+
+    async def _stop_for_change(self, rec: ConnectorRecord) -> None:
+        if rec.timer is not None:
+            rec.timer.cancel()
+            rec.timer = None
+        rec.replacing = True
+        try:
+            await self._stop(rec, reason="config_change")
+        finally:
+            rec.replacing = False
 
     async def shutdown(self) -> None:
         """Stop every connector: ``shutdown`` → cancel ``run`` → exit; SIGKILL after the grace."""
@@ -255,7 +292,7 @@ class ConnectorSupervisor:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _stop(self, rec: ConnectorRecord) -> None:
+    async def _stop(self, rec: ConnectorRecord, reason: ShutdownReason = "orchestrator_shutdown") -> None:
         while rec.status == "spawning" and rec.handle is None:
             await asyncio.sleep(0.005)
         handle = rec.handle
@@ -263,7 +300,7 @@ class ConnectorSupervisor:
             return
         with contextlib.suppress(IpcError):
             await handle.transport.send(IpcMessage.shutdown(
-                rec.name, grace_period_ms=self.grace_period_ms, reason="orchestrator_shutdown"))
+                rec.name, grace_period_ms=self.grace_period_ms, reason=reason))
         try:
             async with asyncio.timeout(self.grace_period_ms / 1000):
                 await handle.wait()

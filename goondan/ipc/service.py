@@ -317,9 +317,11 @@ class SwarmService:
                 processes.extend(restarted)
                 _log.info("configuration of %s changed; restarted %s", agent, restarted,
                           extra={"event": "orchestrator.configReloaded", "agentName": agent})
+        connections = await self.connections.reload(bundle)
         # one line the chat shows above its prompt (goondan.console.prompt.AbovePromptHandler)
         what = (f"; changed: {', '.join(changed)}; restarted: {', '.join(processes) or 'none running'}"
                 " (history kept)" if changed else "; no agent changed")
+        what += "".join(f"; Connections {kind}: {', '.join(names)}" for kind, names in connections.items() if names)
         _log.info("bundle reloaded%s", what, extra={"event": "orchestrator.bundleReloaded"})
 
     async def _control_request(self, request: JsonObject) -> JsonObject:

@@ -11,7 +11,10 @@ report the end of the connection once to ``on_closed``.
   ``application/json`` or a ``text/event-stream`` carrying the response (and any notification
   sent meanwhile). The ``Mcp-Session-Id`` from ``initialize`` goes on every later request; a 404
   on a request carrying it means the session expired (:data:`SESSION_EXPIRED`), and the
-  session re-initialises. urllib3 calls run in daemon threads.
+  session re-initialises. Once the session is initialised, a daemon thread keeps the optional
+  ``GET`` stream open for messages the server sends on its own (a ``tools/list_changed`` after
+  a background change, a ``ping``), reconnecting with ``Last-Event-ID``; a server that answers
+  405 has no such stream. urllib3 calls run in daemon threads.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +45,10 @@ ClosedHandler = Callable[[str], None]
 # A line longer than this (a huge tool result) is still read: the limit only bounds one chunk.
 _LINE_LIMIT = 64 * 1024 * 1024
 _CLOSE_GRACE_S = 2.0
+# The GET stream reconnects after a drop (servers close it at will), backing off to this bound;
+# it gives up after this many failed connects in a row (the POSTs report a dead server).
+_LISTEN_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
+_LISTEN_MAX_FAILURES = 8
 
 
 class Transport(Protocol):
@@ -222,6 +230,9 @@ class HttpTransport:
         self._on_message: MessageHandler | None = None
         self._closed = False
         self._background: set[asyncio.Future[Any]] = set()
+        self._listener: threading.Thread | None = None
+        self._listen_response: Any = None
+        self._stop_listening = threading.Event()
 
     def __repr__(self) -> str:
         return f"<HttpTransport {self.label} {self.url} session={self.session_id!r}>"
@@ -233,9 +244,8 @@ class HttpTransport:
     def set_protocol_version(self, version: str) -> None:
         self.protocol_version = version
 
-    def _request_headers(self) -> dict[str, str]:
-        headers = {**self.headers, "Content-Type": "application/json",
-                   "Accept": "application/json, text/event-stream"}
+    def _request_headers(self, accept: str = "application/json, text/event-stream") -> dict[str, str]:
+        headers = {**self.headers, "Content-Type": "application/json", "Accept": accept}
         if self.session_id:
             headers["Mcp-Session-Id"] = self.session_id
         if self.protocol_version:
@@ -317,6 +327,72 @@ class HttpTransport:
             raise McpError(f"MCP server {self.label!r}: the connection is closed",
                            code="E_MCP_CLOSED")
         await run_in_daemon_thread(self._post, message, name=f"mcp-{self.label}")
+        if message.get("method") == "notifications/initialized":
+            self._listen()
+
+    # --- the GET stream ---------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """Open the server-to-client stream of the session just initialised (one at a time)."""
+        if self._closed or (self._listener is not None and self._listener.is_alive()):
+            return
+        self._listener = threading.Thread(target=self._listen_loop, args=(self.session_id,),
+                                          name=f"mcp-{self.label}-listen", daemon=True)
+        self._listener.start()
+
+    def _listen_loop(self, session_id: str | None) -> None:
+        import urllib3
+
+        last_event_id: str | None = None
+        failures = 0
+        # One stream per session: a re-initialised session starts its own listener.
+        while not self._stop_listening.is_set() and self.session_id == session_id:
+            headers = self._request_headers("text/event-stream")
+            headers.pop("Content-Type")
+            if last_event_id is not None:
+                headers["Last-Event-ID"] = last_event_id
+            try:
+                response = self._pool.request(
+                    "GET", self.url, headers=headers, preload_content=False,
+                    timeout=urllib3.Timeout(connect=min(self.timeout_s, 10.0), read=None))
+            except urllib3.exceptions.HTTPError as exc:
+                failures += 1
+                self._log.debug("MCP %s: GET stream connect failed: %s", self.label, exc)
+            else:
+                self._listen_response = response
+                try:
+                    if self._stop_listening.is_set():
+                        return  # closed while connecting: close() may have missed the response
+                    kind = (response.headers.get("Content-Type") or "").split(";")[0].strip()
+                    if response.status != 200 or kind.lower() != "text/event-stream":
+                        # 405: the server offers no stream; 404: the session ended (the next
+                        # POST finds out and re-initialises, which listens again).
+                        self._log.debug("MCP %s: no GET stream (HTTP %s)", self.label,
+                                        response.status)
+                        return
+                    failures = 0
+                    last_event_id = self._read_stream(response, last_event_id)
+                except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                    self._log.debug("MCP %s: GET stream ended: %s", self.label, exc)
+                except RuntimeError:
+                    return  # the event loop is gone: nobody is left to deliver to
+                finally:
+                    self._listen_response = None
+                    with contextlib.suppress(Exception):
+                        response.release_conn()
+            if failures >= _LISTEN_MAX_FAILURES:
+                return
+            self._stop_listening.wait(_LISTEN_BACKOFF_S[min(failures, len(_LISTEN_BACKOFF_S) - 1)])
+
+    def _read_stream(self, response: Any, last_event_id: str | None) -> str | None:
+        """Deliver every message of one GET stream; returns the last event id seen."""
+        parser = SseParser()
+        for chunk in response.stream(8192):
+            for event in parser.feed(chunk):
+                last_event_id = event.id or last_event_id
+                if event.data.strip():
+                    self._deliver(decode_message(event.data))
+        return last_event_id
 
     def send_soon(self, message: JsonObject) -> None:
         future = asyncio.ensure_future(self.send(message))
@@ -332,10 +408,19 @@ class HttpTransport:
         if self._closed:
             return
         self._closed = True
+        self._stop_listening.set()
+        response = self._listen_response
+        if response is not None:
+            # Unblocks the listener's read; it then sees the stop flag and ends.
+            with contextlib.suppress(Exception):
+                response.shutdown()
         if self.session_id:
             # Ends the session on the server (the spec's DELETE); a 405 or an error is fine.
             headers = self._request_headers()
             await run_in_daemon_thread(self._delete, headers, name=f"mcp-{self.label}-close")
+        listener = self._listener
+        if listener is not None and listener.is_alive():
+            await run_in_daemon_thread(listener.join, _CLOSE_GRACE_S, name=f"mcp-{self.label}-join")
         self._pool.clear()
 
     def _delete(self, headers: dict[str, str]) -> None:
@@ -343,4 +428,6 @@ class HttpTransport:
             self._pool.request("DELETE", self.url, headers=headers, timeout=2.0, retries=False)
 
     def status(self) -> JsonObject:
-        return {"transport": "http", "url": self.url, "sessionId": self.session_id}
+        listening = self._listener is not None and self._listener.is_alive()
+        return {"transport": "http", "url": self.url, "sessionId": self.session_id,
+                "listening": listening}

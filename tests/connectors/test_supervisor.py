@@ -190,3 +190,79 @@ spec:
 
     run(main)
     assert any("Connection elsewhere is bound to Swarm second" in r.getMessage() for r in caplog.records)
+
+
+def _connection(name: str, port_file: Path, instance_key: str) -> str:
+    return f"""---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: {name}}}
+spec:
+  connectorRef: Connector/trigger
+  config:
+    PORT_FILE: {{value: "{port_file}"}}
+  ingress:
+    rules:
+      - match: {{event: trigger_message}}
+        route: {{instanceKey: {instance_key}}}
+"""
+
+
+def test_reload_restarts_changed_starts_added_and_stops_removed_connections(
+    tmp_path: Path, state_root: Path,
+) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, bundle)
+    manifest = bundle / "goondan.yaml"
+    original = manifest.read_text()
+    ports = {name: tmp_path / f"{name}.json" for name in ("keep", "change", "gone", "new")}
+    manifest.write_text(original + _connection("keep", ports["keep"], "k1")
+                        + _connection("change", ports["change"], "c1")
+                        + _connection("gone", ports["gone"], "g1"))
+    record: list[str] = []
+
+    async def main() -> None:
+        import os
+
+        os.environ["TRIGGER_PORT_FILE"] = str(tmp_path / "port.json")
+        os.environ["TRIGGER_FAIL"] = ""
+        orch, runtime = _runtime(bundle, state_root, record)
+        records = runtime.supervisor.records
+        async with orch:
+            await runtime.start()
+            await orch.wait_until(lambda: all(r.status == "running" for r in records.values()), 30)
+            gone_port = await asyncio.to_thread(wait_port, ports["gone"])
+            old_change_port = await asyncio.to_thread(wait_port, ports["change"])
+            ports["change"].unlink()
+            # v2: "change" routes elsewhere, "gone" left the bundle, "new" arrived; "keep" and
+            # "trig" are untouched.
+            manifest.write_text(original + _connection("keep", ports["keep"], "k1")
+                                + _connection("change", ports["change"], "c2")
+                                + _connection("new", ports["new"], "n1"))
+            changes = await runtime.reload(load_bundle(bundle, state_root=state_root))
+            assert changes == {"restarted": ["change"], "updated": [], "added": ["new"], "removed": ["gone"]}
+            assert sorted(records) == ["change", "keep", "new", "trig"]
+            await orch.wait_until(lambda: records["change"].spawn_count == 2
+                                  and all(r.status == "running" for r in records.values()), 30)
+            assert records["keep"].spawn_count == 1 and records["trig"].spawn_count == 1
+            # The restarted connector serves with the new rules; the added one is accepted.
+            change_port = await asyncio.to_thread(wait_port, ports["change"])
+            answer = await asyncio.to_thread(send_trigger, change_port, "e1", "echo:moved")
+            assert answer == {"id": "e1", "duplicate": False}
+            new_port = await asyncio.to_thread(wait_port, ports["new"])
+            assert await asyncio.to_thread(send_trigger, new_port, "e2", "echo:arrived") == {
+                "id": "e2", "duplicate": False}
+            await orch.wait_until(lambda: sorted(record) == ["assistant@c2 echo:moved",
+                                                             "assistant@n1 echo:arrived"], 30)
+            # The removed connector stopped listening.
+            for port in (gone_port, old_change_port):
+                with pytest.raises(OSError):
+                    await asyncio.to_thread(send_trigger, port, "e3", "echo:nobody")
+            assert runtime.ingress.inboxes.keys() == {"trig", "keep", "change", "new"}
+            # A reload that changes nothing restarts nothing.
+            assert await runtime.reload(load_bundle(bundle, state_root=state_root)) == {
+                "restarted": [], "updated": [], "added": [], "removed": []}
+            assert records["change"].spawn_count == 2
+            await runtime.stop()
+
+    run(main)

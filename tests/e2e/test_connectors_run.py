@@ -82,10 +82,11 @@ def test_input_file_and_piped_lines_feed_the_cli_connection(state_root: Path, tm
 
 
 @contextlib.contextmanager
-def foreground(bundle: Path, state_root: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+def foreground(bundle: Path, state_root: Path, env: dict[str, str], *,
+               watch: bool = False) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle),
-         "--foreground"],
+         "--foreground", *(["--watch"] if watch else [])],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, **env},
     )
@@ -194,6 +195,29 @@ def test_connectors_are_supervised_with_backoff_and_stopped_by_sigterm(state_roo
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         _wait(lambda: not any(pid_alive(p) for p in pids), 30, "every connector process to stop")
+
+
+def test_watch_restarts_a_connection_whose_rules_changed(state_root: Path, tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, bundle)
+    port_file = tmp_path / "port.json"
+    env = {"TRIGGER_PORT_FILE": str(port_file), "TRIGGER_FAIL": ""}
+    with foreground(bundle, state_root, env, watch=True):
+        wait_port(port_file)
+        first_pid = json.loads(port_file.read_text())["pid"]
+        manifest = bundle / "goondan.yaml"
+        manifest.write_text(manifest.read_text().replace("route: {instanceKey: durable}",
+                                                         "route: {instanceKey: moved}"))
+        _wait(lambda: port_file.exists() and json.loads(port_file.read_text())["pid"] != first_pid,
+              60, "the connector to restart with the new rules")
+        _wait(lambda: not pid_alive(first_pid), 30, "the old connector process to end")
+        port = wait_port(port_file)
+        assert send_trigger(port, "w-1", "after the edit") == {"id": "w-1", "duplicate": False}
+        _wait(lambda: "after the edit" in "\n".join(conversation_texts(state_root, "moved")), 60, "the turn")
+        row = next(r for r in _status(state_root)["connections"] if r["connection"] == "trig")
+        assert row["restarts"] == 1 and row["status"] == "running"
+        assert any(r.get("event") == "connector.restarted" and r.get("connections") == ["trig"]
+                   for r in _log_records(state_root))
 
 
 def test_showcase_connection_runs(state_root: Path, tmp_path: Path) -> None:

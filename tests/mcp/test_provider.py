@@ -111,6 +111,34 @@ def test_streamable_http_calls_and_reinitialises_after_404(tmp_path: Path) -> No
         run(body(), timeout_s=DEADLINE_S)
 
 
+def test_streamable_http_server_notifications_arrive_on_the_get_stream() -> None:
+    # The SDK sends a list_changed that is not tied to a request on the standalone GET stream;
+    # without that stream the notification is dropped and the new tool never shows up.
+    with http_server() as url:
+        spec = McpServerSpec(name="web", package=None, command=None, url=url, timeout_ms=20_000)
+
+        async def body() -> None:
+            async with Harness(spec) as h:
+                assert "web__extra" not in await h.names()
+                session = await h.provider.session()
+                assert session.transport.status()["listening"] is True
+                assert (await h.call("web__grow")).output == {"result": "grown"}
+                deadline = time.monotonic() + 30
+                while "web__extra" not in await h.names():
+                    assert time.monotonic() < deadline, "list_changed never arrived"
+                    await asyncio.sleep(0.05)
+                assert (await h.call("web__extra")).output == {"result": "extra"}
+                # An expired session re-initialises and opens a new stream.
+                transport: Any = session.transport
+                old = transport.session_id
+                transport.session_id = "expired-session"
+                assert (await h.call("web__echo", {"text": "x"})).output == {"result": "x"}
+                assert transport.session_id not in (None, old, "expired-session")
+                await asyncio.to_thread(wait_for, lambda: transport.status()["listening"])
+            assert session.transport.status()["listening"] is False
+        run(body(), timeout_s=DEADLINE_S)
+
+
 def test_killed_server_restarts_without_hang_or_traceback(tmp_path: Path) -> None:
     async def body() -> None:
         async with Harness(stdio_spec(marks=tmp_path)) as h:
