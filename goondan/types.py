@@ -8,8 +8,8 @@ and ``to_dict`` writes them back, so records survive a round trip unchanged.
 from __future__ import annotations
 
 import os
-import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias
@@ -81,7 +81,21 @@ def new_span_id() -> str:
     From the ``random`` module's generator, as the OpenTelemetry SDKs do: span ids need to be
     unique, not secret, and this is made for every step, LLM call and tool call without a
     system call (``random`` reseeds itself in a forked child)."""
-    return f"{random.getrandbits(64) or 1:016x}"
+    bits = _getrandbits
+    if bits is None:  # ``random`` is imported at the first span, not at every start
+        import random
+
+        bits = _bind_random(random.getrandbits)
+    return f"{bits(64) or 1:016x}"
+
+
+_getrandbits: Callable[[int], int] | None = None
+
+
+def _bind_random(getrandbits: Callable[[int], int]) -> Callable[[int], int]:
+    global _getrandbits
+    _getrandbits = getrandbits
+    return getrandbits
 
 
 def _split(data: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
