@@ -49,6 +49,7 @@ _log = logging.getLogger("goondan.engines.ray")
 # The workspace marker every host must see under the state root (docs/scaling.md).
 MARKER_NAME = "engine-marker.json"
 _POLL_BATCH = 512
+_POLL_IDLE_S = 1.0
 _T = TypeVar("_T")
 
 
@@ -275,12 +276,20 @@ class AgentHost:
             hosted.task.cancel()
 
     async def poll(self) -> JsonObject:
-        """Wait for output of any hosted instance and return up to a batch of entries."""
+        """Wait (up to about a second) for output of any hosted instance and return up to a
+        batch of entries, with the host's epoch."""
         return await self._on_loop(self._poll())
 
     async def _poll(self) -> JsonObject:
+        # An idle poll still answers after _POLL_IDLE_S: the driver learns a restarted host's
+        # new epoch (and so which instances ended) even when nothing is running on it.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _POLL_IDLE_S
         while not self._outbox:
             self._ready.clear()
-            await self._ready.wait()
+            try:
+                await asyncio.wait_for(self._ready.wait(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                break
         batch, self._outbox = self._outbox[:_POLL_BATCH], self._outbox[_POLL_BATCH:]
         return {"epoch": self.epoch, "entries": batch}

@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,6 +51,9 @@ __all__ = ["CONNECTOR_HOST", "RaySpawner", "forwarded_env", "host_index"]
 _log = logging.getLogger("goondan.engines.ray")
 _EOF = object()
 NAMESPACE = "goondan"
+# How long a host may fail every poll before its instances are declared ended (a cluster that
+# is gone); a host Ray restarts answers long before with a new epoch.
+UNREACHABLE_GIVE_UP_S = 30.0
 CONNECTOR_HOST = "connectors"  # the name suffix of the connector host actor
 _DELIVER_BATCH = 256
 
@@ -175,6 +179,7 @@ class _RayHandle(AgentHandle):
         self._spawner = spawner
         self._exit: WorkerExit | None = None
         self._exited = asyncio.Event()
+        self.epoch: str | None = None  # the host epoch it was opened on (None while opening)
 
     @property
     def pid(self) -> int | None:
@@ -221,6 +226,8 @@ class RaySpawner(Spawner):
         self._senders: list[_HostSender] = []
         self.placement: list[str | None] = []  # the node each host was first placed on (soft)
         self._epochs: list[str | None] = []
+        self._dead_epochs: list[set[str]] = []  # epochs of hosts that restarted since
+        self._unreachable_since: list[float | None] = []
         self._handles: dict[str, _RayHandle] = {}
         self._by_host: list[set[str]] = []
         self._pumps: list[asyncio.Task[None]] = []
@@ -286,6 +293,8 @@ class RaySpawner(Spawner):
         self._senders.append(_HostSender(actor))
         self._by_host.append(set())
         self._epochs.append(None)
+        self._dead_epochs.append(set())
+        self._unreachable_since.append(None)
         return len(self._actors) - 1
 
     async def _verify(self, indices: range) -> None:
@@ -345,7 +354,11 @@ class RaySpawner(Spawner):
             self._forget(hid)
             raise IpcError(f"cannot open {request.process_name} on Ray host {index}: {exc}",
                            code="E_IPC_CLOSED", suggestion="check the Ray cluster ('ray status')") from exc
-        if epoch != self._epochs[index]:
+        handle.epoch = epoch
+        if epoch in self._dead_epochs[index]:  # opened on the host just before it went away
+            handle.ended(WorkerExit("signalled", None, 9))
+            self._forget(hid)
+        elif epoch != self._epochs[index]:
             self._host_restarted(index, epoch, keep=hid)
         return handle
 
@@ -355,13 +368,20 @@ class RaySpawner(Spawner):
             self._by_host[handle.ray_transport._host].discard(hid)
 
     def _host_restarted(self, index: int, epoch: str | None, *, keep: str | None = None) -> None:
-        """Host ``index`` lost its instances (restarted or unreachable): their workers ended."""
+        """Host ``index`` restarted as ``epoch`` (``None``: it stayed unreachable too long): the
+        workers opened on its earlier epochs ended. Workers opened on ``epoch`` itself, and
+        those whose open is still in flight (``spawn`` checks the epoch it gets back), live on:
+        declaring them ended would make the orchestrator open a second copy of an instance the
+        host still runs."""
+        old = self._epochs[index]
         if epoch is not None:
+            if old is not None and old != epoch:
+                self._dead_epochs[index].add(old)
             self._epochs[index] = epoch
         for hid in list(self._by_host[index]):
-            if hid == keep:
-                continue
             handle = self._handles.get(hid)
+            if hid == keep or (handle is not None and (handle.epoch is None or handle.epoch == epoch)):
+                continue
             if handle is not None:
                 handle.ended(WorkerExit("signalled", None, 9))
             self._forget(hid)
@@ -374,10 +394,20 @@ class RaySpawner(Spawner):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                _log.warning("Ray host %d unreachable (%s); its instances ended", index, type(exc).__name__)
-                self._host_restarted(index, None)
+                # A failed poll is not a lost host: a busy host can fail one and still run its
+                # instances. They end when the host answers with a new epoch (Ray restarted it)
+                # or after UNREACHABLE_GIVE_UP_S without an answer.
+                now = time.monotonic()
+                since = self._unreachable_since[index]
+                if since is None:
+                    self._unreachable_since[index] = since = now
+                    _log.warning("Ray host %d unreachable (%s)", index, type(exc).__name__)
+                if now - since > UNREACHABLE_GIVE_UP_S and self._by_host[index]:
+                    _log.warning("Ray host %d unreachable for %.0f s; its instances ended", index, now - since)
+                    self._host_restarted(index, None)
                 await asyncio.sleep(0.2)  # the actor restarts elsewhere; poll it again then
                 continue
+            self._unreachable_since[index] = None
             if answer["epoch"] != self._epochs[index]:
                 self._host_restarted(index, answer["epoch"])
             for hid, frame, exit_info in answer["entries"]:
@@ -409,6 +439,7 @@ class RaySpawner(Spawner):
                 self._ray.kill(actor, no_restart=True)
         self._pumps, self._actors, self._senders = [], [], []
         self._by_host, self._epochs, self.placement = [], [], []
+        self._dead_epochs, self._unreachable_since = [], []
         self.connector_host = None
         self._started = False
 
