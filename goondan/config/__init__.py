@@ -9,8 +9,9 @@ The names below are imported on first use, so that a light submodule (``goondan.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from goondan.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from goondan.config.bundle import (
@@ -52,10 +53,4 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"goondan.config.{home}"), name)
-    globals()[name] = value  # later lookups skip this hook
-    return value
+__getattr__ = lazy_exports(__name__, _HOME)

@@ -94,6 +94,20 @@ def _check(model: HttpModel, request: ModelRequest, stream: bool) -> None:
     assert json.loads(spliced) == json.loads(json.dumps(naive))
 
 
+def _edit(state: ConversationState, step: tuple[Any, ...]) -> None:
+    """Apply a message edit step (append/replace/remove/truncate) the way step middleware
+    does; an edit of a message in an empty history does nothing."""
+    kind, current = step[0], state.next_messages
+    if kind == "append":
+        state.emit_all(MessageEvent.append(_message(m)) for m in step[1])
+    elif kind == "replace" and current:
+        state.emit(MessageEvent.replace(current[step[1] % len(current)].id, _message(step[2])))
+    elif kind == "remove" and current:
+        state.emit(MessageEvent.remove(current[step[1] % len(current)].id))
+    elif kind == "truncate":
+        state.emit(MessageEvent.truncate())
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     provider=st.sampled_from(PROVIDERS),
@@ -111,20 +125,13 @@ def test_incremental_payload_equals_naive(
     _check(model, ModelRequest(messages=state.to_llm_messages(), tools=TOOLS, system=system), stream)
     for step in steps:
         kind = step[0]
-        current = state.next_messages
-        if kind == "append":
-            state.emit_all(MessageEvent.append(_message(m)) for m in step[1])
-        elif kind == "replace" and current:
-            state.emit(MessageEvent.replace(current[step[1] % len(current)].id, _message(step[2])))
-        elif kind == "remove" and current:
-            state.emit(MessageEvent.remove(current[step[1] % len(current)].id))
-        elif kind == "truncate":
-            state.emit(MessageEvent.truncate())
-        elif kind == "system":
+        if kind == "system":
             system = step[1]
         elif kind == "switch":
             other.emit(MessageEvent.append(_message({"role": "assistant", "content": "more"})))
             _check(model, ModelRequest(messages=other.to_llm_messages(), system="Other."), stream)
+        else:
+            _edit(state, step)
         _check(model, ModelRequest(messages=state.to_llm_messages(), tools=TOOLS, system=system), stream)
 
 
@@ -147,22 +154,15 @@ def test_incremental_payload_from_views_and_commits_equals_naive(
     _check(model, ModelRequest(messages=state.llm_view(), tools=TOOLS, system=system), stream)
     for step in steps:
         kind = step[0]
-        current = state.next_messages
-        if kind == "append":
-            state.emit_all(MessageEvent.append(_message(m)) for m in step[1])
-        elif kind == "replace" and current:
-            state.emit(MessageEvent.replace(current[step[1] % len(current)].id, _message(step[2])))
-        elif kind == "remove" and current:
-            state.emit(MessageEvent.remove(current[step[1] % len(current)].id))
-        elif kind == "truncate":
-            state.emit(MessageEvent.truncate())
-        elif kind == "system":
+        if kind == "system":
             system = step[1]
         elif kind == "commit":
             state = state.successor()
         elif kind == "switch":
             other = ConversationState([_message({"role": "user", "content": "other"})])
             _check(model, ModelRequest(messages=other.llm_view(), system="Other."), stream)
+        else:
+            _edit(state, step)
         _check(model, ModelRequest(messages=state.llm_view(), tools=TOOLS, system=system), stream)
 
 
