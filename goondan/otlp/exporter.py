@@ -201,6 +201,31 @@ def _timestamp_nanos(timestamp: str) -> int:
     return iso_to_unix_nanos(timestamp)
 
 
+def _outcome_attributes(event: RuntimeEvent, usage: Any, into: dict[str, AttributeValue]) -> Any:
+    """Add what an end event says of its outcome — token usage, cost, error type — to ``into``,
+    in the attribute order of every span; returns the event's ``failed`` flag."""
+    if isinstance(usage, dict) and usage:
+        into["gen_ai.usage.input_tokens"] = int(usage.get("prompt") or 0)
+        into["gen_ai.usage.output_tokens"] = int(usage.get("completion") or 0)
+    cost = getattr(event, "cost", None)
+    if isinstance(cost, (int, float)):
+        into["goondan.cost.usd"] = float(cost)
+    failed = getattr(event, "failed", False)
+    error_code = (getattr(event, "error_code", None) or None) if failed else None
+    if error_code:
+        into["error.type"] = error_code
+    return failed
+
+
+def _span_window(event: RuntimeEvent) -> tuple[int, int]:
+    """``(start, end)`` in unix nanoseconds: an end event is stamped when its span ends."""
+    latency = getattr(event, "latency_ms", 0.0)
+    duration = int((float(latency) if isinstance(latency, (int, float)) else 0.0) * 1_000_000)
+    end = _timestamp_nanos(event.timestamp)
+    start = end - duration
+    return start, max(start + duration, start)
+
+
 def event_to_otlp_span(event: RuntimeEvent) -> OtlpSpan | None:
     """The span an end event (or an ingress) describes, as OTLP: the same span as
     ``to_otlp_span(SpanAssembler().feed(event.to_dict()))`` (``None`` where that is ``None``),
@@ -268,23 +293,11 @@ def event_to_otlp_span(event: RuntimeEvent) -> OtlpSpan | None:
         span_kind = SPAN_KIND_CLIENT
         attrs["gen_ai.operation.name"] = "invoke_agent"
         attrs["gen_ai.agent.name"] = target
-    if isinstance(usage, dict) and usage:
-        attrs["gen_ai.usage.input_tokens"] = int(usage.get("prompt") or 0)
-        attrs["gen_ai.usage.output_tokens"] = int(usage.get("completion") or 0)
-    cost = getattr(event, "cost", None)
-    if isinstance(cost, (int, float)):
-        attrs["goondan.cost.usd"] = float(cost)
-    failed = getattr(event, "failed", False)
-    error_code = (getattr(event, "error_code", None) or None) if failed else None
-    if error_code:
-        attrs["error.type"] = error_code
-    latency = getattr(event, "latency_ms", 0.0)
-    duration = int((float(latency) if isinstance(latency, (int, float)) else 0.0) * 1_000_000)
-    end = _timestamp_nanos(event.timestamp)
-    start = end - duration
+    failed = _outcome_attributes(event, usage, attrs)
+    start, end = _span_window(event)
     return OtlpSpan(
         trace_id=trace_id, span_id=span_id, parent_span_id=event.parent_span_id or None,
-        name=name, kind=span_kind, start_unix_nanos=start, end_unix_nanos=max(start + duration, start),
+        name=name, kind=span_kind, start_unix_nanos=start, end_unix_nanos=end,
         attributes=attrs, status_code=STATUS_ERROR if failed else 0,
         status_message=(getattr(event, "error_message", None) or "") if failed else "",
     )
@@ -345,27 +358,14 @@ def event_span_message(event: RuntimeEvent) -> bytes | None:
     varying: dict[str, AttributeValue] = {}
     if cls is ToolEnded and event.tool_call_id:  # type: ignore[attr-defined]
         varying["gen_ai.tool.call.id"] = str(event.tool_call_id)  # type: ignore[attr-defined]
-    if cls is TurnEnded or cls is LlmCallEnded:
-        usage = event.token_usage  # type: ignore[attr-defined]
-        if isinstance(usage, dict) and usage:
-            varying["gen_ai.usage.input_tokens"] = int(usage.get("prompt") or 0)
-            varying["gen_ai.usage.output_tokens"] = int(usage.get("completion") or 0)
-    cost = getattr(event, "cost", None)
-    if isinstance(cost, (int, float)):
-        varying["goondan.cost.usd"] = float(cost)
-    failed = getattr(event, "failed", False)
-    error_code = (getattr(event, "error_code", None) or None) if failed else None
-    if error_code:
-        varying["error.type"] = error_code
+    usage = event.token_usage if cls is TurnEnded or cls is LlmCallEnded else None  # type: ignore[attr-defined]
+    failed = _outcome_attributes(event, usage, varying)
     if varying:
         attributes += attribute_fields(varying)
-    latency = getattr(event, "latency_ms", 0.0)
-    duration = int((float(latency) if isinstance(latency, (int, float)) else 0.0) * 1_000_000)
-    end = _timestamp_nanos(event.timestamp)
-    start = end - duration
+    start, end = _span_window(event)
     return span_message(
         event.trace_id, event.span_id, event.parent_span_id or None, name, kind, start,
-        max(start + duration, start), attributes, STATUS_ERROR if failed else 0,
+        end, attributes, STATUS_ERROR if failed else 0,
         (getattr(event, "error_message", None) or "") if failed else "",
     )
 
