@@ -43,17 +43,28 @@ JsonObject: TypeAlias = dict[str, Any]
 _second: list[tuple[int, str]] = [(-1, "")]
 
 
+# (the last millisecond formatted, its text), the same way: events of one step often share it.
+_millisecond: list[tuple[int, str]] = [(-1, "")]
+
+
 def now_iso() -> str:
     """Current UTC time as ISO-8601 with milliseconds and ``Z`` (``2026-03-04T08:05:09.120Z``).
 
     Called for every runtime event and span: the date and time of the current second are
-    formatted once, so most calls only add the milliseconds."""
-    seconds, millis = divmod(time.time_ns() // 1_000_000, 1000)
+    formatted once, so most calls only add the milliseconds, and a call in the same millisecond
+    as the one before returns its text."""
+    now = time.time_ns() // 1_000_000
+    last, text = _millisecond[0]
+    if last == now:
+        return text
+    seconds, millis = divmod(now, 1000)
     second, prefix = _second[0]
     if second != seconds:
         prefix = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
         _second[0] = (seconds, prefix)
-    return f"{prefix}{millis:03d}Z"
+    text = f"{prefix}{millis:03d}Z"
+    _millisecond[0] = (now, text)
+    return text
 
 
 def new_id(prefix: str) -> str:

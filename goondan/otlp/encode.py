@@ -43,6 +43,7 @@ __all__ = [
     "attribute_fields",
     "encode_json",
     "encode_protobuf",
+    "encode_protobuf_span_fields",
     "encode_protobuf_spans",
     "encode_span",
     "span_message",
@@ -87,6 +88,8 @@ class Resource:
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 # Two-byte varints (128 to 16383): the lengths of spans and of their attribute blocks.
 _TWO_BYTES = [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(1 << 14)]
+# Every value below 16384 as its varint: what _varint returns, by one list lookup.
+_VARINTS = _ONE_BYTE + _TWO_BYTES[128:]
 
 
 def _varint(value: int) -> bytes:
@@ -247,8 +250,14 @@ def encode_protobuf(spans: Sequence[OtlpSpan], resource: Resource) -> bytes:
 
 def encode_protobuf_spans(spans: Sequence[bytes], resource: Resource) -> bytes:
     """:func:`encode_protobuf` of spans already encoded as ``Span`` messages (:func:`span_message`)."""
+    return encode_protobuf_span_fields([_len_field(2, s) for s in spans], resource)
+
+
+def encode_protobuf_span_fields(fields: Sequence[bytes], resource: Resource) -> bytes:
+    """:func:`encode_protobuf_spans` of spans already wrapped as ``ScopeSpans.spans`` fields
+    (tag and length in front of each message): the request body is then one join."""
     scope = _str_field(1, resource.scope_name) + _str_field(2, resource.scope_version)
-    scope_spans = _len_field(1, scope) + b"".join([_len_field(2, s) for s in spans])
+    scope_spans = _len_field(1, scope) + b"".join(fields)
     resource_spans = (_len_field(1, _attributes(1, resource.attributes))
                       + _len_field(2, scope_spans))
     return _len_field(1, resource_spans)

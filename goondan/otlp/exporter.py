@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,9 @@ from urllib.parse import unquote
 
 from goondan.errors import ConfigError
 from goondan.otlp.encode import (
+    _PACK_FIXED64,
+    _TRACE_FIELD,
+    _VARINTS,
     SPAN_KIND_CLIENT,
     SPAN_KIND_INTERNAL,
     SPAN_KIND_SERVER,
@@ -27,11 +31,14 @@ from goondan.otlp.encode import (
     AttributeValue,
     OtlpSpan,
     Resource,
+    _key,
+    _len_field,
+    _str_field,
+    _varint,
     attribute_fields,
     encode_json,
-    encode_protobuf_spans,
+    encode_protobuf_span_fields,
     encode_span,
-    span_message,
 )
 from goondan.runtime.eventlog import BackgroundBatcher
 from goondan.runtime.events import (
@@ -48,8 +55,8 @@ from goondan.runtime.observe import EventSink
 from goondan.runtime.traces import SpanRecord, iso_to_unix_nanos
 from goondan.types import JsonObject
 
-__all__ = ["OtlpConfig", "OtlpExporter", "event_span_message", "event_to_otlp_span", "exporter_from_env",
-           "to_otlp_span"]
+__all__ = ["OtlpConfig", "OtlpExporter", "event_span_field", "event_span_message", "event_to_otlp_span",
+           "exporter_from_env", "to_otlp_span"]
 
 _log = logging.getLogger("goondan.otlp")
 _PROTOCOLS = ("http/protobuf", "http/json")
@@ -308,66 +315,162 @@ _EVENT_KINDS: dict[type, str] = {TurnEnded: "turn", StepEnded: "step", LlmCallEn
 # Attributes that vary from span to span; they follow the cached ones (to_otlp_span's order).
 _VARYING = frozenset({"gen_ai.tool.call.id", "gen_ai.usage.input_tokens", "goondan.cost.usd", "error.type"})
 # (event class, agent, instance, the fields the name and leading attributes come from) ->
-# (name, kind, encoded leading attributes): most spans of a turn share them.
-_PREFIXES: dict[tuple[Any, ...], tuple[str, int, bytes]] = {}
+# (the encoded name and kind fields, the encoded leading attributes): most spans of a turn share them.
+_PREFIXES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
 _PREFIX_LIMIT = 4096
 
 
-def _prefix_key(event: RuntimeEvent) -> tuple[Any, ...]:
+def _general_message(event: RuntimeEvent) -> bytes | None:
+    span = event_to_otlp_span(event)
+    return None if span is None else encode_span(span)
+
+
+# Encoded pieces of the attributes that vary from span to span (see _span_parts).
+_CALL_ID_KEY = b"\x0a\x13gen_ai.tool.call.id\x12"  # the key, then the value's tag
+# field 9 (29 bytes): the key, then a value of 9 bytes holding a double (field 4, fixed64)
+_COST_FIELD = b"\x4a\x1d\x0a\x10goondan.cost.usd\x12\x09\x21"
+_VARINT_TABLE = len(_VARINTS)  # lengths below this are encoded by a table lookup
+_PACK_DOUBLE = struct.Struct("<d").pack
+# (prompt tokens, completion tokens) -> their two encoded attributes.
+_USAGE_FIELDS: dict[tuple[int, int], bytes] = {}
+
+
+def _span_message(event: RuntimeEvent) -> bytes | None:
+    """The encoded ``Span`` message of an end event: what :func:`event_span_message` returns,
+    with everything that repeats from span to span — the name, the kind and the leading
+    attributes per agent, instance and step index / tool / model, the trace id field, the second
+    of the timestamp, token counts — cached, each piece computed into a local and the message
+    made by one join. The exporter thread runs this once per span."""
     cls = type(event)
-    head = (cls, event.agent_name, event.instance_key)
-    if cls is StepEnded:
-        return (*head, event.step_index)  # type: ignore[attr-defined]
+    trace_id, span_id = event.trace_id, event.span_id
+    if cls not in _EVENT_KINDS or not trace_id or not span_id:
+        return _general_message(event)
+    agent, instance = event.agent_name, event.instance_key
     if cls is ToolEnded:
-        return (*head, event.tool_name)  # type: ignore[attr-defined]
-    if cls is LlmCallEnded:
-        return (*head, event.model, event.provider, event.finish_reason)  # type: ignore[attr-defined]
-    if cls is AgentAnswered:
-        return (*head, event.target)  # type: ignore[attr-defined]
-    return head
+        key: tuple[Any, ...] = (cls, agent, instance, event.tool_name)  # type: ignore[attr-defined]
+    elif cls is StepEnded:
+        key = (cls, agent, instance, event.step_index)  # type: ignore[attr-defined]
+    elif cls is LlmCallEnded:
+        key = (cls, agent, instance, event.model, event.provider, event.finish_reason)  # type: ignore[attr-defined]
+    elif cls is TurnEnded:
+        key = (cls, agent, instance)
+    else:
+        key = (cls, agent, instance, event.target)  # type: ignore[attr-defined]
+    try:
+        cached = _PREFIXES.get(key)
+    except TypeError:  # an unhashable field value: the general path
+        return _general_message(event)
+    if cached is None:
+        cached = _cache_prefix(event, key)
+        if cached is None:
+            return None
+    head, leading = cached
+    # ids
+    last_trace, trace_field = _TRACE_FIELD[0]
+    if last_trace != trace_id:
+        trace = bytes.fromhex(trace_id)
+        trace_field = b"\x0a\x10" + trace if len(trace) == 16 else _len_field(1, trace)
+        _TRACE_FIELD[0] = (trace_id, trace_field)
+    own = bytes.fromhex(span_id)
+    own_field = b"\x12\x08" + own if len(own) == 8 else _len_field(2, own)
+    parent_id = event.parent_span_id
+    if parent_id:
+        parent = bytes.fromhex(parent_id)
+        parent_field = b"\x22\x08" + parent if len(parent) == 8 else _len_field(4, parent)
+    else:
+        parent_field = b""
+    # times: an end event is stamped when its span ends
+    latency = event.latency_ms  # type: ignore[attr-defined]
+    duration = int(float(latency) * 1_000_000) if isinstance(latency, (int, float)) else 0
+    stamp = event.timestamp
+    dot = stamp.find(".")
+    if len(stamp) == dot + 5 and stamp[-1] == "Z" and stamp[dot + 1:dot + 4].isdigit():
+        # _timestamp_nanos inline: the second parsed once, the milliseconds added
+        second = stamp[:dot]
+        last, nanos = _NANOS_OF_SECOND[0]
+        if last != second:
+            nanos = iso_to_unix_nanos(second + ".000Z")
+            _NANOS_OF_SECOND[0] = (second, nanos)
+        end = nanos + int(stamp[dot + 1:dot + 4]) * 1_000_000
+    else:
+        end = _timestamp_nanos(stamp)
+    start = end - duration
+    end = start + duration if duration > 0 else start
+    times = ((b"\x39" + _PACK_FIXED64(start) if start else b"")
+             + (b"\x41" + _PACK_FIXED64(end) if end else b""))
+    # the attributes that vary, in to_otlp_span's order
+    varying = b""
+    if cls is ToolEnded:
+        call_id = event.tool_call_id  # type: ignore[attr-defined]
+        if call_id:
+            text = str(call_id).encode()
+            size = len(text)
+            value = b"\x0a" + (_VARINTS[size] if size < _VARINT_TABLE else _varint(size)) + text
+            size = len(value)
+            pair = _CALL_ID_KEY + (_VARINTS[size] if size < _VARINT_TABLE else _varint(size)) + value
+            size = len(pair)
+            varying = b"\x4a" + (_VARINTS[size] if size < _VARINT_TABLE else _varint(size)) + pair
+    elif cls is LlmCallEnded or cls is TurnEnded:
+        usage = event.token_usage  # type: ignore[attr-defined]
+        if isinstance(usage, dict) and usage:
+            counts = (int(usage.get("prompt") or 0), int(usage.get("completion") or 0))
+            varying = _USAGE_FIELDS.get(counts) or _usage_fields(counts)
+    cost = getattr(event, "cost", None)
+    if isinstance(cost, (int, float)):
+        varying += _COST_FIELD + _PACK_DOUBLE(float(cost))
+    status = b""
+    if event.failed:  # type: ignore[attr-defined]
+        error_code = getattr(event, "error_code", None)
+        if error_code:
+            varying += attribute_fields({"error.type": error_code})
+        message = event.error_message or ""  # type: ignore[attr-defined]
+        inner = (_len_field(2, message.encode()) if message else b"") + b"\x18\x02"
+        status = _len_field(15, inner)
+    return b"".join((trace_field, own_field, parent_field, head, times, leading, varying, status))
+
+
+def _cache_prefix(event: RuntimeEvent, key: tuple[Any, ...]) -> tuple[bytes, bytes] | None:
+    """Encode and keep the name and kind fields and the leading attributes of ``event``'s span."""
+    span = event_to_otlp_span(event)
+    if span is None:
+        return None
+    leading: dict[str, AttributeValue] = {}
+    for name, value in span.attributes.items():
+        if name in _VARYING:
+            break
+        leading[name] = value
+    # The name and kind fields sit between the ids and the times; the leading attributes
+    # follow the times.
+    head = _str_field(5, span.name) + (_key(6, 0) + _varint(span.kind) if span.kind else b"")
+    cached = (head, attribute_fields(leading))
+    if len(_PREFIXES) >= _PREFIX_LIMIT:
+        _PREFIXES.clear()
+    _PREFIXES[key] = cached
+    return cached
+
+
+def _usage_fields(counts: tuple[int, int]) -> bytes:
+    if len(_USAGE_FIELDS) >= _PREFIX_LIMIT:
+        _USAGE_FIELDS.clear()
+    fields = _USAGE_FIELDS[counts] = attribute_fields({
+        "gen_ai.usage.input_tokens": counts[0], "gen_ai.usage.output_tokens": counts[1]})
+    return fields
 
 
 def event_span_message(event: RuntimeEvent) -> bytes | None:
-    """``encode.span_message`` of :func:`event_to_otlp_span` (the same bytes, proven by a
-    property test), with the name, kind and leading attributes cached per agent, instance and
-    step index / tool / model: what the exporter thread spends per span, about halved."""
-    cls = type(event)
-    if cls not in _EVENT_KINDS or not event.trace_id or not event.span_id:
-        span = event_to_otlp_span(event)
-        return None if span is None else encode_span(span)
-    try:
-        key = _prefix_key(event)
-        cached = _PREFIXES.get(key)
-    except TypeError:  # an unhashable field value: the general path
-        span = event_to_otlp_span(event)
-        return None if span is None else encode_span(span)
-    if cached is None:
-        span = event_to_otlp_span(event)
-        if span is None:
-            return None
-        leading: dict[str, AttributeValue] = {}
-        for name, value in span.attributes.items():
-            if name in _VARYING:
-                break
-            leading[name] = value
-        cached = (span.name, span.kind, attribute_fields(leading))
-        if len(_PREFIXES) >= _PREFIX_LIMIT:
-            _PREFIXES.clear()
-        _PREFIXES[key] = cached
-    name, kind, attributes = cached
-    varying: dict[str, AttributeValue] = {}
-    if cls is ToolEnded and event.tool_call_id:  # type: ignore[attr-defined]
-        varying["gen_ai.tool.call.id"] = str(event.tool_call_id)  # type: ignore[attr-defined]
-    usage = event.token_usage if cls is TurnEnded or cls is LlmCallEnded else None  # type: ignore[attr-defined]
-    failed = _outcome_attributes(event, usage, varying)
-    if varying:
-        attributes += attribute_fields(varying)
-    start, end = _span_window(event)
-    return span_message(
-        event.trace_id, event.span_id, event.parent_span_id or None, name, kind, start,
-        end, attributes, STATUS_ERROR if failed else 0,
-        (getattr(event, "error_message", None) or "") if failed else "",
-    )
+    """``encode.encode_span`` of :func:`event_to_otlp_span`: the same bytes (a property test
+    proves it), built by :func:`_span_message` without the intermediate span."""
+    return _span_message(event)
+
+
+def event_span_field(event: RuntimeEvent) -> bytes | None:
+    """:func:`event_span_message` as a ``ScopeSpans.spans`` field (tag and length in front), so
+    that a request body is one join of these (:func:`encode.encode_protobuf_span_fields`)."""
+    message = _span_message(event)
+    if message is None:
+        return None
+    size = len(message)
+    return b"\x12" + (_VARINTS[size] if size < _VARINT_TABLE else _varint(size)) + message
 
 
 class OtlpExporter(EventSink):
@@ -407,6 +510,10 @@ class OtlpExporter(EventSink):
         """CPU seconds the exporter thread has spent building, encoding and sending batches."""
         return self._batcher.cpu_s
 
+    def handler_for(self, event_class: type[RuntimeEvent]) -> Callable[[RuntimeEvent], object] | None:
+        """The queue's ``put`` itself for end events and ingress; nothing for the others."""
+        return None if event_class.phase == "start" or event_class is LlmDelta else self._put
+
     def handle(self, event: RuntimeEvent) -> None:
         """Queue an end event or an ingress (never blocks; a full queue drops it and counts it).
 
@@ -428,7 +535,7 @@ class OtlpExporter(EventSink):
     # -- background thread -------------------------------------------------------------------------
     def _export(self, events: list[RuntimeEvent]) -> None:
         as_json = self.config.protocol == "http/json"
-        build: Callable[[RuntimeEvent], Any] = event_to_otlp_span if as_json else event_span_message
+        build: Callable[[RuntimeEvent], Any] = event_to_otlp_span if as_json else event_span_field
         pending: list[Any] = []
         for event in events:
             try:
@@ -446,7 +553,7 @@ class OtlpExporter(EventSink):
             if as_json:
                 body, content_type = encode_json(spans, self.resource), "application/json"
             else:
-                body, content_type = encode_protobuf_spans(spans, self.resource), "application/x-protobuf"
+                body, content_type = encode_protobuf_span_fields(spans, self.resource), "application/x-protobuf"
             status = self._post(body, content_type)
         except Exception as exc:  # the exporter must never take a turn down
             _log.warning("OTLP export to %s failed: %s", self.config.endpoint, exc)

@@ -16,27 +16,37 @@ start events of steps, LLM calls and tool calls are not written (see ``_NOT_WRIT
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
 from goondan.llm.wire import encode_json
 from goondan.runtime.events import LlmCallStarted, LlmDelta, RuntimeEvent, StepStarted, ToolCalled
 from goondan.runtime.observe import EventSink
+from goondan.text import dumps_compact
 from goondan.types import JsonObject
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "ENCODED",
     "EVENT_LOG_NAME",
     "ROTATED_LOG_NAME",
     "BackgroundBatcher",
     "RuntimeEventLog",
+    "encode_text",
+    "encode_value",
+    "event_line",
+    "event_lines_module",
     "iter_event_log",
+    "line_source",
     "max_bytes_from_env",
 ]
 
@@ -62,6 +72,173 @@ def max_bytes_from_env(env: Mapping[str, str] = os.environ) -> int:
         return max(0, int(raw)) if raw else DEFAULT_MAX_BYTES
     except ValueError:
         return DEFAULT_MAX_BYTES
+
+
+# -- one event, one JSON line ---------------------------------------------------------------------
+# ``event_line(e)`` is ``encode_json(e.to_dict()) + b"\n"`` to the byte (a property test checks
+# it), written without the payload dict by one function per event class that reads the fields in
+# wire order and joins pre-encoded keys with encoded values. Those functions are generated source
+# (:func:`line_source`) kept in goondan/runtime/eventlines.py — compiled and cached like any
+# module, never at run time; a test checks the file is current. Strings repeat from line to line
+# (agent, instance, turn, trace and step ids, tool and model names), so their JSON form is kept
+# in a bounded cache; so are small flat objects (``tokenUsage``). This is the writer thread's
+# whole per-event cost (docs/observability.md "Cost of all this").
+ENCODED: dict[Any, str] = {}
+_ENCODED_LIMIT = 8192
+# A flat object is cached by its keys, the types of its values and the values: 1, 1.0 and True
+# are equal as keys but not as JSON, so the types are part of the key; floats are never cached
+# (0.0 == -0.0).
+_FLAT_TYPES = frozenset({str, int, bool, type(None)})
+
+
+def encode_text(text: str) -> str:
+    """``text`` as a JSON string, remembered in :data:`ENCODED`."""
+    if len(ENCODED) >= _ENCODED_LIMIT:
+        ENCODED.clear()
+    encoded: str = encode_basestring(text)
+    ENCODED[text] = encoded
+    return encoded
+
+
+def encode_value(value: Any) -> str:
+    """The JSON of any field value, as ``dumps_compact`` writes it: repeated strings and small
+    flat objects through :data:`ENCODED`, finite floats by ``repr``."""
+    kind = type(value)
+    if kind is str:
+        return ENCODED.get(value) or encode_text(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return repr(value)  # what json.dumps writes for a finite float
+    if kind is dict and _FLAT_TYPES.issuperset(map(type, value.values())):
+        key = (tuple(value), tuple(map(type, value.values())), tuple(value.values()))
+        encoded = ENCODED.get(key)
+        if encoded is None:
+            if len(ENCODED) >= _ENCODED_LIMIT:
+                ENCODED.clear()
+            encoded = ENCODED[key] = dumps_compact(value)
+        return encoded
+    return dumps_compact(value)
+
+
+# Fields whose value is new on (nearly) every line: encoded directly, not cached.
+_UNIQUE = frozenset({"span_id", "timestamp", "tool_call_id", "correlation_id", "error_message", "text"})
+
+
+def _value_expression(attr: str, annotation: str) -> str:
+    """An expression encoding ``v`` (the value of ``attr``): the annotated type's fast path
+    first, :func:`encode_value` for anything else."""
+    if annotation.startswith("str"):
+        fast = "encode_basestring(v)" if attr in _UNIQUE else "(cached(v) or encode_text(v))"
+        return f"{fast} if type(v) is str else encode_value(v)"
+    if annotation.startswith("int"):
+        return "int_repr(v) if type(v) is int else encode_value(v)"
+    if annotation.startswith("float"):
+        return "float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)"
+    return "encode_value(v)"
+
+
+def line_source(cls: type[RuntimeEvent]) -> str:
+    """The source of ``cls``'s line function: ``to_dict``'s keys in its order, each value
+    encoded into a local, the line made by one f-string."""
+    annotations = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    heads = ['{"type":' + encode_basestring(name) + ',"timestamp":' for name in cls.TYPES]
+    body = [f"def line_{cls.__name__}(e: Any) -> bytes:"]
+    pieces: list[str] = []  # the f-string: constants and {locals}
+
+    def constant(text: str) -> None:
+        assert "'" not in text and "\\" not in text
+        pieces.append(text.replace("{", "{{").replace("}", "}}"))
+
+    def field(attr: str, key: str | None, omit: str | None = None) -> None:
+        local = f"f_{attr}"
+        body.append(f"    v = e.{attr}")
+        expression = _value_expression(attr, annotations[attr])
+        if omit is None:  # always written
+            body.append(f"    {local} = {expression}")
+            if key is not None:
+                constant("," + encode_basestring(key) + ":")
+        else:  # the key and value, or nothing
+            prefix = "," + encode_basestring(key or "") + ":"
+            body.append(f"    {local} = '' if {omit} else {prefix!r} + ({expression})")
+        pieces.append("{" + local + "}")
+
+    if len(heads) > 1:
+        body.append(f"    head = {heads[1]!r} if e.failed else {heads[0]!r}")
+    else:
+        body.append(f"    head = {heads[0]!r}")
+    pieces.append("{head}")
+    field("timestamp", None)
+    field("agent_name", "agentName")
+    field("instance_key", "instanceKey")
+    field("trace_id", "traceId", "not v")
+    field("span_id", "spanId", "not v")
+    field("parent_span_id", "parentSpanId", "v is None")
+    timed = False
+    for attr, key in cls._wire_fields:
+        if key != "latencyMs":
+            field(attr, key, "v is None")
+            continue
+        # to_dict repeats latencyMs as "duration" (its older name) after every other key
+        timed = True
+        body += [f"    v = e.{attr}",
+                 "    if v is None:",
+                 f"        f_{attr} = duration = ''",
+                 "    else:",
+                 f"        duration = {_value_expression(attr, annotations[attr])}",
+                 f"        f_{attr} = {',' + encode_basestring(key) + ':'!r} + duration",
+                 f"        duration = {',' + encode_basestring('duration') + ':'!r} + duration"]
+        pieces.append("{f_" + attr + "}")
+    if timed:
+        pieces.append("{duration}")
+    constant("}")
+    body.append("    return f'" + "".join(pieces) + "\\n'.encode()")
+    return "\n".join(body) + "\n"
+
+
+def event_lines_module() -> str:
+    """The whole text of goondan/runtime/eventlines.py (``scripts/gen_event_lines.py`` writes it)."""
+    from goondan.runtime.events import _REGISTRY
+
+    classes = sorted(set(_REGISTRY.values()), key=lambda c: c.__name__)
+    head = (
+        '"""Generated by scripts/gen_event_lines.py from the event classes: do not edit.\n\n'
+        "One function per runtime event class: the event as a line of runtime-events.jsonl, the\n"
+        "bytes of ``encode_json(event.to_dict()) + b\"\\\\n\"`` (see goondan/runtime/eventlog.py).\n"
+        '"""\n\n'
+        "from __future__ import annotations\n\n"
+        "from json.encoder import encode_basestring\n"
+        "from typing import Any\n\n"
+        "from goondan.runtime import events\n"
+        "from goondan.runtime.eventlog import ENCODED, encode_text, encode_value\n\n"
+        "cached = ENCODED.get\n"
+        "int_repr = int.__repr__\n"
+        "float_repr = float.__repr__\n"
+    )
+    body = "\n\n".join(line_source(cls) for cls in classes)
+    table = "LINES = {\n" + "".join(f"    events.{c.__name__}: line_{c.__name__},\n" for c in classes) + "}\n"
+    return head + "\n\n" + body + "\n\n" + table
+
+
+_LINES: dict[type, Any] | None = None
+
+
+def event_line(event: RuntimeEvent) -> bytes:
+    """``event`` as one line of ``runtime-events.jsonl``: ``encode_json(event.to_dict())`` and a
+    newline, byte for byte (lone surrogates become U+FFFD there too)."""
+    global _LINES
+    if _LINES is None:
+        from goondan.runtime.eventlines import LINES
+
+        _LINES = LINES
+    line = _LINES.get(type(event))
+    try:
+        if line is not None:
+            encoded: bytes = line(event)
+            return encoded
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        pass
+    return encode_json(event.to_dict()) + b"\n"
 
 
 class BackgroundBatcher:
@@ -173,6 +350,14 @@ class RuntimeEventLog(EventSink):
         """CPU seconds the writer thread has spent writing batches."""
         return self._batcher.cpu_s
 
+    def handler_for(self, event_class: type[RuntimeEvent]) -> Callable[[RuntimeEvent], object] | None:
+        """The queue's ``put`` itself for the classes written (one call per event on the turn's path)."""
+        if event_class in _NOT_WRITTEN_CLASSES:
+            return None
+        if self.only is not None:
+            return self.handle if not self.only.isdisjoint(event_class.TYPES) else None
+        return self._put
+
     def handle(self, event: RuntimeEvent) -> None:
         """Queue ``event`` (not ``llm.delta``) for the writer thread; drop it when the queue is full.
 
@@ -195,9 +380,13 @@ class RuntimeEventLog(EventSink):
     def _write_batch(self, events: list[RuntimeEvent]) -> None:
         if self._failed:
             return
-        # encode_json: the C encoder made once, and a lone surrogate becomes U+FFFD instead of
-        # failing the whole batch.
-        lines = [encode_json(e.to_dict()) + b"\n" for e in events]
+        # event_line: a lone surrogate becomes U+FFFD instead of failing the whole batch.
+        lines = []
+        for event in events:
+            try:
+                lines.append(event_line(event))
+            except (TypeError, ValueError, RecursionError) as exc:  # one bad value loses one event
+                _log.warning("runtime event %s not written: %s", event.type, exc)
         try:
             # Opened per batch (every 200 ms at most), not kept: an instance's log holds no
             # descriptor between batches, however long the process lives.

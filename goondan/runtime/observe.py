@@ -61,6 +61,17 @@ class EventSink:
 
     skips: frozenset[str] = frozenset()
 
+    def handler_for(self, event_class: type[RuntimeEvent]) -> Callable[[RuntimeEvent], object] | None:
+        """What the observer calls with each event of ``event_class`` (``None``: nothing).
+
+        Asked once per class by :class:`RuntimeObserver`: by default :meth:`handle`, or
+        ``None`` when the sink skips every type of the class. A sink may return a cheaper
+        callable that does the same as ``handle`` for that class (the event log's and the
+        exporter's queue ``put``)."""
+        if self.skips.issuperset(event_class.TYPES):
+            return None
+        return self.handle
+
     def handle(self, event: RuntimeEvent) -> None:
         """Deliver ``event`` to the hook of its phase."""
         phase = event.phase
@@ -145,6 +156,8 @@ class RuntimeObserver:
         self.logger = logger or logging.getLogger("goondan.runtime")
         self._bus_sink = BusSink(bus) if bus is not None else None
         self._sinks: tuple[EventSink, ...] = ()
+        # event class -> the sinks' handlers for it (EventSink.handler_for), made on first use
+        self._routes: dict[type[RuntimeEvent], tuple[Callable[[RuntimeEvent], object], ...]] = {}
         self.traced = False
         self._unwanted: frozenset[str] = frozenset()
 
@@ -160,6 +173,7 @@ class RuntimeObserver:
 
     def _set_sinks(self, sinks: tuple[EventSink, ...]) -> None:
         self._sinks = sinks
+        self._routes = {}
         # Only a typed sink (or a payload sink asking for everything) receives the events
         # outside the documented stream; without one the runtime does not build them at all.
         typed = [s for s in sinks if not isinstance(s, PayloadSink) or s.everything]
@@ -184,14 +198,22 @@ class RuntimeObserver:
                 self._bus_sink.handle(event)
             except Exception:  # a listener's bug must not fail the turn
                 self.logger.exception("event bus listener failed for %s", event.type)
-        for sink in self._sinks:
+        handlers = self._routes.get(type(event))
+        if handlers is None:
+            handlers = self._route(type(event))
+        for handle in handlers:
             try:
-                sink.handle(event)
+                handle(event)
             except Exception:
                 self.logger.exception("runtime event subscriber failed for %s", event.type)
         # Streamed fragments are far too chatty for the log; sinks still get them.
         if event.public and event.phase != "point" and self.logger.isEnabledFor(logging.DEBUG):
             self.logger.debug("%s", event.type, extra={"goondan": event.to_dict()})
+
+    def _route(self, event_class: type[RuntimeEvent]) -> tuple[Callable[[RuntimeEvent], object], ...]:
+        handlers = tuple(h for h in (s.handler_for(event_class) for s in self._sinks) if h is not None)
+        self._routes[event_class] = handlers
+        return handlers
 
     def __repr__(self) -> str:
         return (

@@ -457,27 +457,28 @@ class TurnRunner:
         if not env.observer.traced:  # nobody receives llm.* events: do not build them
             return await env.model.generate(request, stream=stream, on_delta=on_delta)
         span = step_span.child("llm", "llm")
-        where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id}
-        described: dict[str, Any] = {"model": env.model.model or None,
-                                     "provider": getattr(env.model, "provider", None)}
+        model, provider = env.model.model or None, getattr(env.model, "provider", None)
         if env.observer.wants("llm.started"):  # the exporter and the event log skip it
             env.observer.emit(LlmCallStarted(
-                **span_ids(span), **where, **described, stream=stream,
-                message_count=len(request.messages), tool_count=len(request.tools),
+                **span_ids(span), turn_id=self.turn_id, step_id=step.id, model=model, provider=provider,
+                stream=stream, message_count=len(request.messages), tool_count=len(request.tools),
             ))
         try:
             response = await env.model.generate(request, stream=stream, on_delta=on_delta)
         except BaseException as exc:
             latency = span.finish(error=exc).duration_ms
             env.observer.emit(LlmCallEnded(
-                **span_ids(span), **where, **described, failed=True, latency_ms=latency,
+                **span_ids(span), turn_id=self.turn_id, step_id=step.id, model=model, provider=provider,
+                failed=True, latency_ms=latency,
                 error_message="cancelled" if isinstance(exc, asyncio.CancelledError) else str(exc),
             ))
             raise
+        # Built once per step on the turn's path: the ids passed as they are (no span_ids dict).
         env.observer.emit(LlmCallEnded(
-            **span_ids(span), **where, **described, finish_reason=response.finish_reason,
-            token_usage=response.usage.to_dict(), cost=cost_of(response.usage, env.pricing),
-            tool_call_count=len(response.tool_calls),
+            trace_id=span.trace_id, span_id=span.span_id, parent_span_id=span.parent_span_id,
+            turn_id=self.turn_id, step_id=step.id, model=model, provider=provider,
+            finish_reason=response.finish_reason, token_usage=response.usage.to_dict(),
+            cost=cost_of(response.usage, env.pricing), tool_call_count=len(response.tool_calls),
             latency_ms=span.finish().duration_ms,
         ))
         return response

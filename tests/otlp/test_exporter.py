@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goondan.errors import ConfigError
-from goondan.otlp.encode import Resource, encode_protobuf, encode_span
+from goondan.otlp.encode import Resource, _len_field, encode_protobuf, encode_span
 from goondan.otlp.exporter import (
     OtlpConfig,
     OtlpExporter,
+    event_span_field,
     event_span_message,
     event_to_otlp_span,
     to_otlp_span,
@@ -181,7 +182,8 @@ _end_events = st.one_of(
               token_usage=st.none() | st.just({"prompt": 7, "completion": 1}), cost=st.none() | st.floats(0, 1),
               latency_ms=st.floats(0, 5_000)),
     st.builds(ToolEnded, turn_id=st.just("t"), step_id=st.just("s"), step_index=st.integers(0, 40),
-              tool_call_id=st.sampled_from(["", "call_1"]), tool_name=st.sampled_from(["", "fs__read"]),
+              tool_call_id=st.sampled_from(["", "call_1", "c" * 200]) | st.text(max_size=40),
+              tool_name=st.sampled_from(["", "fs__read"]),
               status=st.sampled_from(["ok", "error"]), failed=st.booleans(), error_code=_maybe_text,
               error_message=_maybe_text, latency_ms=st.floats(0, 5_000)),
     st.builds(AgentAnswered, target=st.sampled_from(["", "worker"]), failed=st.booleans(),
@@ -212,6 +214,7 @@ def test_the_direct_span_equals_the_assembled_one(event: Any, trace_id: str, spa
         resource = Resource(attributes={"service.name": "goondan"})
         assert encode_protobuf([event_to_otlp_span(event)], resource) == encode_protobuf([expected], resource)
         # The exporter's encoding with cached leading attributes: the same bytes, first time
-        # (cache miss) and again (hit).
+        # (cache miss) and again (hit); as a ScopeSpans field, with its tag and length.
         assert event_span_message(event) == encode_span(expected)
         assert event_span_message(event) == encode_span(expected)
+        assert event_span_field(event) == _len_field(2, encode_span(expected))

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from goondan.llm.wire import encode_json
 from goondan.runtime.eventlog import (
     ROTATED_LOG_NAME,
     RuntimeEventLog,
+    event_line,
+    event_lines_module,
     iter_event_log,
     max_bytes_from_env,
 )
-from goondan.runtime.events import LlmDelta, StepEnded, StepStarted, ToolEnded
+from goondan.runtime.events import (
+    _REGISTRY,
+    LlmDelta,
+    RuntimeEvent,
+    StepEnded,
+    StepStarted,
+    ToolEnded,
+)
 
 
 def _step(i: int) -> StepEnded:
@@ -59,3 +74,66 @@ def test_max_bytes_from_env() -> None:
     assert max_bytes_from_env({"GOONDAN_RUNTIME_EVENTS_MAX_BYTES": "0"}) == 0
     assert max_bytes_from_env({"GOONDAN_RUNTIME_EVENTS_MAX_BYTES": "2048"}) == 2048
     assert max_bytes_from_env({}) == 8 * 1024 * 1024
+
+
+# -- the line encoder equals the payload's JSON ----------------------------------------------------
+_any_text = st.text(max_size=12) | st.sampled_from(["", "plain", 'q"uote', "back\\slash", "new\nline", "\ud800x",
+                                                    "é✓", "\x00\x1f\x7f", "\u2028"])
+_scalar = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | _any_text
+           | st.floats(allow_nan=True, allow_infinity=True) | st.just(-0.0))
+_value = _scalar | st.dictionaries(_any_text, _scalar, max_size=4) | st.lists(_scalar, max_size=3) | st.dictionaries(
+    st.just("nested"), st.dictionaries(_any_text, _scalar, max_size=2), max_size=1)
+
+
+def _event_classes() -> list[type[RuntimeEvent]]:
+    return sorted(set(_REGISTRY.values()), key=lambda c: c.__name__)
+
+
+@settings(max_examples=400, deadline=None)
+@given(cls=st.sampled_from(_event_classes()), data=st.data())
+def test_event_line_is_the_payload_json_byte_for_byte(cls: type[RuntimeEvent], data: st.DataObject) -> None:
+    """``event_line`` (the writer thread's encoder) writes exactly ``encode_json(to_dict())``
+    and a newline, whatever the field values: wrong types, lone surrogates, non-finite floats,
+    1 / 1.0 / True (equal as cache keys, not as JSON), nested objects."""
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    # the values the runtime writes most of the time, then anything at all
+    values = {f.name: data.draw(_value if data.draw(st.booleans()) else _typical(f.name), label=f.name)
+              for f in fields}
+    event = cls(**values)
+    expected = encode_json(event.to_dict()) + b"\n"
+    assert event_line(event) == expected
+    assert event_line(event) == expected  # again, through the caches
+
+
+def _typical(name: str) -> st.SearchStrategy[Any]:
+    if name in ("failed", "stream"):
+        return st.booleans()
+    if name.endswith(("_count", "_index", "index")):
+        return st.none() | st.integers(0, 50)
+    if name in ("latency_ms", "cost"):
+        return st.none() | st.floats(0, 5_000)
+    if name == "token_usage":
+        return st.none() | st.sampled_from([{"prompt": 1, "completion": 2, "total": 3}, {"prompt": 1.0},
+                                            {"prompt": True}, {}])
+    return st.none() | st.sampled_from(["", "a" * 32, "turn-1", "step-1", "plain", "x"])
+
+
+def test_the_generated_line_module_is_current() -> None:
+    """goondan/runtime/eventlines.py is what scripts/gen_event_lines.py writes from the event
+    classes today (run the script after changing an event class)."""
+    generated = Path(__file__).resolve().parents[2] / "goondan" / "runtime" / "eventlines.py"
+    assert generated.read_text(encoding="utf-8") == event_lines_module()
+    from goondan.runtime.eventlines import LINES
+
+    assert set(LINES) == set(_REGISTRY.values())
+
+
+def test_a_value_json_cannot_encode_skips_that_event_not_the_batch(tmp_path: Path) -> None:
+    log = RuntimeEventLog(tmp_path)
+    log.handle(_step(1))
+    bad = _step(2)
+    bad.error_message = object()  # type: ignore[assignment]
+    log.handle(bad)
+    log.handle(_step(3))
+    log.close()
+    assert [e["stepIndex"] for e in iter_event_log(tmp_path)] == [1, 3]

@@ -9,6 +9,7 @@ from typing import Any
 
 from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
+from goondan.runtime.events import RuntimeEvent
 from tests.support.aio import run
 from tests.support.runtime_harness import BASIC
 
@@ -63,3 +64,41 @@ def test_failed_extension_state_save_keeps_the_turn_result_and_retries(state_roo
             assert json.loads(saved.read_text(encoding="utf-8")) == {"n": 1}
 
     run(main())
+
+
+def test_the_observer_routes_each_event_class_to_the_sinks_that_want_it() -> None:
+    """Skipped types never reach a sink; ``handler_for`` picks the callable; a sink added or
+    removed later changes the routes of classes already seen."""
+    from goondan.runtime.events import StepEnded, StepStarted
+    from goondan.runtime.observe import EventSink, RuntimeObserver
+
+    seen: list[tuple[str, str]] = []
+
+    class Skipping(EventSink):
+        skips = frozenset({"step.started"})
+
+        def handle(self, event: RuntimeEvent) -> None:
+            seen.append(("skipping", event.type))
+
+    class Fast(EventSink):
+        def handler_for(self, event_class: type[RuntimeEvent]) -> Any:
+            return lambda event: seen.append(("fast", event.type))
+
+        def handle(self, event: RuntimeEvent) -> None:  # not called: handler_for answers
+            seen.append(("slow", event.type))
+
+    def step(started: bool) -> RuntimeEvent:
+        ids = {"trace_id": "a" * 32, "span_id": "b" * 16, "turn_id": "t", "step_id": "s", "step_index": 0}
+        return StepStarted(**ids) if started else StepEnded(**ids)
+
+    observer = RuntimeObserver("agent", "key")
+    observer.add_sink(Skipping())
+    observer.emit(step(True))
+    observer.emit(step(False))
+    remove = observer.add_sink(Fast())
+    observer.emit(step(True))
+    observer.emit(step(False))
+    remove()
+    observer.emit(step(False))
+    assert seen == [("skipping", "step.completed"), ("fast", "step.started"), ("skipping", "step.completed"),
+                    ("fast", "step.completed"), ("skipping", "step.completed")]
