@@ -24,8 +24,10 @@ order rotates from round to round, each block ending with the sinks' flush so th
 writer's and exporter's threads are charged to the turns they served; the overhead is the
 median of per-round ratios (docs/observability.md "Cost of all this"; target < 10 %).
 
-Run: ``.venv/bin/python scripts/bench_turn.py`` (about 20 s). ``scripts/bench_cold.py``
-measures start-up.
+Run: ``.venv/bin/python scripts/bench_turn.py`` (about 30 s). ``scripts/bench_cold.py``
+measures start-up. ``scripts/bench_turn.py --instructions`` counts the observability overhead
+in instructions instead (``valgrind --tool=callgrind``, a few minutes): the same figure on a
+loaded machine as on an idle one.
 """
 
 from __future__ import annotations
@@ -385,5 +387,89 @@ def observability_overhead() -> None:
           f"(CPU with threads) -> {'PASS' if total < OBSERVE_TARGET else 'OVER TARGET'}")
 
 
+# -- instruction counts (deterministic) -------------------------------------------------------------
+INSTRUCTION_TURNS = (10, 40)  # the difference of the two runs is the per-turn cost (start-up cancels)
+
+
+async def _instruction_child(config: str, turns: int, state_root: Path) -> None:
+    """Run ``turns`` 20-step headline turns with ``config``'s sinks; their batches are processed
+    on this thread every 10 turns (as the bench's block flushes do), so every instruction is
+    counted in one thread, whatever the scheduling."""
+    from goondan.otlp.exporter import OtlpConfig, OtlpExporter
+    from goondan.runtime.eventlog import RuntimeEventLog
+
+    model = AdapterTwentyStepModel()
+    env = {**os.environ, "GOONDAN_RUNTIME_EVENTS_MAX_BYTES": "0"}
+    env.pop("GOONDAN_OTLP_ENDPOINT", None)
+    async with Runtime.from_bundle(bundle(state_root), state_root=state_root, models={"plain": model.model},
+                                   env=env, stream=False) as rt:
+        instance = await rt.instance("plain", "instructions")
+        instance.env.max_steps_per_turn = OBSERVE_STEPS + 5
+        await instance.apply_message_events(history(SMALL))
+        sinks: list[Any] = []
+        if config != "none":
+            sinks.append(RuntimeEventLog(state_root / "events"))
+        if config == "events+otlp":
+            # a port nothing listens on: the POST fails fast, its cost is the exporter's own
+            sinks.append(OtlpExporter(OtlpConfig(endpoint="http://127.0.0.1:9/v1/traces", timeout_s=1)))
+        batchers = []
+        for sink in sinks:
+            sink._batcher._thread = object()  # no thread: the batches are processed below
+            batchers.append(sink._batcher)
+            instance.observer.add_sink(sink)
+
+        def process() -> None:
+            for batcher in batchers:
+                items = list(batcher._items)
+                batcher._items.clear()
+                if items:
+                    batcher.process(items)
+
+        for index in range(turns):
+            model.plan()
+            await instance.run("hi")
+            if index % 10 == 9:
+                process()
+        process()
+
+
+def instruction_overhead() -> int:
+    """Instructions per 20-step headline turn with neither, the event log, and both, counted by
+    ``valgrind --tool=callgrind`` (the same count whatever else the machine does)."""
+    import re
+    import shutil as _shutil
+
+    if _shutil.which("valgrind") is None:
+        print("--instructions needs valgrind (apt-get install valgrind)")
+        return 1
+    per_turn: dict[str, float] = {}
+    for config in ("none", "events", "events+otlp"):
+        counts = []
+        for turns in INSTRUCTION_TURNS:
+            done = subprocess.run(
+                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                 __file__, "--instructions-child", config, str(turns)],
+                capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+            found = re.search(r"Collected : ([\d,]+)", done.stderr)
+            assert found is not None, done.stderr[-2000:]
+            counts.append(int(found.group(1).replace(",", "")))
+        per_turn[config] = (counts[1] - counts[0]) / (INSTRUCTION_TURNS[1] - INSTRUCTION_TURNS[0])
+    base = per_turn["none"]
+    print(f"instructions per {OBSERVE_STEPS}-step headline turn (callgrind; the difference of "
+          f"{INSTRUCTION_TURNS[1]}- and {INSTRUCTION_TURNS[0]}-turn runs; sinks' batches processed every 10 turns)")
+    for config, label in (("none", "no event log, no export"), ("events", "runtime-events.jsonl"),
+                          ("events+otlp", "+ OTLP export")):
+        print(f"  {label:<24}: {per_turn[config] / 1e6:7.2f} M  ({per_turn[config] / base - 1:+6.1%})")
+    total = per_turn["events+otlp"] / base - 1
+    print(f"  target: events + export < {OBSERVE_TARGET:.0%} -> {'PASS' if total < OBSERVE_TARGET else 'OVER TARGET'}")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--instructions"]:
+        raise SystemExit(instruction_overhead())
+    if sys.argv[1:2] == ["--instructions-child"]:
+        with tempfile.TemporaryDirectory(dir=fast_dir()) as tmp:
+            asyncio.run(_instruction_child(sys.argv[2], int(sys.argv[3]), Path(tmp)))
+        raise SystemExit(0)
     raise SystemExit(main())
