@@ -391,7 +391,7 @@ def observability_overhead() -> None:
 INSTRUCTION_TURNS = (10, 40)  # the difference of the two runs is the per-turn cost (start-up cancels)
 
 
-async def _instruction_child(config: str, turns: int, state_root: Path) -> None:
+async def _instruction_child(config: str, turns: int, state_root: Path, url: str) -> None:
     """Run ``turns`` 20-step headline turns with ``config``'s sinks; their batches are processed
     on this thread every 10 turns (as the bench's block flushes do), so every instruction is
     counted in one thread, whatever the scheduling."""
@@ -409,9 +409,8 @@ async def _instruction_child(config: str, turns: int, state_root: Path) -> None:
         sinks: list[Any] = []
         if config != "none":
             sinks.append(RuntimeEventLog(state_root / "events"))
-        if config == "events+otlp":
-            # a port nothing listens on: the POST fails fast, its cost is the exporter's own
-            sinks.append(OtlpExporter(OtlpConfig(endpoint="http://127.0.0.1:9/v1/traces", timeout_s=1)))
+        if config == "events+otlp":  # to the loopback receiver (another process, not counted)
+            sinks.append(OtlpExporter(OtlpConfig(endpoint=url)))
         batchers = []
         for sink in sinks:
             sink._batcher._thread = object()  # no thread: the batches are processed below
@@ -443,17 +442,24 @@ def instruction_overhead() -> int:
         print("--instructions needs valgrind (apt-get install valgrind)")
         return 1
     per_turn: dict[str, float] = {}
-    for config in ("none", "events", "events+otlp"):
-        counts = []
-        for turns in INSTRUCTION_TURNS:
-            done = subprocess.run(
-                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                 __file__, "--instructions-child", config, str(turns)],
-                capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
-            found = re.search(r"Collected : ([\d,]+)", done.stderr)
-            assert found is not None, done.stderr[-2000:]
-            counts.append(int(found.group(1).replace(",", "")))
-        per_turn[config] = (counts[1] - counts[0]) / (INSTRUCTION_TURNS[1] - INSTRUCTION_TURNS[0])
+    receiver = subprocess.Popen([sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True)
+    assert receiver.stdout is not None
+    url = f"http://127.0.0.1:{receiver.stdout.readline().strip()}/v1/traces"
+    try:
+        for config in ("none", "events", "events+otlp"):
+            counts = []
+            for turns in INSTRUCTION_TURNS:
+                done = subprocess.run(
+                    ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                     __file__, "--instructions-child", config, str(turns), url],
+                    capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+                found = re.search(r"Collected : ([\d,]+)", done.stderr)
+                assert found is not None, done.stderr[-2000:]
+                counts.append(int(found.group(1).replace(",", "")))
+            per_turn[config] = (counts[1] - counts[0]) / (INSTRUCTION_TURNS[1] - INSTRUCTION_TURNS[0])
+    finally:
+        receiver.terminate()
+        receiver.wait(10)
     base = per_turn["none"]
     print(f"instructions per {OBSERVE_STEPS}-step headline turn (callgrind; the difference of "
           f"{INSTRUCTION_TURNS[1]}- and {INSTRUCTION_TURNS[0]}-turn runs; sinks' batches processed every 10 turns)")
@@ -470,6 +476,6 @@ if __name__ == "__main__":
         raise SystemExit(instruction_overhead())
     if sys.argv[1:2] == ["--instructions-child"]:
         with tempfile.TemporaryDirectory(dir=fast_dir()) as tmp:
-            asyncio.run(_instruction_child(sys.argv[2], int(sys.argv[3]), Path(tmp)))
+            asyncio.run(_instruction_child(sys.argv[2], int(sys.argv[3]), Path(tmp), sys.argv[4]))
         raise SystemExit(0)
     raise SystemExit(main())
