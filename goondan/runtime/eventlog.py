@@ -85,10 +85,11 @@ def max_bytes_from_env(env: Mapping[str, str] = os.environ) -> int:
 # whole per-event cost (docs/observability.md "Cost of all this").
 ENCODED: dict[Any, str] = {}
 _ENCODED_LIMIT = 8192
-# A flat object is cached by its keys, the types of its values and the values: 1, 1.0 and True
-# are equal as keys but not as JSON, so the types are part of the key; floats are never cached
-# (0.0 == -0.0).
+# A flat object with string keys is cached by its keys, the types of its values and the values:
+# 1, 1.0 and True are equal as keys but not as JSON, so the types are part of the key; floats are
+# never cached (0.0 == -0.0), nor objects with other keys (True and 1 would share an entry).
 _FLAT_TYPES = frozenset({str, int, bool, type(None)})
+_STR_KEYS = frozenset({str})
 
 
 def encode_text(text: str) -> str:
@@ -110,7 +111,7 @@ def encode_value(value: Any) -> str:
         return int.__repr__(value)
     if kind is float and math.isfinite(value):
         return repr(value)  # what json.dumps writes for a finite float
-    if kind is dict and _FLAT_TYPES.issuperset(map(type, value.values())):
+    if kind is dict and _STR_KEYS.issuperset(map(type, value)) and _FLAT_TYPES.issuperset(map(type, value.values())):
         key = (tuple(value), tuple(map(type, value.values())), tuple(value.values()))
         encoded = ENCODED.get(key)
         if encoded is None:

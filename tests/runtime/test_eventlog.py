@@ -81,8 +81,10 @@ _any_text = st.text(max_size=12) | st.sampled_from(["", "plain", 'q"uote', "back
                                                     "é✓", "\x00\x1f\x7f", "\u2028"])
 _scalar = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | _any_text
            | st.floats(allow_nan=True, allow_infinity=True) | st.just(-0.0))
-_value = _scalar | st.dictionaries(_any_text, _scalar, max_size=4) | st.lists(_scalar, max_size=3) | st.dictionaries(
-    st.just("nested"), st.dictionaries(_any_text, _scalar, max_size=2), max_size=1)
+_keys = _any_text | st.sampled_from([1, True, 0.0, -0.0, None])  # JSON turns them into "1", "true", ...
+_value = (_scalar | st.dictionaries(_any_text, _scalar, max_size=4) | st.dictionaries(_keys, _scalar, max_size=2)
+          | st.lists(_scalar, max_size=3)
+          | st.dictionaries(st.just("nested"), st.dictionaries(_any_text, _scalar, max_size=2), max_size=1))
 
 
 def _event_classes() -> list[type[RuntimeEvent]]:
