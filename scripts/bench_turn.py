@@ -91,6 +91,14 @@ class InstantTransport(HttpTransport):
         return self.plan.pop(0) if self.plan else _text("ok")
 
 
+def instant_openai() -> tuple[OpenAIModel, InstantTransport]:
+    """The real OpenAI adapter over an :class:`InstantTransport` (the headline turns' model)."""
+    transport = InstantTransport()
+    spec = ModelSpec(provider="openai-compatible", model="bench", endpoint="http://127.0.0.1:9/v1",
+                     api_key="sk-bench-0000")
+    return OpenAIModel(spec, transport=transport), transport
+
+
 def history(size: int) -> list[MessageEvent]:
     """``size`` stored messages: a question, a tool call, its JSON result, an answer, ..."""
     events: list[MessageEvent] = []
@@ -113,10 +121,7 @@ def _call(call_id: str, args: dict[str, Any]) -> ToolCall:
 async def measure(state_root: Path) -> dict[str, tuple[float, float]]:
     """Median wall and CPU milliseconds per turn: ``small`` and ``large`` K=0 turns, alternated
     so that machine load hits both alike, then ``twenty`` (20-step turns at SMALL messages)."""
-    transport = InstantTransport()
-    spec = ModelSpec(provider="openai-compatible", model="bench", endpoint="http://127.0.0.1:9/v1",
-                     api_key="sk-bench-0000")
-    model = OpenAIModel(spec, transport=transport)
+    model, transport = instant_openai()
     samples: dict[str, tuple[list[float], list[float]]] = {}
     async with Runtime.from_bundle(bundle(state_root), state_root=state_root, models={"plain": model}) as rt:
         instances = {}
@@ -222,10 +227,7 @@ class AdapterTwentyStepModel:
     stays 0)."""
 
     def __init__(self) -> None:
-        self.transport = InstantTransport()
-        spec = ModelSpec(provider="openai-compatible", model="bench", endpoint="http://127.0.0.1:9/v1",
-                         api_key="sk-bench-0000")
-        self.model = OpenAIModel(spec, transport=self.transport)
+        self.model, self.transport = instant_openai()
         self.spent = 0.0
 
     def plan(self) -> None:
