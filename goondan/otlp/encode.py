@@ -88,8 +88,6 @@ class Resource:
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 # Two-byte varints (128 to 16383): the lengths of spans and of their attribute blocks.
 _TWO_BYTES = [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(1 << 14)]
-# Every value below 16384 as its varint: what _varint returns, by one list lookup.
-_VARINTS = _ONE_BYTE + _TWO_BYTES[128:]
 
 
 def _varint(value: int) -> bytes:

@@ -23,7 +23,6 @@ from goondan.errors import ConfigError
 from goondan.otlp.encode import (
     _PACK_FIXED64,
     _TRACE_FIELD,
-    _VARINTS,
     SPAN_KIND_CLIENT,
     SPAN_KIND_INTERNAL,
     SPAN_KIND_SERVER,
@@ -325,22 +324,22 @@ def _general_message(event: RuntimeEvent) -> bytes | None:
     return None if span is None else encode_span(span)
 
 
-# Encoded pieces of the attributes that vary from span to span (see _span_parts).
+# Encoded pieces of the attributes that vary from span to span (see event_span_message).
 _CALL_ID_KEY = b"\x0a\x13gen_ai.tool.call.id\x12"  # the key, then the value's tag
 # field 9 (29 bytes): the key, then a value of 9 bytes holding a double (field 4, fixed64)
 _COST_FIELD = b"\x4a\x1d\x0a\x10goondan.cost.usd\x12\x09\x21"
-_VARINT_TABLE = len(_VARINTS)  # lengths below this are encoded by a table lookup
 _PACK_DOUBLE = struct.Struct("<d").pack
 # (prompt tokens, completion tokens) -> their two encoded attributes.
 _USAGE_FIELDS: dict[tuple[int, int], bytes] = {}
 
 
-def _span_message(event: RuntimeEvent) -> bytes | None:
-    """The encoded ``Span`` message of an end event: what :func:`event_span_message` returns,
-    with everything that repeats from span to span — the name, the kind and the leading
-    attributes per agent, instance and step index / tool / model, the trace id field, the second
-    of the timestamp, token counts — cached, each piece computed into a local and the message
-    made by one join. The exporter thread runs this once per span."""
+def event_span_message(event: RuntimeEvent) -> bytes | None:
+    """``encode.encode_span`` of :func:`event_to_otlp_span` (the same bytes: a property test
+    proves it), built from the typed event without the intermediate span. Everything that
+    repeats from span to span — the name, the kind and the leading attributes per agent,
+    instance and step index / tool / model, the trace id field, the second of the timestamp,
+    token counts — is cached; each piece is computed into a local and the message made by one
+    join. The exporter thread runs this once per span."""
     cls = type(event)
     trace_id, span_id = event.trace_id, event.span_id
     if cls not in _EVENT_KINDS or not trace_id or not span_id:
@@ -382,18 +381,7 @@ def _span_message(event: RuntimeEvent) -> bytes | None:
     # times: an end event is stamped when its span ends
     latency = event.latency_ms  # type: ignore[attr-defined]
     duration = int(float(latency) * 1_000_000) if isinstance(latency, (int, float)) else 0
-    stamp = event.timestamp
-    dot = stamp.find(".")
-    if len(stamp) == dot + 5 and stamp[-1] == "Z" and stamp[dot + 1:dot + 4].isdigit():
-        # _timestamp_nanos inline: the second parsed once, the milliseconds added
-        second = stamp[:dot]
-        last, nanos = _NANOS_OF_SECOND[0]
-        if last != second:
-            nanos = iso_to_unix_nanos(second + ".000Z")
-            _NANOS_OF_SECOND[0] = (second, nanos)
-        end = nanos + int(stamp[dot + 1:dot + 4]) * 1_000_000
-    else:
-        end = _timestamp_nanos(stamp)
+    end = _timestamp_nanos(event.timestamp)
     start = end - duration
     end = start + duration if duration > 0 else start
     times = ((b"\x39" + _PACK_FIXED64(start) if start else b"")
@@ -404,12 +392,9 @@ def _span_message(event: RuntimeEvent) -> bytes | None:
         call_id = event.tool_call_id  # type: ignore[attr-defined]
         if call_id:
             text = str(call_id).encode()
-            size = len(text)
-            value = b"\x0a" + (_VARINTS[size] if size < _VARINT_TABLE else _varint(size)) + text
-            size = len(value)
-            pair = _CALL_ID_KEY + (_VARINTS[size] if size < _VARINT_TABLE else _varint(size)) + value
-            size = len(pair)
-            varying = b"\x4a" + (_VARINTS[size] if size < _VARINT_TABLE else _varint(size)) + pair
+            value = b"\x0a" + _varint(len(text)) + text
+            pair = _CALL_ID_KEY + _varint(len(value)) + value
+            varying = b"\x4a" + _varint(len(pair)) + pair
     elif cls is LlmCallEnded or cls is TurnEnded:
         usage = event.token_usage  # type: ignore[attr-defined]
         if isinstance(usage, dict) and usage:
@@ -457,20 +442,11 @@ def _usage_fields(counts: tuple[int, int]) -> bytes:
     return fields
 
 
-def event_span_message(event: RuntimeEvent) -> bytes | None:
-    """``encode.encode_span`` of :func:`event_to_otlp_span`: the same bytes (a property test
-    proves it), built by :func:`_span_message` without the intermediate span."""
-    return _span_message(event)
-
-
 def event_span_field(event: RuntimeEvent) -> bytes | None:
     """:func:`event_span_message` as a ``ScopeSpans.spans`` field (tag and length in front), so
     that a request body is one join of these (:func:`encode.encode_protobuf_span_fields`)."""
-    message = _span_message(event)
-    if message is None:
-        return None
-    size = len(message)
-    return b"\x12" + (_VARINTS[size] if size < _VARINT_TABLE else _varint(size)) + message
+    message = event_span_message(event)
+    return None if message is None else b"\x12" + _varint(len(message)) + message
 
 
 class OtlpExporter(EventSink):
