@@ -25,7 +25,9 @@ def test_sigkill_worker_mid_turn_keeps_committed_history(state_root: Path, tmp_p
     shutil.copytree(EXAMPLE, bundle)
     script = bundle / "scripts" / "worker.yaml"
     script.write_text(script.read_text().replace(
-        "script:\n", "script:\n  - when: '(?i)slow'\n    text: never\n    delayMs: 20000\n", 1))
+        "script:\n", "script:\n  - when: '(?i)slow'\n    text: never\n    delayMs: 600000\n", 1))
+    # the slow turn never ends on its own within the test: only the crash ends it, however
+    # loaded the machine (a 20 s delay once elapsed before the kill on a loaded machine)
     pids: list[int] = []
 
     async def main() -> None:
