@@ -11,13 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from goondan.ipc.daemon import wait_for
-from goondan.ipc.state import pid_alive, running_records
+from goondan.ipc.state import control_socket_path, pid_alive, running_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -130,15 +131,25 @@ def test_detach_send_status_restart_logs_stop_two_bundles(tmp_path: Path, state_
                 subprocess.run(["kill", "-9", str(pid)], check=False)
 
 
-def test_detach_reports_a_swarm_that_dies_at_start(tmp_path: Path, state_root: Path) -> None:
+def test_detach_reports_a_swarm_that_dies_at_start(tmp_path: Path) -> None:
     bundle = tmp_path / "broken"
     shutil.copytree(EXAMPLE, bundle)
-    # valid bundle, but the control socket directory cannot be created: the child dies at start
-    (state_root / "runtime").mkdir(parents=True)
-    (state_root / "runtime" / "control").write_text("not a directory", encoding="utf-8")
-    result = goondan("run", "--detach", str(bundle), "--state-root", str(state_root), cwd=tmp_path)
-    assert result.returncode == 3 and "E_RUN_START_FAILED" in result.stderr, result.stderr
-    assert "orchestrator.stderr.log" in result.stderr and running_records(state_root) == []
+    # A short state root: under a long one the control socket moves to the temp dir
+    # (control_socket_path) and the blocked directory below would not stop the swarm.
+    state_root = Path(tempfile.mkdtemp(prefix="gd-", dir="/tmp"))
+    try:
+        assert control_socket_path(state_root, "x").is_relative_to(state_root)
+        # valid bundle, but the control socket directory cannot be created: the child dies at start
+        (state_root / "runtime").mkdir(parents=True)
+        (state_root / "runtime" / "control").write_text("not a directory", encoding="utf-8")
+        result = goondan("run", "--detach", str(bundle), "--state-root", str(state_root), cwd=tmp_path)
+        assert result.returncode == 3 and "E_RUN_START_FAILED" in result.stderr, result.stderr
+        assert "orchestrator.stderr.log" in result.stderr and running_records(state_root) == []
+    finally:
+        for record in running_records(state_root):  # a swarm that started after all: never left behind
+            if pid_alive(record.pid):
+                os.kill(record.pid, 9)
+        shutil.rmtree(state_root, ignore_errors=True)
 
 
 def test_status_lists_connector_processes_and_stop_ends_them(tmp_path: Path, state_root: Path) -> None:

@@ -156,9 +156,7 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
     bundle = _bundle(tmp_path)
     script = bundle / "scripts" / "worker.yaml"
     script.write_text(script.read_text().replace(
-        "script:\n", "script:\n  - when: '(?i)slow'\n    text: never\n    delayMs: 600000\n", 1))
-    # the slow turn never ends on its own within the test: only the crash ends it, however
-    # loaded the machine (a 20 s delay once elapsed before the kill on a loaded machine)
+        "script:\n", "script:\n  - when: '(?i)slow'\n    text: never\n    delayMs: 20000\n", 1))
     state_root = tmp_path / "state"
     cluster.add_node(**NODE)  # three nodes: the crash removes one that hosts a worker
     cluster.wait_for_nodes()
