@@ -27,6 +27,7 @@ __all__ = [
     "ToolCatalogItem",
     "ToolError",
     "ToolSource",
+    "iso_millis",
     "new_id",
     "new_span_id",
     "new_trace_id",
@@ -45,6 +46,15 @@ _second: list[tuple[int, str]] = [(-1, "")]
 
 # (the last millisecond formatted, its text), the same way: events of one step often share it.
 _millisecond: list[tuple[int, str]] = [(-1, "")]
+# text -> its milliseconds since the epoch, for the texts made lately: the OTLP exporter turns an
+# event's timestamp back into a time without parsing it (iso_millis).
+_MILLIS_OF: dict[str, int] = {}
+_MILLIS_LIMIT = 4096
+
+
+def iso_millis(text: str) -> int | None:
+    """Milliseconds since the epoch of a timestamp :func:`now_iso` made lately (else ``None``)."""
+    return _MILLIS_OF.get(text)
 
 
 def now_iso() -> str:
@@ -64,6 +74,9 @@ def now_iso() -> str:
         _second[0] = (seconds, prefix)
     text = f"{prefix}{millis:03d}Z"
     _millisecond[0] = (now, text)
+    if len(_MILLIS_OF) >= _MILLIS_LIMIT:
+        _MILLIS_OF.clear()
+    _MILLIS_OF[text] = now
     return text
 
 

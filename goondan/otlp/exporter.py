@@ -11,6 +11,7 @@ exports what is left (the shutdown flush). Configuration comes from the environm
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
@@ -21,6 +22,7 @@ from urllib.parse import unquote
 
 from goondan.errors import ConfigError
 from goondan.otlp.encode import (
+    _ONE_BYTE,
     _PACK_FIXED64,
     _TRACE_FIELD,
     SPAN_KIND_CLIENT,
@@ -52,7 +54,7 @@ from goondan.runtime.events import (
 )
 from goondan.runtime.observe import EventSink
 from goondan.runtime.traces import SpanRecord, iso_to_unix_nanos
-from goondan.types import JsonObject
+from goondan.types import _MILLIS_OF, JsonObject
 
 __all__ = ["OtlpConfig", "OtlpExporter", "event_span_field", "event_span_message", "event_to_otlp_span",
            "exporter_from_env", "to_otlp_span"]
@@ -195,8 +197,12 @@ _NANOS_OF_SECOND: list[tuple[str, int]] = [("", 0)]
 
 
 def _timestamp_nanos(timestamp: str) -> int:
-    """:func:`~goondan.runtime.traces.iso_to_unix_nanos` of a ``now_iso`` timestamp, parsing each
-    second once (the events of a turn mostly share it)."""
+    """:func:`~goondan.runtime.traces.iso_to_unix_nanos` of a ``now_iso`` timestamp: looked up
+    when this process made it lately (:func:`goondan.types.iso_millis`), else parsed, each second
+    once (the events of a turn mostly share it)."""
+    millis = _MILLIS_OF.get(timestamp)
+    if millis is not None:
+        return millis * 1_000_000
     head, dot, tail = timestamp.partition(".")
     if dot and len(tail) == 4 and tail[3] == "Z" and tail[:3].isdigit():
         second, nanos = _NANOS_OF_SECOND[0]
@@ -319,11 +325,6 @@ _PREFIXES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
 _PREFIX_LIMIT = 4096
 
 
-def _general_message(event: RuntimeEvent) -> bytes | None:
-    span = event_to_otlp_span(event)
-    return None if span is None else encode_span(span)
-
-
 # Encoded pieces of the attributes that vary from span to span (see event_span_message).
 _CALL_ID_KEY = b"\x0a\x13gen_ai.tool.call.id\x12"  # the key, then the value's tag
 # field 9 (29 bytes): the key, then a value of 9 bytes holding a double (field 4, fixed64)
@@ -335,15 +336,28 @@ _USAGE_FIELDS: dict[tuple[int, int], bytes] = {}
 
 def event_span_message(event: RuntimeEvent) -> bytes | None:
     """``encode.encode_span`` of :func:`event_to_otlp_span` (the same bytes: a property test
-    proves it), built from the typed event without the intermediate span. Everything that
-    repeats from span to span — the name, the kind and the leading attributes per agent,
-    instance and step index / tool / model, the trace id field, the second of the timestamp,
-    token counts — is cached; each piece is computed into a local and the message made by one
-    join. The exporter thread runs this once per span."""
+    proves it): :func:`event_span_field` without the field's tag and length."""
+    field = event_span_field(event)
+    if field is None:
+        return None
+    position = 1
+    while field[position] & 0x80:  # the length's varint
+        position += 1
+    return field[position + 1:]
+
+
+def event_span_field(event: RuntimeEvent) -> bytes | None:
+    """The span of an end event as a ``ScopeSpans.spans`` field (tag, length, then
+    :func:`event_span_message`), so that a request body is one join of these
+    (:func:`encode.encode_protobuf_span_fields`); built from the typed event without the
+    intermediate span. Everything that repeats from span to span — the name, the kind and the
+    leading attributes per agent, instance and step index / tool / model, the trace and parent
+    id fields, the time of the timestamp, token counts — is cached; each piece is computed into
+    a local and the message made by one join. The exporter thread runs this once per span."""
     cls = type(event)
     trace_id, span_id = event.trace_id, event.span_id
     if cls not in _EVENT_KINDS or not trace_id or not span_id:
-        return _general_message(event)
+        return _general_field(event)
     agent, instance = event.agent_name, event.instance_key
     if cls is ToolEnded:
         key: tuple[Any, ...] = (cls, agent, instance, event.tool_name)  # type: ignore[attr-defined]
@@ -358,7 +372,7 @@ def event_span_message(event: RuntimeEvent) -> bytes | None:
     try:
         cached = _PREFIXES.get(key)
     except TypeError:  # an unhashable field value: the general path
-        return _general_message(event)
+        return _general_field(event)
     if cached is None:
         cached = _cache_prefix(event, key)
         if cached is None:
@@ -374,18 +388,26 @@ def event_span_message(event: RuntimeEvent) -> bytes | None:
     own_field = b"\x12\x08" + own if len(own) == 8 else _len_field(2, own)
     parent_id = event.parent_span_id
     if parent_id:
-        parent = bytes.fromhex(parent_id)
-        parent_field = b"\x22\x08" + parent if len(parent) == 8 else _len_field(4, parent)
+        parent_field = _PARENT_FIELDS.get(parent_id)
+        if parent_field is None:
+            parent_field = _parent_field(parent_id)
     else:
         parent_field = b""
     # times: an end event is stamped when its span ends
     latency = event.latency_ms  # type: ignore[attr-defined]
-    duration = int(float(latency) * 1_000_000) if isinstance(latency, (int, float)) else 0
-    end = _timestamp_nanos(event.timestamp)
+    if type(latency) is float and latency > 0.0:
+        duration = int(latency * 1_000_000)
+    else:
+        duration = int(float(latency) * 1_000_000) if isinstance(latency, (int, float)) else 0
+    millis = _MILLIS_OF.get(event.timestamp)
+    end = millis * 1_000_000 if millis is not None else _timestamp_nanos(event.timestamp)
     start = end - duration
-    end = start + duration if duration > 0 else start
-    times = ((b"\x39" + _PACK_FIXED64(start) if start else b"")
-             + (b"\x41" + _PACK_FIXED64(end) if end else b""))
+    if duration > 0 and start > 0:
+        times = _PACK_TIMES(0x39, start, 0x41, end)
+    else:
+        end = start + duration if duration > 0 else start
+        times = ((b"\x39" + _PACK_FIXED64(start) if start else b"")
+                 + (b"\x41" + _PACK_FIXED64(end) if end else b""))
     # the attributes that vary, in to_otlp_span's order
     varying = b""
     if cls is ToolEnded:
@@ -400,8 +422,8 @@ def event_span_message(event: RuntimeEvent) -> bytes | None:
         if isinstance(usage, dict) and usage:
             counts = (int(usage.get("prompt") or 0), int(usage.get("completion") or 0))
             varying = _USAGE_FIELDS.get(counts) or _usage_fields(counts)
-    cost = getattr(event, "cost", None)
-    if isinstance(cost, (int, float)):
+    cost = event.cost if cls in _COSTED else None  # type: ignore[attr-defined]
+    if cost is not None and isinstance(cost, (int, float)):
         varying += _COST_FIELD + _PACK_DOUBLE(float(cost))
     status = b""
     if event.failed:  # type: ignore[attr-defined]
@@ -411,7 +433,32 @@ def event_span_message(event: RuntimeEvent) -> bytes | None:
         message = event.error_message or ""  # type: ignore[attr-defined]
         inner = (_len_field(2, message.encode()) if message else b"") + b"\x18\x02"
         status = _len_field(15, inner)
-    return b"".join((trace_field, own_field, parent_field, head, times, leading, varying, status))
+    size = (len(trace_field) + len(own_field) + len(parent_field) + len(head) + len(times)
+            + len(leading) + len(varying) + len(status))
+    return b"".join((_SPAN_TAG, _ONE_BYTE[size] if size < 128 else _varint(size), trace_field, own_field,
+                     parent_field, head, times, leading, varying, status))
+
+
+_SPAN_TAG = b"\x12"  # ScopeSpans.spans
+_COSTED = frozenset(cls for cls in _EVENT_KINDS
+                    if any(f.name == "cost" for f in dataclasses.fields(cls)))  # the classes with a cost
+_PACK_TIMES = struct.Struct("<BQBQ").pack  # start_time_unix_nano (7) and end_time_unix_nano (8), fixed64
+# parent span id -> its encoded field (field 4): a step's id is the parent of its LLM and tool calls.
+_PARENT_FIELDS: dict[str, bytes] = {}
+
+
+def _parent_field(parent_id: str) -> bytes:
+    parent = bytes.fromhex(parent_id)
+    field = b"\x22\x08" + parent if len(parent) == 8 else _len_field(4, parent)
+    if len(_PARENT_FIELDS) >= _PREFIX_LIMIT:
+        _PARENT_FIELDS.clear()
+    _PARENT_FIELDS[parent_id] = field
+    return field
+
+
+def _general_field(event: RuntimeEvent) -> bytes | None:
+    span = event_to_otlp_span(event)
+    return None if span is None else _len_field(2, encode_span(span))
 
 
 def _cache_prefix(event: RuntimeEvent, key: tuple[Any, ...]) -> tuple[bytes, bytes] | None:
@@ -440,13 +487,6 @@ def _usage_fields(counts: tuple[int, int]) -> bytes:
     fields = _USAGE_FIELDS[counts] = attribute_fields({
         "gen_ai.usage.input_tokens": counts[0], "gen_ai.usage.output_tokens": counts[1]})
     return fields
-
-
-def event_span_field(event: RuntimeEvent) -> bytes | None:
-    """:func:`event_span_message` as a ``ScopeSpans.spans`` field (tag and length in front), so
-    that a request body is one join of these (:func:`encode.encode_protobuf_span_fields`)."""
-    message = event_span_message(event)
-    return None if message is None else b"\x12" + _varint(len(message)) + message
 
 
 class OtlpExporter(EventSink):

@@ -10,402 +10,510 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from goondan.runtime import events
-from goondan.runtime.eventlog import ENCODED, encode_text, encode_value
+from goondan.runtime.eventlog import (
+    add_piece,
+    encode_object,
+    encode_value,
+    fill_caches,
+    general_line,
+    piece,
+)
 
-cached = ENCODED.get
-int_repr = int.__repr__
 float_repr = float.__repr__
+
+# per key: value -> the key and the value's JSON (or '' where the key is left out)
+P_agentName: dict[Any, str] = {}
+P_errorCode: dict[Any, str] = {}
+P_errorCount: dict[Any, str] = {}
+P_eventId: dict[Any, str] = {}
+P_eventType: dict[Any, str] = {}
+P_finishReason: dict[Any, str] = {}
+P_index: dict[Any, str] = {}
+P_instanceKey: dict[Any, str] = {}
+P_kind: dict[Any, str] = {}
+P_messageCount: dict[Any, str] = {}
+P_model: dict[Any, str] = {}
+P_parentSpanId: dict[Any, str] = {}
+P_provider: dict[Any, str] = {}
+P_source: dict[Any, str] = {}
+P_status: dict[Any, str] = {}
+P_stepCount: dict[Any, str] = {}
+P_stepId: dict[Any, str] = {}
+P_stepIndex: dict[Any, str] = {}
+P_target: dict[Any, str] = {}
+P_targetInstanceKey: dict[Any, str] = {}
+P_toolCallCount: dict[Any, str] = {}
+P_toolCount: dict[Any, str] = {}
+P_toolName: dict[Any, str] = {}
+P_traceId: dict[Any, str] = {}
+P_turnId: dict[Any, str] = {}
 
 
 def line_AgentAnswered(e: Any) -> bytes:
-    head = '{"type":"agent.failed","timestamp":' if e.failed else '{"type":"agent.answered","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.target
-    f_target = '' if v is None else ',"target":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.correlation_id
-    f_correlation_id = '' if v is None else ',"correlationId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.latency_ms
-    if v is None:
-        f_latency_ms = duration = ''
-    else:
-        duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
-        f_latency_ms = ',"latencyMs":' + duration
-        duration = ',"duration":' + duration
-    v = e.error_code
-    f_error_code = '' if v is None else ',"errorCode":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.error_message
-    f_error_message = '' if v is None else ',"errorMessage":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_target}{f_correlation_id}{f_latency_ms}{f_error_code}{f_error_message}{duration}}}\n'.encode()
+    try:
+        head = '{"type":"agent.failed","timestamp":' if e.failed else '{"type":"agent.answered","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.correlation_id
+        f_correlation_id = ',"correlationId":' + encode_basestring(v) if v is not None else ''
+        v = e.latency_ms
+        if v is None:
+            f_latency_ms = duration = ''
+        else:
+            duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
+            f_latency_ms = ',"latencyMs":' + duration
+            duration = ',"duration":' + duration
+        v = e.error_message
+        f_error_message = ',"errorMessage":' + encode_basestring(v) if v is not None else ''
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{P_target[e.target]}{f_correlation_id}{f_latency_ms}{P_errorCode[e.error_code]}{f_error_message}{duration}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_AgentAnswered):
+            return line_AgentAnswered(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_AgentAnswered = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('target', P_target, ',"target":', 'none', str),
+    ('error_code', P_errorCode, ',"errorCode":', 'none', str),
+)
 
 
 def line_AgentRequested(e: Any) -> bytes:
-    head = '{"type":"agent.requested","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.target
-    f_target = '' if v is None else ',"target":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.target_instance_key
-    f_target_instance_key = '' if v is None else ',"targetInstanceKey":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.correlation_id
-    f_correlation_id = '' if v is None else ',"correlationId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_target}{f_target_instance_key}{f_correlation_id}}}\n'.encode()
+    try:
+        head = '{"type":"agent.requested","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.correlation_id
+        f_correlation_id = ',"correlationId":' + encode_basestring(v) if v is not None else ''
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{P_target[e.target]}{P_targetInstanceKey[e.target_instance_key]}{f_correlation_id}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_AgentRequested):
+            return line_AgentRequested(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_AgentRequested = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('target', P_target, ',"target":', 'none', str),
+    ('target_instance_key', P_targetInstanceKey, ',"targetInstanceKey":', 'none', str),
+)
 
 
 def line_IngressReceived(e: Any) -> bytes:
-    head = '{"type":"ingress.received","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.source
-    f_source = '' if v is None else ',"source":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.event_id
-    f_event_id = '' if v is None else ',"eventId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.event_type
-    f_event_type = '' if v is None else ',"eventType":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.target
-    f_target = '' if v is None else ',"target":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_source}{f_event_id}{f_event_type}{f_target}}}\n'.encode()
+    try:
+        head = '{"type":"ingress.received","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.event_id
+        f_event_id = P_eventId.get(v) or add_piece(P_eventId, ',"eventId":', v, 'none')
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{P_source[e.source]}{f_event_id}{P_eventType[e.event_type]}{P_target[e.target]}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_IngressReceived):
+            return line_IngressReceived(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_IngressReceived = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('source', P_source, ',"source":', 'none', str),
+    ('event_type', P_eventType, ',"eventType":', 'none', str),
+    ('target', P_target, ',"target":', 'none', str),
+)
 
 
 def line_LlmCallEnded(e: Any) -> bytes:
-    head = '{"type":"llm.failed","timestamp":' if e.failed else '{"type":"llm.completed","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_id
-    f_step_id = '' if v is None else ',"stepId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.model
-    f_model = '' if v is None else ',"model":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.provider
-    f_provider = '' if v is None else ',"provider":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.finish_reason
-    f_finish_reason = '' if v is None else ',"finishReason":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.token_usage
-    f_token_usage = '' if v is None else ',"tokenUsage":' + (encode_value(v))
-    v = e.cost
-    f_cost = '' if v is None else ',"cost":' + (float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v))
-    v = e.tool_call_count
-    f_tool_call_count = '' if v is None else ',"toolCallCount":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.latency_ms
-    if v is None:
-        f_latency_ms = duration = ''
-    else:
-        duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
-        f_latency_ms = ',"latencyMs":' + duration
-        duration = ',"duration":' + duration
-    v = e.error_message
-    f_error_message = '' if v is None else ',"errorMessage":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_model}{f_provider}{f_finish_reason}{f_token_usage}{f_cost}{f_tool_call_count}{f_latency_ms}{f_error_message}{duration}}}\n'.encode()
+    try:
+        head = '{"type":"llm.failed","timestamp":' if e.failed else '{"type":"llm.completed","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.step_id
+        f_step_id = P_stepId.get(v) or add_piece(P_stepId, ',"stepId":', v, 'none')
+        v = e.token_usage
+        f_token_usage = ',"tokenUsage":' + encode_object(v) if v is not None else ''
+        v = e.cost
+        f_cost = ',"cost":' + (float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)) if v is not None else ''
+        v = e.tool_call_count
+        f_tool_call_count = P_toolCallCount[v] if type(v) is int else piece(',"toolCallCount":', v, 'none')
+        v = e.latency_ms
+        if v is None:
+            f_latency_ms = duration = ''
+        else:
+            duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
+            f_latency_ms = ',"latencyMs":' + duration
+            duration = ',"duration":' + duration
+        v = e.error_message
+        f_error_message = ',"errorMessage":' + encode_basestring(v) if v is not None else ''
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{P_model[e.model]}{P_provider[e.provider]}{P_finishReason[e.finish_reason]}{f_token_usage}{f_cost}{f_tool_call_count}{f_latency_ms}{f_error_message}{duration}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_LlmCallEnded):
+            return line_LlmCallEnded(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_LlmCallEnded = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('model', P_model, ',"model":', 'none', str),
+    ('provider', P_provider, ',"provider":', 'none', str),
+    ('finish_reason', P_finishReason, ',"finishReason":', 'none', str),
+    ('tool_call_count', P_toolCallCount, ',"toolCallCount":', 'none', int),
+)
 
 
 def line_LlmCallStarted(e: Any) -> bytes:
-    head = '{"type":"llm.started","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_id
-    f_step_id = '' if v is None else ',"stepId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.model
-    f_model = '' if v is None else ',"model":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.provider
-    f_provider = '' if v is None else ',"provider":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.stream
-    f_stream = '' if v is None else ',"stream":' + (encode_value(v))
-    v = e.message_count
-    f_message_count = '' if v is None else ',"messageCount":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.tool_count
-    f_tool_count = '' if v is None else ',"toolCount":' + (int_repr(v) if type(v) is int else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_model}{f_provider}{f_stream}{f_message_count}{f_tool_count}}}\n'.encode()
+    try:
+        head = '{"type":"llm.started","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.step_id
+        f_step_id = P_stepId.get(v) or add_piece(P_stepId, ',"stepId":', v, 'none')
+        v = e.stream
+        f_stream = ',"stream":' + encode_value(v) if v is not None else ''
+        v = e.message_count
+        f_message_count = P_messageCount[v] if type(v) is int else piece(',"messageCount":', v, 'none')
+        v = e.tool_count
+        f_tool_count = P_toolCount[v] if type(v) is int else piece(',"toolCount":', v, 'none')
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{P_model[e.model]}{P_provider[e.provider]}{f_stream}{f_message_count}{f_tool_count}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_LlmCallStarted):
+            return line_LlmCallStarted(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_LlmCallStarted = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('model', P_model, ',"model":', 'none', str),
+    ('provider', P_provider, ',"provider":', 'none', str),
+    ('message_count', P_messageCount, ',"messageCount":', 'none', int),
+    ('tool_count', P_toolCount, ',"toolCount":', 'none', int),
+)
 
 
 def line_LlmDelta(e: Any) -> bytes:
-    head = '{"type":"llm.delta","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_id
-    f_step_id = '' if v is None else ',"stepId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_index
-    f_step_index = '' if v is None else ',"stepIndex":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.kind
-    f_kind = '' if v is None else ',"kind":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.text
-    f_text = '' if v is None else ',"text":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.index
-    f_index = '' if v is None else ',"index":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.tool_call_id
-    f_tool_call_id = '' if v is None else ',"toolCallId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.tool_name
-    f_tool_name = '' if v is None else ',"toolName":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}{f_kind}{f_text}{f_index}{f_tool_call_id}{f_tool_name}}}\n'.encode()
+    try:
+        head = '{"type":"llm.delta","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.step_id
+        f_step_id = P_stepId.get(v) or add_piece(P_stepId, ',"stepId":', v, 'none')
+        v = e.step_index
+        f_step_index = P_stepIndex[v] if type(v) is int else piece(',"stepIndex":', v, 'none')
+        v = e.text
+        f_text = ',"text":' + encode_basestring(v) if v is not None else ''
+        v = e.index
+        f_index = P_index[v] if type(v) is int else piece(',"index":', v, 'none')
+        v = e.tool_call_id
+        f_tool_call_id = ',"toolCallId":' + encode_basestring(v) if v is not None else ''
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}{P_kind[e.kind]}{f_text}{f_index}{f_tool_call_id}{P_toolName[e.tool_name]}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_LlmDelta):
+            return line_LlmDelta(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_LlmDelta = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('step_index', P_stepIndex, ',"stepIndex":', 'none', int),
+    ('kind', P_kind, ',"kind":', 'none', str),
+    ('index', P_index, ',"index":', 'none', int),
+    ('tool_name', P_toolName, ',"toolName":', 'none', str),
+)
 
 
 def line_StepEnded(e: Any) -> bytes:
-    head = '{"type":"step.failed","timestamp":' if e.failed else '{"type":"step.completed","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_id
-    f_step_id = '' if v is None else ',"stepId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_index
-    f_step_index = '' if v is None else ',"stepIndex":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.tool_call_count
-    f_tool_call_count = '' if v is None else ',"toolCallCount":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.error_count
-    f_error_count = '' if v is None else ',"errorCount":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.token_usage
-    f_token_usage = '' if v is None else ',"tokenUsage":' + (encode_value(v))
-    v = e.cost
-    f_cost = '' if v is None else ',"cost":' + (float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v))
-    v = e.latency_ms
-    if v is None:
-        f_latency_ms = duration = ''
-    else:
-        duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
-        f_latency_ms = ',"latencyMs":' + duration
-        duration = ',"duration":' + duration
-    v = e.error_message
-    f_error_message = '' if v is None else ',"errorMessage":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}{f_tool_call_count}{f_error_count}{f_token_usage}{f_cost}{f_latency_ms}{f_error_message}{duration}}}\n'.encode()
+    try:
+        head = '{"type":"step.failed","timestamp":' if e.failed else '{"type":"step.completed","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.step_id
+        f_step_id = P_stepId.get(v) or add_piece(P_stepId, ',"stepId":', v, 'none')
+        v = e.step_index
+        f_step_index = P_stepIndex[v] if type(v) is int else piece(',"stepIndex":', v, 'none')
+        v = e.tool_call_count
+        f_tool_call_count = P_toolCallCount[v] if type(v) is int else piece(',"toolCallCount":', v, 'none')
+        v = e.error_count
+        f_error_count = P_errorCount[v] if type(v) is int else piece(',"errorCount":', v, 'none')
+        v = e.token_usage
+        f_token_usage = ',"tokenUsage":' + encode_object(v) if v is not None else ''
+        v = e.cost
+        f_cost = ',"cost":' + (float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)) if v is not None else ''
+        v = e.latency_ms
+        if v is None:
+            f_latency_ms = duration = ''
+        else:
+            duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
+            f_latency_ms = ',"latencyMs":' + duration
+            duration = ',"duration":' + duration
+        v = e.error_message
+        f_error_message = ',"errorMessage":' + encode_basestring(v) if v is not None else ''
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}{f_tool_call_count}{f_error_count}{f_token_usage}{f_cost}{f_latency_ms}{f_error_message}{duration}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_StepEnded):
+            return line_StepEnded(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_StepEnded = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('step_index', P_stepIndex, ',"stepIndex":', 'none', int),
+    ('tool_call_count', P_toolCallCount, ',"toolCallCount":', 'none', int),
+    ('error_count', P_errorCount, ',"errorCount":', 'none', int),
+)
 
 
 def line_StepStarted(e: Any) -> bytes:
-    head = '{"type":"step.started","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_id
-    f_step_id = '' if v is None else ',"stepId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_index
-    f_step_index = '' if v is None else ',"stepIndex":' + (int_repr(v) if type(v) is int else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}}}\n'.encode()
+    try:
+        head = '{"type":"step.started","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.step_id
+        f_step_id = P_stepId.get(v) or add_piece(P_stepId, ',"stepId":', v, 'none')
+        v = e.step_index
+        f_step_index = P_stepIndex[v] if type(v) is int else piece(',"stepIndex":', v, 'none')
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_StepStarted):
+            return line_StepStarted(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_StepStarted = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('step_index', P_stepIndex, ',"stepIndex":', 'none', int),
+)
 
 
 def line_ToolCalled(e: Any) -> bytes:
-    head = '{"type":"tool.called","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_id
-    f_step_id = '' if v is None else ',"stepId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_index
-    f_step_index = '' if v is None else ',"stepIndex":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.tool_call_id
-    f_tool_call_id = '' if v is None else ',"toolCallId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.tool_name
-    f_tool_name = '' if v is None else ',"toolName":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.args
-    f_args = '' if v is None else ',"args":' + (encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}{f_tool_call_id}{f_tool_name}{f_args}}}\n'.encode()
+    try:
+        head = '{"type":"tool.called","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.step_id
+        f_step_id = P_stepId.get(v) or add_piece(P_stepId, ',"stepId":', v, 'none')
+        v = e.step_index
+        f_step_index = P_stepIndex[v] if type(v) is int else piece(',"stepIndex":', v, 'none')
+        v = e.tool_call_id
+        f_tool_call_id = ',"toolCallId":' + encode_basestring(v) if v is not None else ''
+        v = e.args
+        f_args = ',"args":' + encode_object(v) if v is not None else ''
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}{f_tool_call_id}{P_toolName[e.tool_name]}{f_args}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_ToolCalled):
+            return line_ToolCalled(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_ToolCalled = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('step_index', P_stepIndex, ',"stepIndex":', 'none', int),
+    ('tool_name', P_toolName, ',"toolName":', 'none', str),
+)
 
 
 def line_ToolEnded(e: Any) -> bytes:
-    head = '{"type":"tool.failed","timestamp":' if e.failed else '{"type":"tool.completed","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_id
-    f_step_id = '' if v is None else ',"stepId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_index
-    f_step_index = '' if v is None else ',"stepIndex":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.tool_call_id
-    f_tool_call_id = '' if v is None else ',"toolCallId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.tool_name
-    f_tool_name = '' if v is None else ',"toolName":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.status
-    f_status = '' if v is None else ',"status":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.latency_ms
-    if v is None:
-        f_latency_ms = duration = ''
-    else:
-        duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
-        f_latency_ms = ',"latencyMs":' + duration
-        duration = ',"duration":' + duration
-    v = e.error_code
-    f_error_code = '' if v is None else ',"errorCode":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.error_message
-    f_error_message = '' if v is None else ',"errorMessage":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}{f_tool_call_id}{f_tool_name}{f_status}{f_latency_ms}{f_error_code}{f_error_message}{duration}}}\n'.encode()
+    try:
+        head = '{"type":"tool.failed","timestamp":' if e.failed else '{"type":"tool.completed","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.step_id
+        f_step_id = P_stepId.get(v) or add_piece(P_stepId, ',"stepId":', v, 'none')
+        v = e.step_index
+        f_step_index = P_stepIndex[v] if type(v) is int else piece(',"stepIndex":', v, 'none')
+        v = e.tool_call_id
+        f_tool_call_id = ',"toolCallId":' + encode_basestring(v) if v is not None else ''
+        v = e.latency_ms
+        if v is None:
+            f_latency_ms = duration = ''
+        else:
+            duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
+            f_latency_ms = ',"latencyMs":' + duration
+            duration = ',"duration":' + duration
+        v = e.error_message
+        f_error_message = ',"errorMessage":' + encode_basestring(v) if v is not None else ''
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_step_id}{f_step_index}{f_tool_call_id}{P_toolName[e.tool_name]}{P_status[e.status]}{f_latency_ms}{P_errorCode[e.error_code]}{f_error_message}{duration}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_ToolEnded):
+            return line_ToolEnded(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_ToolEnded = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('step_index', P_stepIndex, ',"stepIndex":', 'none', int),
+    ('tool_name', P_toolName, ',"toolName":', 'none', str),
+    ('status', P_status, ',"status":', 'none', str),
+    ('error_code', P_errorCode, ',"errorCode":', 'none', str),
+)
 
 
 def line_TurnEnded(e: Any) -> bytes:
-    head = '{"type":"turn.failed","timestamp":' if e.failed else '{"type":"turn.completed","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.event_id
-    f_event_id = '' if v is None else ',"eventId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.event_type
-    f_event_type = '' if v is None else ',"eventType":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.finish_reason
-    f_finish_reason = '' if v is None else ',"finishReason":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.step_count
-    f_step_count = '' if v is None else ',"stepCount":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.tool_call_count
-    f_tool_call_count = '' if v is None else ',"toolCallCount":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.error_count
-    f_error_count = '' if v is None else ',"errorCount":' + (int_repr(v) if type(v) is int else encode_value(v))
-    v = e.token_usage
-    f_token_usage = '' if v is None else ',"tokenUsage":' + (encode_value(v))
-    v = e.cost
-    f_cost = '' if v is None else ',"cost":' + (float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v))
-    v = e.latency_ms
-    if v is None:
-        f_latency_ms = duration = ''
-    else:
-        duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
-        f_latency_ms = ',"latencyMs":' + duration
-        duration = ',"duration":' + duration
-    v = e.error_code
-    f_error_code = '' if v is None else ',"errorCode":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.error_message
-    f_error_message = '' if v is None else ',"errorMessage":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_event_id}{f_event_type}{f_finish_reason}{f_step_count}{f_tool_call_count}{f_error_count}{f_token_usage}{f_cost}{f_latency_ms}{f_error_code}{f_error_message}{duration}}}\n'.encode()
+    try:
+        head = '{"type":"turn.failed","timestamp":' if e.failed else '{"type":"turn.completed","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.event_id
+        f_event_id = P_eventId.get(v) or add_piece(P_eventId, ',"eventId":', v, 'none')
+        v = e.step_count
+        f_step_count = P_stepCount[v] if type(v) is int else piece(',"stepCount":', v, 'none')
+        v = e.tool_call_count
+        f_tool_call_count = P_toolCallCount[v] if type(v) is int else piece(',"toolCallCount":', v, 'none')
+        v = e.error_count
+        f_error_count = P_errorCount[v] if type(v) is int else piece(',"errorCount":', v, 'none')
+        v = e.token_usage
+        f_token_usage = ',"tokenUsage":' + encode_object(v) if v is not None else ''
+        v = e.cost
+        f_cost = ',"cost":' + (float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)) if v is not None else ''
+        v = e.latency_ms
+        if v is None:
+            f_latency_ms = duration = ''
+        else:
+            duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)
+            f_latency_ms = ',"latencyMs":' + duration
+            duration = ',"duration":' + duration
+        v = e.error_message
+        f_error_message = ',"errorMessage":' + encode_basestring(v) if v is not None else ''
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_event_id}{P_eventType[e.event_type]}{P_finishReason[e.finish_reason]}{f_step_count}{f_tool_call_count}{f_error_count}{f_token_usage}{f_cost}{f_latency_ms}{P_errorCode[e.error_code]}{f_error_message}{duration}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_TurnEnded):
+            return line_TurnEnded(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_TurnEnded = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('event_type', P_eventType, ',"eventType":', 'none', str),
+    ('finish_reason', P_finishReason, ',"finishReason":', 'none', str),
+    ('step_count', P_stepCount, ',"stepCount":', 'none', int),
+    ('tool_call_count', P_toolCallCount, ',"toolCallCount":', 'none', int),
+    ('error_count', P_errorCount, ',"errorCount":', 'none', int),
+    ('error_code', P_errorCode, ',"errorCode":', 'none', str),
+)
 
 
 def line_TurnStarted(e: Any) -> bytes:
-    head = '{"type":"turn.started","timestamp":'
-    v = e.timestamp
-    f_timestamp = encode_basestring(v) if type(v) is str else encode_value(v)
-    v = e.agent_name
-    f_agent_name = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.instance_key
-    f_instance_key = (cached(v) or encode_text(v)) if type(v) is str else encode_value(v)
-    v = e.trace_id
-    f_trace_id = '' if not v else ',"traceId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.span_id
-    f_span_id = '' if not v else ',"spanId":' + (encode_basestring(v) if type(v) is str else encode_value(v))
-    v = e.parent_span_id
-    f_parent_span_id = '' if v is None else ',"parentSpanId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.turn_id
-    f_turn_id = '' if v is None else ',"turnId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.event_id
-    f_event_id = '' if v is None else ',"eventId":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    v = e.event_type
-    f_event_type = '' if v is None else ',"eventType":' + ((cached(v) or encode_text(v)) if type(v) is str else encode_value(v))
-    return f'{head}{f_timestamp},"agentName":{f_agent_name},"instanceKey":{f_instance_key}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_event_id}{f_event_type}}}\n'.encode()
+    try:
+        head = '{"type":"turn.started","timestamp":'
+        v = e.trace_id
+        f_trace_id = P_traceId.get(v) or add_piece(P_traceId, ',"traceId":', v, 'falsy')
+        v = e.span_id
+        f_span_id = ',"spanId":' + encode_basestring(v) if v else ''
+        v = e.parent_span_id
+        f_parent_span_id = P_parentSpanId.get(v) or add_piece(P_parentSpanId, ',"parentSpanId":', v, 'none')
+        v = e.turn_id
+        f_turn_id = P_turnId.get(v) or add_piece(P_turnId, ',"turnId":', v, 'none')
+        v = e.event_id
+        f_event_id = P_eventId.get(v) or add_piece(P_eventId, ',"eventId":', v, 'none')
+        return f'{head}{encode_basestring(e.timestamp)}{P_agentName[e.agent_name]}{P_instanceKey[e.instance_key]}{f_trace_id}{f_span_id}{f_parent_span_id}{f_turn_id}{f_event_id}{P_eventType[e.event_type]}}}\n'.encode()
+    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes
+        if fill_caches(e, fields_TurnStarted):
+            return line_TurnStarted(e)
+        return general_line(e)
+    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
+        return general_line(e)
+
+
+fields_TurnStarted = (
+    ('agent_name', P_agentName, ',"agentName":', 'never', str),
+    ('instance_key', P_instanceKey, ',"instanceKey":', 'never', str),
+    ('event_type', P_eventType, ',"eventType":', 'none', str),
+)
 
 
 LINES = {

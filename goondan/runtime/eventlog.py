@@ -38,16 +38,22 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "ENCODED",
     "EVENT_LOG_NAME",
+    "OBJECTS",
     "ROTATED_LOG_NAME",
     "BackgroundBatcher",
     "RuntimeEventLog",
+    "add_piece",
+    "encode_object",
     "encode_text",
     "encode_value",
     "event_line",
     "event_lines_module",
+    "fill_caches",
+    "general_line",
     "iter_event_log",
     "line_source",
     "max_bytes_from_env",
+    "piece",
 ]
 
 EVENT_LOG_NAME = "runtime-events.jsonl"
@@ -77,19 +83,26 @@ def max_bytes_from_env(env: Mapping[str, str] = os.environ) -> int:
 # -- one event, one JSON line ---------------------------------------------------------------------
 # ``event_line(e)`` is ``encode_json(e.to_dict()) + b"\n"`` to the byte (a property test checks
 # it), written without the payload dict by one function per event class that reads the fields in
-# wire order and joins pre-encoded keys with encoded values. Those functions are generated source
-# (:func:`line_source`) kept in goondan/runtime/eventlines.py — compiled and cached like any
-# module, never at run time; a test checks the file is current. Strings repeat from line to line
-# (agent, instance, turn, trace and step ids, tool and model names), so their JSON form is kept
-# in a bounded cache; so are small flat objects (``tokenUsage``). This is the writer thread's
-# whole per-event cost (docs/observability.md "Cost of all this").
+# wire order. Those functions are generated source (:func:`line_source`) kept in
+# goondan/runtime/eventlines.py — compiled and cached like any module, never at run time; a test
+# checks the file is current.
+#
+# Most values repeat from line to line (agent, instance, trace, turn, step and parent span ids,
+# tool and model names, small counts), so each such key has a cache of its whole piece — value
+# -> ``,"key":<JSON>`` or ``""`` where the key is left out — and a line is one f-string of cache
+# subscripts and the few values new on every line (span id, timestamp, latency). A value missing
+# from its cache raises ``KeyError``: :func:`fill_caches` adds it and the line is made again. A
+# string cache holds only ``str`` and ``None`` keys and an integer cache only ``int`` keys (looked
+# up after a type test), so ``True`` never finds the entry of ``1``; any other value (or an
+# unhashable one) takes the general path. This is the writer thread's whole per-event cost
+# (docs/observability.md "Cost of all this").
 ENCODED: dict[Any, str] = {}
 _ENCODED_LIMIT = 8192
-# A flat object with string keys is cached by its keys, the types of its values and the values:
-# 1, 1.0 and True are equal as keys but not as JSON, so the types are part of the key; floats are
-# never cached (0.0 == -0.0), nor objects with other keys (True and 1 would share an entry).
-_FLAT_TYPES = frozenset({str, int, bool, type(None)})
-_STR_KEYS = frozenset({str})
+_PIECES_LIMIT = 4096  # entries per key's cache before it is cleared
+# Small objects (``tokenUsage``) are cached by their ``repr``: it tells apart what JSON writes
+# differently — 1, 1.0 and True, "1" and 1, key order — where equality (and so a dict key) does not.
+OBJECTS: dict[str, str] = {}
+_SMALL_OBJECT = 8  # keys at most
 
 
 def encode_text(text: str) -> str:
@@ -101,9 +114,23 @@ def encode_text(text: str) -> str:
     return encoded
 
 
+def encode_object(value: Any) -> str:
+    """The JSON of an object field's value (``tokenUsage``): small dicts through :data:`OBJECTS`."""
+    if type(value) is not dict or len(value) > _SMALL_OBJECT:
+        return encode_value(value)
+    key = repr(value)
+    encoded = OBJECTS.get(key)
+    if encoded is None:
+        encoded = dumps_compact(value)  # un-encodable: raises, nothing kept
+        if len(OBJECTS) >= _ENCODED_LIMIT:
+            OBJECTS.clear()
+        OBJECTS[key] = encoded
+    return encoded
+
+
 def encode_value(value: Any) -> str:
-    """The JSON of any field value, as ``dumps_compact`` writes it: repeated strings and small
-    flat objects through :data:`ENCODED`, finite floats by ``repr``."""
+    """The JSON of any field value, as ``dumps_compact`` writes it: repeated strings through
+    :data:`ENCODED`, small objects through :data:`OBJECTS`, finite floats by ``repr``."""
     kind = type(value)
     if kind is str:
         return ENCODED.get(value) or encode_text(value)
@@ -111,90 +138,161 @@ def encode_value(value: Any) -> str:
         return int.__repr__(value)
     if kind is float and math.isfinite(value):
         return repr(value)  # what json.dumps writes for a finite float
-    if kind is dict and _STR_KEYS.issuperset(map(type, value)) and _FLAT_TYPES.issuperset(map(type, value.values())):
-        key = (tuple(value), tuple(map(type, value.values())), tuple(value.values()))
-        encoded = ENCODED.get(key)
-        if encoded is None:
-            if len(ENCODED) >= _ENCODED_LIMIT:
-                ENCODED.clear()
-            encoded = ENCODED[key] = dumps_compact(value)
-        return encoded
+    if kind is dict and len(value) <= _SMALL_OBJECT:
+        return encode_object(value)
     return dumps_compact(value)
+
+
+# How a key is left out of the payload (RuntimeEvent.to_dict): never, when the value is falsy
+# (traceId, spanId), when it is None (every other optional key).
+_NEVER, _FALSY, _NONE = "never", "falsy", "none"
+
+
+def piece(prefix: str, value: Any, omit: str) -> str:
+    """``prefix`` (``,"key":``) and ``value``'s JSON, or ``""`` where ``to_dict`` leaves the key out."""
+    if (omit == _NONE and value is None) or (omit == _FALSY and not value):
+        return ""
+    return prefix + encode_value(value)
+
+
+def fill_caches(event: Any, fields: tuple[tuple[str, dict[Any, str], str, str, type], ...]) -> bool:
+    """Add ``event``'s cacheable values missing from their keys' caches (``fields``: attribute,
+    cache, prefix, omission, ``str`` or ``int``); whether any was added."""
+    added = False
+    for attr, cache, prefix, omit, kind in fields:
+        value = getattr(event, attr)
+        if (type(value) is kind or (value is None and kind is str)) and value not in cache:
+            if len(cache) >= _PIECES_LIMIT:
+                cache.clear()
+            cache[value] = piece(prefix, value, omit)
+            added = True
+    return added
+
+
+def general_line(event: RuntimeEvent) -> bytes:
+    """``encode_json(event.to_dict())`` and a newline: the path of values no cache takes."""
+    return encode_json(event.to_dict()) + b"\n"
 
 
 # Fields whose value is new on (nearly) every line: encoded directly, not cached.
 _UNIQUE = frozenset({"span_id", "timestamp", "tool_call_id", "correlation_id", "error_message", "text"})
+# Fields whose value is new for every turn or step (trace, turn and step ids, the parent span):
+# cached, but a new value is added where it is met (add_piece) rather than by making the line again.
+_PER_TURN = frozenset({"trace_id", "parent_span_id", "turn_id", "step_id", "event_id"})
 
 
-def _value_expression(attr: str, annotation: str) -> str:
-    """An expression encoding ``v`` (the value of ``attr``): the annotated type's fast path
-    first, :func:`encode_value` for anything else."""
-    if annotation.startswith("str"):
-        fast = "encode_basestring(v)" if attr in _UNIQUE else "(cached(v) or encode_text(v))"
-        return f"{fast} if type(v) is str else encode_value(v)"
-    if annotation.startswith("int"):
-        return "int_repr(v) if type(v) is int else encode_value(v)"
-    if annotation.startswith("float"):
-        return "float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)"
-    return "encode_value(v)"
+def add_piece(cache: dict[Any, str], prefix: str, value: Any, omit: str) -> str:
+    """:func:`piece`, kept in ``cache`` when ``value`` is a string or ``None``."""
+    encoded = piece(prefix, value, omit)
+    if value is None or type(value) is str:
+        if len(cache) >= _PIECES_LIMIT:
+            cache.clear()
+        cache[value] = encoded
+    return encoded
+
+
+def _omission(attr: str) -> str:
+    if attr in ("agent_name", "instance_key"):
+        return _NEVER
+    return _FALSY if attr in ("trace_id", "span_id") else _NONE
 
 
 def line_source(cls: type[RuntimeEvent]) -> str:
-    """The source of ``cls``'s line function: ``to_dict``'s keys in its order, each value
-    encoded into a local, the line made by one f-string."""
+    """The source of ``cls``'s line function: ``to_dict``'s keys in its order, one f-string of
+    per-key cache subscripts and directly encoded values (see the comment above)."""
     annotations = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-    heads = ['{"type":' + encode_basestring(name) + ',"timestamp":' for name in cls.TYPES]
-    body = [f"def line_{cls.__name__}(e: Any) -> bytes:"]
-    pieces: list[str] = []  # the f-string: constants and {locals}
+    name = cls.__name__
+    heads = ['{"type":' + encode_basestring(t) + ',"timestamp":' for t in cls.TYPES]
+    body = [f"def line_{name}(e: Any) -> bytes:", "    try:"]
+    pieces: list[str] = []  # the f-string: constants and {expressions}
+    cached: list[str] = []  # (attr, cache, prefix, omission, kind) of fields_<name>
 
-    def constant(text: str) -> None:
-        assert "'" not in text and "\\" not in text
-        pieces.append(text.replace("{", "{{").replace("}", "}}"))
-
-    def field(attr: str, key: str | None, omit: str | None = None) -> None:
+    def field(attr: str, key: str) -> None:
+        prefix = "," + encode_basestring(key) + ":"
+        omit = _omission(attr)
+        annotation = annotations[attr]
         local = f"f_{attr}"
-        body.append(f"    v = e.{attr}")
-        expression = _value_expression(attr, annotations[attr])
-        if omit is None:  # always written
-            body.append(f"    {local} = {expression}")
-            if key is not None:
-                constant("," + encode_basestring(key) + ":")
-        else:  # the key and value, or nothing
-            prefix = "," + encode_basestring(key or "") + ":"
-            body.append(f"    {local} = '' if {omit} else {prefix!r} + ({expression})")
+        if annotation.startswith("str") and attr in _PER_TURN:
+            body.append(f"        v = e.{attr}")
+            body.append(f"        {local} = P_{key}.get(v) or add_piece(P_{key}, {prefix!r}, v, {omit!r})")
+            pieces.append("{" + local + "}")
+            return
+        if annotation.startswith("str") and attr not in _UNIQUE:
+            pieces.append("{" + f"P_{key}[e.{attr}]" + "}")
+            cached.append(f"({attr!r}, P_{key}, {prefix!r}, {omit!r}, str)")
+            return
+        body.append(f"        v = e.{attr}")
+        if annotation.startswith("int"):
+            body.append(f"        {local} = P_{key}[v] if type(v) is int else piece({prefix!r}, v, {omit!r})")
+            cached.append(f"({attr!r}, P_{key}, {prefix!r}, {omit!r}, int)")
+        else:
+            if annotation.startswith("str"):
+                value = "encode_basestring(v)"  # not a str: TypeError, the general path
+            elif annotation.startswith("float"):
+                value = "(float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v))"
+            elif annotation.startswith("JsonObject"):
+                value = "encode_object(v)"
+            else:
+                value = "encode_value(v)"
+            test = {"never": None, "falsy": "v", "none": "v is not None"}[omit]
+            if test is None:
+                body.append(f"        {local} = {prefix!r} + {value}")
+            else:
+                body.append(f"        {local} = {prefix!r} + {value} if {test} else ''")
         pieces.append("{" + local + "}")
 
     if len(heads) > 1:
-        body.append(f"    head = {heads[1]!r} if e.failed else {heads[0]!r}")
+        body.append(f"        head = {heads[1]!r} if e.failed else {heads[0]!r}")
     else:
-        body.append(f"    head = {heads[0]!r}")
-    pieces.append("{head}")
-    field("timestamp", None)
-    field("agent_name", "agentName")
-    field("instance_key", "instanceKey")
-    field("trace_id", "traceId", "not v")
-    field("span_id", "spanId", "not v")
-    field("parent_span_id", "parentSpanId", "v is None")
+        body.append(f"        head = {heads[0]!r}")
+    pieces.append("{head}{encode_basestring(e.timestamp)}")
+    for attr, key in (("agent_name", "agentName"), ("instance_key", "instanceKey"),
+                      ("trace_id", "traceId"), ("span_id", "spanId"),
+                      ("parent_span_id", "parentSpanId")):
+        field(attr, key)
     timed = False
     for attr, key in cls._wire_fields:
         if key != "latencyMs":
-            field(attr, key, "v is None")
+            field(attr, key)
             continue
         # to_dict repeats latencyMs as "duration" (its older name) after every other key
         timed = True
-        body += [f"    v = e.{attr}",
-                 "    if v is None:",
-                 f"        f_{attr} = duration = ''",
-                 "    else:",
-                 f"        duration = {_value_expression(attr, annotations[attr])}",
-                 f"        f_{attr} = {',' + encode_basestring(key) + ':'!r} + duration",
-                 f"        duration = {',' + encode_basestring('duration') + ':'!r} + duration"]
+        body += [f"        v = e.{attr}",
+                 "        if v is None:",
+                 f"            f_{attr} = duration = ''",
+                 "        else:",
+                 "            duration = float_repr(v) if type(v) is float and v - v == 0.0 else encode_value(v)",
+                 f"            f_{attr} = {',' + encode_basestring(key) + ':'!r} + duration",
+                 f"            duration = {',' + encode_basestring('duration') + ':'!r} + duration"]
         pieces.append("{f_" + attr + "}")
     if timed:
         pieces.append("{duration}")
-    constant("}")
-    body.append("    return f'" + "".join(pieces) + "\\n'.encode()")
-    return "\n".join(body) + "\n"
+    text = "".join(pieces) + "}}\\n"
+    assert "'" not in text
+    body += [f"        return f'{text}'.encode()",
+             "    except (KeyError, TypeError):  # a value new to its cache, or one no cache takes",
+             f"        if fill_caches(e, fields_{name}):",
+             f"            return line_{name}(e)",
+             "        return general_line(e)",
+             "    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it",
+             "        return general_line(e)"]
+    table = f"fields_{name} = (\n" + "".join(f"    {c},\n" for c in cached) + ")\n"
+    return "\n".join(body) + "\n\n\n" + table
+
+
+def _cache_keys(classes: list[type[RuntimeEvent]]) -> list[str]:
+    keys: dict[str, str] = {}
+    for cls in classes:
+        annotations = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        fields = [("agent_name", "agentName"), ("instance_key", "instanceKey"), ("trace_id", "traceId"),
+                  ("span_id", "spanId"), ("parent_span_id", "parentSpanId"), *cls._wire_fields]
+        for attr, key in fields:
+            annotation = annotations[attr]
+            if (annotation.startswith("str") and attr not in _UNIQUE) or annotation.startswith("int"):
+                mode = f"{_omission(attr)} {annotation.split()[0]}"
+                if keys.setdefault(key, mode) != mode:  # one cache per key: one way to write it
+                    raise AssertionError(f"{key}: {keys[key]} and {mode}")
+    return sorted(keys)
 
 
 def event_lines_module() -> str:
@@ -211,10 +309,10 @@ def event_lines_module() -> str:
         "from json.encoder import encode_basestring\n"
         "from typing import Any\n\n"
         "from goondan.runtime import events\n"
-        "from goondan.runtime.eventlog import ENCODED, encode_text, encode_value\n\n"
-        "cached = ENCODED.get\n"
-        "int_repr = int.__repr__\n"
-        "float_repr = float.__repr__\n"
+        "from goondan.runtime.eventlog import (\n    add_piece,\n    encode_object,\n    encode_value,\n    fill_caches,\n    general_line,\n    piece,\n)\n\n"
+        "float_repr = float.__repr__\n\n"
+        "# per key: value -> the key and the value's JSON (or '' where the key is left out)\n"
+        + "".join(f"P_{key}: dict[Any, str] = {{}}\n" for key in _cache_keys(classes))
     )
     body = "\n\n".join(line_source(cls) for cls in classes)
     table = "LINES = {\n" + "".join(f"    events.{c.__name__}: line_{c.__name__},\n" for c in classes) + "}\n"
@@ -233,13 +331,10 @@ def event_line(event: RuntimeEvent) -> bytes:
 
         _LINES = LINES
     line = _LINES.get(type(event))
-    try:
-        if line is not None:
-            encoded: bytes = line(event)
-            return encoded
-    except UnicodeEncodeError:  # a lone surrogate: the general path cleans it
-        pass
-    return encode_json(event.to_dict()) + b"\n"
+    if line is not None:
+        encoded: bytes = line(event)
+        return encoded
+    return general_line(event)
 
 
 class BackgroundBatcher:

@@ -99,9 +99,10 @@ class BusSink(EventSink):
         self.bus = bus
 
     def handle(self, event: RuntimeEvent) -> None:
-        name = event.type
-        if event.public and self.bus.wants(name):  # no payload built when nobody listens
-            self.bus.emit(name, event.to_dict())
+        if event.public:
+            name = event.type
+            if self.bus.wants(name):  # no payload built when nobody listens
+                self.bus.emit(name, event.to_dict())
 
 
 class PayloadSink(EventSink):

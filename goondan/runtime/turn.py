@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,7 @@ from goondan.types import (
     ToolCatalogItem,
     ToolError,
     new_id,
+    new_span_id,
 )
 
 if TYPE_CHECKING:
@@ -456,30 +458,32 @@ class TurnRunner:
         on_delta = self._on_delta if stream else None
         if not env.observer.traced:  # nobody receives llm.* events: do not build them
             return await env.model.generate(request, stream=stream, on_delta=on_delta)
-        span = step_span.child("llm", "llm")
+        # The llm span's ids and clock, without a Span object: nothing reads it but these events.
+        trace_id, parent_id, span_id = step_span.trace_id, step_span.span_id, new_span_id()
+        started = time.perf_counter()
         model, provider = env.model.model or None, getattr(env.model, "provider", None)
         if env.observer.wants("llm.started"):  # the exporter and the event log skip it
             env.observer.emit(LlmCallStarted(
-                **span_ids(span), turn_id=self.turn_id, step_id=step.id, model=model, provider=provider,
-                stream=stream, message_count=len(request.messages), tool_count=len(request.tools),
+                trace_id=trace_id, span_id=span_id, parent_span_id=parent_id, turn_id=self.turn_id,
+                step_id=step.id, model=model, provider=provider, stream=stream,
+                message_count=len(request.messages), tool_count=len(request.tools),
             ))
         try:
             response = await env.model.generate(request, stream=stream, on_delta=on_delta)
         except BaseException as exc:
-            latency = span.finish(error=exc).duration_ms
             env.observer.emit(LlmCallEnded(
-                **span_ids(span), turn_id=self.turn_id, step_id=step.id, model=model, provider=provider,
-                failed=True, latency_ms=latency,
+                trace_id=trace_id, span_id=span_id, parent_span_id=parent_id, turn_id=self.turn_id,
+                step_id=step.id, model=model, provider=provider, failed=True,
+                latency_ms=round((time.perf_counter() - started) * 1000.0, 3),
                 error_message="cancelled" if isinstance(exc, asyncio.CancelledError) else str(exc),
             ))
             raise
-        # Built once per step on the turn's path: the ids passed as they are (no span_ids dict).
         env.observer.emit(LlmCallEnded(
-            trace_id=span.trace_id, span_id=span.span_id, parent_span_id=span.parent_span_id,
+            trace_id=trace_id, span_id=span_id, parent_span_id=parent_id,
             turn_id=self.turn_id, step_id=step.id, model=model, provider=provider,
             finish_reason=response.finish_reason, token_usage=response.usage.to_dict(),
             cost=cost_of(response.usage, env.pricing), tool_call_count=len(response.tool_calls),
-            latency_ms=span.finish().duration_ms,
+            latency_ms=round((time.perf_counter() - started) * 1000.0, 3),
         ))
         return response
 
