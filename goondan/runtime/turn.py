@@ -48,7 +48,7 @@ from goondan.pipeline.context import (
     TurnContext,
     TurnResult,
 )
-from goondan.pipeline.tracing import CURRENT_SPAN, Span
+from goondan.pipeline.tracing import CURRENT_SPAN, Span, elapsed_ms
 from goondan.runtime.budget import TRACE_COST_KEY
 from goondan.runtime.events import (
     LlmCallEnded,
@@ -474,7 +474,7 @@ class TurnRunner:
             env.observer.emit(LlmCallEnded(
                 trace_id=trace_id, span_id=span_id, parent_span_id=parent_id, turn_id=self.turn_id,
                 step_id=step.id, model=model, provider=provider, failed=True,
-                latency_ms=round((time.perf_counter() - started) * 1000.0, 3),
+                latency_ms=elapsed_ms(started, time.perf_counter()),
                 error_message="cancelled" if isinstance(exc, asyncio.CancelledError) else str(exc),
             ))
             raise
@@ -483,7 +483,7 @@ class TurnRunner:
             turn_id=self.turn_id, step_id=step.id, model=model, provider=provider,
             finish_reason=response.finish_reason, token_usage=response.usage.to_dict(),
             cost=cost_of(response.usage, env.pricing), tool_call_count=len(response.tool_calls),
-            latency_ms=round((time.perf_counter() - started) * 1000.0, 3),
+            latency_ms=elapsed_ms(started, time.perf_counter()),
         ))
         return response
 
