@@ -218,3 +218,19 @@ def test_the_direct_span_equals_the_assembled_one(event: Any, trace_id: str, spa
         assert event_span_message(event) == encode_span(expected)
         assert event_span_message(event) == encode_span(expected)
         assert event_span_field(event) == _len_field(2, encode_span(expected))
+
+
+def test_timestamps_made_here_are_looked_up_not_parsed_with_the_same_time() -> None:
+    """An event stamped by ``now_iso`` in this process: the exporter takes its time from the
+    memo (``iso_millis``), and the span is the one the general path (parsing the text) builds."""
+    from goondan.runtime.traces import iso_to_unix_nanos
+    from goondan.types import iso_millis
+
+    event = StepEnded(trace_id=TRACE, span_id="a" * 16, parent_span_id="b" * 16, agent_name="plain",
+                      instance_key="k", turn_id="t", step_id="s", step_index=3, latency_ms=1.5)
+    millis = iso_millis(event.timestamp)
+    assert millis is not None and millis * 1_000_000 == iso_to_unix_nanos(event.timestamp)
+    assert iso_millis("2020-01-01T00:00:00.000Z") is None  # not made here: parsed instead
+    record = SpanAssembler().feed(event.to_dict())
+    assert record is not None
+    assert event_span_message(event) == encode_span(to_otlp_span(record))
