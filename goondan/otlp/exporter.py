@@ -508,6 +508,9 @@ class OtlpExporter(EventSink):
         self.failed_batches = 0
         self.undelivered = 0  # spans a batch failed to deliver
         self._pool: Any = None
+        self._endpoint_pool: Any = None
+        self._path = "/"
+        self._headers: dict[str, dict[str, str]] = {}
         self._batcher = BackgroundBatcher("goondan-otlp", self._export, limit=queue_limit,
                                           interval_s=interval_s)
         self._put = self._batcher.put
@@ -543,6 +546,7 @@ class OtlpExporter(EventSink):
         self._batcher.close(timeout_s)
         if self._pool is not None:
             self._pool.clear()
+            self._pool = self._endpoint_pool = None
 
     def flush(self, timeout_s: float = 15.0) -> None:
         """Export every span finished so far (blocks until sent)."""
@@ -592,10 +596,15 @@ class OtlpExporter(EventSink):
                                       status_forcelist=(429, 502, 503, 504), raise_on_status=False),
                 timeout=urllib3.Timeout(total=self.config.timeout_s),
             )
-        headers = {**self.config.headers, "Content-Type": content_type}
-        response = self._pool.request("POST", self.config.endpoint, body=body, headers=headers)
+            # One endpoint: its connection pool and path are looked up once, not per batch.
+            self._endpoint_pool = self._pool.connection_from_url(self.config.endpoint)
+            parsed = urllib3.util.parse_url(self.config.endpoint)
+            self._path = parsed.request_uri
+            self._headers = {kind: {**self.config.headers, "Content-Type": kind}
+                             for kind in ("application/x-protobuf", "application/json")}
+        response = self._endpoint_pool.urlopen("POST", self._path, body=body, headers=self._headers[content_type],
+                                               redirect=False)
         return int(response.status)
-
 
 
 def exporter_from_env(env: Mapping[str, str] = os.environ, *,
