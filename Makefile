@@ -28,7 +28,8 @@ $(PHOENIX_VENV)/bin/phoenix:
 
 phoenix: $(PHOENIX_VENV)/bin/phoenix  ## install Arize Phoenix (OTLP test backend) into its own venv
 
-test: dev phoenix  ## run the whole test suite
+test:  ## run the whole test suite (the dev extras and Phoenix install side by side)
+	$(MAKE) --no-print-directory -j2 dev phoenix
 	$(BIN)/python -m pytest
 
 lint: dev  ## ruff + mypy --strict
