@@ -184,7 +184,11 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
                 assert before["nodeId"] == doomed.node_id
                 worker = orch.records[("worker", key)]
                 slow = asyncio.ensure_future(orch.request("worker", "slow please", instance_key=key))
-                await orch.wait_until(lambda: worker.status == "processing", timeout=30)
+                # The slow turn itself started: the status alone may still be the first turn's
+                # (its answer arrives before its turnFinished), and a turn not started when the
+                # host goes is rightly run again, not failed.
+                await orch.wait_until(lambda: worker.processed == 1 and worker.inbox.current is not None
+                                      and worker.inbox.current.started, timeout=30)
                 # queued behind the running turn: not started when the node goes, so it is kept
                 queued = asyncio.ensure_future(orch.request("worker", "What is 17 * 23? (queued)",
                                                             instance_key=key, timeout_ms=60_000))
