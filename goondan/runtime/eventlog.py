@@ -91,7 +91,8 @@ def max_bytes_from_env(env: Mapping[str, str] = os.environ) -> int:
 # tool and model names, small counts), so each such key has a cache of its whole piece — value
 # -> ``,"key":<JSON>`` or ``""`` where the key is left out — and a line is one f-string of cache
 # subscripts and the few values new on every line (span id, timestamp, latency). A value missing
-# from its cache raises ``KeyError``: :func:`fill_caches` adds it and the line is made again. A
+# from its cache raises ``KeyError``: :func:`fill_caches` adds it and the line is made again; the
+# ids new for every turn or step are looked up with ``get`` and added where met (:func:`add_piece`). A
 # string cache holds only ``str`` and ``None`` keys and an integer cache only ``int`` keys (looked
 # up after a type test), so ``True`` never finds the entry of ``1``; any other value (or an
 # unhashable one) takes the general path. This is the writer thread's whole per-event cost
@@ -105,13 +106,17 @@ OBJECTS: dict[str, str] = {}
 _SMALL_OBJECT = 8  # keys at most
 
 
+def _keep(cache: dict[Any, str], key: Any, encoded: str, limit: int) -> str:
+    """``cache[key] = encoded`` (the cache emptied first when it holds ``limit`` entries)."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = encoded
+    return encoded
+
+
 def encode_text(text: str) -> str:
     """``text`` as a JSON string, remembered in :data:`ENCODED`."""
-    if len(ENCODED) >= _ENCODED_LIMIT:
-        ENCODED.clear()
-    encoded: str = encode_basestring(text)
-    ENCODED[text] = encoded
-    return encoded
+    return _keep(ENCODED, text, encode_basestring(text), _ENCODED_LIMIT)
 
 
 def encode_object(value: Any) -> str:
@@ -120,11 +125,8 @@ def encode_object(value: Any) -> str:
         return encode_value(value)
     key = repr(value)
     encoded = OBJECTS.get(key)
-    if encoded is None:
-        encoded = dumps_compact(value)  # un-encodable: raises, nothing kept
-        if len(OBJECTS) >= _ENCODED_LIMIT:
-            OBJECTS.clear()
-        OBJECTS[key] = encoded
+    if encoded is None:  # un-encodable: dumps_compact raises, nothing kept
+        encoded = _keep(OBJECTS, key, dumps_compact(value), _ENCODED_LIMIT)
     return encoded
 
 
@@ -162,9 +164,7 @@ def fill_caches(event: Any, fields: tuple[tuple[str, dict[Any, str], str, str, t
     for attr, cache, prefix, omit, kind in fields:
         value = getattr(event, attr)
         if (type(value) is kind or (value is None and kind is str)) and value not in cache:
-            if len(cache) >= _PIECES_LIMIT:
-                cache.clear()
-            cache[value] = piece(prefix, value, omit)
+            _keep(cache, value, piece(prefix, value, omit), _PIECES_LIMIT)
             added = True
     return added
 
@@ -185,9 +185,7 @@ def add_piece(cache: dict[Any, str], prefix: str, value: Any, omit: str) -> str:
     """:func:`piece`, kept in ``cache`` when ``value`` is a string or ``None``."""
     encoded = piece(prefix, value, omit)
     if value is None or type(value) is str:
-        if len(cache) >= _PIECES_LIMIT:
-            cache.clear()
-        cache[value] = encoded
+        _keep(cache, value, encoded, _PIECES_LIMIT)
     return encoded
 
 
