@@ -28,9 +28,11 @@ $(PHOENIX_VENV)/bin/phoenix:
 
 phoenix: $(PHOENIX_VENV)/bin/phoenix  ## install Arize Phoenix (OTLP test backend) into its own venv
 
+# Two workers, one per core; a test file runs whole in one worker (its module fixtures and, for
+# the Ray tests, the worker's session cluster are made once).
 test:  ## run the whole test suite (the dev extras and Phoenix install side by side)
 	$(MAKE) --no-print-directory -j2 dev phoenix
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: dev  ## ruff + mypy --strict
 	$(BIN)/ruff check goondan tests scripts
