@@ -363,17 +363,18 @@ def event_span_field(event: RuntimeEvent) -> bytes | None:
     trace_id, span_id = event.trace_id, event.span_id
     if cls not in _EVENT_KINDS or not trace_id or not span_id:
         return _general_field(event)
-    agent, instance = event.agent_name, event.instance_key
+    e: Any = event  # one of five classes: the attributes below exist
+    agent, instance = e.agent_name, e.instance_key
     if cls is ToolEnded:
-        key: tuple[Any, ...] = (cls, agent, instance, event.tool_name)  # type: ignore[attr-defined]
+        key: tuple[Any, ...] = (cls, agent, instance, e.tool_name)
     elif cls is StepEnded:
-        key = (cls, agent, instance, event.step_index)  # type: ignore[attr-defined]
+        key = (cls, agent, instance, e.step_index)
     elif cls is LlmCallEnded:
-        key = (cls, agent, instance, event.model, event.provider, event.finish_reason)  # type: ignore[attr-defined]
+        key = (cls, agent, instance, e.model, e.provider, e.finish_reason)
     elif cls is TurnEnded:
         key = (cls, agent, instance)
     else:
-        key = (cls, agent, instance, event.target)  # type: ignore[attr-defined]
+        key = (cls, agent, instance, e.target)
     try:
         cached = _PREFIXES.get(key)
     except TypeError:  # an unhashable field value: the general path
@@ -391,7 +392,7 @@ def event_span_field(event: RuntimeEvent) -> bytes | None:
         _TRACE_FIELD[0] = (trace_id, trace_field)
     own = bytes.fromhex(span_id)
     own_field = b"\x12\x08" + own if len(own) == 8 else _len_field(2, own)
-    parent_id = event.parent_span_id
+    parent_id = e.parent_span_id
     if parent_id:
         parent_field = _PARENT_FIELDS.get(parent_id)
         if parent_field is None:
@@ -399,13 +400,14 @@ def event_span_field(event: RuntimeEvent) -> bytes | None:
     else:
         parent_field = b""
     # times: an end event is stamped when its span ends
-    latency = event.latency_ms  # type: ignore[attr-defined]
+    latency = e.latency_ms
     if type(latency) is float and latency > 0.0:
         duration = int(latency * 1_000_000)
     else:
         duration = int(float(latency) * 1_000_000) if isinstance(latency, (int, float)) else 0
-    millis = iso_millis(event.timestamp)  # what _timestamp_nanos does, one call fewer per span
-    end = millis * 1_000_000 if millis is not None else _parsed_nanos(event.timestamp)
+    timestamp = e.timestamp
+    millis = iso_millis(timestamp)  # what _timestamp_nanos does, one call fewer per span
+    end = millis * 1_000_000 if millis is not None else _parsed_nanos(timestamp)
     start = end - duration
     if duration > 0 and start > 0:
         times = _PACK_TIMES(0x39, start, 0x41, end)
@@ -416,26 +418,31 @@ def event_span_field(event: RuntimeEvent) -> bytes | None:
     # the attributes that vary, in to_otlp_span's order
     varying = b""
     if cls is ToolEnded:
-        call_id = event.tool_call_id  # type: ignore[attr-defined]
+        call_id = e.tool_call_id
         if call_id:
             text = str(call_id).encode()
-            value = b"\x0a" + _varint(len(text)) + text
-            pair = _CALL_ID_KEY + _varint(len(value)) + value
-            varying = b"\x4a" + _varint(len(pair)) + pair
+            size = len(text)
+            if size < 100:  # the three lengths below 128: one byte each
+                varying = b"".join((b"\x4a", _ONE_BYTE[size + 25], _CALL_ID_KEY, _ONE_BYTE[size + 2],
+                                    b"\x0a", _ONE_BYTE[size], text))
+            else:
+                value = b"\x0a" + _varint(size) + text
+                pair = _CALL_ID_KEY + _varint(len(value)) + value
+                varying = b"\x4a" + _varint(len(pair)) + pair
     elif cls is LlmCallEnded or cls is TurnEnded:
-        usage = event.token_usage  # type: ignore[attr-defined]
+        usage = e.token_usage
         if isinstance(usage, dict) and usage:
             counts = (int(usage.get("prompt") or 0), int(usage.get("completion") or 0))
             varying = _USAGE_FIELDS.get(counts) or _usage_fields(counts)
-    cost = event.cost if cls in _COSTED else None  # type: ignore[attr-defined]
+    cost = e.cost if cls in _COSTED else None
     if cost is not None and isinstance(cost, (int, float)):
         varying += _COST_FIELD + _PACK_DOUBLE(float(cost))
     status = b""
-    if event.failed:  # type: ignore[attr-defined]
-        error_code = getattr(event, "error_code", None)
+    if e.failed:
+        error_code = getattr(e, "error_code", None)
         if error_code:
             varying += attribute_fields({"error.type": error_code})
-        message = event.error_message or ""  # type: ignore[attr-defined]
+        message = e.error_message or ""
         inner = (_len_field(2, message.encode()) if message else b"") + b"\x18\x02"
         status = _len_field(15, inner)
     size = (len(trace_field) + len(own_field) + len(parent_field) + len(head) + len(times)
@@ -536,7 +543,10 @@ class OtlpExporter(EventSink):
 
     def handler_for(self, event_class: type[RuntimeEvent]) -> Callable[[RuntimeEvent], object] | None:
         """The queue's ``put`` itself for end events and ingress; nothing for the others."""
-        return None if event_class.phase == "start" or event_class is LlmDelta else self._put
+        if event_class.phase == "start" or event_class is LlmDelta:
+            return None
+        self._batcher.start()
+        return self._put
 
     def handle(self, event: RuntimeEvent) -> None:
         """Queue an end event or an ingress (never blocks; a full queue drops it and counts it).
@@ -544,6 +554,7 @@ class OtlpExporter(EventSink):
         An end event describes its whole span (ids, parent, duration, attributes), so start
         events are not queued at all: half the work, and a span is exported once it ends."""
         if event.phase != "start" and type(event) is not LlmDelta:
+            self._batcher.start()
             self._put(event)
 
     def close(self, timeout_s: float = 15.0) -> None:

@@ -100,9 +100,15 @@ def max_bytes_from_env(env: Mapping[str, str] = os.environ) -> int:
 ENCODED: dict[Any, str] = {}
 _ENCODED_LIMIT = 8192
 _PIECES_LIMIT = 4096  # entries per key's cache before it is cleared
-# Small objects (``tokenUsage``) are cached by their ``repr``: it tells apart what JSON writes
-# differently — 1, 1.0 and True, "1" and 1, key order — where equality (and so a dict key) does not.
-OBJECTS: dict[str, str] = {}
+# Small objects (``tokenUsage``) are cached by a tuple of their values, their values' types and
+# their keys, in order: equal tuples mean the same JSON once the types tell 1, 1.0 and True apart
+# and the order is the key order. Only objects whose keys are strings and whose values are
+# strings, integers, booleans or null are kept: equality would confuse a key ``True`` with ``1``
+# (written "true" and "1"), ``0.0`` with ``-0.0``, and tuples holding either; a query with one
+# of those never meets an entry with the same types, so it misses. (A third of the cost of the
+# ``repr`` key this replaced.)
+OBJECTS: dict[tuple[Any, ...], str] = {}
+_EXACT = frozenset({str, int, bool, type(None)})
 _SMALL_OBJECT = 8  # keys at most
 
 
@@ -123,10 +129,15 @@ def encode_object(value: Any) -> str:
     """The JSON of an object field's value (``tokenUsage``): small dicts through :data:`OBJECTS`."""
     if type(value) is not dict or len(value) > _SMALL_OBJECT:
         return encode_value(value)
-    key = repr(value)
-    encoded = OBJECTS.get(key)
-    if encoded is None:  # un-encodable: dumps_compact raises, nothing kept
-        encoded = _keep(OBJECTS, key, dumps_compact(value), _ENCODED_LIMIT)
+    key = (*value.values(), *map(type, value.values()), *value)
+    try:
+        encoded = OBJECTS.get(key)
+    except TypeError:  # an unhashable value (a list, a nested object)
+        return dumps_compact(value)
+    if encoded is None:
+        encoded = dumps_compact(value)  # un-encodable: it raises, nothing kept
+        if all(type(k) is str for k in value) and all(type(v) in _EXACT for v in value.values()):
+            _keep(OBJECTS, key, encoded, _ENCODED_LIMIT)
     return encoded
 
 
@@ -338,10 +349,12 @@ def event_line(event: RuntimeEvent) -> bytes:
 class BackgroundBatcher:
     """A bounded queue drained by a daemon thread in batches, every ``interval_s``.
 
-    ``put`` is a ``deque.append`` (no lock, no wake-up): the producer — the event loop running
-    a turn — pays next to nothing, and the thread wakes once per interval rather than once per
-    item, so it hardly competes with the turn for the interpreter. Past ``limit`` queued items
-    ``put`` drops and counts. ``flush`` and ``close`` wake the thread at once.
+    ``put`` is a length test and a ``deque.append`` (no lock, no wake-up, no counter): the
+    producer — the event loop running a turn — pays next to nothing, and the thread wakes once
+    per interval rather than once per item, so it hardly competes with the turn for the
+    interpreter. Past ``limit`` queued items ``put`` drops and counts. The thread starts at
+    :meth:`start` (a sink calls it when it is attached, or at its first event); ``flush`` and
+    ``close`` wake it at once.
     """
 
     def __init__(self, name: str, process: Callable[[list[Any]], None], *, limit: int,
@@ -355,8 +368,8 @@ class BackgroundBatcher:
         # background work costs, for benchmarks and diagnostics.
         self.cpu_s = 0.0
         self._items: collections.deque[Any] = collections.deque()
-        self._put = 0
-        self._done = 0
+        self._capacity = limit  # 0 once closed: every put drops
+        self._busy = False  # the thread holds items taken from the queue (under _cond)
         self._cond = threading.Condition()
         self._wake = threading.Event()
         self._stopping = False
@@ -365,29 +378,32 @@ class BackgroundBatcher:
     def __repr__(self) -> str:
         return f"<BackgroundBatcher {self.name} queued={len(self._items)} dropped={self.dropped}>"
 
-    def put(self, item: Any) -> bool:
-        """Queue ``item``; ``False`` (and counted) when the queue is full or closed."""
-        if self._stopping or len(self._items) >= self.limit:
-            self.dropped += 1
-            return False
-        self._items.append(item)
-        self._put += 1
-        if self._thread is None:
+    def start(self) -> None:
+        """Start the thread (once; a closed batcher stays stopped)."""
+        if self._thread is None and not self._stopping:
             self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
             self._thread.start()
-        return True
+
+    def put(self, item: Any) -> bool:
+        """Queue ``item``; ``False`` (and counted) when the queue is full or closed."""
+        items = self._items
+        if len(items) < self._capacity:
+            items.append(item)
+            return True
+        self.dropped += 1
+        return False
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        """Block until every item queued so far is processed."""
-        target = self._put
+        """Block until every item queued so far is processed (and any queued meanwhile)."""
         if self._thread is None:
             return
         self._wake.set()
         with self._cond:
-            self._cond.wait_for(lambda: self._done >= target, timeout_s)
+            self._cond.wait_for(lambda: not self._items and not self._busy, timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Process what is queued, then stop the thread."""
+        self._capacity = 0
         self._stopping = True
         if self._thread is not None:
             self._wake.set()
@@ -397,6 +413,8 @@ class BackgroundBatcher:
         while True:
             self._wake.wait(self.interval_s)
             self._wake.clear()
+            with self._cond:
+                self._busy = True  # before any item leaves the queue: flush waits for them
             items = []
             while self._items:
                 items.append(self._items.popleft())
@@ -408,7 +426,7 @@ class BackgroundBatcher:
                     _log.exception("%s: processing a batch failed", self.name)
                 self.cpu_s += time.thread_time() - started
             with self._cond:
-                self._done += len(items)
+                self._busy = False
                 self._cond.notify_all()
             if self._stopping and not self._items:
                 return
@@ -450,6 +468,7 @@ class RuntimeEventLog(EventSink):
             return None
         if self.only is not None:
             return self.handle if not self.only.isdisjoint(event_class.TYPES) else None
+        self._batcher.start()
         return self._put
 
     def handle(self, event: RuntimeEvent) -> None:
@@ -460,6 +479,7 @@ class RuntimeEventLog(EventSink):
             return
         if self.only is not None and event.type not in self.only:
             return
+        self._batcher.start()
         self._put(event)
 
     def close(self, timeout_s: float = 10.0) -> None:

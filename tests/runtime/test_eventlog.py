@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from goondan.llm.wire import encode_json
 from goondan.runtime.eventlog import (
+    OBJECTS,
     ROTATED_LOG_NAME,
     RuntimeEventLog,
+    encode_object,
     event_line,
     event_lines_module,
     iter_event_log,
@@ -27,6 +29,7 @@ from goondan.runtime.events import (
     StepStarted,
     ToolEnded,
 )
+from goondan.text import dumps_compact
 
 
 def _step(i: int) -> StepEnded:
@@ -118,6 +121,17 @@ def _typical(name: str) -> st.SearchStrategy[Any]:
         return st.none() | st.sampled_from([{"prompt": 1, "completion": 2, "total": 3}, {"prompt": 1.0},
                                             {"prompt": True}, {}])
     return st.none() | st.sampled_from(["", "a" * 32, "turn-1", "step-1", "plain", "x"])
+
+
+def test_small_objects_equal_as_keys_but_not_as_json_never_share_a_cache_entry() -> None:
+    """``encode_object`` caches by values, types and keys: 1 / 1.0 / True, the keys ``True`` and
+    ``1``, ``0.0`` and ``-0.0`` (also inside a tuple) each keep their own JSON, in either order."""
+    confusable = [{"a": 1}, {"a": 1.0}, {"a": True}, {True: 1}, {1: 1}, {"a": 0.0}, {"a": -0.0},
+                  {"a": (0.0,)}, {"a": (-0.0,)}, {"a": 1, "b": 2}, {"b": 2, "a": 1}, {"a": "1"}]
+    for ordering in (confusable, confusable[::-1]):
+        OBJECTS.clear()
+        for value in ordering * 2:
+            assert encode_object(value) == dumps_compact(value), value
 
 
 def test_the_generated_line_module_is_current() -> None:
