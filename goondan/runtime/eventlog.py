@@ -369,7 +369,8 @@ class BackgroundBatcher:
         self.cpu_s = 0.0
         self._items: collections.deque[Any] = collections.deque()
         self._capacity = limit  # 0 once closed: every put drops
-        self._busy = False  # the thread holds items taken from the queue (under _cond)
+        self._done = 0  # items processed (under _cond)
+        self._in_flight = 0  # items taken from the queue, not yet processed (under _cond)
         self._cond = threading.Condition()
         self._wake = threading.Event()
         self._stopping = False
@@ -394,12 +395,13 @@ class BackgroundBatcher:
         return False
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        """Block until every item queued so far is processed (and any queued meanwhile)."""
+        """Block until every item queued so far is processed."""
         if self._thread is None:
             return
-        self._wake.set()
-        with self._cond:
-            self._cond.wait_for(lambda: not self._items and not self._busy, timeout_s)
+        with self._cond:  # the thread takes items under the lock: none is counted twice or missed
+            target = self._done + self._in_flight + len(self._items)
+            self._wake.set()
+            self._cond.wait_for(lambda: self._done >= target, timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Process what is queued, then stop the thread."""
@@ -413,11 +415,11 @@ class BackgroundBatcher:
         while True:
             self._wake.wait(self.interval_s)
             self._wake.clear()
-            with self._cond:
-                self._busy = True  # before any item leaves the queue: flush waits for them
             items = []
-            while self._items:
-                items.append(self._items.popleft())
+            with self._cond:
+                while self._items:
+                    items.append(self._items.popleft())
+                self._in_flight = len(items)
             if items:
                 started = time.thread_time()
                 try:
@@ -426,7 +428,8 @@ class BackgroundBatcher:
                     _log.exception("%s: processing a batch failed", self.name)
                 self.cpu_s += time.thread_time() - started
             with self._cond:
-                self._busy = False
+                self._done += len(items)
+                self._in_flight = 0
                 self._cond.notify_all()
             if self._stopping and not self._items:
                 return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from goondan.llm.wire import encode_json
 from goondan.runtime.eventlog import (
     OBJECTS,
     ROTATED_LOG_NAME,
+    BackgroundBatcher,
     RuntimeEventLog,
     encode_object,
     event_line,
@@ -71,6 +73,31 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) -> No
     for i in range(8):
         log.handle(_step(i))
     assert log.dropped == 3
+
+
+def test_flush_returns_once_everything_queued_before_it_is_processed() -> None:
+    """``flush`` waits for the items still queued and for those the thread has taken but not
+    finished (a slow batch); after ``close`` a put drops and counts."""
+    processed: list[int] = []
+    started, release = threading.Event(), threading.Event()
+
+    def process(items: list[int]) -> None:
+        if items[0] == 0:  # the first batch is held until the second item is queued
+            started.set()
+            release.wait(10)
+        processed.extend(items)
+
+    batcher = BackgroundBatcher("test", process, limit=100, interval_s=60.0)
+    batcher.start()
+    batcher.put(0)
+    batcher._wake.set()
+    assert started.wait(10)
+    batcher.put(1)  # queued while batch [0] is in flight
+    threading.Timer(0.05, release.set).start()
+    batcher.flush()
+    assert processed == [0, 1]
+    batcher.close()
+    assert batcher.put(2) is False and batcher.dropped == 1 and processed == [0, 1]
 
 
 def test_max_bytes_from_env() -> None:
