@@ -254,11 +254,15 @@ def encode_protobuf_spans(spans: Sequence[bytes], resource: Resource) -> bytes:
 def encode_protobuf_span_fields(fields: Sequence[bytes], resource: Resource) -> bytes:
     """:func:`encode_protobuf_spans` of spans already wrapped as ``ScopeSpans.spans`` fields
     (tag and length in front of each message): the request body is then one join."""
-    scope = _str_field(1, resource.scope_name) + _str_field(2, resource.scope_version)
-    scope_spans = _len_field(1, scope) + b"".join(fields)
-    resource_spans = (_len_field(1, _attributes(1, resource.attributes))
-                      + _len_field(2, scope_spans))
-    return _len_field(1, resource_spans)
+    # The nesting's tags and lengths are computed, so the spans are copied once, by one join
+    # (nesting by concatenation copied the whole body four more times).
+    scope_field = _len_field(1, _str_field(1, resource.scope_name) + _str_field(2, resource.scope_version))
+    resource_field = _len_field(1, _attributes(1, resource.attributes))
+    scope_spans_size = len(scope_field) + sum(map(len, fields))
+    scope_spans_head = b"\x12" + _varint(scope_spans_size)  # ResourceSpans.scope_spans (2)
+    resource_spans_size = len(resource_field) + len(scope_spans_head) + scope_spans_size
+    head = b"\x0a" + _varint(resource_spans_size) + resource_field + scope_spans_head + scope_field
+    return b"".join((head, *fields))  # ExportTraceServiceRequest.resource_spans (1), then the spans
 
 
 # -- JSON ----------------------------------------------------------------------------------------

@@ -84,6 +84,20 @@ def test_protobuf_bytes_identical_to_opentelemetry_proto(spans_: list[OtlpSpan],
     assert encode_protobuf(spans_, resource) == official(spans_, resource).SerializeToString()
 
 
+@pytest.mark.parametrize("count", [0, 1, 60, 600])
+def test_a_full_batch_is_identical_too(count: int) -> None:
+    """Bodies whose nesting lengths take one, two and three varint bytes (600 spans: > 16 KiB),
+    as the exporter posts them (up to 512 spans a request)."""
+    spans_ = [OtlpSpan(trace_id=f"{i % 7 + 1:032x}", span_id=f"{i + 1:016x}", name=f"step {i}",
+                       start_unix_nanos=1_700_000_000_000_000_000 + i, end_unix_nanos=1_700_000_000_000_000_500 + i,
+                       parent_span_id=None if i % 5 == 0 else f"{i:016x}", kind=i % 4,
+                       attributes={"goondan.agent.name": "coordinator", "goondan.step.index": i,
+                                   "gen_ai.usage.input_tokens": 10 * i, "goondan.cost.usd": i / 1000})
+              for i in range(count)]
+    resource = Resource(attributes={"service.name": "goondan", "goondan.swarm": "s" * 200}, scope_name="goondan")
+    assert encode_protobuf(spans_, resource) == official(spans_, resource).SerializeToString()
+
+
 def _finite(value: object) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
