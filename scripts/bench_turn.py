@@ -396,7 +396,8 @@ INSTRUCTION_TURNS = (10, 40)  # the difference of the two runs is the per-turn c
 async def _instruction_child(config: str, turns: int, state_root: Path, url: str) -> None:
     """Run ``turns`` 20-step headline turns with ``config``'s sinks; their batches are processed
     on this thread every 10 turns (as the bench's block flushes do), so every instruction is
-    counted in one thread, whatever the scheduling."""
+    counted in one thread, whatever the scheduling. ``turn-thread``: both sinks, their batches
+    thrown away unprocessed — what the turn's own thread pays."""
     from goondan.otlp.exporter import OtlpConfig, OtlpExporter
     from goondan.runtime.eventlog import RuntimeEventLog
 
@@ -411,7 +412,7 @@ async def _instruction_child(config: str, turns: int, state_root: Path, url: str
         sinks: list[Any] = []
         if config != "none":
             sinks.append(RuntimeEventLog(state_root / "events"))
-        if config == "events+otlp":  # to the loopback receiver (another process, not counted)
+        if config in ("events+otlp", "turn-thread"):  # to the loopback receiver (another process)
             sinks.append(OtlpExporter(OtlpConfig(endpoint=url)))
         batchers = []
         for sink in sinks:
@@ -423,7 +424,7 @@ async def _instruction_child(config: str, turns: int, state_root: Path, url: str
             for batcher in batchers:
                 items = list(batcher._items)
                 batcher._items.clear()
-                if items:
+                if items and config != "turn-thread":
                     batcher.process(items)
 
         for index in range(turns):
@@ -448,7 +449,7 @@ def instruction_overhead() -> int:
     assert receiver.stdout is not None
     url = f"http://127.0.0.1:{receiver.stdout.readline().strip()}/v1/traces"
     try:
-        for config in ("none", "events", "events+otlp"):
+        for config in ("none", "events", "events+otlp", "turn-thread"):
             counts = []
             for turns in INSTRUCTION_TURNS:
                 done = subprocess.run(
@@ -466,10 +467,14 @@ def instruction_overhead() -> int:
     print(f"instructions per {OBSERVE_STEPS}-step headline turn (callgrind; the difference of "
           f"{INSTRUCTION_TURNS[1]}- and {INSTRUCTION_TURNS[0]}-turn runs; sinks' batches processed every 10 turns)")
     for config, label in (("none", "no event log, no export"), ("events", "runtime-events.jsonl"),
-                          ("events+otlp", "+ OTLP export")):
-        print(f"  {label:<24}: {per_turn[config] / 1e6:7.2f} M  ({per_turn[config] / base - 1:+6.1%})")
-    total = per_turn["events+otlp"] / base - 1
-    print(f"  target: events + export < {OBSERVE_TARGET:.0%} -> {'PASS' if total < OBSERVE_TARGET else 'OVER TARGET'}")
+                          ("events+otlp", "+ OTLP export"), ("turn-thread", "  of it, the turn's thread")):
+        print(f"  {label:<26}: {per_turn[config] / 1e6:7.2f} M  ({per_turn[config] / base - 1:+6.1%})")
+    for config, reading in (("events+otlp", "the writer's and exporter's threads charged to the turn"),
+                            ("turn-thread", "what the turn's own thread pays (the threads run while it "
+                                            "awaits the model)")):
+        overhead = per_turn[config] / base - 1
+        print(f"  target: events + export < {OBSERVE_TARGET:.0%}, {reading} -> "
+              f"{'PASS' if overhead < OBSERVE_TARGET else 'OVER TARGET'}")
     return 0
 
 
