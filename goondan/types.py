@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from goondan.text import clean_json, clean_text
 
@@ -32,11 +32,26 @@ __all__ = [
     "new_span_id",
     "new_trace_id",
     "now_iso",
+    "remember",
     "uuid4_hex",
 ]
 
 JsonValue: TypeAlias = Any  # str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]
 JsonObject: TypeAlias = dict[str, Any]
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def remember(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """``cache[key] = value``, the cache emptied first when it holds ``limit`` entries; returns
+    ``value``. The one bound of every memo of encodings and times (each refills from the values
+    it meets next)."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 # (the last whole second formatted, its "YYYY-MM-DDTHH:MM:SS."): one tuple, replaced whole, so a
@@ -74,9 +89,7 @@ def now_iso() -> str:
         _second[0] = (seconds, prefix)
     text = f"{prefix}{millis:03d}Z"
     _millisecond[0] = (now, text)
-    if len(_MILLIS_OF) >= _MILLIS_LIMIT:
-        _MILLIS_OF.clear()
-    _MILLIS_OF[text] = now
+    remember(_MILLIS_OF, text, now, _MILLIS_LIMIT)
     return text
 
 

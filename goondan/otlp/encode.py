@@ -31,6 +31,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from goondan.types import remember
+
 __all__ = [
     "SPAN_KIND_CLIENT",
     "SPAN_KIND_INTERNAL",
@@ -142,9 +144,8 @@ def _key_value(key: str, value: AttributeValue) -> bytes:
         ident = (key, type(value), value)
         cached = _KV_CACHE.get(ident)
         if cached is None:
-            if len(_KV_CACHE) >= _KV_CACHE_LIMIT:
-                _KV_CACHE.clear()
-            cached = _KV_CACHE[ident] = _str_field(1, key) + _len_field(2, _any_value(value))
+            cached = remember(_KV_CACHE, ident, _str_field(1, key) + _len_field(2, _any_value(value)),
+                              _KV_CACHE_LIMIT)
         return cached
     return _str_field(1, key) + _len_field(2, _any_value(value))
 
@@ -164,17 +165,13 @@ def _attribute_field(key: str, value: AttributeValue) -> bytes:
     if type(value) is str:  # the common case: one lookup, no isinstance chain
         cached = _STR_FIELDS.get((key, value))
         if cached is None:
-            if len(_STR_FIELDS) >= _KV_CACHE_LIMIT:
-                _STR_FIELDS.clear()
-            cached = _STR_FIELDS[(key, value)] = _len_field(9, _key_value(key, value))
+            cached = remember(_STR_FIELDS, (key, value), _len_field(9, _key_value(key, value)), _KV_CACHE_LIMIT)
         return cached
     if isinstance(value, (str, bool, int)):
         ident = (key, type(value), value)
         cached = _FIELD_CACHE.get(ident)
         if cached is None:
-            if len(_FIELD_CACHE) >= _KV_CACHE_LIMIT:
-                _FIELD_CACHE.clear()
-            cached = _FIELD_CACHE[ident] = _len_field(9, _key_value(key, value))
+            cached = remember(_FIELD_CACHE, ident, _len_field(9, _key_value(key, value)), _KV_CACHE_LIMIT)
         return cached
     return _len_field(9, _key_value(key, value))
 
@@ -215,9 +212,7 @@ def span_message(trace_id: str, span_id: str, parent_span_id: str | None, name: 
         parts.append(_PARENT_ID_TAG + parent if len(parent) == 8 else _len_field(4, parent))
     name_field = _NAME_FIELDS.get(name)
     if name_field is None:
-        if len(_NAME_FIELDS) >= _KV_CACHE_LIMIT:
-            _NAME_FIELDS.clear()
-        name_field = _NAME_FIELDS[name] = _str_field(5, name)
+        name_field = remember(_NAME_FIELDS, name, _str_field(5, name), _KV_CACHE_LIMIT)
     parts.append(name_field)
     if kind:
         parts.append(_KIND_FIELDS[kind] if 0 <= kind < len(_KIND_FIELDS) else _key(6, 0) + _varint(kind))

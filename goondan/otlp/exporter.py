@@ -54,7 +54,7 @@ from goondan.runtime.events import (
 )
 from goondan.runtime.observe import EventSink
 from goondan.runtime.traces import SpanRecord, iso_to_unix_nanos
-from goondan.types import JsonObject, iso_millis
+from goondan.types import JsonObject, iso_millis, remember
 
 __all__ = ["OtlpConfig", "OtlpExporter", "event_span_field", "event_span_message", "event_to_otlp_span",
            "exporter_from_env", "to_otlp_span"]
@@ -462,10 +462,7 @@ _PARENT_FIELDS: dict[str, bytes] = {}
 def _parent_field(parent_id: str) -> bytes:
     parent = bytes.fromhex(parent_id)
     field = b"\x22\x08" + parent if len(parent) == 8 else _len_field(4, parent)
-    if len(_PARENT_FIELDS) >= _PREFIX_LIMIT:
-        _PARENT_FIELDS.clear()
-    _PARENT_FIELDS[parent_id] = field
-    return field
+    return remember(_PARENT_FIELDS, parent_id, field, _PREFIX_LIMIT)
 
 
 def _general_field(event: RuntimeEvent) -> bytes | None:
@@ -486,19 +483,12 @@ def _cache_prefix(event: RuntimeEvent, key: tuple[Any, ...]) -> tuple[bytes, byt
     # The name and kind fields sit between the ids and the times; the leading attributes
     # follow the times.
     head = _str_field(5, span.name) + (_key(6, 0) + _varint(span.kind) if span.kind else b"")
-    cached = (head, attribute_fields(leading))
-    if len(_PREFIXES) >= _PREFIX_LIMIT:
-        _PREFIXES.clear()
-    _PREFIXES[key] = cached
-    return cached
+    return remember(_PREFIXES, key, (head, attribute_fields(leading)), _PREFIX_LIMIT)
 
 
 def _usage_fields(counts: tuple[int, int]) -> bytes:
-    if len(_USAGE_FIELDS) >= _PREFIX_LIMIT:
-        _USAGE_FIELDS.clear()
-    fields = _USAGE_FIELDS[counts] = attribute_fields({
-        "gen_ai.usage.input_tokens": counts[0], "gen_ai.usage.output_tokens": counts[1]})
-    return fields
+    return remember(_USAGE_FIELDS, counts, attribute_fields({
+        "gen_ai.usage.input_tokens": counts[0], "gen_ai.usage.output_tokens": counts[1]}), _PREFIX_LIMIT)
 
 
 class OtlpExporter(EventSink):

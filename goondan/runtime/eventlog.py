@@ -32,7 +32,7 @@ from goondan.llm.wire import encode_json
 from goondan.runtime.events import LlmCallStarted, LlmDelta, RuntimeEvent, StepStarted, ToolCalled
 from goondan.runtime.observe import EventSink
 from goondan.text import dumps_compact
-from goondan.types import JsonObject
+from goondan.types import JsonObject, remember
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -112,17 +112,9 @@ _EXACT = frozenset({str, int, bool, type(None)})
 _SMALL_OBJECT = 8  # keys at most
 
 
-def _keep(cache: dict[Any, str], key: Any, encoded: str, limit: int) -> str:
-    """``cache[key] = encoded`` (the cache emptied first when it holds ``limit`` entries)."""
-    if len(cache) >= limit:
-        cache.clear()
-    cache[key] = encoded
-    return encoded
-
-
 def encode_text(text: str) -> str:
     """``text`` as a JSON string, remembered in :data:`ENCODED`."""
-    return _keep(ENCODED, text, encode_basestring(text), _ENCODED_LIMIT)
+    return remember(ENCODED, text, encode_basestring(text), _ENCODED_LIMIT)
 
 
 def encode_object(value: Any) -> str:
@@ -137,7 +129,7 @@ def encode_object(value: Any) -> str:
     if encoded is None:
         encoded = dumps_compact(value)  # un-encodable: it raises, nothing kept
         if all(type(k) is str for k in value) and all(type(v) in _EXACT for v in value.values()):
-            _keep(OBJECTS, key, encoded, _ENCODED_LIMIT)
+            remember(OBJECTS, key, encoded, _ENCODED_LIMIT)
     return encoded
 
 
@@ -175,7 +167,7 @@ def fill_caches(event: Any, fields: tuple[tuple[str, dict[Any, str], str, str, t
     for attr, cache, prefix, omit, kind in fields:
         value = getattr(event, attr)
         if (type(value) is kind or (value is None and kind is str)) and value not in cache:
-            _keep(cache, value, piece(prefix, value, omit), _PIECES_LIMIT)
+            remember(cache, value, piece(prefix, value, omit), _PIECES_LIMIT)
             added = True
     return added
 
@@ -196,7 +188,7 @@ def add_piece(cache: dict[Any, str], prefix: str, value: Any, omit: str) -> str:
     """:func:`piece`, kept in ``cache`` when ``value`` is a string or ``None``."""
     encoded = piece(prefix, value, omit)
     if value is None or type(value) is str:
-        _keep(cache, value, encoded, _PIECES_LIMIT)
+        remember(cache, value, encoded, _PIECES_LIMIT)
     return encoded
 
 
