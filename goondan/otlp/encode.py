@@ -159,6 +159,15 @@ _PACK_FIXED64 = struct.Struct("<Q").pack
 # (trace id, its encoded field) of the last span: a batch is mostly one trace. One tuple, replaced
 # whole, so that a thread never reads one trace's id with another's field.
 _TRACE_FIELD: list[tuple[str, bytes]] = [("", b"")]
+# parent span id -> its encoded field (field 4): a step's id is the parent of its LLM and tool
+# calls. Looked up inline (``_PARENT_FIELDS.get(id) or _parent_field(id)``) on the span paths.
+_PARENT_FIELDS: dict[str, bytes] = {}
+
+
+def _parent_field(parent_span_id: str) -> bytes:
+    parent = bytes.fromhex(parent_span_id)
+    field = _PARENT_ID_TAG + parent if len(parent) == 8 else _len_field(4, parent)
+    return remember(_PARENT_FIELDS, parent_span_id, field, _KV_CACHE_LIMIT)
 
 
 def _attribute_field(key: str, value: AttributeValue) -> bytes:
@@ -208,8 +217,7 @@ def span_message(trace_id: str, span_id: str, parent_span_id: str | None, name: 
     own = bytes.fromhex(span_id)
     parts = [trace_field, _SPAN_ID_TAG + own if len(own) == 8 else _len_field(2, own)]
     if parent_span_id:
-        parent = bytes.fromhex(parent_span_id)
-        parts.append(_PARENT_ID_TAG + parent if len(parent) == 8 else _len_field(4, parent))
+        parts.append(_PARENT_FIELDS.get(parent_span_id) or _parent_field(parent_span_id))
     name_field = _NAME_FIELDS.get(name)
     if name_field is None:
         name_field = remember(_NAME_FIELDS, name, _str_field(5, name), _KV_CACHE_LIMIT)

@@ -24,6 +24,7 @@ from goondan.errors import ConfigError
 from goondan.otlp.encode import (
     _ONE_BYTE,
     _PACK_FIXED64,
+    _PARENT_FIELDS,
     _TRACE_FIELD,
     SPAN_KIND_CLIENT,
     SPAN_KIND_INTERNAL,
@@ -34,6 +35,7 @@ from goondan.otlp.encode import (
     Resource,
     _key,
     _len_field,
+    _parent_field,
     _str_field,
     _varint,
     attribute_fields,
@@ -455,15 +457,6 @@ _SPAN_TAG = b"\x12"  # ScopeSpans.spans
 _COSTED = frozenset(cls for cls in _EVENT_KINDS
                     if any(f.name == "cost" for f in dataclasses.fields(cls)))  # the classes with a cost
 _PACK_TIMES = struct.Struct("<BQBQ").pack  # start_time_unix_nano (7) and end_time_unix_nano (8), fixed64
-# parent span id -> its encoded field (field 4): a step's id is the parent of its LLM and tool calls.
-_PARENT_FIELDS: dict[str, bytes] = {}
-
-
-def _parent_field(parent_id: str) -> bytes:
-    parent = bytes.fromhex(parent_id)
-    field = b"\x22\x08" + parent if len(parent) == 8 else _len_field(4, parent)
-    return remember(_PARENT_FIELDS, parent_id, field, _PREFIX_LIMIT)
-
 
 def _general_field(event: RuntimeEvent) -> bytes | None:
     span = event_to_otlp_span(event)
