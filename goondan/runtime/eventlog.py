@@ -119,8 +119,10 @@ def encode_text(text: str) -> str:
 
 def encode_object(value: Any) -> str:
     """The JSON of an object field's value (``tokenUsage``): small dicts through :data:`OBJECTS`."""
-    if type(value) is not dict or len(value) > _SMALL_OBJECT:
+    if type(value) is not dict:
         return encode_value(value)
+    if len(value) > _SMALL_OBJECT:
+        return dumps_compact(value)
     key = (*value.values(), *map(type, value.values()), *value)
     try:
         encoded = OBJECTS.get(key)
@@ -143,7 +145,7 @@ def encode_value(value: Any) -> str:
         return int.__repr__(value)
     if kind is float and math.isfinite(value):
         return repr(value)  # what json.dumps writes for a finite float
-    if kind is dict and len(value) <= _SMALL_OBJECT:
+    if kind is dict:
         return encode_object(value)
     return dumps_compact(value)
 
@@ -323,19 +325,22 @@ def event_lines_module() -> str:
 _LINES: dict[type, Any] | None = None
 
 
-def event_line(event: RuntimeEvent) -> bytes:
-    """``event`` as one line of ``runtime-events.jsonl``: ``encode_json(event.to_dict())`` and a
-    newline, byte for byte (lone surrogates become U+FFFD there too)."""
+def _line_functions() -> dict[type, Any]:
+    """Event class -> its generated line function (goondan/runtime/eventlines.py, imported at
+    the first line: the module imports this one)."""
     global _LINES
     if _LINES is None:
         from goondan.runtime.eventlines import LINES
 
         _LINES = LINES
-    line = _LINES.get(type(event))
-    if line is not None:
-        encoded: bytes = line(event)
-        return encoded
-    return general_line(event)
+    return _LINES
+
+
+def event_line(event: RuntimeEvent) -> bytes:
+    """``event`` as one line of ``runtime-events.jsonl``: ``encode_json(event.to_dict())`` and a
+    newline, byte for byte (lone surrogates become U+FFFD there too)."""
+    encoded: bytes = (_line_functions().get(type(event)) or general_line)(event)
+    return encoded
 
 
 class BackgroundBatcher:
@@ -491,12 +496,7 @@ class RuntimeEventLog(EventSink):
             return
         # event_line, one call fewer per event: a lone surrogate becomes U+FFFD instead of
         # failing the whole batch.
-        global _LINES
-        if _LINES is None:
-            from goondan.runtime.eventlines import LINES
-
-            _LINES = LINES
-        line_of = _LINES.get
+        line_of = _line_functions().get
         lines = []
         for event in events:
             try:
