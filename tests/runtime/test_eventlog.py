@@ -32,6 +32,7 @@ from goondan.runtime.events import (
     ToolEnded,
 )
 from goondan.text import dumps_compact
+from goondan.types import TokenUsage
 
 
 def _step(i: int) -> StepEnded:
@@ -145,8 +146,10 @@ def _typical(name: str) -> st.SearchStrategy[Any]:
     if name in ("latency_ms", "cost"):
         return st.none() | st.floats(0, 5_000)
     if name == "token_usage":
-        return st.none() | st.sampled_from([{"prompt": 1, "completion": 2, "total": 3}, {"prompt": 1.0},
-                                            {"prompt": True}, {}])
+        counts = st.integers(-(2**70), 2**70) | st.booleans() | st.floats(0, 10)
+        return (st.none() | st.sampled_from([{"prompt": 1, "completion": 2, "total": 3}, {"prompt": 1.0},
+                                             {"prompt": True}, {}])
+                | st.fixed_dictionaries({"prompt": counts, "completion": counts, "total": counts}))
     return st.none() | st.sampled_from(["", "a" * 32, "turn-1", "step-1", "plain", "x"])
 
 
@@ -159,6 +162,32 @@ def test_small_objects_equal_as_keys_but_not_as_json_never_share_a_cache_entry()
         OBJECTS.clear()
         for value in ordering * 2:
             assert encode_object(value) == dumps_compact(value), value
+
+
+class _Key(str):
+    """A key equal to ``prompt`` whatever its text (JSON writes its text)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("prompt")
+
+
+def test_token_usage_is_written_directly_only_in_its_exact_shape() -> None:
+    """``TokenUsage.to_dict()``'s shape (ints under its own three keys, in order) is written
+    without a cache; anything that only resembles it takes the general path, and every one is
+    what ``dumps_compact`` writes."""
+    usage = TokenUsage(input_tokens=1200, output_tokens=-3, total_tokens=2**70).to_dict()
+    lookalikes: list[dict[Any, Any]] = [
+        usage, TokenUsage(10, 1, 11, cached_tokens=4).to_dict(), TokenUsage.unknown().to_dict(),
+        {"prompt": True, "completion": 1, "total": 2}, {"prompt": 1, "completion": 1.0, "total": 2},
+        {"completion": 1, "prompt": 2, "total": 3}, json.loads('{"prompt": 1, "completion": 2, "total": 3}'),
+        {"".join(["pro", "mpt"]): 1, "completion": 2, "total": 3}, {_Key("other"): 1, "completion": 2, "total": 3},
+    ]
+    for value in lookalikes * 2:
+        assert encode_object(value) == dumps_compact(value), value
+    assert encode_object(usage) == '{"prompt":1200,"completion":-3,"total":1180591620717411303424}'
 
 
 def test_the_generated_line_module_is_current() -> None:
