@@ -25,6 +25,7 @@ from goondan.otlp.encode import (
     _ONE_BYTE,
     _PACK_FIXED64,
     _PARENT_FIELDS,
+    _SPAN_ID_TAG,
     _TRACE_FIELD,
     SPAN_KIND_CLIENT,
     SPAN_KIND_INTERNAL,
@@ -393,7 +394,8 @@ def event_span_field(event: RuntimeEvent) -> bytes | None:
         trace_field = b"\x0a\x10" + trace if len(trace) == 16 else _len_field(1, trace)
         _TRACE_FIELD[0] = (trace_id, trace_field)
     own = bytes.fromhex(span_id)
-    own_field = b"\x12\x08" + own if len(own) == 8 else _len_field(2, own)
+    if len(own) != 8:  # not a 16-digit span id: never made here, but spans of any id are exported
+        return _general_field(event)
     parent_id = e.parent_span_id
     if parent_id:
         parent_field = _PARENT_FIELDS.get(parent_id)
@@ -447,13 +449,18 @@ def event_span_field(event: RuntimeEvent) -> bytes | None:
         message = e.error_message or ""
         inner = (_len_field(2, message.encode()) if message else b"") + b"\x18\x02"
         status = _len_field(15, inner)
-    size = (len(trace_field) + len(own_field) + len(parent_field) + len(head) + len(times)
-            + len(leading) + len(varying) + len(status))
-    return b"".join((_SPAN_TAG, _ONE_BYTE[size] if size < 128 else _varint(size), trace_field, own_field,
-                     parent_field, head, times, leading, varying, status))
+    span = b"".join((trace_field, _SPAN_ID_TAG, own, parent_field, head, times, leading, varying, status))
+    return (_SPAN_HEADS.get(len(span)) or _span_head(len(span))) + span
 
 
 _SPAN_TAG = b"\x12"  # ScopeSpans.spans
+# a span message's length -> the field's tag and that length (spans of a kind vary little in size)
+_SPAN_HEADS: dict[int, bytes] = {}
+
+
+def _span_head(size: int) -> bytes:
+    return remember(_SPAN_HEADS, size, _SPAN_TAG + _varint(size), _PREFIX_LIMIT)
+
 _COSTED = frozenset(cls for cls in _EVENT_KINDS
                     if any(f.name == "cost" for f in dataclasses.fields(cls)))  # the classes with a cost
 _PACK_TIMES = struct.Struct("<BQBQ").pack  # start_time_unix_nano (7) and end_time_unix_nano (8), fixed64

@@ -191,11 +191,14 @@ def general_line(event: RuntimeEvent) -> bytes:
     return encode_json(event.to_dict()) + b"\n"
 
 
-# Fields whose value is new on (nearly) every line: encoded directly, not cached.
-_UNIQUE = frozenset({"span_id", "timestamp", "tool_call_id", "correlation_id", "error_message", "text"})
-# Fields whose value is new for every turn or step (trace, turn and step ids, the parent span):
-# cached, but a new value is added where it is met (add_piece) rather than by making the line again.
-_PER_TURN = frozenset({"trace_id", "parent_span_id", "turn_id", "step_id", "event_id"})
+# Fields encoded directly, not cached: values new on (nearly) every line, and the step id and
+# parent span, each on the two or three lines of one step only (a cache entry, made once and
+# then looked up twice, costs more than encoding the id three times).
+_UNIQUE = frozenset({"span_id", "timestamp", "tool_call_id", "correlation_id", "error_message", "text",
+                     "step_id", "parent_span_id"})
+# Fields whose value is new for every turn (trace and turn ids, the input event): cached, but a
+# new value is added where it is met (add_piece) rather than by making the line again.
+_PER_TURN = frozenset({"trace_id", "turn_id", "event_id"})
 
 
 def add_piece(cache: dict[Any, str], prefix: str, value: Any, omit: str) -> str:

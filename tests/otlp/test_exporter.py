@@ -168,7 +168,7 @@ def test_the_embedding_runtime_exports_one_tree_and_flushes_at_close(receiver: R
 
 # -- the exporter's direct path equals the general one ---------------------------------------------
 _maybe_text = st.none() | st.sampled_from(["", "gpt-x", "fs__read", "worker", "é✓"])
-_ids = st.sampled_from(["", "a" * 16, "0123456789abcdef"])
+_ids = st.sampled_from(["", "a" * 16, "0123456789abcdef", "abcd", "0123456789abcdef0123"])  # 8 bytes, or not
 _end_events = st.one_of(
     st.builds(TurnEnded, turn_id=st.just("t"), finish_reason=st.just("text_response"), failed=st.booleans(),
               token_usage=st.none() | st.just({}) | st.just({"prompt": 3, "completion": 2, "total": 5}),
