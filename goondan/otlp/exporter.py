@@ -454,16 +454,18 @@ def event_span_field(event: RuntimeEvent) -> bytes | None:
 
 
 _SPAN_TAG = b"\x12"  # ScopeSpans.spans
-# a span message's length -> the field's tag and that length (spans of a kind vary little in size)
+_COSTED = frozenset(cls for cls in _EVENT_KINDS
+                    if any(f.name == "cost" for f in dataclasses.fields(cls)))  # the classes with a cost
+_PACK_TIMES = struct.Struct("<BQBQ").pack  # start_time_unix_nano (7) and end_time_unix_nano (8), fixed64
+# a span message's length -> the field's tag and that length: the head ``_len_field(2, span)``
+# would make, looked up instead (spans of a kind vary little in size; the two varint calls of
+# _len_field cost more per span than the whole lookup)
 _SPAN_HEADS: dict[int, bytes] = {}
 
 
 def _span_head(size: int) -> bytes:
     return remember(_SPAN_HEADS, size, _SPAN_TAG + _varint(size), _PREFIX_LIMIT)
 
-_COSTED = frozenset(cls for cls in _EVENT_KINDS
-                    if any(f.name == "cost" for f in dataclasses.fields(cls)))  # the classes with a cost
-_PACK_TIMES = struct.Struct("<BQBQ").pack  # start_time_unix_nano (7) and end_time_unix_nano (8), fixed64
 
 def _general_field(event: RuntimeEvent) -> bytes | None:
     span = event_to_otlp_span(event)
