@@ -7,7 +7,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # (it brings ~150 packages that must never reach the project's environment).
 PHOENIX_VENV ?= .venv-phoenix
 
-.PHONY: install dev demo test lint bench clean phoenix
+.PHONY: install dev demo test soak lint bench clean phoenix
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ phoenix: $(PHOENIX_VENV)/bin/phoenix  ## install Arize Phoenix (OTLP test backen
 test:  ## run the whole test suite (the dev extras and Phoenix install side by side)
 	$(MAKE) --no-print-directory -j2 dev phoenix
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# The long failure trials (hundreds of kills, races) at their full counts; `make test` runs a few
+# of each (tests/support/soak.py).
+soak: dev  ## run the kill and race trials at their full counts
+	GOONDAN_SOAK=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m soak
 
 lint: dev  ## ruff + mypy --strict
 	$(BIN)/ruff check goondan tests scripts

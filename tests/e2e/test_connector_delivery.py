@@ -35,6 +35,7 @@ from goondan.config import load_bundle
 from goondan.connectors.process import parse_args, serve
 from goondan.ipc.channel import Transport
 from goondan.ipc.spawner import AgentHandle, InProcessSpawner, ProcessSpawner, Spawner, SpawnRequest
+from tests.support import soak
 from tests.support.connector_e2e import (
     address_file,
     base_bundle,
@@ -230,13 +231,16 @@ class _Trials:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)  # ~25 s alone on 2 cores; several times that beside other suites
-@pytest.mark.parametrize(("connector", "trials"), [("webhook", 200), ("trigger", 20)])
+@pytest.mark.soak
+@pytest.mark.timeout(1200)  # ~25 s for 200 alone on 2 cores; several times that beside other suites
+@pytest.mark.parametrize(("connector", "count"), [("webhook", (40, 200)), ("trigger", (10, 20))])
 def test_two_hundred_orchestrator_sigkills_lose_and_duplicate_nothing(
-    state_root: Path, tmp_path: Path, connector: str, trials: int,
+    state_root: Path, tmp_path: Path, connector: str, count: tuple[int, int],
 ) -> None:
-    """200 trials through the built-in webhook (the HTTP 200 is the moment of the kill); 20 more
-    through the line-protocol test connector, which answers from the same ``ctx.emit``."""
+    """200 trials through the built-in webhook under `make soak` (40 under `make test`; the HTTP
+    200 is the moment of the kill); 20 more through the line-protocol test connector, which
+    answers from the same ``ctx.emit``."""
+    trials = soak.trials(*count)
     record_dir = tmp_path / "records"
     record_dir.mkdir()
     variant = _Trials(connector, state_root, tmp_path)
