@@ -209,7 +209,7 @@ class _Validator:
             shape = {
                 "handlers": "handlers = {'export-name': fn, ...}",
                 "register": "def register(api): ...",
-                "run": "async def run(ctx): ...",
+                "run": "async def run(ctx): ... (or a sync def run(ctx))",
             }[symbol]
             ck.error(f"entry module does not define '{symbol}'", ("spec", "entry"),
                      f"a {res.kind} module needs: {shape}", code="E_CONFIG_ENTRY_INVALID")

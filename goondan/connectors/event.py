@@ -21,7 +21,9 @@ Wire form (camelCase, as every JSON file goondan writes)::
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,18 +162,22 @@ def event_text(event: ConnectorEvent) -> str:
 
 @dataclass(frozen=True)
 class EmitReceipt:
-    """What ``ctx.emit`` returns once the event is durable: its id, and whether that id had
-    already been accepted on this Connection (then nothing new was stored)."""
+    """What ``ctx.emit`` returns once the event is durable: its id, whether that id had
+    already been accepted on this Connection (then nothing new was stored), and whether the
+    event was dropped because the Connection has ingress rules and none matches it (nothing
+    stored, no Turn; the orchestrator logs a warning)."""
 
     id: str
     duplicate: bool = False
+    dropped: bool = False
 
 
 EmitFn = Callable[[ConnectorEvent], Awaitable[EmitReceipt]]
 
 
 class ConnectorContext:
-    """What a connector's ``run(ctx)`` receives.
+    """What a connector's ``run(ctx)`` receives (``async def run(ctx)``, or a plain ``def run(ctx)``
+    that goondan runs in a thread of its own — Decision 18).
 
     * ``config`` / ``secrets``: the Connection's resolved values as strings (secrets are
       registered with :mod:`goondan.secrets`, so a logged secret prints as ``***``).
@@ -181,6 +187,10 @@ class ConnectorContext:
     * ``await emit(event)``: accepts a :class:`ConnectorEvent` or its wire dict; returns an
       :class:`EmitReceipt` after the durable append. Invalid events raise
       :class:`ConnectorEventError` (nothing is stored).
+    * ``emit_sync(event)``: the same for a sync ``run`` (from its thread; blocks until the
+      receipt is back).
+    * ``stopping``: a :class:`threading.Event` set when the connector is told to stop; a sync
+      ``run`` watches it and returns (an async ``run`` is cancelled instead).
     """
 
     def __init__(
@@ -193,6 +203,7 @@ class ConnectorContext:
         emit: EmitFn,
         state_dir: Path,
         logger: logging.Logger | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.connection_name = connection_name
         self.connector_name = connector_name
@@ -200,7 +211,9 @@ class ConnectorContext:
         self.secrets: dict[str, str] = dict(secrets)
         self.state_dir = state_dir
         self.logger = logger or logging.getLogger(f"goondan.connector.{connection_name}")
+        self.stopping = threading.Event()
         self._emit = emit
+        self._loop = loop
 
     def __repr__(self) -> str:
         return (
@@ -217,3 +230,17 @@ class ConnectorContext:
             self.logger.warning("invalid event dropped: %s", err.message)
             raise
         return await self._emit(parsed)
+
+    def emit_sync(self, event: ConnectorEvent | Mapping[str, Any]) -> EmitReceipt:
+        """:meth:`emit` for a sync ``run(ctx)``: called from its thread, it blocks until the
+        event is durably accepted and returns the receipt."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("emit_sync needs the connector's event loop (it is set when goondan runs the connector)")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("emit_sync blocks: call it from a sync run(ctx), use 'await ctx.emit(...)' here")
+        return asyncio.run_coroutine_threadsafe(self.emit(event), loop).result()

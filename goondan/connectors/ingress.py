@@ -5,7 +5,8 @@ process) and what ``goondan run``'s terminal front-end calls for the ``cli`` Con
 
 1. the event id is checked against the Connection's inbox (a repeated id is a *duplicate*:
    nothing is stored or delivered, the receipt says so);
-2. the event is routed (:func:`goondan.connectors.routing.route_event`);
+2. the event is routed (:func:`goondan.connectors.routing.route_event`); an event that
+   matches none of the Connection's rules is dropped here with a warning (nothing stored);
 3. the record is appended and flushed to the inbox (:class:`ConnectionInbox`) — from here on
    it survives a crash of any process;
 4. it becomes an :class:`~goondan.types.AgentEvent` (its own Turn, a new traceId, source
@@ -42,8 +43,8 @@ _log = logging.getLogger("goondan.connectors.ingress")
 
 @dataclass(frozen=True)
 class Accepted:
-    """The outcome of :meth:`Ingress.accept`: the receipt and, unless it was a duplicate, the
-    routed agent and event."""
+    """The outcome of :meth:`Ingress.accept`: the receipt and, unless it was a duplicate or
+    dropped, the routed agent and event."""
 
     receipt: EmitReceipt
     agent: str | None = None
@@ -153,6 +154,13 @@ class Ingress:
             self.duplicates += 1
             return Accepted(EmitReceipt(event.id, duplicate=True))
         route = route_event(event, spec.rules, self.entry_agent)
+        if route is None:  # rules, none matching: dropped (Decision 15)
+            self.logger.warning(
+                "Connection %s: event %s (%s) matches no ingress rule; dropped", connection, event.id,
+                event.name, extra={"event": "ingress.unrouted", "connection": connection,
+                                   "eventName": event.name},
+            )
+            return Accepted(EmitReceipt(event.id, dropped=True))
         if route.agent not in self.orchestrator.agents:
             raise ConnectorEventError(
                 f"Connection {connection!r} routes event {event.name!r} to agent {route.agent!r}, "

@@ -8,11 +8,13 @@ Arguments: ``--bundle-dir --connection-name --connector-name --state-root [--swa
    registered for masking; unset values are left out and named in a warning) and loads the
    Connector's entry module; any failure is reported as ``runtime.startError {code, message}``
    (``E_CONNECTOR``) and the process exits 3;
-2. reports ``runtime.ready`` and awaits ``run(ctx)``. ``ctx.emit(event)`` sends
+2. reports ``runtime.ready`` and awaits ``run(ctx)`` (a sync ``def run(ctx)`` runs in a daemon
+   thread of its own with the same ``ctx``: Decision 18). ``ctx.emit(event)`` sends
    ``runtime.emit {event}`` with a ``replyTo`` and waits for the orchestrator's
-   ``runtime.answer {result: {id, duplicate}}`` (sent after the durable append) or
+   ``runtime.answer {result: {id, duplicate, dropped}}`` (sent after the durable append) or
    ``{error}`` (raised as :class:`ConnectorEventError`);
-3. ``shutdown``, SIGTERM or EOF on the channel (orchestrator gone) cancel ``run`` and the
+3. ``shutdown``, SIGTERM or EOF on the channel (orchestrator gone) cancel ``run`` (a sync
+   ``run`` sees ``ctx.stopping`` set; the process does not wait for its thread) and the
    process exits 0; ``run`` returning exits 0; ``run`` raising is reported as
    ``runtime.connectorError {code: E_CONNECTOR, message}`` and the process exits 1.
 """
@@ -22,12 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import signal
 import sys
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -96,7 +100,8 @@ class ConnectorWorker:
                 raise ConnectorEventError(str(error.get("message")))
             raise ConnectorError(str(error.get("message")), code=str(error.get("code") or "E_CONNECTOR"))
         result = answer.result if isinstance(answer.result, dict) else {}
-        return EmitReceipt(str(result.get("id") or event.id), duplicate=bool(result.get("duplicate")))
+        return EmitReceipt(str(result.get("id") or event.id), duplicate=bool(result.get("duplicate")),
+                           dropped=bool(result.get("dropped")))
 
     async def read_loop(self) -> None:
         """Resolve answers; ``shutdown`` or EOF sets :attr:`stop_requested`."""
@@ -155,15 +160,56 @@ async def _open(args: argparse.Namespace, worker: ConnectorWorker) -> tuple[Call
     except GoondanError as err:
         raise _start_error(f"Connector {spec.connector!r}: {err.message}") from err
     run = getattr(module, "run", None)
-    if not callable(run) or not asyncio.iscoroutinefunction(run):
-        raise _start_error(f"Connector {spec.connector!r} entry {spec.entry.name} has no 'async def run(ctx)'")
+    if not callable(run):
+        raise _start_error(f"Connector {spec.connector!r} entry {spec.entry.name} has no "
+                           "'async def run(ctx)' (or 'def run(ctx)')")
     state_dir = connection_dir(state_root, bundle.root, bundle.package_name, swarm.name, spec.name) / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
     ctx = ConnectorContext(
         connection_name=spec.name, connector_name=spec.connector, config=config, secrets=secrets,
-        emit=worker.emit, state_dir=state_dir,
+        emit=worker.emit, state_dir=state_dir, loop=asyncio.get_running_loop(),
     )
     return run, ctx
+
+
+async def _run_in_thread(run: Callable[..., Any], ctx: ConnectorContext) -> None:
+    """A sync ``run(ctx)`` in a daemon thread (Decision 18): its return or exception is this
+    coroutine's; cancelling it sets ``ctx.stopping`` and leaves the thread behind (a daemon
+    thread does not keep the process alive)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def body() -> None:
+        try:
+            result = run(ctx)
+        except BaseException as exc:  # reported as the connector's crash, like an async run's
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=body, name=f"connector-{ctx.connection_name}", daemon=True).start()
+    try:
+        result = await done
+    except asyncio.CancelledError:
+        ctx.stopping.set()
+        raise
+    if inspect.isawaitable(result):  # a plain def that returned a coroutine
+        await result
+
+
+def _start(run: Callable[..., Any], ctx: ConnectorContext) -> asyncio.Future[Any]:
+    if asyncio.iscoroutinefunction(run):
+        coroutine: Awaitable[Any] = run(ctx)
+        return asyncio.ensure_future(coroutine)
+    return asyncio.ensure_future(_run_in_thread(run, ctx))
 
 
 async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigterm: bool = False) -> int:
@@ -183,7 +229,7 @@ async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigter
         await transport.aclose()
         return 3
     await worker.report_quietly(control.Ready(pid=os.getpid()))
-    task = asyncio.ensure_future(run(ctx))
+    task = _start(run, ctx)
     stop = asyncio.ensure_future(worker.stop_requested.wait())
     code = 0
     try:

@@ -7,9 +7,10 @@ table is testable without processes:
 2. A rule matches when every given condition holds: ``match.event`` equals the event's name and
    each ``match.properties[k]`` equals ``properties[k]`` (compared as strings). A rule without
    ``match`` (or with an empty one) matches everything.
-3. The agent is the matched rule's ``route.agentRef``, else the Swarm's entry agent (also when
-   no rule matches).
-4. The conversation key: no rule matched → the event's own ``instanceKey``; a non-blank
+3. The agent is the matched rule's ``route.agentRef``, else the Swarm's entry agent. A
+   Connection without rules sends every event to the entry agent; with rules of which none
+   matches, the event is dropped (``None``; the ingress logs a warning) — Decision 15.
+4. The conversation key: no rules at all → the event's own ``instanceKey``; a non-blank
    ``route.instanceKey`` → it; ``route.instanceKeyProperty`` with a non-blank property value →
    ``instanceKeyPrefix`` (default ``""``) + that value; otherwise the event's own key.
 """
@@ -46,7 +47,8 @@ class IngressRule:
 
 @dataclass(frozen=True)
 class Route:
-    """Where an event goes; ``rule`` is the index of the matched rule (``None``: none did)."""
+    """Where an event goes; ``rule`` is the index of the matched rule (``None``: the
+    Connection has no rules)."""
 
     agent: str
     instance_key: str
@@ -63,12 +65,13 @@ def match_rule(rule: IngressRule, event: ConnectorEvent) -> bool:
     return True
 
 
-def route_event(event: ConnectorEvent, rules: Sequence[IngressRule], entry_agent: str) -> Route:
-    """Route ``event`` by ``rules`` (first match wins) with ``entry_agent`` as the default."""
+def route_event(event: ConnectorEvent, rules: Sequence[IngressRule], entry_agent: str) -> Route | None:
+    """Route ``event`` by ``rules`` (first match wins) with ``entry_agent`` as the default;
+    ``None`` when there are rules and none matches (the event is dropped)."""
     for index, rule in enumerate(rules):
         if match_rule(rule, event):
             return Route(rule.agent or entry_agent, _instance_key(rule, event), index)
-    return Route(entry_agent, event.instance_key, None)
+    return None if rules else Route(entry_agent, event.instance_key, None)
 
 
 def _instance_key(rule: IngressRule, event: ConnectorEvent) -> str:

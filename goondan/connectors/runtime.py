@@ -145,12 +145,14 @@ class ConnectionRuntime:
 
     async def cli_event(self, line: str) -> tuple[str, AgentEvent] | None:
         """Accept one terminal line on the ``cli`` Connection: ``(agent, event)`` to send as a
-        request, or ``None`` for a blank line. Only valid when :attr:`cli` is set."""
+        request, or ``None`` for a blank line or a line no ingress rule matches (dropped). Only
+        valid when :attr:`cli` is set."""
         assert self.cli is not None
         index, self._cli_line = self._cli_line, self._cli_line + 1
         event = parse_cli_line(line, index)
         if event is None:
             return None
         accepted = await self.ingress.accept(self.cli.name, event, submit=False)
-        assert accepted.agent is not None and accepted.event is not None
+        if accepted.agent is None or accepted.event is None:
+            return None  # matched no ingress rule: dropped, the ingress logged why
         return accepted.agent, accepted.event

@@ -179,9 +179,10 @@ class ConnectorSupervisor:
         answer: Answer
         try:
             accepted = await self.ingress.accept(rec.name, event.metadata.get("event"))
-            rec.emitted += 0 if accepted.receipt.duplicate else 1
-            answer = Answer(correlation, result={"id": accepted.receipt.id,
-                                                 "duplicate": accepted.receipt.duplicate})
+            receipt = accepted.receipt
+            rec.emitted += 0 if receipt.duplicate or receipt.dropped else 1
+            answer = Answer(correlation, result={"id": receipt.id, "duplicate": receipt.duplicate,
+                                                 "dropped": receipt.dropped})
         except ConnectorEventError as err:
             self.logger.warning("connection %s: invalid event dropped: %s", rec.name, err.message,
                                 extra={"event": "ingress.invalidEvent", "connection": rec.name})

@@ -52,7 +52,8 @@ def test_accept_appends_routes_and_runs_each_event_as_its_own_turn(tmp_path: Pat
     record: list[str] = []
 
     async def main() -> None:
-        orch, ingress = make(tmp_path, record, (IngressRule(properties={"to": "b"}, agent="b", instance_key="fixed"),))
+        orch, ingress = make(tmp_path, record, (IngressRule(properties={"to": "b"}, agent="b", instance_key="fixed"),
+                                                IngressRule()))
         async with orch:
             await ingress.open()
             first = await ingress.accept("conn", event("echo:1", id="e1"))
@@ -102,6 +103,32 @@ def test_duplicate_id_is_not_stored_or_delivered_again(tmp_path: Path) -> None:
     run(main)
     assert record == ["a@k echo:1"]
     assert len((tmp_path / "conn" / "inbox.jsonl").read_text().splitlines()) == 1
+
+
+def test_event_matching_no_rule_is_dropped_with_a_warning(tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Decision 15: a Connection with rules, none matching → no Turn, nothing stored, a warning."""
+    record: list[str] = []
+
+    async def main() -> None:
+        orch, ingress = make(tmp_path, record, (IngressRule(event="other", agent="b"),))
+        async with orch:
+            await ingress.open()
+            dropped = await ingress.accept("conn", event("echo:lost", id="e1"))
+            assert dropped.receipt.dropped and not dropped.receipt.duplicate
+            assert dropped.agent is None and dropped.event is None
+            routed = await ingress.accept("conn", ConnectorEvent.text("other", "echo:kept", instance_key="k", id="e2"))
+            assert routed.agent == "b" and not routed.receipt.dropped
+            await orch.wait_until(lambda: len(record) == 1, 30)
+        ingress.close()
+
+    with caplog.at_level("WARNING", logger="goondan.connectors.ingress"):
+        run(main)
+    assert record == ["b@k echo:kept"]
+    lines = (tmp_path / "conn" / "inbox.jsonl").read_text().splitlines()
+    assert [json.loads(line)["event"]["id"] for line in lines] == ["e2"]
+    [warning] = [r for r in caplog.records if getattr(r, "event", None) == "ingress.unrouted"]
+    assert warning.levelname == "WARNING" and "e1" in warning.getMessage() and "conn" in warning.getMessage()
 
 
 @pytest.mark.parametrize("bad", [

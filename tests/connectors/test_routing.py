@@ -18,8 +18,8 @@ def ev(name: str = "msg", key: str = "own:1", **props: Any) -> ConnectorEvent:
 
 R = IngressRule
 
-# (id, rules, event, expected route)
-CASES: list[tuple[str, list[IngressRule], ConnectorEvent, Route]] = [
+# (id, rules, event, expected route; None = dropped)
+CASES: list[tuple[str, list[IngressRule], ConnectorEvent, Route | None]] = [
     # 1. rules in order, first match wins
     ("first-match-wins", [R(event="msg", agent="a"), R(event="msg", agent="b")], ev(), Route("a", "own:1", 0)),
     ("later-rule-when-first-misses", [R(event="other", agent="a"), R(event="msg", agent="b")], ev(),
@@ -27,25 +27,23 @@ CASES: list[tuple[str, list[IngressRule], ConnectorEvent, Route]] = [
     # 2. AND of match.event and match.properties; strings compared
     ("event-and-properties-both-hold", [R(event="msg", properties={"ch": "x"}, agent="a")], ev(ch="x"),
      Route("a", "own:1", 0)),
-    ("event-holds-property-differs", [R(event="msg", properties={"ch": "x"}, agent="a")], ev(ch="y"),
-     Route(ENTRY, "own:1", None)),
-    ("property-holds-event-differs", [R(event="other", properties={"ch": "x"}, agent="a")], ev(ch="x"),
-     Route(ENTRY, "own:1", None)),
-    ("property-missing", [R(properties={"ch": "x"}, agent="a")], ev(), Route(ENTRY, "own:1", None)),
-    ("all-properties-must-hold", [R(properties={"ch": "x", "k": "1"}, agent="a")], ev(ch="x"),
-     Route(ENTRY, "own:1", None)),
+    ("event-holds-property-differs", [R(event="msg", properties={"ch": "x"}, agent="a")], ev(ch="y"), None),
+    ("property-holds-event-differs", [R(event="other", properties={"ch": "x"}, agent="a")], ev(ch="x"), None),
+    ("property-missing", [R(properties={"ch": "x"}, agent="a")], ev(), None),
+    ("all-properties-must-hold", [R(properties={"ch": "x", "k": "1"}, agent="a")], ev(ch="x"), None),
     ("properties-compared-as-strings", [R(properties={"n": "42", "b": "true"}, agent="a")], ev(n=42, b=True),
      Route("a", "own:1", 0)),
     ("properties-only-rule", [R(properties={"ch": "x"}, agent="a")], ev(ch="x"), Route("a", "own:1", 0)),
     # catch-all: no/empty match
     ("catch-all-empty-match", [R(agent="a")], ev("anything"), Route("a", "own:1", 0)),
     ("catch-all-after-specific", [R(event="x", agent="a"), R(agent="b")], ev(), Route("b", "own:1", 1)),
-    # 3. agent: route.agentRef else entryAgent; no match → entryAgent
+    # 3. agent: route.agentRef else entryAgent; no rules → entryAgent; rules, no match → dropped
+    #    (Decision 15)
     ("no-agentRef-uses-entry", [R(event="msg", instance_key="k")], ev(), Route(ENTRY, "k", 0)),
-    ("no-rules-uses-entry", [], ev(), Route(ENTRY, "own:1", None)),
-    ("no-match-uses-entry", [R(event="x", agent="a")], ev(), Route(ENTRY, "own:1", None)),
+    ("no-rules-uses-entry-and-event-key", [], ev(), Route(ENTRY, "own:1", None)),
+    ("no-match-is-dropped", [R(event="x", agent="a")], ev(), None),
+    ("no-match-without-agentRef-is-dropped", [R(event="x", instance_key="fixed")], ev(), None),
     # 4. instanceKey
-    ("no-match-keeps-event-key", [R(event="x", instance_key="fixed")], ev(), Route(ENTRY, "own:1", None)),
     ("route-instanceKey-overrides", [R(event="msg", instance_key="smoke-test")], ev(),
      Route(ENTRY, "smoke-test", 0)),
     ("blank-route-instanceKey-ignored", [R(event="msg", instance_key="  ")], ev(), Route(ENTRY, "own:1", 0)),
@@ -63,7 +61,7 @@ CASES: list[tuple[str, list[IngressRule], ConnectorEvent, Route]] = [
 
 
 @pytest.mark.parametrize(("rules", "event", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_route_event(rules: list[IngressRule], event: ConnectorEvent, expected: Route) -> None:
+def test_route_event(rules: list[IngressRule], event: ConnectorEvent, expected: Route | None) -> None:
     assert route_event(event, rules, ENTRY) == expected
 
 

@@ -29,6 +29,7 @@ from goondan.ipc.spawner import (
     SpawnRequest,
     resolve_worker_entry,
 )
+from tests.support.connector_e2e import wait_for
 from tests.support.ipc_agents import in_process_worker
 from tests.support.trigger_client import FIXTURE, send_trigger, wait_port
 
@@ -266,3 +267,63 @@ def test_reload_restarts_changed_starts_added_and_stops_removed_connections(
             await runtime.stop()
 
     run(main)
+
+
+SYNC_CONNECTOR = '''\
+import threading
+
+
+def run(ctx):
+    assert threading.current_thread() is not threading.main_thread()
+    receipt = ctx.emit_sync({"id": "s1", "name": "trigger_message", "instanceKey": "sync",
+                             "message": {"type": "text", "text": "echo:from a thread"}})
+    ctx.logger.info("sync connector emitted %s", receipt.id)
+    ctx.stopping.wait()
+    ctx.logger.info("sync connector stopping")
+'''
+
+
+def test_a_sync_run_runs_in_a_thread_with_the_same_ctx_until_told_to_stop(
+    tmp_path: Path, state_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decision 18: ``def run(ctx)`` (sync) is a valid connector entry: it runs in a thread,
+    emits through ``ctx.emit_sync`` and returns when ``ctx.stopping`` is set."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, bundle)
+    (bundle / "sync_connector.py").write_text(SYNC_CONNECTOR)
+    with (bundle / "goondan.yaml").open("a") as handle:
+        handle.write("""---
+apiVersion: goondan.ai/v1
+kind: Connector
+metadata: {name: syncer}
+spec:
+  entry: ./sync_connector.py
+  events: [{name: trigger_message}]
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: sync}
+spec:
+  connectorRef: Connector/syncer
+""")
+    monkeypatch.setenv("TRIGGER_PORT_FILE", str(tmp_path / "port.json"))
+    monkeypatch.setenv("TRIGGER_FAIL", "")
+    caplog.set_level(logging.INFO, logger="goondan")
+    record: list[str] = []
+
+    async def main() -> None:
+        orch, runtime = _runtime(bundle, state_root, record)
+        records = runtime.supervisor.records
+        async with orch:
+            await runtime.start()
+            await orch.wait_until(lambda: record == ["assistant@sync echo:from a thread"], 30)
+            assert records["sync"].status == "running" and records["sync"].spawn_count == 1
+            assert records["sync"].emitted == 1 and records["sync"].last_error is None
+            await runtime.stop()
+            assert records["sync"].status == "terminated"
+
+    run(main)
+    # The thread saw ctx.stopping; it logs from its own thread, so poll for the line.
+    wait_for(lambda: "sync connector stopping" in [r.getMessage() for r in caplog.records], 10,
+             "the sync run to see ctx.stopping")
+    assert "sync connector emitted s1" in [r.getMessage() for r in caplog.records]
