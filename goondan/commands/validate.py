@@ -40,7 +40,7 @@ CHECKS: dict[str, frozenset[str]] = {
     "schema": frozenset(),
     "references": frozenset({
         "E_CONFIG_INVALID_REF", "E_CONFIG_REF_NOT_FOUND", "E_CONFIG_REF_AMBIGUOUS",
-        "E_CONFIG_UNKNOWN_EVENT", "E_CONFIG_REQUIRED_TOOL_UNKNOWN", "W_CONFIG_REQUIRED_TOOL_UNKNOWN",
+        "W_CONFIG_UNKNOWN_EVENT", "E_CONFIG_REQUIRED_TOOL_UNKNOWN", "W_CONFIG_REQUIRED_TOOL_UNKNOWN",
         "W_CONFIG_SELECTOR_NO_MATCH",
     }),
     "entry files": frozenset({

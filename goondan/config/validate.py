@@ -394,11 +394,16 @@ class _Validator:
             match = rule.get("match")
             event = match.get("event") if isinstance(match, dict) else None
             if isinstance(event, str) and connector is not None and event not in events:
+                # SHOULD, not MUST (connectors.md §3): a connector may take the name from the
+                # payload (the built-in webhook's body "event"), so the rule stays valid.
                 guess = did_you_mean(event, sorted(events))
-                ck.error(f"event {event!r} is not declared by Connector {connector.name!r}",
-                         (*path, "match", "event"),
-                         f"did you mean {guess!r}?" if guess else f"declared events: {', '.join(sorted(events))}",
-                         code="E_CONFIG_UNKNOWN_EVENT")
+                declared_hint = f"declared events: {', '.join(sorted(events))}" if events else \
+                    "the Connector declares no events"
+                ck.warning("W_CONFIG_UNKNOWN_EVENT",
+                           f"event {event!r} is not declared by Connector {connector.name!r}",
+                           (*path, "match", "event"),
+                           f"did you mean {guess!r}? (fine as it is if the connector emits {event!r})"
+                           if guess else f"{declared_hint}; fine as it is if the connector emits {event!r}")
             route = rule.get("route")
             if isinstance(route, dict) and "agentRef" in route:
                 agent = self._ref(res, ck, route["agentRef"], (*path, "route", "agentRef"), "Agent")

@@ -44,8 +44,12 @@ __all__ = [
 _MESSAGE_TYPES = ("text", "image", "file")
 
 
+_log = logging.getLogger("goondan.connectors.event")
+
+
 def _stringify_properties(raw: Any) -> dict[str, str]:
-    """Keep primitive property values as strings; drop nested objects and nulls."""
+    """Keep primitive property values as strings; drop nested objects and nulls (what a
+    connector's own normaliser does: :meth:`ConnectorEvent.text`)."""
     if not isinstance(raw, Mapping):
         return {}
     out: dict[str, str] = {}
@@ -56,6 +60,23 @@ def _stringify_properties(raw: Any) -> dict[str, str]:
             out[key] = "true" if value else "false"
         elif isinstance(value, (str, int, float)):
             out[key] = str(value)
+    return out
+
+
+def _string_properties(raw: Any, event: str) -> dict[str, str]:
+    """The string-valued properties of a wire event; every other value (number, boolean,
+    null, object) is dropped with a debug log, as the reference parses events."""
+    if not isinstance(raw, Mapping):
+        if raw is not None:
+            _log.debug("connector event %r: 'properties' is not an object; ignored", event)
+        return {}
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        if isinstance(key, str) and isinstance(value, str):
+            out[key] = value
+        else:
+            _log.debug("connector event %r: property %r is not a string (%s); dropped", event, key,
+                       type(value).__name__)
     return out
 
 
@@ -113,8 +134,10 @@ class ConnectorEvent:
         """Parse the wire form (or what a connector passed to ``emit``).
 
         Raises :class:`ConnectorEventError` when ``name``/``instanceKey`` are not non-empty
-        strings or ``message`` is not one of the three shapes; non-string properties are
-        dropped, as the reference does.
+        strings or ``message`` is not one of the three shapes. Only string properties are
+        kept: a number, boolean, null or object value is dropped (with a debug log), as the
+        reference parses events. A connector that wants ``42`` → ``"42"`` builds the event
+        with :meth:`text`, which stringifies primitives (the built-in connectors do).
         """
         if not isinstance(data, Mapping):
             raise ConnectorEventError(f"a connector event must be an object, got {type(data).__name__}")
@@ -143,7 +166,7 @@ class ConnectorEvent:
             name=name,
             instance_key=key,
             message=dict(message),
-            properties=_stringify_properties(data.get("properties")),
+            properties=_string_properties(data.get("properties"), name),
             id=event_id if isinstance(event_id, str) and event_id else new_id("cev"),
             created_at=created if isinstance(created, str) and created else now_iso(),
         )

@@ -131,6 +131,35 @@ def test_event_matching_no_rule_is_dropped_with_a_warning(tmp_path: Path,
     assert warning.levelname == "WARNING" and "e1" in warning.getMessage() and "conn" in warning.getMessage()
 
 
+def test_non_string_properties_of_an_event_dict_are_dropped_with_a_debug_log(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """connectors.md §3: the orchestrator keeps string properties only (reference parsing);
+    a connector's own normaliser (``ConnectorEvent.text``) still stringifies primitives."""
+    raw = {"id": "e1", "name": "msg", "instanceKey": "k", "message": {"type": "text", "text": "echo:x"},
+           "properties": {"s": "x", "n": 42, "b": True, "z": None, "o": {"deep": "1"}}}
+    record: list[str] = []
+
+    async def main() -> Any:
+        orch, ingress = make(tmp_path, record)
+        async with orch:
+            await ingress.open()
+            accepted = await ingress.accept("conn", raw)
+            await orch.wait_until(lambda: len(record) == 1, 30)
+        ingress.close()
+        return accepted
+
+    with caplog.at_level("DEBUG", logger="goondan.connectors.event"):
+        accepted = run(main)
+    assert accepted.event is not None
+    assert accepted.event.metadata["properties"] == {"s": "x", "connection_name": "conn", "connector_name": "trigger"}
+    stored = json.loads((tmp_path / "conn" / "inbox.jsonl").read_text())
+    assert stored["event"]["properties"] == {"s": "x"}
+    dropped = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG" and "dropped" in r.getMessage()]
+    assert len(dropped) == 4 and all("'msg'" in line for line in dropped)
+    assert ConnectorEvent.text("msg", "x", instance_key="k", properties={"n": 42, "b": True}).properties == {
+        "n": "42", "b": "true"}
+
+
 @pytest.mark.parametrize("bad", [
     {"name": "", "instanceKey": "k", "message": {"type": "text", "text": "x"}},
     {"name": "msg", "message": {"type": "text", "text": "x"}},
