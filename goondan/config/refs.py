@@ -77,11 +77,22 @@ def _check_kind(kind: str, expected: tuple[str, ...], path: FieldPath, ck: Check
 
 
 def parse_ref(value: Any, path: FieldPath, ck: Checker, expected: tuple[str, ...],
-              *, bare_name_kind: str | None = None) -> ObjectRef | None:
-    """Parse a ``"Kind/name"`` string or ``{kind, name, package?, apiVersion?}`` mapping.
+              *, bare_name_kind: str | None = None, wrapped: bool = True) -> ObjectRef | None:
+    """Parse a ``"Kind/name"`` string or ``{kind, name, package?, apiVersion?}`` mapping, or
+    either of them wrapped as ``{ref: …}`` (the RefItem form, accepted wherever a plain ref
+    is: ``entryAgent``, ``modelRef``, ``connectorRef``, ``swarmRef``, ``route.agentRef``).
 
     ``bare_name_kind`` lets fields like ``entryAgent`` accept a plain ``name`` too.
     """
+    if wrapped and isinstance(value, dict) and "ref" in value:
+        for key in value:
+            if key != "ref" and not key.startswith("x-"):
+                ck.error(f"unknown field {key!r} next to 'ref'", (*path, key),
+                         "a wrapped reference has only 'ref': write ref: {kind: …, name: …, package: …}",
+                         code="E_CONFIG_UNKNOWN_FIELD", key=True)
+                return None
+        return parse_ref(value["ref"], (*path, "ref"), ck, expected, bare_name_kind=bare_name_kind,
+                         wrapped=False)
     if isinstance(value, str):
         parts = value.split("/")
         if len(parts) == 1 and bare_name_kind and value.strip():
@@ -212,7 +223,7 @@ def parse_ref_item(value: Any, path: FieldPath, ck: Checker, kind: str,
             ck.error(f"config must be a mapping, got {type_name(config)}", (*path, "config"),
                      "write config: {key: value}")
             ok = False
-        ref = parse_ref(value["ref"], (*path, "ref"), ck, (kind,), bare_name_kind=bare)
+        ref = parse_ref(value["ref"], (*path, "ref"), ck, (kind,), bare_name_kind=bare, wrapped=False)
         if ref is None or not ok:
             return None
         return RefItem(path, ref=ref, config=config)
