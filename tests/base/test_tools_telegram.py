@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from goondan.tools import ToolContext, ToolFailure, load_entry_module
+from goondan.tools import ToolContext, ToolFailure, load_entry_module, validate_args
 from tests.support.aio import run
 from tests.support.fake_telegram import FakeTelegram, fake_telegram
 
@@ -103,3 +104,20 @@ def test_download_file_masks_the_token(fake: FakeTelegram, tmp_path: Path) -> No
     assert (tmp_path / "photo.jpg").read_bytes() == b"JPEGDATA"
     assert out["base64"] is None and out["dataUrl"] == "data:image/jpeg;base64,SlBFR0RBVEE="
     assert failure("download_file", {"fileId": "missing"}).message.endswith("invalid file_id")
+
+
+def test_parse_mode_is_case_insensitive_through_the_declared_schema(fake: FakeTelegram) -> None:
+    """base-package.md: ``parseMode`` is case-insensitive (``HTML``) — the Tool's declared
+    parameters (checked before the handler runs) must not refuse what the handler accepts."""
+    manifest = TOOLS.parent / "goondan.yaml"
+    [tool] = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8"))
+              if d.get("kind") == "Tool" and d["metadata"]["name"] == "telegram"]
+    schemas = {e["name"]: e["parameters"] for e in tool["spec"]["exports"]}
+    for mode, wire in (("HTML", "HTML"), ("Markdown", "Markdown"), ("MarkdownV2", "MarkdownV2"),
+                       ("Markdown-V2", "MarkdownV2"), ("html", "HTML")):
+        args = {"chatId": 42, "text": "<b>hi</b>", "parseMode": mode}
+        assert validate_args(schemas["send"], args) is None, mode
+        assert validate_args(schemas["edit"], {**args, "messageId": 1}) is None, mode
+        call("send", args)
+        assert fake.calls_of("sendMessage")[-1].params["parse_mode"] == wire
+    assert failure("send", {"chatId": 42, "text": "x", "parseMode": "rtf"}).code == "E_TOOL_INVALID_ARGS"
