@@ -94,8 +94,9 @@ GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any], str]] = [
     (("--state-root",), {"type": click.Path(file_okay=False), "default": None,
                          "help": "System root for workspaces and runtime files (as before the command)."},
      "state_root"),
-    (("-b", "--bundle"), {"type": click.Path(), "default": None,
-                          "help": "Bundle directory or goondan.yaml (as before the command)."}, "bundle"),
+    (("-b", "--bundle", "-c", "--config"), {"type": click.Path(), "default": None,
+                                            "help": "Bundle directory or goondan.yaml (as before the "
+                                                    "command); -c/--config is an alias."}, "bundle"),
     (("--json",), {"is_flag": True, "default": False, "help": "JSON output (as before the command)."}, "json"),
     (("-q", "--quiet"), {"is_flag": True, "default": False, "help": "Only errors and results."}, "quiet"),
     (("--no-color",), {"is_flag": True, "default": False, "help": "Disable coloured output."}, "no_color"),
@@ -139,7 +140,7 @@ def add_global_options(command: click.Command) -> None:
         return
     taken = {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
     for opts, kwargs, field in GLOBAL_OPTIONS:
-        long = opts[-1]
+        long = next(opt for opt in opts if opt.startswith("--"))
         if long in taken:
             continue
         free = [opt for opt in opts if opt not in taken]
@@ -161,8 +162,9 @@ def _module_exists(module: str) -> bool:
 @click.version_option(__version__, "-V", "--version", prog_name="goondan")
 @click.option("--state-root", type=click.Path(file_okay=False), default=None,
               help="System root for workspaces and runtime files [env: GOONDAN_STATE_ROOT; default ~/.goondan].")
-@click.option("-b", "--bundle", type=click.Path(), default=None,
-              help="Bundle directory or goondan.yaml [default: the current directory].")
+@click.option("-b", "--bundle", "-c", "--config", "bundle", type=click.Path(), default=None,
+              help="Bundle directory or goondan.yaml [default: the current directory]; -c/--config is "
+              "an alias.")
 @click.option("--no-color", is_flag=True, default=False, help="Disable coloured output (also: NO_COLOR).")
 @click.option("--json", "json_errors", is_flag=True, default=False,
               help="JSON output: results on stdout, errors on stderr.")

@@ -163,7 +163,7 @@ def running_swarm_options(func: Any) -> Any:
     """``-b/--bundle`` and ``-s/--swarm``: which running swarm a command talks to."""
     func = click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
                         help="Swarm of the bundle [env: GOONDAN_SWARM; default: as run].")(func)
-    return click.option("-b", "--bundle", default=None, type=click.Path(file_okay=True, dir_okay=True),
+    return click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(file_okay=True, dir_okay=True),
                         help="Bundle whose running swarm to address [default: the current directory's "
                         "bundle, else the most recently started swarm].")(func)
 

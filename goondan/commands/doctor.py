@@ -213,7 +213,7 @@ def _check_state_root(state_root: Path) -> Check:
 
 
 @click.command()
-@click.option("--bundle", type=click.Path(path_type=Path), default=None,
+@click.option("-b", "--bundle", "-c", "--config", "bundle", type=click.Path(path_type=Path), default=None,
               help="Bundle directory or goondan.yaml to check (default: the current directory).")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to check.")
 @click.option("--fix", is_flag=True, help="Reserved: no automatic fixes yet.")

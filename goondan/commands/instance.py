@@ -209,15 +209,23 @@ def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
     """Delete instance KEY: messages, extension state and metadata.
 
     Without --force it asks first; without a terminal to ask on, it refuses (exit 2). An
-    unknown KEY exits 3; a KEY that matches several instances is refused (narrow it with
-    --agent/--workspace) unless --force is given.
+    unknown KEY prints "Instance not found: KEY" (exit 0: nothing to delete); a KEY that
+    matches several instances is refused (narrow it with --agent/--workspace) unless --force
+    is given.
     """
     import sys
 
-    from goondan.errors import UsageError
+    from goondan.errors import UsageError, WorkspaceError
 
     root = get_globals().resolve_state_root(state_root)
-    found = select_instances(root, key, agent=agent, workspace_id=workspace_id, allow_many=force)
+    try:
+        found = select_instances(root, key, agent=agent, workspace_id=workspace_id, allow_many=force)
+    except WorkspaceError as err:
+        if err.code != "E_WORKSPACE_INSTANCE_NOT_FOUND":
+            raise
+        # workspace.md §7: deleting an absent instance is a no-op that says so.
+        click.echo(mask(f"Instance not found: {key}"))
+        return
     if not force:
         for info in found:  # refuse before asking, and before deleting any of several matches
             if info.locked():
@@ -246,7 +254,7 @@ def plural(count: int, word: str) -> str:
 @click.option("--agent", "-a", default=None, help="Only the process of this agent [default: every agent of KEY].")
 @click.option("--fresh", is_flag=True, default=False, help="Clear the agent's conversation history too.")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the outcome as JSON.")
-@click.option("-b", "--bundle", default=None, type=click.Path(),
+@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(),
               help="Bundle whose running swarm to address [default: as goondan restart].")
 @click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM", help="Swarm of the bundle.")
 def restart_instance(key: str, agent: str | None, fresh: bool, as_json: bool, bundle: str | None,

@@ -134,7 +134,7 @@ def package() -> None:
 @click.argument("spec")
 @click.option("--dist", "dist", default=None,
               help="PyPI distribution to install [default: goondan-<scope>-<name>].")
-@click.option("-b", "--bundle", default=None, type=click.Path(path_type=Path),
+@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(path_type=Path),
               help="Bundle directory (or its goondan.yaml).")
 @click.option("--no-install", is_flag=True, default=False,
               help="Do not run pip; only record the dependency (it must already be installed).")
@@ -199,7 +199,7 @@ def add(spec: str, dist: str | None, bundle: Path | None, no_install: bool, pip_
 
 
 @package.command("list")
-@click.option("-b", "--bundle", default=None, type=click.Path(path_type=Path),
+@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(path_type=Path),
               help="Bundle directory (or its goondan.yaml).")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print JSON.")
 @click.option("--all", "show_all", is_flag=True, default=False,
@@ -254,7 +254,7 @@ def list_(bundle: Path | None, as_json: bool, show_all: bool) -> None:
 
 
 @package.command("lock")
-@click.option("-b", "--bundle", default=None, type=click.Path(path_type=Path),
+@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(path_type=Path),
               help="Bundle directory (or its goondan.yaml).")
 def lock(bundle: Path | None) -> None:
     """Write goondan.lock.yaml with the resolved versions and file hashes."""

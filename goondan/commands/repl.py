@@ -29,7 +29,7 @@ __all__ = ["repl"]
 
 @click.command("repl")
 @click.argument("agent", required=False)
-@click.option("-b", "--bundle", "bundle", default=None,
+@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None,
               type=click.Path(file_okay=True, dir_okay=True),
               help="Bundle directory (or its goondan.yaml) [default: the current directory].")
 @click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",

@@ -34,7 +34,7 @@ __all__ = ["run"]
 
 @click.command("run")
 @click.argument("path", required=False, type=click.Path(file_okay=True, dir_okay=True))
-@click.option("-b", "--bundle", "bundle", default=None,
+@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None,
               type=click.Path(file_okay=True, dir_okay=True),
               help="Bundle directory (or its goondan.yaml) [default: PATH, else the current directory].")
 @click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
@@ -56,10 +56,12 @@ __all__ = ["run"]
                    "needs pip install 'goondan[ray]').")
 @click.option("--ray-address", default=None, metavar="auto|ray://HOST:PORT",
               help="With --engine ray: the cluster to join (default: start a local Ray).")
+@click.option("--no-install", is_flag=True, default=False,
+              help="Accepted for compatibility; no effect (run never installs packages).")
 def run(
     path: str | None, bundle: str | None, swarm: str | None, watch: bool, input_text: str | None,
     foreground: bool, detach: bool, env_file: str | None, conversation: str, input_file: str | None = None,
-    engine: str = "local", ray_address: str | None = None,
+    engine: str = "local", ray_address: str | None = None, no_install: bool = False,
 ) -> int:
     """Run a swarm: one supervised process per agent instance, agents spawned on demand.
 

@@ -11,7 +11,7 @@ import pytest
 from goondan import cli
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
-GLOBAL = {"--state-root", "--bundle", "--json", "--quiet", "--no-color", "--verbose", "--debug", "--help"}
+GLOBAL = {"--state-root", "--bundle", "--config", "--json", "--quiet", "--no-color", "--verbose", "--debug", "--help"}
 
 
 def _help(*path: str) -> str:
@@ -40,7 +40,8 @@ def _paths() -> list[tuple[str, ...]]:
 def _option_names(options: str) -> set[str]:
     """The long names of the option lines (``  -f, --force`` / ``  --git / --no-git``)."""
     names: set[str] = set()
-    for match in re.finditer(r"^  (?:-\w, )?(--[a-z][a-z-]*)(?: / (--[a-z][a-z-]*))?", options, re.M):
+    for match in re.finditer(r"^  (?:-\w, )*(--[a-z][a-z-]*)(?:, (--[a-z][a-z-]*))?(?: / (--[a-z][a-z-]*))?",
+                             options, re.M):
         names.update(n for n in match.groups() if n)
     return names
 
