@@ -1,6 +1,7 @@
 """A rule matching an event name the Connector does not declare (connectors.md §3: a name
 SHOULD be declared) is a warning, not an error: the built-in ``webhook`` takes the event name
-from the body (``{"event": "order", …}``), so such a rule validates and routes (issue 28)."""
+from the body (``{"event": "order", …}``), so such a rule validates and routes (issue 28). With
+rules and none matching, an event is dropped (Decision 15)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,6 @@ spec:
         route: {agentRef: Agent/orders, instanceKeyProperty: customer, instanceKeyPrefix: "order:"}
       - match: {event: webhook_message, properties: {route: ops}}
         route: {agentRef: Agent/ops, instanceKeyProperty: service, instanceKeyPrefix: "alert:"}
-      - route: {}
 """
 
 
@@ -72,6 +72,10 @@ def test_a_signed_order_event_is_routed_by_the_rule_for_it(tmp_path: Path, state
     bundle = _bundle(tmp_path)
     with goondan_run(bundle, state_root, {"WEBHOOK_SIGNING_SECRET": SECRET}):
         port = webhook_port(state_root, "http-in")
+        # Decision 15: the Connection has rules and none matches a plain message: dropped
+        stray = json.dumps({"id": "stray-1", "text": "anyone?"}).encode()
+        status, answer = http_request(port, "POST", "/hooks", stray, {"X-Signature-256": sign_webhook(SECRET, stray)})
+        assert status == 200 and answer["dropped"] is True and answer["id"] == "stray-1", answer
         body = json.dumps({"id": "order-7", "event": "order", "text": "two lamps",
                            "properties": {"customer": "c42"}}).encode()
         status, answer = http_request(port, "POST", "/hooks", body, {"X-Signature-256": sign_webhook(SECRET, body)})
@@ -79,6 +83,7 @@ def test_a_signed_order_event_is_routed_by_the_rule_for_it(tmp_path: Path, state
         wait_for(lambda: "order:c42" in instances(state_root)
                  and "ok" in instances(state_root)["order:c42"]["messages"], 60, "the order turn")
     stored = instances(state_root)
+    assert set(stored) == {"order:c42"}  # the dropped message started no conversation
     assert stored["order:c42"]["metadata"]["agentName"] == "orders"
     assert "two lamps" in stored["order:c42"]["messages"]
     inbox = next(state_root.glob("workspaces/*/connections/default/http-in/inbox.jsonl"))

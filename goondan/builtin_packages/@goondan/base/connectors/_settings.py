@@ -140,6 +140,9 @@ async def emit_and_answer(ctx: ConnectorContext, event: ConnectorEvent) -> Respo
     except Exception as exc:  # the inbox could not store it: the sender should retry
         ctx.logger.error("event %s could not be stored: %s", event.id, exc)
         return Response.error(503, "not_stored")
-    return Response.json(200, {"accepted": True, "eventName": event.name,
+    body: dict[str, object] = {"accepted": True, "eventName": event.name,
                                "instanceKey": event.instance_key, "id": receipt.id,
-                               "duplicate": receipt.duplicate})
+                               "duplicate": receipt.duplicate}
+    if receipt.dropped:  # no ingress rule matches: nothing stored, no Turn (retrying will not help)
+        body["dropped"] = True
+    return Response.json(200, body)
