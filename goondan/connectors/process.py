@@ -14,7 +14,7 @@ Arguments: ``--bundle-dir --connection-name --connector-name --state-root [--swa
    ``runtime.answer {result: {id, duplicate, dropped}}`` (sent after the durable append) or
    ``{error}`` (raised as :class:`ConnectorEventError`);
 3. ``shutdown``, SIGTERM or EOF on the channel (orchestrator gone) cancel ``run`` (a sync
-   ``run`` sees ``ctx.stopping`` set; the process does not wait for its thread) and the
+   ``run`` sees ``ctx.stopping`` set and gets :data:`SYNC_STOP_GRACE_S` to return) and the
    process exits 0; ``run`` returning exits 0; ``run`` raising is reported as
    ``runtime.connectorError {code: E_CONNECTOR, message}`` and the process exits 1.
 """
@@ -172,10 +172,16 @@ async def _open(args: argparse.Namespace, worker: ConnectorWorker) -> tuple[Call
     return run, ctx
 
 
+# How long a stopping connector process waits for a sync ``run`` to return after
+# ``ctx.stopping`` is set (the supervisor's SIGKILL comes after 5 s).
+SYNC_STOP_GRACE_S = 2.0
+
+
 async def _run_in_thread(run: Callable[..., Any], ctx: ConnectorContext) -> None:
     """A sync ``run(ctx)`` in a daemon thread (Decision 18): its return or exception is this
-    coroutine's; cancelling it sets ``ctx.stopping`` and leaves the thread behind (a daemon
-    thread does not keep the process alive)."""
+    coroutine's. Cancelling it sets ``ctx.stopping`` and waits up to
+    :data:`SYNC_STOP_GRACE_S` for the thread to return; a thread that ignores it is left
+    behind (a daemon thread does not keep the process alive)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
 
@@ -197,9 +203,11 @@ async def _run_in_thread(run: Callable[..., Any], ctx: ConnectorContext) -> None
 
     threading.Thread(target=body, name=f"connector-{ctx.connection_name}", daemon=True).start()
     try:
-        result = await done
+        result = await asyncio.shield(done)  # a cancel must not cancel ``done``: the grace below waits on it
     except asyncio.CancelledError:
         ctx.stopping.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(done), SYNC_STOP_GRACE_S)
         raise
     if inspect.isawaitable(result):  # a plain def that returned a coroutine
         await result
