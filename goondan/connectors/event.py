@@ -110,7 +110,8 @@ class ConnectorEvent:
         properties: Mapping[str, Any] | None = None,
         id: str | None = None,
     ) -> ConnectorEvent:
-        """A text event; ``properties`` are stringified like the wire form's."""
+        """A text event; numbers and booleans in ``properties`` are stringified (``42`` → ``"42"``,
+        ``True`` → ``"true"``), nulls and objects dropped: what a connector's normaliser does."""
         return cls(
             name=name,
             instance_key=instance_key,
