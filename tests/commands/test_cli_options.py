@@ -14,6 +14,8 @@ from goondan import cli
 GLOBALS = {
     "--state-root": ["--state-root", "{tmp}"],
     "--bundle": ["--bundle", "{tmp}"],
+    "-c": ["-c", "{tmp}"],
+    "--config": ["--config", "{tmp}"],
     "--json": ["--json"],
     "-q": ["-q"],
     "--no-color": ["--no-color"],
