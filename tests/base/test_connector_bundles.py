@@ -27,7 +27,7 @@ def test_the_webhook_example_validates(state_root: Path) -> None:
 
 def test_the_docs_have_a_bundle_per_connector() -> None:
     names = {re.search(r"Connector, name: ([a-z-]+), package", b).group(1) for b in BUNDLES}  # type: ignore[union-attr]
-    assert names == {"webhook", "github", "slack", "telegram-polling"}
+    assert names == {"webhook", "github", "slack", "discord", "telegram-polling"}
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda b: re.search(r"name: ([a-z-]+)}", b).group(1))  # type: ignore[union-attr]
@@ -61,8 +61,14 @@ def test_emitted_properties_are_declared_by_the_connector_resources() -> None:
         "caption": "c", "photo": [{"file_id": "p", "file_unique_id": "pu", "width": 1, "height": 1, "file_size": 9}],
         "document": {"file_id": "d", "file_unique_id": "du", "file_name": "d.png", "mime_type": "image/png",
                      "file_size": 9}}})
+    user = {"id": "U", "username": "u"}
+    discord = load_connector("discord")
+    slash = discord.to_event({"id": "1", "application_id": "2", "token": "t", "type": 2, "channel_id": "C",
+                              "guild_id": "G", "member": {"user": user}, "data": {"name": "ask"}})
+    button = discord.to_event({"id": "3", "type": 3, "channel_id": "C", "user": user,
+                               "data": {"custom_id": "ok"}})
     events = [("github", github.to_event("pull_request", pull, "g1")), ("slack", slack),
-              ("telegram-polling", telegram)]
+              ("telegram-polling", telegram), ("discord", slash), ("discord", button)]
     for connector, event in events:
         assert event is not None
         assert set(event.properties) <= declared[(connector, event.name)], (connector, event.name)

@@ -1,7 +1,8 @@
 """The built-in connectors end to end under ``goondan run --foreground`` (real processes:
 orchestrator, connector, agents) with the fake provider (OpenAI wire) as every agent's model:
 ``webhook`` routing and refusals, ``slack`` answering in the thread through the fake Slack Web
-API, ``telegram-polling`` consuming each update once across a restart of the swarm."""
+API, ``discord`` answering a signed slash command through the fake Discord API,
+``telegram-polling`` consuming each update once across a restart of the swarm."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.support.connector_e2e import (
     wait_for,
     webhook_port,
 )
+from tests.support.fake_discord import fake_discord
 from tests.support.fake_provider import FakeProvider, FakeReply, RecordedRequest
 from tests.support.fake_slack import fake_slack
 from tests.support.fake_telegram import fake_telegram
@@ -176,6 +178,70 @@ def test_slack_app_mention_is_answered_in_its_thread(state_root: Path, tmp_path:
     assert fake.requests[0].json["messages"][0]["content"].startswith("You are bot.")
     tool_result = fake.requests[1].json["messages"][-1]
     assert tool_result["role"] == "tool" and json.loads(tool_result["content"])["ok"] is True
+
+
+DISCORD = """\
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: discord-in}
+spec:
+  connectorRef: {kind: Connector, name: discord, package: "@goondan/base"}
+  config: {PORT: {value: "0"}, PATH: {value: /interactions}}
+  secrets: {DISCORD_PUBLIC_KEY: {valueFrom: {env: DISCORD_PUBLIC_KEY}}}
+  ingress:
+    rules:
+      - match: {event: slash_command}
+        route: {agentRef: Agent/bot}
+"""
+DISCORD_TOOLS = "  tools:\n    - ref: {kind: Tool, name: discord, package: \"@goondan/base\"}\n"
+
+
+def test_discord_slash_command_is_answered_through_the_interaction(state_root: Path, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+    token = "aW50ZXJhY3Rpb24-e2e-token"
+    with FakeProvider() as fake, fake_discord() as discord:
+        discord.interaction_tokens.add(token)
+        fake.enqueue(
+            FakeReply.calls(("discord__reply", {"applicationId": "1042", "interactionToken": token,
+                                                "content": "Deployed main to staging."})),
+            FakeReply.reply("Answered."),
+        )
+        bundle = base_bundle(tmp_path / "bundle", fake.base_url("openai"), {"triage": "", "bot": DISCORD_TOOLS},
+                             DISCORD)
+        env = {"DISCORD_PUBLIC_KEY": public, "DISCORD_API_BASE_URL": discord.api}
+        with goondan_run(bundle, state_root, env) as proc:
+            port = webhook_port(state_root, "discord-in")
+            ping = json.dumps({"id": "1", "application_id": "1042", "type": 1, "token": "t", "version": 1}).encode()
+            raw = json.dumps({"id": "1100", "application_id": "1042", "type": 2, "token": token, "version": 1,
+                              "channel_id": "C9", "guild_id": "G1",
+                              "member": {"user": {"id": "U5", "username": "alice"}},
+                              "data": {"id": "c1", "name": "deploy", "type": 1,
+                                       "options": [{"name": "branch", "type": 3, "value": "main"}]}}).encode()
+
+            def headers(body: bytes) -> dict[str, str]:
+                ts = str(int(time.time()))
+                return {"X-Signature-Ed25519": key.sign(ts.encode() + body).hex(), "X-Signature-Timestamp": ts}
+
+            assert http_request(port, "POST", "/interactions", ping, headers(ping)) == (200, {"type": 1})
+            assert http_request(port, "POST", "/interactions", ping, {})[0] == 401
+            assert http_request(port, "POST", "/interactions", raw, headers(raw)) == (200, {"type": 5})
+            wait_for(lambda: "Answered." in instances(state_root).get("discord:C9", {}).get("messages", ""),
+                     60, "the turn")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+        fake.assert_all_used()
+    assert [(m, p, b) for m, p, b, _ in discord.calls] == [
+        ("PATCH", f"/api/v10/webhooks/1042/{token}/messages/@original", {"content": "Deployed main to staging."})]
+    header, text = context_header(fake.requests[0])
+    assert text == "/deploy branch=main"
+    assert header["event"] == "slash_command" and header["instanceKey"] == "discord:C9"
+    props = header["properties"]
+    assert (props["application_id"], props["interaction_token"], props["command_name"]) == ("1042", token, "deploy")
+    assert fake.requests[0].json["messages"][0]["content"].startswith("You are bot.")
 
 
 TELEGRAM = """\
