@@ -65,7 +65,10 @@ def base_url() -> Iterator[str]:
 
 
 def call(export: str, args: dict[str, Any]) -> dict[str, Any]:
-    ctx = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd())
+    # Loopback is refused by default (docs/base-package.md, "http-fetch host policy"): the
+    # Tool config opts in for the test server's address.
+    ctx = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd(),
+                      config={"allowHosts": ["127.0.0.1"]})
     result: dict[str, Any] = run(handlers[export](ctx, args))
     return result
 
