@@ -217,6 +217,14 @@ def test_only_the_addresses_that_pass_are_contacted(port: int) -> None:
     assert net.connects == [(PUBLIC_V4, port)]
 
 
+def test_a_refused_connection_moves_on_to_the_next_checked_address(port: int) -> None:
+    with network(open_port=port) as net:
+        outcome = fetch(f"http://mixed.test:{port}/next", allowPrivate=True)
+    assert not isinstance(outcome, ToolFailure), outcome
+    assert net.connects == [(PUBLIC_V4, port), ("127.0.0.1", port)]
+    assert Recorder.seen == [("/next", f"mixed.test:{port}")]
+
+
 def test_loopback_opens_with_allow_private_or_an_explicit_allow_hosts_entry(port: int) -> None:
     with network(open_port=port):
         for config in ({"allowPrivate": True}, {"allowHosts": ["127.0.0.1"]}, {"allowHosts": ["localhost"]},
