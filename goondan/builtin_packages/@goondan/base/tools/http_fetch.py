@@ -264,7 +264,7 @@ def _open(target: Target, method: str, headers: dict[str, str], body: bytes | No
                 timeout=urllib3.Timeout(connect=remaining(), read=remaining()),
                 preload_content=False, redirect=False, decode_content=False, assert_same_host=False,
             )
-        except urllib3.exceptions.NewConnectionError:
+        except urllib3.exceptions.ConnectTimeoutError:  # refused or timed out (NewConnectionError too)
             if index == len(target.addresses) - 1:
                 raise
     raise AssertionError("a target has at least one address")  # HostPolicy.target ensures it
