@@ -143,7 +143,8 @@ def fetch(url: str, **config: Any) -> dict[str, Any] | ToolFailure:
 
 
 def refused(outcome: dict[str, Any] | ToolFailure) -> bool:
-    return isinstance(outcome, ToolFailure) and outcome.code == "E_BASE_HTTP_DENIED"
+    """The tool refused the URL (the policy, or the input check for a URL it cannot parse)."""
+    return isinstance(outcome, ToolFailure) and outcome.code in ("E_BASE_HTTP_DENIED", "E_TOOL_INVALID_ARGS")
 
 
 # -- the reported bypasses ------------------------------------------------------------------------
@@ -290,10 +291,11 @@ def _allowed(policy: dict[str, Any], host: str, address: str) -> bool:
 
 def assert_connects_where_checked(url: str, policy: dict[str, Any], attempts: list[tuple[str, int]],
                                   outcome: dict[str, Any] | ToolFailure) -> None:
-    """Refused, or every connection went where urllib3 itself would have gone for ``url``
+    """Refused without a connection, or every connection went where urllib3 itself would have gone for ``url``
     (its parse of the URL, resolved), the standard library agreed on that host, and the policy
     allows that host and address."""
     if refused(outcome) or not attempts:
+        assert attempts == [], (url, policy, attempts)   # refused before any connection
         return
     url = url.strip()  # as the tool reads its input
     parsed = parse_url(url)
