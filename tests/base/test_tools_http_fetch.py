@@ -65,7 +65,10 @@ def base_url() -> Iterator[str]:
 
 
 def call(export: str, args: dict[str, Any]) -> dict[str, Any]:
-    ctx = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd())
+    # Loopback is refused by default (docs/base-package.md, "http-fetch host policy"): the
+    # Tool config opts in for the test server's address.
+    ctx = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd(),
+                      config={"allowHosts": ["127.0.0.1"]})
     result: dict[str, Any] = run(handlers[export](ctx, args))
     return result
 
@@ -130,3 +133,10 @@ def test_invalid_inputs(base_url: str) -> None:
     assert failure("get", {"url": base_url, "headers": {"A": [1]}}).code == "E_TOOL_INVALID_ARGS"
     assert failure("get", {"url": base_url, "maxBytes": -1}).code == "E_TOOL_INVALID_ARGS"
     assert failure("post", {"url": base_url, "bodyString": 3}).code == "E_TOOL_INVALID_ARGS"
+
+
+def test_the_host_header_is_the_urls_host(base_url: str) -> None:
+    """The request goes to the checked address; a ``Host`` input cannot name another host."""
+    out = call("get", {"url": f"{base_url}/echo", "headers": {"host": "internal.example"}})
+    sent = json.loads(out["body"])["headers"]
+    assert sent["Host"] == base_url.removeprefix("http://")

@@ -144,18 +144,22 @@ def test_link_local_and_metadata_hosts_are_refused(url: str) -> None:
 
 @pytest.mark.parametrize("path", ["/to-metadata", "/to-mapped", "/to-google"])
 def test_the_policy_is_checked_again_on_every_redirect(base_url: str, path: str) -> None:
-    err = http_failure(base_url + path)
+    err = http_failure(base_url + path, allowPrivate=True)  # the first hop is allowed
     assert err.code == "E_BASE_HTTP_DENIED"
     assert "169.254" in err.message or "metadata" in err.message
 
 
-def test_loopback_is_allowed_and_allow_deny_lists_apply(base_url: str) -> None:
-    out = run(http["get"](ctx(Path.cwd()), {"url": base_url + "/to-ok"}))
+def test_loopback_is_refused_by_default_and_opened_by_the_bundle(base_url: str) -> None:
+    err = http_failure(base_url + "/ok")
+    assert err.code == "E_BASE_HTTP_DENIED" and "loopback" in err.message
+    out = run(http["get"](ctx(Path.cwd(), allowPrivate=True), {"url": base_url + "/to-ok"}))
     assert out["body"] == "ok" and out["url"] == base_url + "/ok"
-    assert http_failure(base_url + "/ok", denyHosts=["127.0.0.0/8"]).code == "E_BASE_HTTP_DENIED"
-    assert http_failure(base_url + "/ok", allowHosts=["*.example.com"]).code == "E_BASE_HTTP_DENIED"
     out = run(http["get"](ctx(Path.cwd(), allowHosts=["127.0.0.1"]), {"url": base_url + "/ok"}))
     assert out["status"] == 200
+    assert http_failure(base_url + "/ok", allowPrivate=True, denyHosts=["127.0.0.0/8"]).code == "E_BASE_HTTP_DENIED"
+    assert http_failure(base_url + "/ok", allowHosts=["*.example.com"]).code == "E_BASE_HTTP_DENIED"
+    # A wildcard pattern is not explicit enough to open a default denial.
+    assert http_failure(base_url + "/ok", allowHosts=["*"]).code == "E_BASE_HTTP_DENIED"
     # allowHosts may re-open a default denial explicitly (checked, never contacted here).
     policy = load_entry_module(TOOLS / "_hosts.py").HostPolicy.from_config({"allowHosts": ["169.254.0.0/16"]})
     policy.check("http://169.254.169.254/")

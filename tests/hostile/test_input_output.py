@@ -183,17 +183,18 @@ def base_url() -> Iterator[str]:
 
 
 def test_a_gzip_bomb_stops_at_the_decoded_limit(base_url: str, tmp_path: Path) -> None:
-    out = run(http["get"](ctx(tmp_path), {"url": f"{base_url}/bomb", "maxBytes": 10_000_000}))
+    out = run(http["get"](ctx(tmp_path, allowPrivate=True), {"url": f"{base_url}/bomb", "maxBytes": 10_000_000}))
     assert out["truncated"] is True and len(out["body"]) == 500_000   # the hard maximum
-    out = run(http["get"](ctx(tmp_path, maxBytes=1000), {"url": f"{base_url}/bomb", "maxBytes": 50_000}))
+    out = run(http["get"](ctx(tmp_path, maxBytes=1000, allowPrivate=True), {"url": f"{base_url}/bomb", "maxBytes": 50_000}))
     assert len(out["body"]) == 1000                                   # config lowers it further
-    out = run(http["get"](ctx(tmp_path), {"url": f"{base_url}/deflate", "maxBytes": 300}))
+    out = run(http["get"](ctx(tmp_path, allowPrivate=True), {"url": f"{base_url}/deflate", "maxBytes": 300}))
     assert out["body"] == "d" * 300 and out["truncated"] is True
 
 
 def test_http_fetch_counts_the_bytes_on_the_wire(base_url: str, tmp_path: Path) -> None:
-    context = dataclasses.replace(ctx(tmp_path), config={"maxWireBytes": 100_000, "maxBytes": 5_000_000})
+    context = dataclasses.replace(ctx(tmp_path), config={"maxWireBytes": 100_000, "maxBytes": 5_000_000,
+                                                          "allowPrivate": True})
     out = run(http["get"](context, {"url": f"{base_url}/plain", "maxBytes": 5_000_000}))
     assert out["truncated"] is True and len(out["body"]) <= 100_000
-    out = run(http["get"](ctx(tmp_path), {"url": f"{base_url}/ok"}))
+    out = run(http["get"](ctx(tmp_path, allowPrivate=True), {"url": f"{base_url}/ok"}))
     assert out["body"] == "ok" and out["truncated"] is False

@@ -43,7 +43,7 @@ def test_http_fetch_deadline_is_enforced_on_a_slow_body() -> None:
     import socket
     import threading
 
-    from goondan.tools import ToolFailure, load_entry_module
+    from goondan.tools import ToolContext, ToolFailure, load_entry_module
 
     tools = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
     get = load_entry_module(tools / "http_fetch.py").handlers["get"]
@@ -70,7 +70,9 @@ def test_http_fetch_deadline_is_enforced_on_a_slow_body() -> None:
 
     def fetch() -> None:
         try:
-            outcome.append(asyncio.run(get(None, {"url": url, "timeoutMs": 500})))
+            context = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd(),
+                                  config={"allowPrivate": True})  # loopback is opt-in
+            outcome.append(asyncio.run(get(context, {"url": url, "timeoutMs": 500})))
         except BaseException as exc:
             outcome.append(exc)
 

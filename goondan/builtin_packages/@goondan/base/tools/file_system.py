@@ -7,13 +7,15 @@ the Tool config's ``allowPaths`` directories, else the call fails with ``E_BASE_
 (``../x``, ``/etc/passwd``, ``/proc/self/environ``, a symlink pointing out). Every output
 ``path`` is the absolute, normalised (not symlink-resolved) path. Text is UTF-8: bytes that are
 not valid UTF-8 read as U+FFFD. ``read`` returns at most the call's output cap
-(``ctx.max_output_bytes``) whatever ``maxBytes`` asks for. The handlers are plain functions, so
+(``ctx.max_output_bytes``) whatever ``maxBytes`` asks for. ``read`` and ``write`` take regular
+files only: a FIFO, device, socket or directory is refused without blocking. The handlers are plain functions, so
 the executor runs them in a worker thread and file I/O never blocks the event loop.
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import stat
 from pathlib import Path
@@ -107,9 +109,7 @@ def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
-                raise ToolFailure(f"not a regular file (a directory, FIFO, device or socket): {path}",
-                                  code="E_BASE_FS",
-                                  suggestion="Read regular files only; list directories with file-system__list.")
+                raise _not_regular(path, "Read")
             size = info.st_size
             data = handle.read(max_bytes + 1)
     except OSError as exc:
@@ -123,16 +123,53 @@ def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _not_regular(path: Path, verb: str) -> ToolFailure:
+    return ToolFailure(f"not a regular file (a directory, FIFO, device or socket): {path}", code="E_BASE_FS",
+                       suggestion=f"{verb} regular files only; list directories with file-system__list.")
+
+
+def _open_for_write(path: Path, append: bool) -> int:
+    """A descriptor on the regular file ``path`` (created if missing), never blocking.
+
+    ``open(path, "w")`` on a FIFO waits for a reader; with ``O_NONBLOCK`` it fails at once
+    (``ENXIO``) or, with a reader, opens and is refused by the ``fstat`` check before a byte is
+    written. Truncation comes after that check, so nothing but a regular file is touched."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise _not_regular(path, "Write")  # a device is refused before it is even opened
+    except FileNotFoundError:
+        pass  # created below
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags | (os.O_APPEND if append else 0), 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV, errno.EOPNOTSUPP):
+            raise _not_regular(path, "Write") from None  # swapped for a FIFO, socket or directory
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _not_regular(path, "Write")
+        os.set_blocking(fd, True)
+        if not append:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def write(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
-    """Write (or append) text, creating parent directories: ``{path, size, written, append}``."""
+    """Write (or append) text to a regular file, creating it and its parent directories:
+    ``{path, size, written, append}``. A directory, FIFO, device or socket is refused."""
     path = confined(ctx, required_text(input, "path"))
     content = required_text(input, "content")
     append = _flag(input, "append", False)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a" if append else "w", encoding="utf-8", newline="") as handle:
+        with os.fdopen(_open_for_write(path, append), "w", encoding="utf-8", newline="") as handle:
             handle.write(content)
-        size = path.stat().st_size
+            handle.flush()
+            size = os.fstat(handle.fileno()).st_size
     except OSError as exc:
         raise _os_failure(exc, path) from None
     return {"path": str(path), "size": size, "written": True, "append": append}

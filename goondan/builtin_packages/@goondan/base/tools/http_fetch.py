@@ -10,6 +10,8 @@ connection, compressed, default 10 MB). gzip/deflate bodies are inflated here wi
 output, so a gzip bomb stops at the limit. Redirects are followed by hand (at most 5), each
 target checked against the host policy (``_hosts.py``, docs/base-package.md) before it is
 requested; ``url`` is the final URL; credentials headers are dropped on a cross-host redirect.
+Every request is built from the policy's :class:`Target`: it connects to the checked addresses,
+never to the name (so the host checked is the host contacted), with the name in ``Host`` and SNI.
 Environment proxy variables are not used. ``timeoutMs`` bounds the whole exchange even for a
 body that trickles in slowly: a watchdog shuts the socket down at the deadline.
 
@@ -26,6 +28,7 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -34,7 +37,7 @@ import urllib3
 
 from goondan.tools import ToolContext, ToolFailure
 
-from ._hosts import HostPolicy
+from ._hosts import HostPolicy, Target
 from ._inputs import invalid, primitive
 
 DEFAULT_TIMEOUT_MS = 30_000
@@ -69,7 +72,10 @@ def _url(input: dict[str, Any]) -> str:
         raise invalid("'url' is required")
     if not isinstance(url, str) or not url.strip():
         raise invalid("'url' must be a non-empty string")
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:  # "Invalid IPv6 URL" and the like
+        raise invalid(f"{url!r} is not a valid URL ({exc})") from None
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         raise invalid(f"only absolute http:// and https:// URLs are allowed, got {url!r}")
     return url.strip()
@@ -178,27 +184,29 @@ def _fetch(method: str, url: str, headers: dict[str, str], body: bytes | None,
 
     if not any(name.lower() == "accept-encoding" for name in headers):
         headers["accept-encoding"] = "gzip, deflate"
-    current = url
+    headers = {k: v for k, v in headers.items() if k.lower() != "host"}  # the URL's host is sent
+    target = policy.target(url)
     try:
         for hop in range(MAX_REDIRECTS + 1):
-            policy.check(current)
-            response = _pool.request(
-                method, current, headers=headers, body=body, retries=False,
-                timeout=urllib3.Timeout(connect=remaining(), read=remaining()),
-                preload_content=False, redirect=False, decode_content=False,
-            )
+            response = _open(target, method, headers, body, remaining)
             location = response.headers.get("location")
             if response.status in _REDIRECTS and location and hop < MAX_REDIRECTS:
                 response.close()  # never read a redirect's body: it may be large
                 response.release_conn()
-                target = urljoin(current, location)
-                if urlsplit(target).scheme.lower() not in ("http", "https"):
+                try:
+                    following = urljoin(target.url, location)
+                    scheme = urlsplit(following).scheme.lower()
+                except ValueError:
+                    raise policy.refusal(location, "the redirect target is not a valid URL") from None
+                if scheme not in ("http", "https"):
                     break
-                if urlsplit(target).netloc != urlsplit(current).netloc:
+                # Checked like the first URL: the next request goes to this target's addresses.
+                nxt = policy.target(following)
+                if (nxt.scheme, nxt.host, nxt.port) != (target.scheme, target.host, target.port):
                     headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
                 if response.status == 303 and method != "HEAD":
                     method, body = "GET", None
-                current = target
+                target = nxt
                 continue
             break
         complete = False
@@ -209,7 +217,7 @@ def _fetch(method: str, url: str, headers: dict[str, str], body: bytes | None,
         watchdog.daemon = True
         watchdog.start()
         try:
-            data, truncated = _read_body(response, current, limits, remaining)
+            data, truncated = _read_body(response, target.url, limits, remaining)
             remaining()  # a body "ended" by the watchdog is a timeout, not the whole body
             complete = not truncated
         finally:
@@ -227,7 +235,7 @@ def _fetch(method: str, url: str, headers: dict[str, str], body: bytes | None,
         raise _network_failure(url, timeout_ms, exc, deadline) from None
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     return {
-        "url": current,
+        "url": target.url,
         "method": method,
         "status": response.status,
         "statusText": response.reason or "",
@@ -237,6 +245,29 @@ def _fetch(method: str, url: str, headers: dict[str, str], body: bytes | None,
         "truncated": truncated,
         "durationMs": round((time.monotonic() - started) * 1000),
     }
+
+
+def _open(target: Target, method: str, headers: dict[str, str], body: bytes | None,
+          remaining: Callable[[], float]) -> urllib3.BaseHTTPResponse:
+    """Send the request to the target's checked addresses, in order, until one connects.
+
+    The connection goes to the address itself (never to the name, which could resolve to
+    something else by now); the name travels in the ``Host`` header and, for https, in SNI and
+    the certificate check."""
+    kwargs = None if target.is_literal or target.scheme != "https" else {"server_hostname": target.host}
+    sent = {**headers, "Host": target.host_header}
+    for index, address in enumerate(target.addresses):
+        pool = _pool.connection_from_host(str(address), target.port, target.scheme, pool_kwargs=kwargs)
+        try:
+            return pool.urlopen(
+                method, target.request_uri, headers=sent, body=body, retries=False,
+                timeout=urllib3.Timeout(connect=remaining(), read=remaining()),
+                preload_content=False, redirect=False, decode_content=False, assert_same_host=False,
+            )
+        except urllib3.exceptions.ConnectTimeoutError:  # refused or timed out (NewConnectionError too)
+            if index == len(target.addresses) - 1:
+                raise
+    raise AssertionError("a target has at least one address")  # HostPolicy.target ensures it
 
 
 def _timeout(url: str, timeout_ms: int) -> ToolFailure:
