@@ -89,12 +89,16 @@ def load_bundle_cached(
     if not use_cache or not cache_enabled(environ):
         from goondan.config.validate import load_bundle
 
-        return load_bundle(target, state_root=state_root, builtin_root=builtin_root)
-    entry = entry_path(target, state_root, environ, builtin_root)
-    bundle = _read_entry(entry, target, state_root, environ, builtin_root)
-    if bundle is not None:
-        return bundle
-    return _load_and_store(entry, target, state_root, environ, builtin_root)
+        bundle = load_bundle(target, state_root=state_root, builtin_root=builtin_root)
+    else:
+        entry = entry_path(target, state_root, environ, builtin_root)
+        bundle = _read_entry(entry, target, state_root, environ, builtin_root) \
+            or _load_and_store(entry, target, state_root, environ, builtin_root)
+    # Every process that loads the bundle masks all its secrets, not only those it uses.
+    from goondan.config.secretsources import register_bundle_secrets
+
+    register_bundle_secrets(bundle, environ)
+    return bundle
 
 
 # --- reading -------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.ledger import Budget, UsageLedger
 from goondan.secrets import SecretMaskingFilter
 from goondan.types import JsonObject, now_iso
+from goondan.workspace.record import record_bundle_workspace
 
 __all__ = ["SwarmService", "load_env_files", "parse_env_file", "send_control"]
 
@@ -222,6 +223,8 @@ class SwarmService:
             control_socket=str(self.socket_path), status_file=str(self.status_file),
         )
         await asyncio.to_thread(write_active, self.state_root, self.active)
+        # inspect from another directory masks this bundle's secrets (docs/security.md).
+        await asyncio.to_thread(record_bundle_workspace, self.bundle, self.state_root)
         _log.info("orchestrator started (swarm=%s, instanceKey=%s)", self.swarm.name, self.key,
                   extra={"event": "orchestrator.started"})
 
