@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from goondan.config.sourcefile import record_reads, scan_yaml_files
+from goondan.workspace.files import private_dirs
 
 if TYPE_CHECKING:
     from goondan.config.bundle import Bundle
@@ -311,7 +312,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     """Temp file in the same directory + fsync + rename (a reader sees the old or the new entry)."""
     import tempfile
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)  # mkstemp's file is 0600
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -31,6 +31,7 @@ __all__ = [
     "io_error",
     "iter_lines_backwards",
     "private_dirs",
+    "private_opener",
     "read_bytes",
     "read_json_file",
     "write_all",
@@ -116,6 +117,11 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def private_opener(path: str, flags: int) -> int:
+    """``open(path, mode, opener=private_opener)`` creates the file ``0600``."""
+    return os.open(path, flags, FILE_MODE)
 
 
 def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
