@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.hostile import run_cli
+from tests.support.mcp_servers import SERVER, require_sdk
 
 MAIN_KEY = "sk-main-model-key-0123456789abcdef"
 OTHER_KEY = "sk-other-model-key-9876543210fedcba"
@@ -96,6 +98,24 @@ def _bundle(tmp_path: Path) -> Path:
     return bundle
 
 
+def _mcp_bundle(tmp_path: Path) -> Path:
+    """The same swarm, but ``main`` reads the other Model's key with an MCP ``get-env`` tool
+    (an MCP server inherits the agent process's environment)."""
+    bundle = _bundle(tmp_path)
+    text = (bundle / "goondan.yaml").read_text(encoding="utf-8")
+    text = text.replace(
+        "[{name: bash__exec, args: {command: 'echo \"other=$OTHER_MODEL_KEY\"'}}]",
+        "[{name: probe__get-env, args: {name: OTHER_MODEL_KEY}}]")
+    text = text.replace(
+        '    - ref: {kind: Tool, name: bash, package: "@goondan/base"}\n'
+        "      config: {passEnv: [OTHER_MODEL_KEY]}\n", "    - Tool/probe\n")
+    text += ("---\napiVersion: goondan.ai/v1\nkind: Tool\nmetadata: {name: probe}\nspec:\n"
+             f"  mcp:\n    command: [{json.dumps(sys.executable)}, {json.dumps(str(SERVER))}]\n"
+             "    timeoutMs: 30000\n  exports: [get-env]\n")
+    (bundle / "goondan.yaml").write_text(text, encoding="utf-8")
+    return bundle
+
+
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("MAIN_MODEL_KEY", "OTHER_MODEL_KEY")}
 
@@ -118,6 +138,18 @@ def test_another_models_key_and_a_key_in_the_reply_are_masked(
     stored = _stored(state_root)
     assert "other=***" in stored
     assert OTHER_KEY not in stored
+
+
+@pytest.mark.e2e
+def test_an_mcp_tool_in_one_agent_cannot_show_another_models_key(tmp_path: Path, state_root: Path) -> None:
+    require_sdk()
+    bundle = _mcp_bundle(tmp_path)
+    result = run_cli("run", "-b", str(bundle), "--input", "go", env=_env())
+    out = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
+    assert result.returncode == 0, out
+    stored = _stored(state_root)
+    assert '"probe__get-env"' in stored and OTHER_KEY not in stored
+    assert "***" in stored and OTHER_KEY not in out
 
 
 @pytest.mark.e2e
