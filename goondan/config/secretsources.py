@@ -10,7 +10,7 @@ now registers them all (:func:`register_bundle_secrets`, called by ``load_bundle
   variables (``OPENAI_API_KEY`` ...);
 * each Connection's ``secrets`` and ``verify.webhook.signingSecret`` (not ``config``: a port
   number would then be masked everywhere);
-* each MCP Tool's ``env`` and ``headers``.
+* each MCP Tool's ``headers`` and the ``env`` values it reads from variables.
 
 :func:`secret_env_names` lists the variables these read, without their values: a workspace
 records them so that ``inspect`` run from elsewhere can still mask (``goondan.workspace.record``).
@@ -50,7 +50,9 @@ def secret_sources(bundle: Any) -> Iterator[tuple[Any, str | None, tuple[str, ..
             mcp = _mapping(spec.get("mcp"))
             for section in ("env", "headers"):
                 for key, source in _mapping(mcp.get(section)).items():
-                    yield source, f"{section}.{key}", ()
+                    # A literal env value is a setting (TZ: UTC, LOG_LEVEL: debug), not a secret.
+                    if section == "headers" or "valueFrom" in _mapping(source):
+                        yield source, f"{section}.{key}", ()
 
 
 def register_bundle_secrets(bundle: Any, env: Mapping[str, str]) -> int:

@@ -172,3 +172,35 @@ def test_inspect_from_another_directory_masks_the_recorded_secrets(tmp_path: Pat
         assert OTHER_KEY not in shown and MAIN_KEY not in shown
     shown = run_cli("inspect", "instance", "leaky", env=_env(), cwd=elsewhere).stdout.decode()
     assert "remember *** and ***" in shown
+
+
+def test_the_bundles_secrets_are_every_key_secret_and_header_but_no_setting() -> None:
+    from types import SimpleNamespace
+
+    from goondan.config.secretsources import register_bundle_secrets, secret_env_names
+    from goondan.secrets import is_secret
+
+    def res(kind: str, spec: dict[str, object]) -> SimpleNamespace:
+        return SimpleNamespace(kind=kind, spec=spec)
+
+    env_ref = {"valueFrom": {"env": "SRC_TOKEN"}}
+    bundle = SimpleNamespace(resources=[
+        res("Model", {"provider": "anthropic"}),
+        res("Model", {"provider": "openai", "apiKey": {"valueFrom": {"env": "SRC_OPENAI"}}}),
+        res("Connection", {"secrets": {"BOT_TOKEN": {"valueFrom": {"secretRef": {"ref": "Secret/bot"}}}},
+                           "config": {"PORT": {"valueFrom": {"env": "SRC_PORT"}}},
+                           "verify": {"webhook": {"signingSecret": {"value": "literal-signing-secret"}}}}),
+        res("Tool", {"mcp": {"env": {"LEVEL": {"value": "verbose-level"}, "TOKEN": env_ref},
+                             "headers": {"Authorization": {"value": "Bearer literal-header-token"}}}}),
+    ])
+    env = {"ANTHROPIC_API_KEY": "sk-ant-default-variable-key", "SRC_OPENAI": "sk-openai-named-key",
+           "GOONDAN_SECRET_BOT_BOT_TOKEN": "bot-token-from-secret-ref", "SRC_PORT": "18080",
+           "SRC_TOKEN": "mcp-env-token-value"}
+    assert register_bundle_secrets(bundle, env) == 6
+    for value in ("sk-ant-default-variable-key", "sk-openai-named-key", "bot-token-from-secret-ref",
+                  "literal-signing-secret", "mcp-env-token-value", "Bearer literal-header-token"):
+        assert is_secret(value), value
+    assert not is_secret("18080") and not is_secret("verbose-level")
+    names = secret_env_names(bundle)
+    assert names[:2] == ["ANTHROPIC_API_KEY", "SRC_OPENAI"]
+    assert "GOONDAN_SECRET_BOT_BOT_TOKEN" in names and "SRC_TOKEN" in names and "SRC_PORT" not in names
