@@ -204,3 +204,22 @@ def test_the_bundles_secrets_are_every_key_secret_and_header_but_no_setting() ->
     names = secret_env_names(bundle)
     assert names[:2] == ["ANTHROPIC_API_KEY", "SRC_OPENAI"]
     assert "GOONDAN_SECRET_BOT_BOT_TOKEN" in names and "SRC_TOKEN" in names and "SRC_PORT" not in names
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_send_masks_a_key_in_the_answer_of_a_running_swarm(tmp_path: Path, state_root: Path) -> None:
+    bundle = _bundle(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    started = run_cli("run", "--detach", "-b", str(bundle), env=_env(), cwd=elsewhere)
+    assert started.returncode == 0, started.stderr.decode(errors="replace")
+    try:
+        for args in (["send", "-b", str(bundle), "go"], ["send", "-b", str(bundle), "-k", "other", "--json", "go"]):
+            answer = run_cli(*args, env=_env(), cwd=elsewhere)
+            shown = answer.stdout.decode(errors="replace") + answer.stderr.decode(errors="replace")
+            assert answer.returncode == 0, shown
+            assert "done; my own key is ***" in shown and MAIN_KEY not in shown
+    finally:
+        stopped = run_cli("stop", "-b", str(bundle), env=_env(), cwd=elsewhere)
+    assert stopped.returncode == 0, stopped.stderr.decode(errors="replace")
