@@ -15,6 +15,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "private_opener",
     "read_bytes",
     "read_json_file",
+    "tighten",
     "write_all",
 ]
 
@@ -117,6 +119,16 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def tighten(*paths: Path) -> None:
+    """Take group and other permissions off ``paths`` (state written by older versions was
+    ``0644``/``0755``); a path that is missing or not ours is left alone."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            mode = os.lstat(path).st_mode
+            if mode & 0o077 and not stat.S_ISLNK(mode):
+                os.chmod(path, DIR_MODE if stat.S_ISDIR(mode) else FILE_MODE)
 
 
 def private_opener(path: str, flags: int) -> int:

@@ -59,6 +59,7 @@ from goondan.workspace.files import (
     io_error,
     private_dirs,
     read_bytes,
+    tighten,
     write_all,
 )
 from goondan.workspace.locks import InstanceLock
@@ -272,6 +273,9 @@ class InstanceStore:
             for file in (paths.base, paths.events):
                 if not file.exists():
                     os.close(os.open(file, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+            # An instance written by an older version was 0644/0755: private from now on.
+            tighten(paths.dir, paths.messages_dir, paths.extensions_dir, paths.base, paths.events,
+                    paths.metadata, paths.lock)
             meta = read_metadata(paths)
             if meta is None:
                 if paths.metadata.exists():

@@ -52,3 +52,16 @@ def test_every_state_file_is_0600_and_every_directory_0700(
     assert any(root.rglob("base.jsonl")) and any(root.rglob("workspace.json"))
     too_open = _too_open(root)
     assert not too_open, "\n".join(too_open)
+
+
+def test_an_instance_written_by_an_older_version_is_made_private_when_opened(tmp_path: Path) -> None:
+    from goondan.workspace.store import InstanceStore
+
+    with InstanceStore.open(tmp_path, "ws-1", "main", "k") as store:
+        directory = store.paths.dir
+    for path in [directory, *directory.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)  # what older versions left behind
+    with InstanceStore.open(tmp_path, "ws-1", "main", "k"):
+        pass
+    too_open = _too_open(directory)
+    assert not too_open, "\n".join(too_open)
