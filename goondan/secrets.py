@@ -4,6 +4,11 @@ Every secret value goondan resolves (API keys, connection secrets) is registered
 records, error messages and ``inspect`` output pass through :func:`mask` so a secret never
 reaches a terminal or a file. Values shorter than 4 characters are not registered (masking
 them would garble ordinary text).
+
+Text cut short (a tool's size cap, a clipped line) may end inside a secret: :func:`mask_cut`
+also hides a secret's first ``MIN_CUT_PREFIX`` or more characters at the end of the text.
+Streamed text arrives in pieces that may split a secret: :class:`StreamMasker` holds back the
+end of what it was fed while it could still be the start of a secret.
 """
 
 from __future__ import annotations
@@ -11,9 +16,21 @@ from __future__ import annotations
 import logging
 import threading
 
-__all__ = ["MASK", "SecretMaskingFilter", "is_secret", "mask", "register_secret", "registered_count"]
+__all__ = [
+    "MASK",
+    "MIN_CUT_PREFIX",
+    "SecretMaskingFilter",
+    "StreamMasker",
+    "is_secret",
+    "mask",
+    "mask_cut",
+    "register_secret",
+    "registered_count",
+]
 
 MASK = "***"
+# The shortest start of a secret hidden at a cut: shorter ones ("sk-", "ghp_") say nothing.
+MIN_CUT_PREFIX = 8
 _lock = threading.Lock()
 _secrets: set[str] = set()
 # The secrets longest first, rebuilt at each registration: mask() runs for every string of every
@@ -50,6 +67,49 @@ def mask(text: str) -> str:
         if value in text:
             text = text.replace(value, MASK)
     return text
+
+
+def _partial_tail(text: str, value: str, minimum: int) -> int:
+    """Length of the longest end of ``text`` that is a proper start of ``value`` (at least
+    ``minimum`` characters long), else 0."""
+    longest = min(len(value) - 1, len(text))
+    if longest < minimum:
+        return 0
+    window = text[len(text) - longest:]
+    first = value[0]
+    start = window.find(first)
+    while start != -1 and longest - start >= minimum:
+        if value.startswith(window[start:]):
+            return longest - start
+        start = window.find(first, start + 1)
+    return 0
+
+
+def mask_cut(text: str) -> str:
+    """:func:`mask`, and a registered secret's start of ``MIN_CUT_PREFIX`` or more characters
+    at the end of ``text`` replaced by ``***``: for text that was cut short (a size cap)."""
+    text = mask(text)
+    cut = max((_partial_tail(text, value, MIN_CUT_PREFIX) for value in _ordered), default=0)
+    return text[: len(text) - cut] + MASK if cut else text
+
+
+class StreamMasker:
+    """Masks text that arrives in pieces (streamed model output) although a piece may end in
+    the middle of a secret: :meth:`feed` returns what is safe to show now and keeps back the
+    end that could still be a secret's start; :meth:`flush` returns the rest, masked."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        buffer = mask(self._held + text)
+        keep = max((_partial_tail(buffer, value, 1) for value in _ordered), default=0)
+        self._held = buffer[len(buffer) - keep:] if keep else ""
+        return buffer[: len(buffer) - keep]
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return mask(held)
 
 
 class SecretMaskingFilter(logging.Filter):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,18 +105,21 @@ def style(text: str, enabled: bool, **kwargs: Any) -> str:
 
 def register_bundle_secrets(state_root: Path | None, *, bundles: tuple[Path, ...] = ()) -> int:
     """Register for masking the secrets of every bundle this command can find: ``bundles``,
-    the current directory's bundle and those of running orchestrators (``runtime/*.json``).
+    the current directory's bundle, those of running orchestrators (``runtime/*.json``) and
+    those recorded for the state root's workspaces (``workspaces/*/workspace.json``).
 
-    Model ``apiKey`` and Connection ``secrets``/``config``/``verify`` ValueSources are resolved
-    against the environment plus each bundle's ``.env`` files. ``inspect`` and ``logs`` print
-    stored tool results and process output, which may hold a key a tool echoed. Returns the
-    number of bundles read; an unreadable bundle is skipped (this is best effort, never fatal).
+    A bundle that loads has every secret resolved (:mod:`goondan.config.secretsources`)
+    against the environment plus its ``.env`` files; a recorded workspace also has the variables
+    it names read from there, even when its bundle no longer loads. ``inspect`` and ``logs``
+    print stored tool results and process output, which may hold a key a tool echoed. Returns
+    the number of bundles read; an unreadable bundle is skipped (best effort, never fatal).
     """
     import json
 
     from goondan.config import load_bundle
-    from goondan.config.dotenv import load_env_files
-    from goondan.config.values import resolve_value
+    from goondan.config.secretsources import register_bundle_secrets as register_all
+    from goondan.config.secretsources import register_env_secrets
+    from goondan.workspace.record import iter_workspace_records
 
     candidates: list[Path] = [*bundles, Path.cwd()]
     if state_root is not None:
@@ -128,6 +132,10 @@ def register_bundle_secrets(state_root: Path | None, *, bundles: tuple[Path, ...
                 continue
             if isinstance(data, dict) and isinstance(data.get("bundlePath"), str):
                 candidates.append(Path(data["bundlePath"]))
+        # Recorded workspaces: only the variables named (loading every bundle ever run would
+        # make inspect slow); a literal secret in YAML needs the bundle itself.
+        for workspace in iter_workspace_records(Path(state_root)):
+            register_env_secrets(workspace["secretEnv"], _bundle_env(Path(workspace["bundleRoot"])))
     seen: set[Path] = set()
     read = 0
     for candidate in candidates:
@@ -137,26 +145,22 @@ def register_bundle_secrets(state_root: Path | None, *, bundles: tuple[Path, ...
         seen.add(root)
         try:
             bundle = load_bundle(root)
-            env = dict(os.environ)
-            load_env_files(root, None, env)
         except Exception:  # masking is best effort; inspect must still work
             continue
         read += 1
-        for res in bundle.resources:
-            spec = res.spec if isinstance(res.spec, dict) else {}
-            sources: list[Any] = []
-            if res.kind == "Model":
-                sources.append(spec.get("apiKey"))
-            elif res.kind == "Connection":
-                for key in ("secrets", "config"):
-                    if isinstance(spec.get(key), dict):
-                        sources.extend(spec[key].values())
-                webhook = (spec.get("verify") or {}).get("webhook") if isinstance(spec.get("verify"), dict) else None
-                if isinstance(webhook, dict):
-                    sources.append(webhook.get("signingSecret"))
-            for source in sources:
-                resolve_value(source, env)  # registers the value it finds
+        register_all(bundle, _bundle_env(root))
     return read
+
+
+def _bundle_env(root: Path) -> dict[str, str]:
+    """The environment plus the bundle's ``.env`` files (environment wins), as ``run`` sees it."""
+    from goondan.config.dotenv import load_env_files
+
+    env = dict(os.environ)
+    with contextlib.suppress(Exception):  # a missing bundle or a broken .env: the environment only
+        if root.is_dir():
+            load_env_files(root, None, env)
+    return env
 
 
 def running_swarm_options(func: Any) -> Any:

@@ -20,7 +20,7 @@ from goondan.commands.trace import print_instance_traces, trace
 from goondan.conversation.codec import decode_record
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic, WorkspaceError
-from goondan.secrets import mask
+from goondan.secrets import mask, mask_cut
 from goondan.workspace.catalog import (
     InstanceInfo,
     iter_instances,
@@ -65,7 +65,9 @@ def short_time(value: str | None) -> str:
 
 
 def _clip(text: str, limit: int = _OUTPUT_LIMIT) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more chars)"
+    # Masked before the cut: a secret across the limit would otherwise keep its start.
+    text = mask(text)
+    return text if len(text) <= limit else mask_cut(text[:limit]) + f"... ({len(text) - limit} more chars)"
 
 
 def _compact(value: Any) -> str:

@@ -69,6 +69,7 @@ def repl(
     from goondan.console.prompt import iter_input_lines
     from goondan.console.session import exit_code_for, keep_signals_on_main_thread, result_json
     from goondan.runtime import Runtime
+    from goondan.secrets import mask
     from goondan.text import clean_text
 
     options = get_globals()
@@ -102,14 +103,15 @@ def repl(
                 if as_json:
                     click.echo(result_json(result))
                 elif result.error is None:
-                    click.echo(result.text)
+                    click.echo(mask(result.text))  # the model may repeat a key it saw
                 if result.error is not None and not as_json:
                     _echo_error(result.error)
                 return exit_code_for(result)
             from goondan.console import run_once
 
             renderer = TurnRenderer(sys.stdout, color=color, tty=True, stream=not no_stream)
-            click.echo(click.style(f"› {input_text}", bold=True) if color else f"› {input_text}")
+            shown = mask(f"› {input_text}")
+            click.echo(click.style(shown, bold=True) if color else shown)
             result = run_once(backend, runner, input_text, renderer)
             return exit_code_for(result)
         if not stdin_tty:

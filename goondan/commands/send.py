@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import click
 
-from goondan.commands.common import find_running, get_globals, running_swarm_options
+from goondan.commands.common import (
+    find_running,
+    get_globals,
+    register_bundle_secrets,
+    running_swarm_options,
+)
 
 __all__ = ["send"]
 
@@ -33,9 +38,13 @@ def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, in
 
     from goondan.errors import AgentError
     from goondan.ipc.service import send_control
+    from goondan.secrets import mask
 
-    as_json = as_json or get_globals().json_errors
+    options = get_globals()
+    as_json = as_json or options.json_errors
     active = find_running(bundle, swarm)
+    # This process resolved nothing: the answer may repeat a key of the running bundle.
+    register_bundle_secrets(options.resolve_state_root(), bundles=(Path(active.bundle_path),))
     request: dict[str, object] = {"command": "request", "input": text}
     if agent:
         request["agent"] = agent
@@ -43,10 +52,10 @@ def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, in
         request["instanceKey"] = instance_key
     answer = asyncio.run(send_control(Path(active.control_socket), request, timeout_s=timeout_s))
     if as_json:
-        click.echo(json.dumps(answer, ensure_ascii=False))
+        click.echo(mask(json.dumps(answer, ensure_ascii=False)))
     if not answer.get("ok"):
         raise AgentError(str(answer.get("message")), code=str(answer.get("code") or "E_AGENT"),
                          suggestion=answer.get("suggestion"))
     if not as_json:
-        click.echo(str(answer.get("response") or ""))
+        click.echo(mask(str(answer.get("response") or "")))
     return 0

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from goondan.config.sourcefile import record_reads, scan_yaml_files
+from goondan.workspace.files import private_dirs
 
 if TYPE_CHECKING:
     from goondan.config.bundle import Bundle
@@ -89,12 +90,16 @@ def load_bundle_cached(
     if not use_cache or not cache_enabled(environ):
         from goondan.config.validate import load_bundle
 
-        return load_bundle(target, state_root=state_root, builtin_root=builtin_root)
-    entry = entry_path(target, state_root, environ, builtin_root)
-    bundle = _read_entry(entry, target, state_root, environ, builtin_root)
-    if bundle is not None:
-        return bundle
-    return _load_and_store(entry, target, state_root, environ, builtin_root)
+        bundle = load_bundle(target, state_root=state_root, builtin_root=builtin_root)
+    else:
+        entry = entry_path(target, state_root, environ, builtin_root)
+        bundle = _read_entry(entry, target, state_root, environ, builtin_root) \
+            or _load_and_store(entry, target, state_root, environ, builtin_root)
+    # Every process that loads the bundle masks all its secrets, not only those it uses.
+    from goondan.config.secretsources import register_bundle_secrets
+
+    register_bundle_secrets(bundle, environ)
+    return bundle
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -307,7 +312,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     """Temp file in the same directory + fsync + rename (a reader sees the old or the new entry)."""
     import tempfile
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)  # mkstemp's file is 0600
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -7,7 +7,7 @@ Keys are the names a Model may use; values the adapter family. ``gemini`` is an 
 
 from __future__ import annotations
 
-__all__ = ["PROVIDERS", "PROVIDER_NAMES", "canonical_provider"]
+__all__ = ["KEY_ENV", "PROVIDERS", "PROVIDER_NAMES", "canonical_provider"]
 
 PROVIDERS: dict[str, str] = {
     "openai": "openai",
@@ -23,3 +23,11 @@ PROVIDER_NAMES: tuple[str, ...] = tuple(PROVIDERS)
 def canonical_provider(name: str | None) -> str | None:
     """The adapter family of provider ``name`` (case and spaces ignored); None when unknown."""
     return PROVIDERS.get((name or "").strip().lower())
+
+# The environment variables a provider's key is read from when a Model gives no ``apiKey``
+# (the adapters' ``key_env``; every process registers their values as secrets).
+KEY_ENV: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "google": ("GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"),
+}

@@ -470,8 +470,15 @@ def validate_loaded(
 
 def load_bundle(path: str | os.PathLike[str], *, state_root: Path | None = None,
                 builtin_root: Path | None = None) -> Bundle:
-    """Load and validate; raise :class:`ConfigError` (unreadable) or :class:`BundleError` (invalid)."""
-    return bundle_or_raise(validate_bundle(path, state_root=state_root, builtin_root=builtin_root))
+    """Load and validate; raise :class:`ConfigError` (unreadable) or :class:`BundleError` (invalid).
+
+    Every secret of the bundle set in ``os.environ`` is registered for masking
+    (:func:`goondan.config.secretsources.register_bundle_secrets`)."""
+    from goondan.config.secretsources import register_bundle_secrets
+
+    bundle = bundle_or_raise(validate_bundle(path, state_root=state_root, builtin_root=builtin_root))
+    register_bundle_secrets(bundle, os.environ)
+    return bundle
 
 
 def bundle_or_raise(report: ValidationReport) -> Bundle:

@@ -32,7 +32,7 @@ from goondan.ipc.spawner import process_name
 from goondan.ipc.state import safe_key
 from goondan.types import JsonObject, now_iso
 from goondan.workspace.claims import read_claims
-from goondan.workspace.files import append_or_undo, io_error, read_bytes
+from goondan.workspace.files import append_or_undo, io_error, private_dirs, read_bytes
 from goondan.workspace.paths import StateLayout, workspace_id_for
 
 __all__ = ["ConnectionInbox", "InboxRecord", "connection_dir"]
@@ -98,7 +98,7 @@ class ConnectionInbox:
         """Open for appending; returns the pending records (accepted, Turn not started)."""
         try:
             for sub in (self.directory, self.started_dir, self.state_dir):
-                sub.mkdir(parents=True, exist_ok=True)
+                private_dirs(sub)
             self._truncate_torn_tail()
             started: set[str] = set()
             for marker in sorted(self.started_dir.glob("*.jsonl")):

@@ -42,6 +42,7 @@ from goondan.ipc import control
 from goondan.ipc.channel import PipeTransport, Transport
 from goondan.ipc.protocol import ORCHESTRATOR
 from goondan.secrets import mask
+from goondan.workspace.files import private_dirs
 
 __all__ = ["ConnectorWorker", "parse_args", "process_main", "serve"]
 
@@ -164,7 +165,7 @@ async def _open(args: argparse.Namespace, worker: ConnectorWorker) -> tuple[Call
         raise _start_error(f"Connector {spec.connector!r} entry {spec.entry.name} has no "
                            "'async def run(ctx)' (or 'def run(ctx)')")
     state_dir = connection_dir(state_root, bundle.root, bundle.package_name, swarm.name, spec.name) / "state"
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dirs(state_dir)
     ctx = ConnectorContext(
         connection_name=spec.name, connector_name=spec.connector, config=config, secrets=secrets,
         emit=worker.emit, state_dir=state_dir, loop=asyncio.get_running_loop(),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from goondan.text import clean_bytes, clean_text
+from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
     "HISTORY_LIMIT", "NUDGE_S", "SHOWN_EVENTS", "AbovePromptHandler", "LineReader", "iter_input_lines",
@@ -186,9 +188,9 @@ class LineReader:
         if readline is None or self.history_file is None:
             return
         with contextlib.suppress(OSError):
-            self.history_file.parent.mkdir(parents=True, exist_ok=True)
-            if not self.history_file.exists():
-                self.history_file.touch()
+            private_dirs(self.history_file.parent)
+            if not self.history_file.exists():  # what was typed may hold a key: 0600
+                os.close(private_opener(str(self.history_file), os.O_WRONLY | os.O_CREAT))
             readline.append_history_file(lines, str(self.history_file))
 
     def history(self, limit: int = 20) -> list[str]:

@@ -20,7 +20,7 @@ import json
 from typing import IO, Any
 
 from goondan.pipeline.context import TurnResult
-from goondan.secrets import mask
+from goondan.secrets import StreamMasker, mask
 from goondan.types import JsonObject
 
 __all__ = ["Style", "TurnRenderer", "format_turn_error", "short_args"]
@@ -108,6 +108,8 @@ class TurnRenderer:
         self._spinner_task: asyncio.Task[None] | None = None
         self._spinner_shown = False
         self._pending_tools: dict[str, JsonObject] = {}
+        # Streamed deltas may split a secret: the end that could start one is held back.
+        self._masker = StreamMasker()
 
     # -- turn lifecycle ------------------------------------------------------------------------
     def start_turn(self) -> None:
@@ -161,9 +163,11 @@ class TurnRenderer:
                 if text:
                     self._clear_spinner()
                     self._spinner_label = None
-                    self._write(mask(text))
+                    self._write(self._masker.feed(text))
                     self._streamed = True
-        elif kind == "step.started":
+            return
+        self._write(self._masker.flush())  # the streamed text ended: show what was held back
+        if kind == "step.started":
             if int(event.get("stepIndex") or 0) > 0:
                 self._set_spinner("thinking")
         elif kind == "tool.called":
@@ -207,6 +211,7 @@ class TurnRenderer:
 
     def _line_break(self) -> None:
         self._clear_spinner()
+        self._write(self._masker.flush())
         if self._column:
             self._write("\n")
 

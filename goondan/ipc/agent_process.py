@@ -75,6 +75,7 @@ from goondan.ipc.queries import answer_inspect
 from goondan.pipeline.context import TurnResult
 from goondan.runtime.agents import TurnHandler, response_event, turn_error
 from goondan.types import AgentEvent, JsonObject
+from goondan.workspace.files import private_dirs
 
 __all__ = ["AgentWorker", "IpcAgentRouter", "TurnHandler", "cancelled_error", "parse_args", "process_main"]
 
@@ -429,7 +430,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def redirect_output(log_dir: Path, name: str) -> None:
     """Point fd 1/2 (and ``sys.stdout``/``sys.stderr``) at the process's append-only log files."""
-    log_dir.mkdir(parents=True, exist_ok=True)
+    private_dirs(log_dir)
     for fd, stream in ((1, "stdout"), (2, "stderr")):
         target = os.open(log_dir / f"{name}.{stream}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(target, fd)

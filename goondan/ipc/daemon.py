@@ -27,6 +27,7 @@ from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.logs import tail_lines
 from goondan.ipc.state import ActiveRuntime, pid_alive, read_active, runtime_key
 from goondan.types import JsonObject
+from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
     "StopReport",
@@ -121,9 +122,9 @@ def start_detached(
     """Start ``argv`` (a ``goondan run --foreground``) in its own session and wait until its
     control socket answers. Raises ``E_RUN_START_FAILED`` (with the log path) if it exits or
     does not become ready before ``timeout_s``."""
-    log_dir.mkdir(parents=True, exist_ok=True)
+    private_dirs(log_dir)
     out_path, err_path = log_dir / "orchestrator.stdout.log", log_dir / "orchestrator.stderr.log"
-    with open(out_path, "ab") as out, open(err_path, "ab") as err:
+    with open(out_path, "ab", opener=private_opener) as out, open(err_path, "ab", opener=private_opener) as err:
         child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                  env=dict(env), cwd=str(cwd), start_new_session=True)
     found: list[ActiveRuntime] = []

@@ -46,6 +46,8 @@ from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.ledger import Budget, UsageLedger
 from goondan.secrets import SecretMaskingFilter
 from goondan.types import JsonObject, now_iso
+from goondan.workspace.files import private_dirs, private_opener
+from goondan.workspace.record import record_bundle_workspace
 
 __all__ = ["SwarmService", "load_env_files", "parse_env_file", "send_control"]
 
@@ -199,12 +201,12 @@ class SwarmService:
             self.exporter = exporter_from_env(resource_attributes={"goondan.swarm": self.swarm.name})
         if self.exporter is not None:
             self.orchestrator.add_event_sink(self.exporter)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.log_dir)
         if self._log_to_file:
             self._install_log_file()
         await self.orchestrator.start()
         await self.connections.start()
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         self._server = await asyncio.start_unix_server(self._on_control, path=str(self.socket_path))
@@ -222,12 +224,15 @@ class SwarmService:
             control_socket=str(self.socket_path), status_file=str(self.status_file),
         )
         await asyncio.to_thread(write_active, self.state_root, self.active)
+        # inspect from another directory masks this bundle's secrets (docs/security.md).
+        await asyncio.to_thread(record_bundle_workspace, self.bundle, self.state_root)
         _log.info("orchestrator started (swarm=%s, instanceKey=%s)", self.swarm.name, self.key,
                   extra={"event": "orchestrator.started"})
 
     def _install_log_file(self) -> None:
         path = log_files(self.log_dir, "orchestrator")["stderr"]
-        log_files(self.log_dir, "orchestrator")["stdout"].touch()
+        for log in (path, log_files(self.log_dir, "orchestrator")["stdout"]):
+            os.close(private_opener(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND))  # 0600, as the agents'
         handler = logging.FileHandler(path, encoding="utf-8")
         handler.setFormatter(JsonLineFormatter(process="orchestrator", swarm=self.swarm.name, pid=os.getpid()))
         handler.addFilter(SecretMaskingFilter())

@@ -30,6 +30,7 @@ from typing import Any
 from goondan.errors import ConfigError
 from goondan.ipc.logs import log_dir_for
 from goondan.types import JsonObject
+from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
     "ActiveRuntime",
@@ -157,9 +158,10 @@ class ActiveRuntime:
 
 
 def _atomic_write(path: Path, data: JsonObject) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8", opener=private_opener) as handle:
+        handle.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     os.replace(tmp, path)
 
 

@@ -42,6 +42,7 @@ from goondan.ipc.supervision import (
     plan_reconcile,
 )
 from goondan.types import AgentEvent, JsonObject, now_iso
+from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = ["ProcessSupervisor", "pump_messages"]
 
@@ -466,9 +467,10 @@ class ProcessSupervisor(abc.ABC):
         path = self.status_path
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(path.parent)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.status_document(), indent=2), encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8", opener=private_opener) as handle:
+            handle.write(json.dumps(self.status_document(), indent=2))
         os.replace(tmp, path)
 
     async def _status_loop(self) -> None:

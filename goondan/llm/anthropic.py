@@ -39,6 +39,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from goondan.config.providers import KEY_ENV
 from goondan.errors import LlmError
 from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, StreamDelta
 from goondan.llm.http import error_for_status
@@ -222,7 +223,7 @@ class AnthropicModel(HttpModel):
     provider = "anthropic"
     label = "Anthropic"
     default_endpoint = DEFAULT_ENDPOINT
-    key_env = ("ANTHROPIC_API_KEY",)
+    key_env = KEY_ENV["anthropic"]
     base_url_env = "ANTHROPIC_BASE_URL"
 
     def url(self, *, stream: bool) -> str:

@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from goondan.config.providers import KEY_ENV
 from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, StreamDelta
 from goondan.llm.http import error_for_status
 from goondan.llm.provider import (
@@ -205,7 +206,7 @@ class GoogleModel(HttpModel):
     provider = "google"
     label = "Gemini"
     default_endpoint = DEFAULT_ENDPOINT
-    key_env = ("GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY")
+    key_env = KEY_ENV["google"]
 
     def url(self, *, stream: bool) -> str:
         model = self.spec.model.removeprefix("models/")

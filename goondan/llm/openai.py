@@ -35,6 +35,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from goondan.config.providers import KEY_ENV
 from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, ModelSpec, StreamDelta
 from goondan.llm.http import HttpTransport, RetryPolicy, error_for_status
 from goondan.llm.provider import (
@@ -173,7 +174,7 @@ class OpenAIModel(HttpModel):
     provider = "openai"
     label = "OpenAI"
     default_endpoint = DEFAULT_ENDPOINT
-    key_env = ("OPENAI_API_KEY",)
+    key_env = KEY_ENV["openai"]
     base_url_env = "OPENAI_BASE_URL"
 
     def __init__(

@@ -82,11 +82,13 @@ class Runtime:
         max_agent_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         from goondan.workspace.paths import workspace_id_for
+        from goondan.workspace.record import record_bundle_workspace
 
         self.bundle = bundle
         self.state_root = Path(state_root)
         self.swarm: SwarmSpec = bundle.swarm_spec(swarm)
         self.workspace_id = workspace_id_for(bundle.root, bundle.package_name)
+        record_bundle_workspace(bundle, self.state_root)  # so inspect can mask from anywhere
         self.models = dict(models or {})
         self.model_factory = model_factory
         self.env = dict(os.environ if env is None else env)

@@ -33,6 +33,7 @@ from goondan.runtime.events import LlmCallStarted, LlmDelta, RuntimeEvent, StepS
 from goondan.runtime.observe import EventSink
 from goondan.text import dumps_compact
 from goondan.types import JsonObject, remember
+from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -531,8 +532,8 @@ class RuntimeEventLog(EventSink):
     def _write(self, stream: Any, lines: list[bytes]) -> Any:
         """Append ``lines`` (one write per file), rotating whenever the next line would not fit."""
         if stream is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            stream = open(self.path, "ab")  # noqa: SIM115 - kept open by the writer thread
+            private_dirs(self.path.parent)
+            stream = open(self.path, "ab", opener=private_opener)  # noqa: SIM115 - kept open by the writer thread
         size = stream.tell()
         chunk: list[bytes] = []
         for line in lines:
@@ -540,7 +541,7 @@ class RuntimeEventLog(EventSink):
                 stream.write(b"".join(chunk))
                 stream.close()
                 os.replace(self.path, self.rotated_path)
-                stream = open(self.path, "ab")  # noqa: SIM115
+                stream = open(self.path, "ab", opener=private_opener)  # noqa: SIM115
                 chunk, size = [], 0
             chunk.append(line)
             size += len(line)

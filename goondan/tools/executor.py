@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from goondan.errors import help_url
-from goondan.secrets import mask
+from goondan.secrets import mask, mask_cut
 from goondan.text import clean_text
 from goondan.tools.catalog import catalog_names, closest_names
 from goondan.tools.context import ToolContext
@@ -156,7 +156,7 @@ class ToolExecutor:
         if call.invalid_args is not None:
             # The model wrote arguments that are not a JSON object: answer with the raw text so
             # it can correct itself on the next step (docs/models.md).
-            raw = call.invalid_args if len(call.invalid_args) <= 500 else call.invalid_args[:500] + "…"
+            raw = call.invalid_args if len(call.invalid_args) <= 500 else mask_cut(call.invalid_args[:500]) + "…"
             return self._fail(
                 call, tool, f"Invalid arguments for tool '{name}': not a JSON object: {raw}",
                 code="E_TOOL_INVALID_ARGS", name="ToolInvalidArgsError",

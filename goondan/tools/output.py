@@ -30,6 +30,7 @@ from typing import Any
 from goondan.secrets import mask
 from goondan.text import clean_text
 from goondan.types import JsonObject, JsonValue
+from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
@@ -194,8 +195,9 @@ def finalize_output(
     def spill(text: str) -> str | None:
         assert spill_to is not None
         try:
-            spill_to.parent.mkdir(parents=True, exist_ok=True)
-            spill_to.write_text(text, encoding="utf-8")
+            private_dirs(spill_to.parent)
+            with open(spill_to, "w", encoding="utf-8", opener=private_opener) as handle:
+                handle.write(text)
         except OSError:
             return None
         return str(spill_to)

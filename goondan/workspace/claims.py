@@ -19,7 +19,7 @@ import os
 import threading
 from pathlib import Path
 
-from goondan.workspace.files import append_or_undo, io_error
+from goondan.workspace.files import append_or_undo, io_error, private_dirs
 
 __all__ = ["claim", "read_claims"]
 
@@ -59,7 +59,7 @@ def claim(path: Path, claim_id: str) -> bool:
     Raises ``WorkspaceError`` when the file cannot be used."""
     key = str(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:
         raise io_error(exc, path, "open") from exc

@@ -4,6 +4,9 @@ Crash model: a SIGKILL loses nothing that reached the kernel (``os.write`` retur
 loss loses nothing that was ``fsync``-ed. Appends use one ``write`` per record batch on an
 ``O_APPEND`` descriptor so concurrent readers never see interleaved records, and a record cut
 short by a crash is always the *last* line of the file (a torn tail, which readers drop).
+
+State is private to its user (docs/security.md): every file is created ``0600``
+(:data:`FILE_MODE`) and every directory ``0700`` (:func:`private_dirs`), whatever the umask.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,18 +23,44 @@ from typing import Any
 from goondan.errors import WorkspaceCorruptError, WorkspaceError
 
 __all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
     "append_or_undo",
     "atomic_write",
     "count_lines",
     "fsync_dir",
     "io_error",
     "iter_lines_backwards",
+    "private_dirs",
+    "private_opener",
     "read_bytes",
     "read_json_file",
+    "tighten",
     "write_all",
 ]
 
 _BLOCK = 64 * 1024
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_dirs(path: Path) -> None:
+    """``path.mkdir(parents=True, exist_ok=True)``, but each directory it creates is ``0700``
+    (``mkdir``'s mode is cut by the umask and never reaches the parents). Existing directories
+    are left as they are."""
+    missing: list[Path] = []
+    current = path
+    while not os.path.lexists(current) and current.parent != current:
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue  # another process made it first
+        os.chmod(directory, DIR_MODE)
+    if not path.is_dir():
+        raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(path))
 
 
 def io_error(exc: OSError, path: Path, action: str) -> WorkspaceError:
@@ -91,11 +121,26 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def tighten(*paths: Path) -> None:
+    """Take group and other permissions off ``paths`` (state written by older versions was
+    ``0644``/``0755``); a path that is missing or not ours is left alone."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            mode = os.lstat(path).st_mode
+            if mode & 0o077 and not stat.S_ISLNK(mode):
+                os.chmod(path, DIR_MODE if stat.S_ISDIR(mode) else FILE_MODE)
+
+
+def private_opener(path: str, flags: int) -> int:
+    """``open(path, mode, opener=private_opener)`` creates the file ``0600``."""
+    return os.open(path, flags, FILE_MODE)
+
+
 def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """Replace ``path`` with ``data``: temp file in the same directory + fsync + rename + dir fsync."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
             write_all(fd, data)
             if fsync:

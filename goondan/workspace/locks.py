@@ -65,7 +65,7 @@ class InstanceLock:
         is closed on every failure path, so a failed open never keeps the lock held.
         """
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise io_error(exc, self.path, "create the lock file") from exc
         try:

@@ -52,11 +52,14 @@ from goondan.errors import Diagnostic, WorkspaceCorruptError, WorkspaceError
 from goondan.text import clean_json
 from goondan.types import JsonValue, now_iso
 from goondan.workspace.files import (
+    FILE_MODE,
     append_or_undo,
     atomic_write,
     fsync_dir,
     io_error,
+    private_dirs,
     read_bytes,
+    tighten,
     write_all,
 )
 from goondan.workspace.locks import InstanceLock
@@ -240,7 +243,7 @@ class InstanceStore:
                         location=str(paths.dir),
                         suggestion="goondan instance list shows the existing instances",
                     )
-                paths.dir.mkdir(parents=True, exist_ok=True)
+                private_dirs(paths.dir)
         except OSError as exc:
             raise io_error(exc, layout.instances_dir(workspace_id), "create") from exc
         return cls.open_dir(paths, agent_name=agent_name, instance_key=instance_key,
@@ -265,11 +268,14 @@ class InstanceStore:
     def _prepare(self) -> None:
         paths = self.paths
         try:
-            paths.messages_dir.mkdir(exist_ok=True)
-            paths.extensions_dir.mkdir(exist_ok=True)
+            private_dirs(paths.messages_dir)
+            private_dirs(paths.extensions_dir)
             for file in (paths.base, paths.events):
                 if not file.exists():
-                    os.close(os.open(file, os.O_WRONLY | os.O_CREAT, 0o644))
+                    os.close(os.open(file, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+            # An instance written by an older version was 0644/0755: private from now on.
+            tighten(paths.dir, paths.messages_dir, paths.extensions_dir, paths.base, paths.events,
+                    paths.metadata, paths.lock)
             meta = read_metadata(paths)
             if meta is None:
                 if paths.metadata.exists():
@@ -428,7 +434,7 @@ class InstanceStore:
 
     def _append_base(self, data: bytes) -> None:
         try:
-            fd = os.open(self.paths.base, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.paths.base, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
             try:
                 append_or_undo(fd, data, fsync=self._fsync)
             finally:
@@ -447,7 +453,7 @@ class InstanceStore:
     def _rewrite_base(self, data: bytes) -> None:
         paths = self.paths
         try:
-            fd = os.open(paths.base_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(paths.base_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
             try:
                 write_all(fd, data)
                 if self._fsync:
@@ -531,7 +537,7 @@ class InstanceStore:
         path = self.paths.extension(name)
         if path.parent != self.paths.extensions_dir:  # a package extension: <package>/<name>.json
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                private_dirs(path.parent)
             except OSError as exc:
                 raise io_error(exc, path.parent, "create") from exc
         atomic_write(path, data, fsync=self._fsync)

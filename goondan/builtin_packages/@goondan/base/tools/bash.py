@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from goondan.secrets import is_secret
+from goondan.secrets import is_secret, mask_cut
 from goondan.tools import ToolContext, ToolFailure
 
 from ._inputs import absolute, invalid, primitive, required_text
@@ -177,7 +177,10 @@ class _Capture:
         # A cut inside a multi-byte character drops it instead of ending with U+FFFD.
         text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=not truncated)
         if truncated:
-            text += f"…[truncated {self.total - len(text.encode('utf-8'))} bytes]"
+            dropped = self.total - len(text.encode("utf-8"))
+            # The cap may fall inside a secret: its start is masked here, before the marker
+            # (the executor's masking only knows whole secrets).
+            text = mask_cut(text) + f"…[truncated {dropped} bytes]"
         return text, truncated
 
 

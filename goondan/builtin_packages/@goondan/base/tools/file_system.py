@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from goondan.secrets import mask_cut
 from goondan.tools import ToolContext, ToolFailure
 
 from ._inputs import absolute, invalid, required_text
@@ -115,11 +116,13 @@ def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     except OSError as exc:
         raise _os_failure(exc, path) from None
     truncated = len(data) > max_bytes
+    content = _decode_prefix(data[:max_bytes], truncated)
     return {
         "path": str(path),
         "size": max(size, len(data)),
         "truncated": truncated,
-        "content": _decode_prefix(data[:max_bytes], truncated),
+        # A cut inside a secret (``.env`` read short) keeps no start of it (docs/security.md).
+        "content": mask_cut(content) if truncated else content,
     }
 
 

@@ -35,6 +35,7 @@ from urllib.parse import urljoin, urlsplit
 
 import urllib3
 
+from goondan.secrets import mask_cut
 from goondan.tools import ToolContext, ToolFailure
 
 from ._hosts import HostPolicy, Target
@@ -233,15 +234,16 @@ def _fetch(method: str, url: str, headers: dict[str, str], body: bytes | None,
         raise _network_failure(url, timeout_ms, exc, deadline) from None
     except OSError as exc:
         raise _network_failure(url, timeout_ms, exc, deadline) from None
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=not truncated)
     return {
         "url": target.url,
         "method": method,
         "status": response.status,
         "statusText": response.reason or "",
         "headers": {name.lower(): value for name, value in response.headers.items()},
-        # A cut inside a multi-byte character drops that character instead of adding U+FFFD.
-        "body": decoder.decode(data, final=not truncated),
+        # A cut inside a multi-byte character drops that character instead of adding U+FFFD;
+        # a cut inside a secret keeps no start of it.
+        "body": mask_cut(text) if truncated else text,
         "truncated": truncated,
         "durationMs": round((time.monotonic() - started) * 1000),
     }
