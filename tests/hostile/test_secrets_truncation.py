@@ -32,7 +32,9 @@ register_secret(KEY)
 
 
 def _ctx(workdir: Path, cap: int = 256 * 1024) -> ToolContext:
-    return ToolContext("a", "k", "t", "0" * 32, "c", None, workdir, max_output_bytes=cap)
+    # allowHosts opens the loopback test server to http-fetch (refused by default).
+    return ToolContext("a", "k", "t", "0" * 32, "c", None, workdir, max_output_bytes=cap,
+                       config={"allowHosts": ["127.0.0.1"]})
 
 
 def _no_prefix(text: str, minimum: int = 8) -> bool:
