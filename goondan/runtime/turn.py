@@ -121,8 +121,7 @@ def error_dict(exc: BaseException) -> JsonObject:
     blamed = middleware_failure(exc)  # raised by an extension's middleware: name it
     if blamed is not None:
         return error_dict(blamed)
-    return {"code": "E_TURN_FAILED", "message": f"{type(exc).__name__}: {exc}",
-            "helpUrl": help_url("E_TURN_FAILED")}
+    return error_dict(GoondanError(f"{type(exc).__name__}: {exc}", code="E_TURN_FAILED"))
 
 
 @dataclass
