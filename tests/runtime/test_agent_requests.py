@@ -18,6 +18,7 @@ import pytest
 from goondan.ipc.agent_process import IpcAgentRouter
 from goondan.llm import create_model
 from goondan.llm.base import LanguageModel, ModelSpec
+from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
 from goondan.types import AgentEvent
 from tests.support.aio import run
@@ -156,3 +157,42 @@ def test_ipc_router_delivers_an_async_answer_through_the_orchestrator() -> None:
     [message] = transport.sent
     assert (message.to, message.agent_event().instance_key) == ("coordinator", "k")
     assert "inReplyTo" not in message.agent_event().metadata  # a new turn, not an answer
+
+
+def test_a_send_carries_no_reply_to_and_a_request_does(state_root: Path) -> None:
+    """seed 002 §2.6 rules 2-3, through a real turn: ``agents__send`` hands the target an event
+    without ``replyTo`` (nothing waits for it); ``agents__request`` sets ``replyTo`` with the
+    caller and a correlation id."""
+    coordinator = ScriptedModel([
+        {"toolCalls": [{"name": "agents__send", "args": {"target": "worker", "input": "fyi"}},
+                       {"name": "agents__request", "args": {"target": "worker", "input": "Compute 17 * 23."}}]},
+        "done",
+    ])
+    handed: list[tuple[str, AgentEvent]] = []
+
+    async def main() -> None:
+        async with Runtime.from_bundle(DELEGATION, state_root=state_root, models={
+            "coordinator": coordinator, "worker": ScriptedModel(["ok"], loop=True),
+        }) as rt:
+            send, request = rt.router.send, rt.router.request
+
+            async def spy_send(target: str, event: AgentEvent) -> None:
+                handed.append(("send", event))
+                await send(target, event)
+
+            async def spy_request(target: str, event: AgentEvent, *, timeout_ms: int) -> AgentEvent:
+                handed.append(("request", event))
+                return await request(target, event, timeout_ms=timeout_ms)
+
+            rt.router.send = spy_send  # type: ignore[method-assign]
+            rt.router.request = spy_request  # type: ignore[method-assign]
+            assert (await rt.run_turn("coordinator", "go")).text == "done"
+            await rt.router.drain_tasks()
+
+    run(main())
+    (kind_a, sent), (kind_b, asked) = handed
+    assert (kind_a, kind_b) == ("send", "request")
+    assert sent.reply_to is None and "replyTo" not in sent.to_dict()
+    assert asked.reply_to is not None and asked.reply_to.target == "coordinator"
+    assert asked.reply_to.correlation_id.startswith("corr_")
+    assert asked.to_dict()["replyTo"]["correlationId"] == asked.reply_to.correlation_id
