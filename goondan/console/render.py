@@ -19,6 +19,7 @@ import asyncio
 import json
 from typing import IO, Any
 
+from goondan.errors import help_url
 from goondan.pipeline.context import TurnResult
 from goondan.secrets import StreamMasker, mask
 from goondan.types import JsonObject
@@ -70,11 +71,16 @@ def short_args(args: Any, limit: int = ARGS_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def format_turn_error(error: dict[str, Any]) -> tuple[str, str | None]:
-    """``([CODE] message, suggestion line or None)`` for a failed turn, secrets masked."""
-    headline = mask(f"[{error.get('code', 'E_TURN_FAILED')}] {error.get('message', '')}")
+def format_turn_error(error: dict[str, Any]) -> list[str]:
+    """The lines of a failed turn, secrets masked: ``[CODE] message``, ``  suggestion: ...`` (when
+    there is one) and ``  help: <url>``, as the CLI prints its own errors."""
+    code = str(error.get("code") or "E_TURN_FAILED")
+    lines = [mask(f"[{code}] {error.get('message', '')}")]
     suggestion = error.get("suggestion")
-    return headline, (mask(f"  suggestion: {suggestion}") if suggestion else None)
+    if suggestion:
+        lines.append(mask(f"  suggestion: {suggestion}"))
+    lines.append(f"  help: {error.get('helpUrl') or help_url(code)}")
+    return lines
 
 
 def _ms(value: Any) -> str:
@@ -130,10 +136,10 @@ class TurnRenderer:
         if result is not None:
             if result.error is not None:
                 self._line_break()
-                headline, suggestion = format_turn_error(result.error)
+                headline, *details = format_turn_error(result.error)
                 self._write(self.style.red(headline) + "\n")
-                if suggestion:
-                    self._write(suggestion + "\n")
+                for line in details:
+                    self._write(line + "\n")
             elif not self._streamed or not self.stream:
                 self._line_break()
                 text = result.text

@@ -17,7 +17,9 @@ results.
 A history can also hold results that no provider accepts: an *orphan* result whose call is not
 in any earlier message (a hand-edited or truncated file) or a *duplicate* second result for the
 same call (a retried append). Those result parts are dropped by the same events (the message
-keeps its id; a message left empty is removed).
+keeps its id; a message left empty is removed). A result belongs to the nearest earlier message
+that made a call with its id, so an id that repeats in a later turn (histories written while
+servers without ids got ``call_0`` in every step) is a new call, not a duplicate.
 """
 
 from __future__ import annotations
@@ -61,18 +63,24 @@ def interrupted_result(tool_call_id: str, tool_name: str) -> Message:
     return Message.tool_result(result, metadata={"synthetic": True})
 
 
-def _valid_results(messages: Sequence[Message]) -> tuple[dict[int, Message | None], set[str]]:
-    """Tool messages that must change, and the call ids that keep a result.
+def _valid_results(
+    messages: Sequence[Message],
+) -> tuple[dict[int, Message | None], set[tuple[int, str]]]:
+    """Tool messages that must change, and the calls that keep a result.
 
-    A ``tool-result`` part is dropped when no earlier message made its call (an orphan) or an
-    earlier result already answered that call (a duplicate): providers reject both. The message
-    keeps its id and its other parts; a message left with no content is dropped.
+    A ``tool-result`` part answers the call with its id in the nearest earlier message that made
+    one: ids can repeat across turns (a server that sends none and a per-step counter), so a
+    result belongs to the assistant message it follows, never to an older call with the same id.
+    The part is dropped when no earlier message made its call (an orphan) or that message's call
+    already has a result (a duplicate): providers reject both. The message keeps its id and its
+    other parts; a message left with no content is dropped. Answered calls are returned as
+    ``(index of the calling message, call id)``.
     """
-    called: set[str] = set()
-    answered: set[str] = set()
+    caller: dict[str, int] = {}  # call id -> index of the latest message making that call
+    answered: set[tuple[int, str]] = set()
     changed: dict[int, Message | None] = {}
     for index, message in enumerate(messages):
-        called.update(call.id for call in message.tool_calls)
+        caller.update((call.id, index) for call in message.tool_calls)
         content = message.data.get("content")
         if not isinstance(content, list):
             continue
@@ -80,9 +88,10 @@ def _valid_results(messages: Sequence[Message]) -> tuple[dict[int, Message | Non
         for part in content:
             if isinstance(part, dict) and part.get("type") == "tool-result":
                 call_id = str(part.get("toolCallId"))
-                if call_id not in called or call_id in answered:
+                owner = caller.get(call_id)
+                if owner is None or (owner, call_id) in answered:
                     continue
-                answered.add(call_id)
+                answered.add((owner, call_id))
             kept.append(part)
         if len(kept) != len(content):
             changed[index] = Message(
@@ -112,6 +121,7 @@ def repair_tool_pairs(messages: Sequence[Message]) -> list[MessageEvent]:
     total = len(effective)
     while index < total:
         message = effective[index]
+        position = index
         index += 1
         if message is None:
             continue
@@ -119,7 +129,9 @@ def repair_tool_pairs(messages: Sequence[Message]) -> list[MessageEvent]:
         if message.role != "assistant":
             continue
         # dict.fromkeys: a call id repeated within the message still gets a single result.
-        missing = list(dict.fromkeys(c.id for c in message.tool_calls if c.id not in answered))
+        missing = list(dict.fromkeys(
+            c.id for c in message.tool_calls if (position, c.id) not in answered
+        ))
         if not missing:
             continue
         # Keep the results that already follow the assistant message, then add the synthetic ones.
@@ -132,7 +144,6 @@ def repair_tool_pairs(messages: Sequence[Message]) -> list[MessageEvent]:
             index += 1
         names = {call.id: call.name for call in reversed(message.tool_calls)}
         for call_id in missing:
-            answered.add(call_id)
             desired.append(interrupted_result(call_id, names[call_id]))
 
     # The unchanged prefix stays; everything after it is removed and re-appended as desired.

@@ -53,6 +53,7 @@ from goondan.llm.provider import (
     is_error_output,
     load_event_json,
     merge_params,
+    new_call_id,
     parts_text,
     stream_cut,
     tool_call,
@@ -291,7 +292,8 @@ class AnthropicModel(HttpModel):
                 reasoning.append(_reasoning_from_wire(block))
             elif kind == "tool_use":
                 calls.append(tool_call(
-                    str(block.get("id") or ""), str(block.get("name") or ""), block.get("input")
+                    str(block.get("id") or new_call_id("toolu_")), str(block.get("name") or ""),
+                    block.get("input"),
                 ))
         raw_finish = body.get("stop_reason")
         finish: FinishReason = _FINISH.get(str(raw_finish), "other") if raw_finish else "stop"

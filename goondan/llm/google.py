@@ -25,10 +25,10 @@ Parameters: ``temperature``, ``topP`` and ``maxTokens`` (→ ``maxOutputTokens``
 ``generationConfig``; other keys too, except the request-level fields ``safetySettings``,
 ``toolConfig``, ``cachedContent`` and ``labels``; a ``generationConfig`` object is merged.
 
-Tool-call ids: Gemini usually sends none, so ids are generated stably from the response id, the
-request's message count, the call's position, name and arguments — the same for a streamed and
-a non-streamed reply. A call id Gemini did send (``functionCall.id``) is used as is and echoed in
-``functionResponse.id``; generated ids (prefix ``gcall-``) are never sent back.
+Tool-call ids: Gemini usually sends none, so each such call gets a random id (prefix ``gcall-``),
+unique in the conversation; a stream gives the call its id when the call arrives, so its deltas
+and the final response agree. A call id Gemini did send (``functionCall.id``) is used as is and
+echoed in ``functionResponse.id``; generated ids are never sent back.
 
 Thought signatures: a ``thoughtSignature`` next to a ``functionCall`` is returned in
 ``ModelResponse.provider_metadata["google"]["thoughtSignatures"][call_id]``; a canonical tool-call
@@ -46,7 +46,6 @@ of such responses; text parts are increments, function calls arrive whole, the l
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -64,6 +63,7 @@ from goondan.llm.provider import (
     content_parts,
     is_error_output,
     load_event_json,
+    new_call_id,
     parts_text,
     stream_cut,
     tool_call_input,
@@ -91,12 +91,6 @@ def _finish(raw: str | None, has_calls: bool) -> FinishReason:
     if raw in ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"):
         return "error"
     return "other"
-
-
-def call_id(response_id: str, salt: int, ordinal: int, name: str, args: JsonObject) -> str:
-    """A stable id for a function call Gemini sent without one."""
-    seed = f"{response_id}|{salt}|{ordinal}|{name}|{json.dumps(args, sort_keys=True)}"
-    return GENERATED_ID_PREFIX + hashlib.sha256(seed.encode("utf-8")).hexdigest()[:16]
 
 
 def messages_to_wire(messages: Sequence[JsonObject], system: str | None) -> tuple[str, list[JsonObject]]:
@@ -281,7 +275,6 @@ class GoogleModel(HttpModel):
         if not isinstance(candidate, dict):
             raise bad_shape(self.label, "candidates[0] is not an object")
         content = as_object(candidate.get("content"))
-        salt = len(request.messages) if request is not None else 0
         texts: list[str] = []
         calls: list[ToolCall] = []
         signatures: dict[str, str] = {}
@@ -294,9 +287,7 @@ class GoogleModel(HttpModel):
             if isinstance(call, dict):
                 name = str(call.get("name") or "")
                 args = as_object(call.get("args"))
-                identifier = str(call.get("id") or "") or call_id(
-                    response_id, salt, len(calls), name, args
-                )
+                identifier = str(call.get("id") or "") or new_call_id(GENERATED_ID_PREFIX)
                 calls.append(ToolCall(id=identifier, name=name, args=args))
                 if part.get("thoughtSignature"):
                     signatures[identifier] = str(part["thoughtSignature"])
@@ -326,7 +317,6 @@ class GoogleStream(StreamAccumulator):
     def __init__(self, model: GoogleModel, request: ModelRequest | None) -> None:
         self.model = model
         self.request = request
-        self.salt = len(request.messages) if request is not None else 0
         self.parts: list[JsonObject] = []
         self.calls = 0
         self.last: JsonObject = {}
@@ -363,13 +353,14 @@ class GoogleStream(StreamAccumulator):
                 if text:
                     deltas.append(StreamDelta(kind="text", text=text))
             elif isinstance(part.get("functionCall"), dict):
-                self.parts.append(part)
                 call = part["functionCall"]
                 name = str(call.get("name") or "")
                 args = as_object(call.get("args"))
-                identifier = str(call.get("id") or "") or call_id(
-                    str(self.last.get("responseId") or ""), self.salt, self.calls, name, args
-                )
+                identifier = str(call.get("id") or "")
+                if not identifier:  # kept on the part, so the final response has the same id
+                    identifier = new_call_id(GENERATED_ID_PREFIX)
+                    part = {**part, "functionCall": {**call, "id": identifier}}
+                self.parts.append(part)
                 deltas.append(StreamDelta(
                     kind="tool_call", index=self.calls, tool_call_id=identifier, tool_name=name,
                     args_delta=json.dumps(args, ensure_ascii=False),

@@ -45,6 +45,7 @@ from goondan.llm.provider import (
     content_parts,
     load_event_json,
     merge_params,
+    new_call_id,
     stream_cut,
     stream_empty,
     to_json_text,
@@ -274,12 +275,12 @@ class OpenAIModel(HttpModel):
         if isinstance(content, list):  # some compatible servers return text parts
             content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
         calls: list[ToolCall] = []
-        for index, raw in enumerate(message.get("tool_calls") or []):
+        for raw in message.get("tool_calls") or []:
             if not isinstance(raw, dict) or not isinstance(raw.get("function"), dict):
                 raise bad_shape(self.label, "a tool call without a function")
             function = raw["function"]
             name = str(function.get("name") or "")
-            calls.append(tool_call(str(raw.get("id") or f"call_{index}"), name, function.get("arguments")))
+            calls.append(tool_call(str(raw.get("id") or new_call_id("call_")), name, function.get("arguments")))
         raw_finish = choice.get("finish_reason")
         finish: FinishReason = _FINISH.get(str(raw_finish), "other") if raw_finish else "stop"
         if calls and finish == "stop":
@@ -381,11 +382,11 @@ class OpenAIStream(StreamAccumulator):
         if self.calls:
             message["tool_calls"] = [
                 {
-                    "id": call["id"] or f"call_{index}",
+                    "id": call["id"] or new_call_id("call_"),
                     "type": "function",
                     "function": {"name": call["name"], "arguments": "".join(call["arguments"])},
                 }
-                for index, call in sorted(self.calls.items())
+                for _, call in sorted(self.calls.items())
             ]
         if self.refusal:
             message["refusal"] = "".join(self.refusal)

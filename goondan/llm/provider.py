@@ -23,6 +23,7 @@ import ipaddress
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -52,6 +53,7 @@ __all__ = [
     "is_error_output",
     "is_loopback",
     "merge_params",
+    "new_call_id",
     "parse_tool_args",
     "parts_text",
     "resolve_api_key",
@@ -157,6 +159,15 @@ def parse_tool_args(text: str) -> JsonObject | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def new_call_id(prefix: str) -> str:
+    """An id for a tool call the server sent without one.
+
+    Random, so it is unique in the whole conversation: a per-step counter (``call_0``, ...)
+    repeats in every turn, and results are paired with their calls by id (repair, windowing).
+    """
+    return prefix + uuid.uuid4().hex
 
 
 def tool_call(call_id: str, name: str, arguments: Any) -> ToolCall:

@@ -21,7 +21,7 @@ Rules enforced here, before anything is sent:
   ``max_depth`` (8) further requests and sends are refused (``E_AGENT_DEPTH``), which also stops
   endless ``send`` ping-pong.
 * unknown targets (not an Agent of the running Swarm) → ``E_AGENT_NOT_FOUND``; timeouts (the
-  call's ``timeoutMs``, else the caller Agent's ``spec.requestTimeoutMs``, else 60 000 ms) →
+  call's ``timeoutMs``, else the caller Agent's ``spec.requestTimeoutMs``, else 15 000 ms) →
   ``E_AGENT_TIMEOUT`` (the callee keeps running, its late answer is dropped).
 * ``async`` requests return at once; the answer (or the timeout / failure) reaches the caller
   later as a new inbound ``agent.response`` event, which runs a Turn of its own
@@ -62,7 +62,7 @@ __all__ = [
 
 CALL_STACK_KEY = "__goondanAgentCallStack"
 HOPS_KEY = "__goondanAgentHops"
-DEFAULT_TIMEOUT_MS = 60_000  # a real worker's turn often takes more than 15 s
+DEFAULT_TIMEOUT_MS = 15_000  # seed 000 §4.4.3; slow workers: spec.requestTimeoutMs or timeoutMs
 DEFAULT_MAX_DEPTH = 8
 _log = logging.getLogger("goondan.runtime")
 

@@ -36,8 +36,16 @@ def _properties(event: AgentEvent) -> JsonObject:
     return dict(props) if isinstance(props, dict) else {}
 
 
+# Tracing bookkeeping an agent event carries in its metadata: never part of the user's text.
+_SPAN_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
+
+
 def input_text(event: AgentEvent) -> str:
-    """The user-message text for ``event`` (header only for agent / connector-with-properties)."""
+    """The user-message text for ``event`` (header only for agent / connector-with-properties).
+
+    The header is the reference's (runtime.md §8): ``{"source": {kind, name}, "event",
+    "instanceKey", "properties", "metadata"}``, ``properties`` and ``metadata`` always present.
+    """
     text = event.input or ""
     kind = event.source.get("kind")
     properties = _properties(event)
@@ -48,18 +56,18 @@ def input_text(event: AgentEvent) -> str:
             properties.setdefault("from_instance", caller_key)
     elif not properties:
         return text
-    # Internal bookkeeping keys (call stacks, span ids) are not the model's business.
+    # Internal bookkeeping (call stacks, hop counts, span ids) is not the model's business.
     metadata = {
-        k: v for k, v in event.metadata.items() if not k.startswith("__") and k != "properties"
+        k: v for k, v in event.metadata.items()
+        if not k.startswith("__") and k != "properties" and k not in _SPAN_KEYS
     }
     header: JsonObject = {
-        "source": event.source,
+        "source": {"kind": kind, "name": event.source.get("name")},
         "event": event.type,
         "instanceKey": event.instance_key,
         "properties": properties,
+        "metadata": metadata,
     }
-    if metadata:
-        header["metadata"] = metadata
     body = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=str)
     lines = [CONTEXT_OPEN, body, CONTEXT_CLOSE]
     if text:

@@ -60,7 +60,7 @@ class InProcessAgentRouter:
     catalog: SwarmCatalog
     create_instance: InstanceFactory
     max_depth: int = DEFAULT_MAX_DEPTH
-    # agent name → its spec.requestTimeoutMs (None: the 60 s default)
+    # agent name → its spec.requestTimeoutMs (None: the 15 s default)
     request_timeout_for: Callable[[str], int | None] | None = None
     # admit(caller, target, event): raises to refuse an agent event (trace budgets).
     admit: Callable[[str, str, AgentEvent], None] | None = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from goondan.conversation.messages import Message
+from goondan.errors import help_url
 from goondan.pipeline.context import StepResult, TurnResult
 from goondan.pipeline.tracing import Span
 from goondan.runtime.events import TurnEnded, TurnStarted, span_ids
@@ -39,7 +40,8 @@ __all__ = [
     "turn_started",
 ]
 
-CANCELLED_ERROR: JsonObject = {"code": "E_TURN_CANCELLED", "message": "the turn was cancelled"}
+CANCELLED_ERROR: JsonObject = {"code": "E_TURN_CANCELLED", "message": "the turn was cancelled",
+                               "helpUrl": help_url("E_TURN_CANCELLED")}
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class ToolsRan:
 
 @dataclass(frozen=True)
 class StepFailed:
-    """The step failed without raising: ``error`` is ``{code, message}`` for the TurnResult.
+    """The step failed without raising: ``error`` is ``{code, message, helpUrl}`` for the TurnResult.
 
     ``retry`` is a hint from whoever classified the failure that running the step again could
     succeed (an empty or malformed model reply); the loop decides whether it does.
@@ -87,7 +89,7 @@ def classify_step(result: StepResult, last_assistant: Message | None) -> StepOut
     if result.status == "failed":
         code = str(result.metadata.get("errorCode") or "E_STEP_FAILED")
         message = str(result.metadata.get("errorMessage") or "step failed")
-        return StepFailed({"code": code, "message": message})
+        return StepFailed({"code": code, "message": message, "helpUrl": help_url(code)})
     if result.has_tool_calls or result.metadata.get("shouldContinue") is True:
         # A step middleware may ask for another step (docs/extensions.md).
         return ToolsRan(results)

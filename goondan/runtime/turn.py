@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from goondan.conversation.messages import Message, MessageEvent, MessageSource
-from goondan.errors import BudgetExceededError, GoondanError, LlmBadResponseError
+from goondan.errors import BudgetExceededError, GoondanError, LlmBadResponseError, help_url
 from goondan.llm.base import LanguageModel, ModelRequest, ModelResponse, StreamDelta
 from goondan.pipeline.chain import middleware_failure
 from goondan.pipeline.context import (
@@ -111,16 +111,17 @@ _new_event, _init_llm_call_ended = object.__new__, LlmCallEnded.__init__
 
 
 def error_dict(exc: BaseException) -> JsonObject:
-    """The structured ``TurnResult.error`` of an exception: ``{code, message, suggestion?}``."""
+    """The structured ``TurnResult.error`` of an exception: ``{code, message, suggestion?, helpUrl}``."""
     if isinstance(exc, GoondanError):
         out: JsonObject = {"code": exc.code, "message": exc.message}
         if exc.suggestion:
             out["suggestion"] = exc.suggestion
+        out["helpUrl"] = exc.help_url or help_url(exc.code)
         return out
     blamed = middleware_failure(exc)  # raised by an extension's middleware: name it
     if blamed is not None:
         return error_dict(blamed)
-    return {"code": "E_TURN_FAILED", "message": f"{type(exc).__name__}: {exc}"}
+    return error_dict(GoondanError(f"{type(exc).__name__}: {exc}", code="E_TURN_FAILED"))
 
 
 @dataclass

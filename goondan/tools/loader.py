@@ -95,7 +95,9 @@ def _execute(entry: Path, name: str, kind: str) -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except BaseException as exc:
-        for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        # list(): a snapshot taken in one step; other threads (connectors starting in this
+        # process) may import while we look, and iterating the live dict would then fail.
+        for mod in [m for m in list(sys.modules) if m == name or m.startswith(name + ".")]:
             sys.modules.pop(mod, None)
         if not isinstance(exc, Exception):
             raise

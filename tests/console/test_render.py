@@ -8,6 +8,7 @@ from goondan.console.prompt import join_multiline
 from goondan.console.render import Style, TurnRenderer, short_args
 from goondan.console.session import format_message, result_json
 from goondan.conversation.messages import Message
+from goondan.errors import help_url
 from goondan.pipeline.context import TurnResult
 from goondan.secrets import register_secret
 from goondan.types import ToolCall
@@ -68,7 +69,8 @@ def test_renderer_prints_whole_answer_without_stream_and_errors() -> None:
     renderer.start_turn()
     renderer.end_turn(TurnResult("t", "error", error={"code": "E_LLM_HTTP", "message": "boom"}))
     renderer.cancelled()
-    assert out.getvalue().splitlines() == ["Whole.", "[E_LLM_HTTP] boom", "(turn cancelled)"]
+    assert out.getvalue().splitlines() == [
+        "Whole.", "[E_LLM_HTTP] boom", f"  help: {help_url('E_LLM_HTTP')}", "(turn cancelled)"]
 
 
 def test_format_message_and_result_json() -> None:

@@ -1,6 +1,7 @@
 """Property tests of the tool-pair repair over random (often provider-invalid) histories.
 
-Histories mix user and assistant messages, tool calls from a small id pool, tool messages with
+Histories mix user and assistant messages, tool calls from a small id pool (so ids repeat across
+messages, as with servers that send none), tool messages with
 one or more results (orphans, duplicates, results far from their call) and repeated messages.
 Whatever the input, the repaired history is provider-valid, the repair is idempotent, and
 nothing but invalid results is lost (docs/conversations.md, "Recovery at start").
@@ -53,15 +54,20 @@ def _apply(messages: list[Message]) -> list[Message]:
 
 
 def _assert_provider_valid(messages: list[Message]) -> None:
-    called: set[str] = set()
-    answered: set[str] = set()
-    for message in messages:
+    """Each result answers, once, the nearest earlier message that made a call with its id, and
+    every call of every message has a result. Ids may repeat across messages (servers that send
+    none), so a call is ``(index of its message, id)``."""
+    caller: dict[str, int] = {}
+    calls: set[tuple[int, str]] = set()
+    answered: set[tuple[int, str]] = set()
+    for index, message in enumerate(messages):
         for call_id in tool_result_ids(message):
-            assert call_id in called, f"orphan result {call_id}"
-            assert call_id not in answered, f"duplicate result {call_id}"
-            answered.add(call_id)
-        called.update(c.id for c in message.tool_calls)
-    assert called <= answered, f"calls without a result: {called - answered}"
+            assert call_id in caller, f"orphan result {call_id}"
+            assert (caller[call_id], call_id) not in answered, f"duplicate result {call_id}"
+            answered.add((caller[call_id], call_id))
+        caller.update((c.id, index) for c in message.tool_calls)
+        calls.update((index, c.id) for c in message.tool_calls)
+    assert calls <= answered, f"calls without a result: {calls - answered}"
     assert all(m.role != "tool" or m.data.get("content") for m in messages)
 
 

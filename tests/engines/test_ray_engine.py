@@ -7,8 +7,11 @@ here; skipped without the extra.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +48,22 @@ def _transcripts(state_root: Path) -> dict[str, str]:
             for p in sorted((state_root / "workspaces").glob("*/instances/*/messages/base.jsonl"))}
 
 
+_HOST_INDEXES = (
+    "import json, sys\n"
+    "from goondan.engines.ray.spawner import host_index\n"
+    "print(json.dumps([host_index('worker', str(i), 4) for i in range(12)]))\n"
+)
+
+
 def test_host_assignment_is_stable() -> None:
-    assert host_index("worker", "cli", 4) == host_index("worker", "cli", 4)
+    """An instance's host is the same in every process and run (a sha256 of agent and key, not
+    Python's per-process salted ``hash()``), and keys spread over all hosts."""
+    here = [host_index("worker", str(i), 4) for i in range(12)]
+    assert here == [1, 0, 3, 2, 3, 3, 0, 0, 1, 2, 3, 0]  # pinned: the same in every version too
+    for seed in ("1", "2"):
+        other = subprocess.run([sys.executable, "-c", _HOST_INDEXES], capture_output=True, text=True,
+                               env={**os.environ, "PYTHONHASHSEED": seed}, check=True, timeout=60)
+        assert json.loads(other.stdout) == here
     spread = {host_index("a", str(i), 4) for i in range(100)}
     assert spread == {0, 1, 2, 3}
 

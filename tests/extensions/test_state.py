@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,9 @@ from goondan.extensions.state import ExtensionState, MemoryStateStore
 from goondan.pipeline.events import EventBus
 from goondan.pipeline.registry import PipelineRegistry
 from goondan.tools.registry import ToolRegistry
+from goondan.workspace import InstanceStore
 from tests.support.aio import run
-from tests.support.pipeline_harness import FileStateStore, ext_binding
+from tests.support.pipeline_harness import EXT_FIXTURES, Binding, FileStateStore, ext_binding
 
 
 def load_counter(store: Any):  # type: ignore[no-untyped-def]
@@ -68,11 +70,26 @@ def test_instances_are_isolated(tmp_path: Path) -> None:
 
 
 def test_state_belongs_to_the_extension_identity(tmp_path: Path) -> None:
-    """seed 004 §13.4 rule 2: state is stored under the extension's name."""
-    store = FileStateStore(tmp_path, "coder", "user-1")
-    run(load_counter(store).flush_state())
-    assert store.writes == ["counter"]
-    assert (store.dir / "counter.json").exists()
+    """seed 004 §13.4 rules 2 and 6: three extensions all named ``counter`` (the bundle's own and
+    one from each of two packages) each restore and write their own state, in
+    ``extensions/counter.json`` and ``extensions/<package>/counter.json`` (file-safe: ``@`` → ``-``)."""
+    bindings = [
+        Binding(name="counter", entry=EXT_FIXTURES / "async_register.py", package=package)
+        for package in (None, "@acme/a", "@acme/b")
+    ]
+    with InstanceStore.open(tmp_path, "ws", "coder", "user-1", fsync=False) as store:
+        store.load()
+        ext_dir = store.paths.extensions_dir
+        ext_dir.mkdir(exist_ok=True)
+        (ext_dir / "counter.json").write_text('{"loads": 10}')
+        (ext_dir / "-acme" / "a").mkdir(parents=True)
+        (ext_dir / "-acme" / "a" / "counter.json").write_text('{"loads": 20}')
+        loaded = run(load_extensions(bindings, pipeline=PipelineRegistry(), tools=ToolRegistry(),
+                                     bus=EventBus(), state_store=store))
+        run(loaded.flush_state())
+    states = {p.relative_to(ext_dir).as_posix(): json.loads(p.read_text()) for p in ext_dir.rglob("*.json")}
+    assert states == {"counter.json": {"loads": 11}, "-acme/a/counter.json": {"loads": 21},
+                      "-acme/b/counter.json": {"loads": 1}}
 
 
 def test_only_changed_states_are_written_at_turn_end() -> None:

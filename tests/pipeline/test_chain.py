@@ -15,7 +15,8 @@ from goondan.pipeline.context import (
     TurnResult,
 )
 from goondan.pipeline.registry import PipelineRegistry
-from goondan.types import ToolCallResult, ToolCatalogItem
+from goondan.runtime.agents import AgentCallApi, SwarmCatalog, response_event
+from goondan.types import AgentEvent, ToolCallResult, ToolCatalogItem
 from tests.support.aio import run
 from tests.support.pipeline_harness import ok_result, step_ctx, tool_call_ctx, turn_ctx
 
@@ -290,8 +291,24 @@ def test_turn_middleware_sees_base_messages_and_emits_before_and_after_next() ->
     assert [m.id for m in state.base_messages] == [first.id]
 
 
+class _EchoRouter:
+    """Transport under the real ``AgentCallApi``: records what it is handed, answers "echo:"."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str | None, int | None]] = []
+
+    async def request(self, target: str, event: AgentEvent, *, timeout_ms: int) -> AgentEvent:
+        self.calls.append(("request", target, event.input, timeout_ms))
+        return response_event(event, agent_name=target, instance_key="k", text=f"echo:{event.input}")
+
+    async def send(self, target: str, event: AgentEvent) -> None:
+        self.calls.append(("send", target, event.input, None))
+
+
 def test_turn_and_step_middleware_can_call_other_agents() -> None:
-    """seed 000 §3.1 rule 5, §3.2 rule 4, §4.4 rule 3: ctx.agents.request/send, 15 s default timeout."""
+    """seed 000 §3.1 rule 5, §3.2 rule 4, §4.4 rule 3: ctx.agents.request/send from turn and step
+    middleware, through the runtime's real ``ctx.agents``; a request without ``timeout_ms``
+    waits 15 000 ms."""
     async def ask(ctx):  # type: ignore[no-untyped-def]
         answer = await ctx.agents.request("reviewer", "check this")
         await ctx.agents.send("auditor", "fyi")
@@ -304,15 +321,18 @@ def test_turn_and_step_middleware_can_call_other_agents() -> None:
     async def turn_core(ctx: TurnContext) -> TurnResult:
         return TurnResult(ctx.turn_id, "text_response", metadata=dict(ctx.metadata))
 
+    router = _EchoRouter()
+    catalog = SwarmCatalog("default", "main", ("main", "reviewer", "auditor"))
+
+    def agents() -> AgentCallApi:
+        return AgentCallApi(router, catalog, agent_name="main", instance_key="k")
+
     registry = PipelineRegistry()
     registry.register("turn", ask)
     registry.register("step", ask)
-    tctx, sctx = turn_ctx(), step_ctx()
-    assert run(registry.run_turn(tctx, turn_core)).metadata["answer"] == "echo:check this"
-    assert run(registry.run_step(sctx, step_core)).metadata["answer"] == "echo:check this"
-    assert tctx.agents.calls == [  # type: ignore[attr-defined]
-        ("request", "reviewer", "check this", 15_000), ("send", "auditor", "fyi", 0),
-    ]
+    assert run(registry.run_turn(turn_ctx(agents=agents()), turn_core)).metadata["answer"] == "echo:check this"
+    assert run(registry.run_step(step_ctx(agents=agents()), step_core)).metadata["answer"] == "echo:check this"
+    assert router.calls == [("request", "reviewer", "check this", 15_000), ("send", "auditor", "fyi", None)] * 2
 
 
 def test_tool_call_context_has_no_agents() -> None:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 
 from goondan.pipeline.context import (
-    MiddlewareAgentsApi,
     StepContext,
     StepResult,
     ToolCallContext,
@@ -16,26 +14,6 @@ from goondan.pipeline.context import (
 )
 from goondan.types import ToolCall
 from tests.support.pipeline_harness import step_ctx, tool_call_ctx, turn_ctx
-
-
-def test_agents_request_default_timeout_is_60_seconds() -> None:
-    """seed 000 §4.4 rule 3 as the reference runtime now resolves it: a request without
-    timeoutMs waits the Agent's requestTimeoutMs, else 60 000 ms (15 s was too short for a
-    real worker's turn)."""
-    params = inspect.signature(MiddlewareAgentsApi.request).parameters
-    assert params["timeout_ms"].default is None
-    assert {"request", "send"} <= set(dir(MiddlewareAgentsApi))
-    # ... and so does the implementation the runtime hands to middleware.
-    from goondan.runtime.agents import DEFAULT_TIMEOUT_MS, AgentCallApi, SwarmCatalog
-
-    real = inspect.signature(AgentCallApi.request).parameters
-    assert real["timeout_ms"].default is None and DEFAULT_TIMEOUT_MS == 60_000
-    catalog = SwarmCatalog("s", "a", ("a",))
-    api = AgentCallApi(object(), catalog, agent_name="a", instance_key="k")  # type: ignore[arg-type]
-    assert api.request_timeout_ms == 60_000
-    tuned = AgentCallApi(object(), catalog, agent_name="a", instance_key="k",  # type: ignore[arg-type]
-                         request_timeout_ms=90_000)
-    assert tuned.request_timeout_ms == 90_000
 
 
 def test_v1_turn_messages_structure_is_gone() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from goondan.ipc.agent_process import IpcAgentRouter
 from goondan.llm import create_model
 from goondan.llm.base import LanguageModel, ModelSpec
+from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
 from goondan.types import AgentEvent
 from tests.support.aio import run
@@ -66,16 +69,60 @@ def test_an_async_request_answers_with_a_later_turn(state_root: Path) -> None:
     assert messages[-1].text == "The worker says 4."
 
 
-def test_agent_spec_request_timeout_is_the_default(state_root: Path, tmp_path: Path) -> None:
-    import shutil
+_ASK_IN_MIDDLEWARE = """
+async def _turn(ctx):
+    if "middleware" in (ctx.input_event.input or ""):
+        await ctx.agents.request("worker", "Compute 17 * 23.")
+    return await ctx.next()
 
+
+def register(api):
+    api.pipeline.register("turn", _turn)
+"""
+
+
+def delegation_copy(tmp_path: Path, request_timeout_ms: int | None = None) -> Path:
+    """examples/delegation with the coordinator's ``requestTimeoutMs`` replaced (None: unset)
+    and a turn middleware that calls ``ctx.agents.request`` when the input says "middleware"."""
     bundle = tmp_path / "delegation"
     shutil.copytree(DELEGATION, bundle)
     manifest = bundle / "goondan.yaml"
-    text = manifest.read_text()
+    text = re.sub(r"\n  requestTimeoutMs: \d+\n", "\n", manifest.read_text())
     marker = "metadata:\n  name: coordinator\nspec:\n"
-    assert marker in text
-    manifest.write_text(text.replace(marker, marker + "  requestTimeoutMs: 250\n"))
+    assert marker in text and "requestTimeoutMs" not in text
+    if request_timeout_ms is not None:
+        text = text.replace(marker, f"{marker}  requestTimeoutMs: {request_timeout_ms}\n")
+    text = text.replace(marker, f"{marker}  extensions:\n    - ref: Extension/ask\n")
+    text += "---\napiVersion: goondan.ai/v1\nkind: Extension\nmetadata:\n  name: ask\nspec:\n  entry: ./ask.py\n"
+    manifest.write_text(text)
+    (bundle / "ask.py").write_text(_ASK_IN_MIDDLEWARE)
+    return bundle
+
+
+def test_requests_without_a_timeout_wait_15_seconds(state_root: Path, tmp_path: Path) -> None:
+    """seed 000 §4.4 rule 3: ``request`` waits 15 000 ms by default, from a middleware
+    (``ctx.agents.request``) and from the ``agents__request`` tool alike."""
+    waits: list[tuple[str, str, int]] = []
+
+    async def main() -> None:
+        async with Runtime.from_bundle(delegation_copy(tmp_path), state_root=state_root) as rt:
+            forward = rt.router.request
+
+            async def spy(target: str, event: AgentEvent, *, timeout_ms: int) -> AgentEvent:
+                waits.append((str(event.metadata["callSource"]), target, timeout_ms))
+                return await forward(target, event, timeout_ms=timeout_ms)
+
+            rt.router.request = spy  # type: ignore[method-assign]
+            assert (await rt.run_turn("coordinator", "ask through middleware")).error is None
+            tool = await rt.run_turn("coordinator", "What is 17 * 23?")
+            assert tool.text == "The worker says: 17 * 23 = 391"
+
+    run(main())
+    assert waits == [("extension-middleware", "worker", 15_000), ("tool", "worker", 15_000)]
+
+
+def test_agent_spec_request_timeout_is_the_default(state_root: Path, tmp_path: Path) -> None:
+    bundle = delegation_copy(tmp_path, request_timeout_ms=250)
     with FakeProvider() as fake:
         fake.enqueue(
             FakeReply.calls(FakeToolCall("agents__request", {"target": "worker", "input": "slow"}),
@@ -110,3 +157,42 @@ def test_ipc_router_delivers_an_async_answer_through_the_orchestrator() -> None:
     [message] = transport.sent
     assert (message.to, message.agent_event().instance_key) == ("coordinator", "k")
     assert "inReplyTo" not in message.agent_event().metadata  # a new turn, not an answer
+
+
+def test_a_send_carries_no_reply_to_and_a_request_does(state_root: Path) -> None:
+    """seed 002 §2.6 rules 2-3, through a real turn: ``agents__send`` hands the target an event
+    without ``replyTo`` (nothing waits for it); ``agents__request`` sets ``replyTo`` with the
+    caller and a correlation id."""
+    coordinator = ScriptedModel([
+        {"toolCalls": [{"name": "agents__send", "args": {"target": "worker", "input": "fyi"}},
+                       {"name": "agents__request", "args": {"target": "worker", "input": "Compute 17 * 23."}}]},
+        "done",
+    ])
+    handed: list[tuple[str, AgentEvent]] = []
+
+    async def main() -> None:
+        async with Runtime.from_bundle(DELEGATION, state_root=state_root, models={
+            "coordinator": coordinator, "worker": ScriptedModel(["ok"], loop=True),
+        }) as rt:
+            send, request = rt.router.send, rt.router.request
+
+            async def spy_send(target: str, event: AgentEvent) -> None:
+                handed.append(("send", event))
+                await send(target, event)
+
+            async def spy_request(target: str, event: AgentEvent, *, timeout_ms: int) -> AgentEvent:
+                handed.append(("request", event))
+                return await request(target, event, timeout_ms=timeout_ms)
+
+            rt.router.send = spy_send  # type: ignore[method-assign]
+            rt.router.request = spy_request  # type: ignore[method-assign]
+            assert (await rt.run_turn("coordinator", "go")).text == "done"
+            await rt.router.drain_tasks()
+
+    run(main())
+    (kind_a, sent), (kind_b, asked) = handed
+    assert (kind_a, kind_b) == ("send", "request")
+    assert sent.reply_to is None and "replyTo" not in sent.to_dict()
+    assert asked.reply_to is not None and asked.reply_to.target == "coordinator"
+    assert asked.reply_to.correlation_id.startswith("corr_")
+    assert asked.to_dict()["replyTo"]["correlationId"] == asked.reply_to.correlation_id

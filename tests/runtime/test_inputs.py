@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from goondan.errors import AgentError
+from goondan.runtime import Runtime
 from goondan.runtime.inputs import UnavailableAgents, input_text
 from goondan.types import AgentEvent
+from tests.support.aio import run
+
+DELEGATION = Path(__file__).resolve().parents[2] / "examples" / "delegation"
 
 
 def test_plain_input_is_just_the_text() -> None:
@@ -54,3 +60,38 @@ def test_unavailable_agents_explains_how_to_enable() -> None:
     assert "goondan run" in (info.value.suggestion or "")
     with pytest.raises(AgentError):
         asyncio.run(agents.send("coder", "hi"))
+
+
+def test_the_header_has_the_reference_shape_and_no_span_ids(state_root: Path) -> None:
+    """runtime.md §8: a delegated request reaches the worker as ``[goondan_context]`` +
+    ``{"source":{kind,name},"event","instanceKey","properties","metadata"}`` + the text; span ids
+    (tracing bookkeeping) never enter the user's text."""
+    async def main() -> tuple[str, list[dict[str, Any]]]:
+        async with Runtime.from_bundle(DELEGATION, state_root=state_root) as rt:
+            events: list[dict[str, Any]] = []
+            rt.subscribe(events.append)
+            result = await rt.run_turn("coordinator", "What is 17 * 23?", instance_key="k")
+            assert result.error is None
+            return (await rt.instance("worker", "k")).messages[0].text, events
+
+    text, events = run(main())
+    open_tag, body, close_tag, rest = text.split("\n", 3)
+    assert (open_tag, close_tag, rest) == ("[goondan_context]", "[/goondan_context]", "Compute 17 * 23.")
+    header = json.loads(body)
+    assert list(header) == ["source", "event", "instanceKey", "properties", "metadata"]
+    assert header["source"] == {"kind": "agent", "name": "coordinator"}
+    assert header["event"] == "agent.request" and header["instanceKey"] == "k"
+    assert header["properties"] == {"from_agent": "coordinator", "from_instance": "k"}
+    span_ids = {str(e[key]) for e in events for key in ("spanId", "parentSpanId") if e.get(key)}
+    assert span_ids and not any(span in text for span in span_ids)
+    assert "SpanId" not in text and "__goondan" not in text
+
+
+def test_the_header_always_has_properties_and_metadata() -> None:
+    """runtime.md §8: ``properties`` and ``metadata`` are always there (``{}`` when empty)."""
+    event = AgentEvent(type="agent.send", input="hi", instance_key="k",
+                       source={"kind": "agent", "name": "planner", "instanceKey": "p"},
+                       metadata={"parentSpanId": "00f067aa0ba902b7"})
+    header = json.loads(input_text(event).split("\n")[1])
+    assert header == {"source": {"kind": "agent", "name": "planner"}, "event": "agent.send",
+                      "instanceKey": "k", "properties": {"from_agent": "planner"}, "metadata": {}}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from goondan.conversation.messages import Message, MessageEvent
-from goondan.errors import GoondanError
+from goondan.errors import GoondanError, help_url
 from goondan.llm.testing import ScriptedModel
 from goondan.pipeline.context import StepResult, TurnResult
 from goondan.runtime import Runtime
@@ -186,7 +186,7 @@ def test_step_middleware_exception_fails_the_turn_and_keeps_a_valid_conversation
             instance.pipeline.register("step", explode)
             failed = await rt.run_turn("plain", "one")
             assert failed.finish_reason == "error"
-            assert failed.error == {"code": "E_TEST_STEP", "message": "step post failed"}
+            assert failed.error == {"code": "E_TEST_STEP", "message": "step post failed", "helpUrl": help_url("E_TEST_STEP")}
             assert shape(base_records(instance)) == [
                 ("user", "user", "one"), ("assistant", "assistant", "call:calc__add"),
                 ("tool", "tool", "result:calc__add:json"),
@@ -244,7 +244,7 @@ def test_parallel_tool_call_failure_keeps_the_error_code(state_root: Path) -> No
 
             instance.pipeline.register("toolCall", deny)
             failed = await rt.run_turn("parallel", "both")
-            assert failed.error == {"code": "E_TEST_DENY", "message": "echo is forbidden"}
+            assert failed.error == {"code": "E_TEST_DENY", "message": "echo is forbidden", "helpUrl": help_url("E_TEST_DENY")}
             records = base_records(instance)
             assert [r["source"].get("toolName") for r in records if r["data"]["role"] == "tool"] == [
                 "calc__add", "calc__echo",
@@ -270,7 +270,7 @@ def test_failed_step_result_ends_the_turn_and_step_failed_has_the_message(state_
 
             instance.pipeline.register("step", refuse)
             result = await rt.run_turn("plain", "hi")
-            assert result.error == {"code": "E_QUOTA", "message": "quota used up"}
+            assert result.error == {"code": "E_QUOTA", "message": "quota used up", "helpUrl": help_url("E_QUOTA")}
             failed = [e for e in events if e["type"] == "step.failed"]
             assert len(failed) == 1 and failed[0]["errorMessage"] == "quota used up"
             assert [e["type"] for e in events if e["type"] == "turn.failed"] == ["turn.failed"]

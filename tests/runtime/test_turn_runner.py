@@ -16,6 +16,7 @@ from goondan.config import AgentSpec
 from goondan.config.bundle import ModelBinding
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.conversation.state import ConversationState
+from goondan.errors import help_url
 from goondan.llm.base import ModelRequest
 from goondan.llm.testing import FunctionModel, ScriptedModel
 from goondan.pipeline.context import StepContext, StepResult
@@ -116,7 +117,7 @@ def test_a_step_middleware_s_failed_result_ends_the_turn_with_its_error() -> Non
     loop = Loop([], pipeline=pipeline)
     runner = run(loop.run("hi"))
     assert loop.result.finish_reason == "error"
-    assert loop.result.error == {"code": "E_QUOTA", "message": "quota used up"}
+    assert loop.result.error == {"code": "E_QUOTA", "message": "quota used up", "helpUrl": help_url("E_QUOTA")}
     outcome = runner.outcome(loop.result)
     assert outcome.error_count == 1 and outcome.needs_repair
     assert loop.events[-1]["type"] == "step.failed"
@@ -147,7 +148,7 @@ def test_classify_step_maps_status_flags_and_metadata_to_one_outcome() -> None:
     assert classify_step(StepResult("completed", True, [ToolCall("c1", "calc__add", {})], [result]),
                          answer) == ToolsRan((result,))
     failed = classify_step(StepResult("failed", False), answer)
-    assert failed == StepFailed({"code": "E_STEP_FAILED", "message": "step failed"})
+    assert failed == StepFailed({"code": "E_STEP_FAILED", "message": "step failed", "helpUrl": help_url("E_STEP_FAILED")})
     assert isinstance(failed, StepFailed) and not failed.retry
 
 

@@ -134,6 +134,7 @@ class FakeReply:
     error_json: dict[str, Any] | None = None  # replaces the rendered error body
     for_model: str | None = None  # only a request for this model takes the reply
     serial: int = 0  # set by FakeProvider.enqueue: 1, 2, ... in queue order (tool-call ids use it)
+    call_ids: bool = True  # False: tool calls carry no id at all, as some OpenAI-compatible servers
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -261,6 +262,11 @@ def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
+def _without_none(item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` without an ``id`` of None (a server that sends no tool-call ids)."""
+    return {k: v for k, v in item.items() if not (k == "id" and v is None)}
+
+
 # -- renderers -----------------------------------------------------------------------------------
 
 
@@ -278,7 +284,7 @@ class _Renderer:
         # Ids depend on the reply, not the request: a reply queued twice (plain, then
         # streamed) yields the same ids, so the two results can be compared whole.
         self.call_ids = [c.id or (f"{prefix}{reply.serial}_{i}" if prefix else None)
-                         for i, c in enumerate(reply.tool_calls)]
+                         if reply.call_ids else None for i, c in enumerate(reply.tool_calls)]
 
     @property
     def finish(self) -> str:
@@ -325,8 +331,8 @@ class _Renderer:
         message: dict[str, Any] = {"role": "assistant", "content": r.text or None, "refusal": None}
         if r.tool_calls:
             message["tool_calls"] = [
-                {"id": cid, "type": "function",
-                 "function": {"name": c.name, "arguments": _dumps(c.args)}}
+                _without_none({"id": cid, "type": "function",
+                               "function": {"name": c.name, "arguments": _dumps(c.args)}})
                 for c, cid in zip(r.tool_calls, self.call_ids, strict=True)
             ]
         out = self._openai_base("chat.completion")
@@ -347,9 +353,9 @@ class _Renderer:
         events = [self._openai_chunk({"role": "assistant", "content": "", "refusal": None})]
         events += [self._openai_chunk({"content": piece}) for piece in _split(r.text, r.chunks)]
         for index, (call, cid) in enumerate(zip(r.tool_calls, self.call_ids, strict=True)):
-            events.append(self._openai_chunk({"tool_calls": [
+            events.append(self._openai_chunk({"tool_calls": [_without_none(
                 {"index": index, "id": cid, "type": "function",
-                 "function": {"name": call.name, "arguments": ""}}]}))
+                 "function": {"name": call.name, "arguments": ""}})]}))
             for piece in _split(_dumps(call.args), r.chunks):
                 events.append(self._openai_chunk(
                     {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
@@ -369,7 +375,7 @@ class _Renderer:
         if r.text:
             blocks.append({"type": "text", "text": r.text})
         for call, cid in zip(r.tool_calls, self.call_ids, strict=True):
-            blocks.append({"type": "tool_use", "id": cid, "name": call.name, "input": call.args})
+            blocks.append(_without_none({"type": "tool_use", "id": cid, "name": call.name, "input": call.args}))
         return blocks
 
     def _anthropic_usage(self, output_tokens: int) -> dict[str, Any]:
@@ -408,7 +414,7 @@ class _Renderer:
             i = index + offset
             ev.append(self._sse("content_block_start", {
                 "type": "content_block_start", "index": i,
-                "content_block": {"type": "tool_use", "id": cid, "name": call.name, "input": {}}}))
+                "content_block": _without_none({"type": "tool_use", "id": cid, "name": call.name, "input": {}})}))
             for piece in ["", *_split(_dumps(call.args), r.chunks)]:
                 ev.append(self._sse("content_block_delta", {
                     "type": "content_block_delta", "index": i,

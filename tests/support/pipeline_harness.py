@@ -54,11 +54,11 @@ class RecordingAgents:
     """``ctx.agents`` double: answers every request with ``"echo:<input>"``."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str | None, int]] = []
+        self.calls: list[tuple[str, str, str | None, int | None]] = []
 
     async def request(
         self, target: str, input: str | None = None, *, instance_key: str | None = None,
-        timeout_ms: int = 15_000, metadata: JsonObject | None = None,
+        timeout_ms: int | None = None, metadata: JsonObject | None = None,
     ) -> dict[str, Any]:
         self.calls.append(("request", target, input, timeout_ms))
         return {"target": target, "response": f"echo:{input}"}

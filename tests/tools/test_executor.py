@@ -10,12 +10,15 @@ from typing import Any
 import pytest
 
 from goondan.conversation.messages import Message
+from goondan.llm.testing import ScriptedModel
+from goondan.runtime import Runtime
 from goondan.secrets import register_secret
 from goondan.tools.executor import ToolExecutor, ToolFailure, truncate_error_message
 from goondan.tools.loader import load_entry_module
 from goondan.tools.registry import ToolRegistry
 from goondan.types import ToolCall, ToolCallResult, ToolSource
 from tests.support.aio import run
+from tests.support.hostile_bundles import write_bundle
 from tests.support.pipeline_harness import TOOL_FIXTURES, Binding, Export, tool_context
 
 EXPORTS = ["echo", "aecho", "fail", "afail", "hang", "block", "bad-output", "nan-output",
@@ -222,18 +225,50 @@ def test_secrets_never_reach_error_results() -> None:
     assert "***" in result.error.message
 
 
-def test_tool_context_carries_workdir_message_and_ids(tmp_path: Path) -> None:
-    """seed 002 §2.5 rules 1, 2, 4 / §7.3: workdir, the assistant message holding the call, ids."""
-    executor, _ = make()
-    message = Message.assistant("", [ToolCall("call-1", "basic__where", {"path": "a.txt"})])
-    result = execute(executor, "basic__where", {"path": "a.txt"}, workdir=tmp_path,
-                     message=message, trace_id="f" * 32)
-    assert result.output == {
-        "workdir": str(tmp_path), "resolved": str(tmp_path / "a.txt"),
-        "messageId": message.id, "toolCallId": "call-1", "traceId": "f" * 32,
+WHERE_TOOL = """
+def show(ctx, input):
+    message = ctx.message
+    return {
+        "workdir": str(ctx.workdir), "resolved": str(ctx.resolve_path(input.get("path", "a.txt"))),
+        "messageId": message.id if message is not None else None,
+        "messageCalls": [c.id for c in message.tool_calls] if message is not None else [],
+        "toolCallId": ctx.tool_call_id, "traceId": ctx.trace_id, "turnId": ctx.turn_id,
     }
-    absolute = execute(executor, "basic__where", {"path": "/etc/hosts"}, workdir=tmp_path)
-    assert absolute.output["resolved"] == "/etc/hosts"
+
+
+handlers = {"show": show}
+"""
+
+
+def test_tool_context_carries_workdir_message_and_ids(tmp_path: Path, state_root: Path) -> None:
+    """seed 002 §2.5 rules 1, 2, 4 / §7.3, through a real turn: the handler's ``ctx`` has the
+    Agent's workdir (relative paths resolve in it), the assistant message that holds the call
+    (as stored in the conversation), the call's id, and the turn's trace and turn ids."""
+    bundle = write_bundle(tmp_path / "b", script=["unused"], tools={"where": (WHERE_TOOL, ["show"])},
+                          agent_extra="  workdir: ./work\n")
+    (bundle / "work").mkdir()
+    model = ScriptedModel([
+        {"text": "looking", "toolCalls": [{"name": "where__show", "args": {}},
+                                          {"name": "where__show", "args": {"path": "/etc/hosts"}}]},
+        "done",
+    ])
+
+    async def main() -> tuple[Any, list[Message]]:
+        async with Runtime.from_bundle(bundle, state_root=state_root, models={"a": model}) as rt:
+            result = await rt.run_turn("a", "where am I?")
+            return result, list((await rt.instance("a")).messages)
+
+    result, messages = run(main())
+    [assistant] = [m for m in messages if m.tool_calls]
+    calls = [c.id for c in assistant.tool_calls]
+    outputs = [part["output"]["value"] for m in messages if m.role == "tool" for part in m.data["content"]]
+    workdir = (bundle / "work").resolve()
+    assert [Path(o["workdir"]).resolve() for o in outputs] == [workdir, workdir]
+    assert [o["resolved"] for o in outputs] == [str(Path(outputs[0]["workdir"]) / "a.txt"), "/etc/hosts"]
+    assert [o["messageId"] for o in outputs] == [assistant.id] * 2
+    assert [o["messageCalls"] for o in outputs] == [calls] * 2
+    assert [o["toolCallId"] for o in outputs] == calls
+    assert {(o["traceId"], o["turnId"]) for o in outputs} == {(result.metadata["traceId"], result.turn_id)}
 
 
 def _single(handler: Any, *, timeout_ms: int = 120_000) -> ToolExecutor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,38 @@ def test_a_package_directory_entry_loads_its_init_with_relative_imports(tmp_path
     assert module.handlers["get"](None, {"city": "Seoul"}) == "sunny in Seoul"
     with pytest.raises(ToolLoadError):
         load_entry_module(tmp_path)  # a directory without __init__.py is not a package
+
+
+class _ImportDuringCleanup(str):
+    """A ``sys.modules`` key whose comparison imports a module, once, while armed: it stands for
+    another thread (a connector starting in the same process) importing exactly while a failed
+    load cleans ``sys.modules`` up."""
+
+    armed = False
+    __hash__ = str.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        if _ImportDuringCleanup.armed:
+            _ImportDuringCleanup.armed = False
+            sys.modules["_goondan_test_imported_meanwhile"] = types.ModuleType("meanwhile")
+        return str.__eq__(self, other)
+
+
+def test_a_failed_load_reports_its_own_error_while_other_threads_import(tmp_path: Path) -> None:
+    """seed 004 §13.5 rule 1: a failing entry reports its real error even when another thread
+    imports while the failed load cleans ``sys.modules`` up (no "dictionary changed size during
+    iteration" instead of the cause)."""
+    raising = tmp_path / "raising.py"
+    raising.write_text("raise RuntimeError('the real cause')\n")
+    probe = _ImportDuringCleanup("_goondan_test_probe")
+    sys.modules[probe] = types.ModuleType("probe")
+    try:
+        _ImportDuringCleanup.armed = True
+        with pytest.raises(ToolLoadError, match="RuntimeError: the real cause"):
+            load_entry_module(raising)
+        assert not _ImportDuringCleanup.armed  # the cleanup did run while "another thread" imported
+    finally:
+        _ImportDuringCleanup.armed = False
+        sys.modules.pop(probe, None)
+        sys.modules.pop("_goondan_test_imported_meanwhile", None)
+    assert not [m for m in sys.modules if m.startswith(PRIVATE_PREFIX) and "raising" in m]

@@ -51,7 +51,7 @@ def _failure(err: AgentError) -> ToolFailure:
 async def request(ctx: Any, input: dict[str, Any]) -> dict[str, Any]:
     """Ask ``target``: ``{target, eventId, correlationId, response}`` (+ ``accepted``, ``async``).
 
-    ``timeoutMs`` defaults to the calling Agent's ``spec.requestTimeoutMs``, else 60 000.
+    ``timeoutMs`` defaults to the calling Agent's ``spec.requestTimeoutMs``, else 15 000.
     With ``async: true`` the call returns at once (``response`` null) and the answer arrives
     later as a new ``agent.response`` event of the calling instance.
     """
