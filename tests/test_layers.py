@@ -77,3 +77,38 @@ MAX_LINES = 620
 def test_ipc_and_runtime_modules_stay_small(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT.parent)} has {lines} lines; split it"
+
+
+# Decision 19: the runtime needs nothing beyond the standard library and these four.
+RUNTIME_DEPENDENCIES = {"click": "click", "pyyaml": "yaml", "tomli-w": "tomli_w", "urllib3": "urllib3"}
+# Optional extras, imported only by the module that offers them.
+OPTIONAL_IMPORTS = {"ray": "engines/ray/"}
+
+
+def test_runtime_dependencies_are_only_click_pyyaml_tomli_w_and_urllib3() -> None:
+    """Decision 19 (spec README): no extra runtime dependencies — pyproject lists exactly click,
+    pyyaml, tomli-w and urllib3, and every module of goondan (the built-in packages included)
+    imports only those, the standard library, or an optional extra inside its own module."""
+    import re
+    import sys
+    import tomllib
+
+    project = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = {re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0].lower() for spec in project["dependencies"]}
+    assert names == set(RUNTIME_DEPENDENCIES)
+    allowed = set(sys.stdlib_module_names) | set(RUNTIME_DEPENDENCIES.values()) | {"goondan", "__future__"}
+    outside: list[str] = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in allowed and not rel.startswith(OPTIONAL_IMPORTS.get(top, "\0")):
+                    outside.append(f"{rel}: {module}")
+    assert outside == []

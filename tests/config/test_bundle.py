@@ -104,6 +104,14 @@ def test_defaults(tmp_path: Path) -> None:
     assert swarm.shutdown_grace_ms == 30_000 and swarm.instance_key == "main"
 
 
+def test_an_agent_workdir_is_relative_to_the_bundle_root(tmp_path: Path) -> None:
+    """Decision 16: ``ToolContext.workdir`` defaults to the bundle root and an Agent's
+    ``spec.workdir`` sets it (relative to the bundle root)."""
+    text = BASIC.replace("  prompts: {systemPrompt: hi}\n", "  prompts: {systemPrompt: hi}\n  workdir: ./work\n")
+    bundle = load_bundle(write(tmp_path, {"goondan.yaml": text}))
+    assert bundle.agent_spec("a").workdir == tmp_path / "work"
+
+
 def test_swarm_selection_errors(tmp_path: Path) -> None:
     two = BASIC + "---\n" + HEADER + "kind: Swarm\nmetadata: {name: other}\nspec: {entryAgent: a, agents: [a]}\n"
     bundle = load_bundle(write(tmp_path, {"goondan.yaml": two}))

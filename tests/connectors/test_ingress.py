@@ -246,3 +246,31 @@ def test_an_accepted_event_is_an_ingress_span_parent_of_its_turn(tmp_path: Path)
         assert (received.source, received.event_id, received.event_type, received.target) == ("conn", "e1", "msg", "a")
 
     run(main)
+
+
+def test_image_and_file_messages_become_the_reference_input_and_no_reply_is_expected(tmp_path: Path) -> None:
+    """connectors.md §3 and §4 step 5: an image message's Turn input is ``[image] <url>``, a
+    file's ``[file:<name>] <url>``; the AgentEvent built from a connector event carries no
+    ``replyTo`` (replies go out through tools)."""
+    record: list[str] = []
+    raws = [
+        {"id": "i1", "name": "msg", "instanceKey": "k",
+         "message": {"type": "image", "url": "https://example.test/cat.png"}},
+        {"id": "f1", "name": "msg", "instanceKey": "k",
+         "message": {"type": "file", "url": "https://example.test/r.pdf", "name": "r.pdf"}},
+    ]
+
+    async def main() -> list[Any]:
+        orch, ingress = make(tmp_path, record)
+        async with orch:
+            await ingress.open()
+            accepted = [await ingress.accept("conn", raw) for raw in raws]
+            await orch.wait_until(lambda: len(record) == 2, 30)
+        ingress.close()
+        return accepted
+
+    image, file = run(main)
+    assert image.event.input == "[image] https://example.test/cat.png"
+    assert file.event.input == "[file:r.pdf] https://example.test/r.pdf"
+    assert image.event.reply_to is None and file.event.reply_to is None
+    assert record == ["a@k [image] https://example.test/cat.png", "a@k [file:r.pdf] https://example.test/r.pdf"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,3 +92,22 @@ def test_connections_belong_to_their_swarm_and_resolve_values(
     assert secrets == {"TOKEN": "tok-123456789", "signingSecret": "legacy-signing-secret"}
     assert unset == ["config.MISSING"]
     assert mask("token tok-123456789") == "token ***" and "8080" in mask("port 8080")
+
+
+def test_a_route_with_both_instance_key_and_instance_key_property_is_rejected(tmp_path: Path) -> None:
+    """connectors.md §4 step 4: ``route.instanceKey`` together with ``route.instanceKeyProperty``
+    is invalid (MUST NOT); ``goondan validate`` reports it on the route, either one alone is valid."""
+    from goondan.config import validate_bundle
+
+    def report(route: str) -> Any:
+        (tmp_path / "goondan.yaml").write_text(BUNDLE.replace(
+            "route: {agentRef: Agent/b, instanceKeyProperty: chat, instanceKeyPrefix: \"c:\"}", route))
+        return validate_bundle(tmp_path, env={"GOONDAN_TEST_CONN_TOKEN": "t"}, state_root=tmp_path / "state")
+
+    (tmp_path / "c.py").write_text("async def run(ctx):\n    pass\n")
+    both = report("route: {instanceKey: fixed, instanceKeyProperty: chat}")
+    [error] = both.errors
+    assert "instanceKey or instanceKeyProperty, not both" in error.message
+    assert error.resource == "Connection/implicit" and "route" in str(error.path)
+    assert report("route: {instanceKey: fixed}").valid
+    assert report("route: {instanceKeyProperty: chat}").valid

@@ -325,3 +325,6 @@ spec:
     # The stop waited for the thread to see ctx.stopping and return (SYNC_STOP_GRACE_S).
     messages = [r.getMessage() for r in caplog.records]
     assert "sync connector emitted s1" in messages and "sync connector stopping" in messages
+    # connectors.md §3 (Python adaptation): ctx.logger is a logging.Logger named after the Connection.
+    assert {r.name for r in caplog.records if r.getMessage().startswith("sync connector")} == {
+        "goondan.connector.sync"}

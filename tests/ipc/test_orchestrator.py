@@ -231,3 +231,24 @@ def test_removed_agent_is_stopped_on_config_change() -> None:
                 await orch.request("c", "echo:y")
 
     run(main)
+
+
+def test_a_spawned_instance_gets_its_cwd_as_workdir(tmp_path: Path) -> None:
+    """Decision 16: ``ToolContext.workdir`` can be set per spawned instance — the ``cwd`` of
+    ``agents__spawn`` (relative to the project root) reaches the agent process as ``--workdir``."""
+    from goondan.ipc.agent_process import parse_args
+    from goondan.ipc.spawner import ProcessSpawner
+
+    async def main() -> None:
+        orch, spawner = make(project_root=tmp_path)
+        async with orch:
+            result = await orch.spawn_instance("c", "job-1", cwd="sub", owner=("a", "default"))
+            await orch.wait_until(lambda: len(spawner.spawned) == 1, timeout=30)
+        expected = str((tmp_path / "sub").resolve())
+        assert result["cwd"] == expected
+        [request] = spawner.spawned
+        assert (request.agent_name, request.instance_key, request.workdir) == ("c", "job-1", expected)
+        argv = ProcessSpawner(tmp_path, state_root=tmp_path / "state", swarm="test").argv(request)
+        assert parse_args(argv).workdir == expected
+
+    run(main)

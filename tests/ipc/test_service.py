@@ -66,3 +66,65 @@ def test_active_file_and_live_process_rows(state_root: Path) -> None:
     (state_root / "runtime" / "active.json").write_text("{broken")
     with pytest.raises(ConfigError):
         read_active(state_root)
+
+
+FRESH_BUNDLE = """apiVersion: goondan.ai/v1
+kind: Package
+metadata: {name: fresh}
+---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: scripted, model: s, options: {script: ["ok"]}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec: {modelConfig: {modelRef: Model/m}, prompts: {systemPrompt: x}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: b}
+spec: {modelConfig: {modelRef: Model/m}, prompts: {systemPrompt: x}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: main}
+spec: {entryAgent: Agent/a, agents: [{ref: Agent/a}, {ref: Agent/b}]}
+"""
+
+
+def test_restart_fresh_clears_the_history_of_that_agent_only(tmp_path: Path, state_root: Path) -> None:
+    """Decision 10 (spec README): ``goondan restart --agent A --fresh`` clears A's history —
+    every conversation of A in this bundle's workspace — and keeps the other agents'; a restart
+    without ``--fresh`` keeps the history."""
+    import asyncio
+
+    from goondan.config import load_bundle
+    from goondan.conversation import Message, MessageEvent
+    from goondan.ipc.service import SwarmService
+    from goondan.workspace import InstanceStore
+    from goondan.workspace.paths import workspace_id_for
+
+    bundle_dir = tmp_path / "bundle"
+    bundle_dir.mkdir()
+    (bundle_dir / "goondan.yaml").write_text(FRESH_BUNDLE)
+    bundle = load_bundle(bundle_dir, state_root=state_root)
+    workspace = workspace_id_for(bundle.root, bundle.package_name)
+    for agent, key in (("a", "k1"), ("a", "k2"), ("b", "k1")):
+        store = InstanceStore.open(state_root, workspace, agent, key, fsync=False)
+        state = store.load()
+        event = MessageEvent.append(Message.user(f"hello {agent}"))
+        state.emit(event)
+        store.append_event(event, "turn-1")
+        store.close()
+
+    def agents_with_history() -> list[str]:
+        return sorted(json.loads(p.read_text())["agentName"] + ":" + json.loads(p.read_text())["instanceKey"]
+                      for p in (state_root / "workspaces" / workspace / "instances").glob("*/metadata.json"))
+
+    service = SwarmService(bundle, state_root=state_root, log_to_file=False)
+    asyncio.run(service.restart("a"))
+    assert agents_with_history() == ["a:k1", "a:k2", "b:k1"]
+    asyncio.run(service.restart("a", fresh=True))
+    assert agents_with_history() == ["b:k1"]
