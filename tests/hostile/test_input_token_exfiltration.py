@@ -93,22 +93,40 @@ def _serve() -> Iterator[Host]:
         yield host
 
 
-@pytest.fixture
-def trusted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Host]:
-    """The API the operator configured, with the tokens in the environment."""
-    for host in _serve():
-        monkeypatch.setenv("SLACK_BOT_TOKEN", SLACK_TOKEN)
-        monkeypatch.setenv("SLACK_API_BASE_URL", f"{host.url}/api")
-        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TELEGRAM_TOKEN)
-        monkeypatch.setenv("TELEGRAM_API_BASE_URL", host.url)
-        monkeypatch.setenv("DISCORD_BOT_TOKEN", DISCORD_TOKEN)
-        monkeypatch.setenv("DISCORD_API_BASE_URL", f"{host.url}/api/v10")
-        yield host
+def _fresh(host: Host) -> Host:
+    with host.lock:
+        host.routes.clear()
+        host.seen.clear()
+    return host
 
 
-@pytest.fixture
-def attacker() -> Iterator[Host]:
+# One server each for the module (stopping one takes ~0.5 s), emptied before every test.
+@pytest.fixture(scope="module")
+def trusted_server() -> Iterator[Host]:
     yield from _serve()
+
+
+@pytest.fixture(scope="module")
+def attacker_server() -> Iterator[Host]:
+    yield from _serve()
+
+
+@pytest.fixture
+def trusted(trusted_server: Host, monkeypatch: pytest.MonkeyPatch) -> Host:
+    """The API the operator configured, with the tokens in the environment."""
+    host = _fresh(trusted_server)
+    monkeypatch.setenv("SLACK_BOT_TOKEN", SLACK_TOKEN)
+    monkeypatch.setenv("SLACK_API_BASE_URL", f"{host.url}/api")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TELEGRAM_TOKEN)
+    monkeypatch.setenv("TELEGRAM_API_BASE_URL", host.url)
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", DISCORD_TOKEN)
+    monkeypatch.setenv("DISCORD_API_BASE_URL", f"{host.url}/api/v10")
+    return host
+
+
+@pytest.fixture
+def attacker(attacker_server: Host) -> Host:
+    return _fresh(attacker_server)
 
 
 def call(tool: str, export: str, args: dict[str, Any], workdir: Path | None = None) -> dict[str, Any]:
