@@ -120,5 +120,6 @@ def test_network_failures(monkeypatch: pytest.MonkeyPatch) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-secret-value")
-    error = failure("send", {"channelId": "C4", "text": "x", "apiBaseUrl": f"http://127.0.0.1:{port}/api"})
+    monkeypatch.setenv("SLACK_API_BASE_URL", f"http://127.0.0.1:{port}/api")
+    error = failure("send", {"channelId": "C4", "text": "x"})
     assert error.code == "E_BASE_HTTP" and "xoxb-secret-value" not in error.message

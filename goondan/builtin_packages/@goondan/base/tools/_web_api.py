@@ -1,9 +1,15 @@
-"""HTTP plumbing shared by the ``slack`` and ``telegram`` tools of ``@goondan/base``
-(docs/base-package.md, "slack" and "telegram").
+"""HTTP plumbing shared by the ``slack``, ``telegram`` and ``discord`` tools of
+``@goondan/base`` (docs/base-package.md, "slack", "telegram" and "discord").
 
 Requests run with urllib3 in a worker thread. Network failures become ``E_BASE_HTTP`` /
 ``E_BASE_HTTP_TIMEOUT`` tool failures; the bot token never appears in a message (it is part
 of Telegram URLs, so every text built here is masked).
+
+A bot token taken from the environment goes only to the trusted API origin (issue 27, "Safe
+by default"): :func:`api_base_url` refuses an input ``apiBaseUrl`` naming another origin
+unless the call brings its own ``token``, and redirects are never followed by urllib3: each
+hop is checked here (by default it must stay on the request's origin) and one that leaves is
+an ``E_BASE_HTTP`` failure, the token never sent there.
 """
 
 from __future__ import annotations
@@ -12,15 +18,17 @@ import asyncio
 import base64
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import urllib3
 
 from goondan.secrets import register_secret
 from goondan.tools import ToolContext, ToolFailure
 
+from ._hosts import _parse as _parse_strictly  # http-fetch's parser: one host per URL, or refused
 from ._inputs import absolute, invalid
 
 __all__ = [
@@ -32,19 +40,25 @@ __all__ = [
     "file_output",
     "find_token",
     "max_download_bytes",
+    "origin",
     "positive_int",
     "request",
+    "show_origin",
 ]
 
 DEFAULT_TIMEOUT_MS = 15_000
 DEFAULT_MAX_DOWNLOAD = 3_000_000
 MAX_DOWNLOAD = 20_000_000
+MAX_REDIRECTS = 5
 _CHUNK = 65536
+_REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 _pool = urllib3.PoolManager(num_pools=4, maxsize=4)
-# No retries (a repeated chat.postMessage would post twice); redirects are followed, and
-# urllib3 drops the Authorization header when one leaves the host.
-_retries = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5,
+# No retries (a repeated chat.postMessage would post twice), and no redirects followed by
+# urllib3: _send follows them itself, checking each target before the token goes there.
+_retries = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=0,
                          raise_on_redirect=False)
+
+Origin = tuple[str, str, int]
 
 
 @dataclass(frozen=True)
@@ -81,14 +95,47 @@ def find_token(input: dict[str, Any], env_names: tuple[str, ...], tool: str, cod
                       suggestion=f"Export {env_names[0]} in the environment goondan runs in.")
 
 
-def api_base_url(input: dict[str, Any], env_name: str, default: str) -> str:
-    """Input ``apiBaseUrl``, else ``$env_name``, else ``default``; without a trailing slash."""
+def origin(url: str) -> Origin | None:
+    """``(scheme, host, port)`` urllib3 connects to for ``url``; ``None`` when ``url`` is not
+    an unambiguous absolute http(s) URL (userinfo, a backslash, parsers disagreeing …)."""
+    try:
+        scheme, host, port, _ = _parse_strictly(url)
+    except ToolFailure:
+        return None
+    return scheme, host, port
+
+
+def show_origin(value: Origin | None) -> str:
+    """``scheme://host:port`` of an :func:`origin`, for messages (never a path: it may hold
+    a token)."""
+    if value is None:
+        return "an unparsable URL"
+    scheme, host, port = value
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def api_base_url(input: dict[str, Any], env_name: str, default: str, *,
+                 sends_env_token: bool = True) -> str:
+    """Input ``apiBaseUrl``, else ``$env_name``, else ``default``; without a trailing slash.
+
+    The trusted API is ``$env_name`` (set by the operator) or ``default``. When the call sends
+    a token from the environment (``sends_env_token`` and no input ``token``), an input
+    ``apiBaseUrl`` on another origin is refused: the model must not be able to send the
+    operator's token to a host it names."""
     value = input.get("apiBaseUrl")
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise invalid("'apiBaseUrl' must be a non-empty string")
-    base = (value or os.environ.get(env_name, "") or default).strip().rstrip("/")
+    trusted = (os.environ.get(env_name, "") or default).strip().rstrip("/")
+    base = (value or trusted).strip().rstrip("/")
     if urlsplit(base).scheme not in ("http", "https"):
         raise invalid(f"the API base URL must be http(s), got {base!r}")
+    if value is not None and sends_env_token and input.get("token") is None:
+        wanted, allowed = origin(base), origin(trusted)
+        if wanted is None or wanted != allowed:
+            raise invalid(
+                f"'apiBaseUrl' names {show_origin(wanted)}, not the API origin the bot token from "
+                f"the environment is sent to ({show_origin(allowed)}); set {env_name} to change "
+                "that API, or pass 'token' with the token for the other one")
     return base
 
 
@@ -119,11 +166,44 @@ def _failure(url: str, secret: str, timeout_ms: int, exc: BaseException) -> Tool
 
 
 def _send(method: str, url: str, headers: dict[str, str], body: bytes | None, timeout_ms: int,
-          secret: str, max_bytes: int | None) -> tuple[int, dict[str, str], bytes]:
+          secret: str, max_bytes: int | None,
+          may_follow: Callable[[str], bool] | None) -> tuple[int, dict[str, str], bytes]:
+    """The request, following up to :data:`MAX_REDIRECTS` redirects whose target passes
+    ``may_follow`` (default: the same origin as ``url``); any other redirect fails the call
+    before the token (header or URL path) goes anywhere."""
+    first = origin(url)
+
+    def same_origin(target: str) -> bool:
+        return first is not None and origin(target) == first
+
+    allowed = may_follow or same_origin
+    shown = url.replace(secret, "***") if secret else url
+    for _ in range(MAX_REDIRECTS + 1):
+        status, response_headers, raw = _send_once(method, url, headers, body, timeout_ms, secret,
+                                                   max_bytes)
+        location = response_headers.get("location")
+        if status not in _REDIRECT_STATUSES or not location:
+            return status, response_headers, raw
+        target = urljoin(url, location)
+        if not allowed(target):
+            raise ToolFailure(
+                f"request to {shown} was redirected (HTTP {status}) to {show_origin(origin(target))}; "
+                "not followed: the token may only go to the API it was meant for",
+                code="E_BASE_HTTP", suggestion="Check the API base URL (it should not redirect elsewhere).")
+        if status == 303 or (status in (301, 302) and method not in ("GET", "HEAD")):
+            method, body = "GET", None
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+        url = target
+    raise ToolFailure(f"request to {shown} was redirected more than {MAX_REDIRECTS} times",
+                      code="E_BASE_HTTP", suggestion="Check the API base URL.")
+
+
+def _send_once(method: str, url: str, headers: dict[str, str], body: bytes | None, timeout_ms: int,
+               secret: str, max_bytes: int | None) -> tuple[int, dict[str, str], bytes]:
     timeout = urllib3.Timeout(total=timeout_ms / 1000.0)
     try:
         response = _pool.request(method, url, headers=headers, body=body, timeout=timeout,
-                                 retries=_retries, preload_content=False, redirect=True)
+                                 retries=_retries, preload_content=False, redirect=False)
         try:
             chunks: list[bytes] = []
             size = 0
@@ -157,7 +237,7 @@ async def request(method: str, url: str, *, headers: dict[str, str], timeout_ms:
     if query:
         url = f"{url}?{urlencode({k: v for k, v in query.items() if v is not None})}"
     status, response_headers, raw = await asyncio.to_thread(
-        _send, method, url, headers, body, timeout_ms, secret, None)
+        _send, method, url, headers, body, timeout_ms, secret, None, None)
     try:
         data = json.loads(raw) if raw else None
     except ValueError:
@@ -166,10 +246,11 @@ async def request(method: str, url: str, *, headers: dict[str, str], timeout_ms:
 
 
 async def download(url: str, *, headers: dict[str, str], max_bytes: int, timeout_ms: int,
-                   secret: str = "") -> Download:
-    """GET a file, failing when it is larger than ``max_bytes``."""
+                   secret: str = "", may_follow: Callable[[str], bool] | None = None) -> Download:
+    """GET a file, failing when it is larger than ``max_bytes``; redirects are followed only
+    to targets passing ``may_follow`` (default: the origin of ``url``)."""
     status, response_headers, body = await asyncio.to_thread(
-        _send, "GET", url, headers, None, timeout_ms, secret, max_bytes)
+        _send, "GET", url, headers, None, timeout_ms, secret, max_bytes, may_follow)
     return Download(status, response_headers, body)
 
 

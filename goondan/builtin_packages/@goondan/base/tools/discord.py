@@ -11,7 +11,8 @@ Exports:
   ``E_BASE_DISCORD_TOKEN_MISSING``).
 
 The API base URL is input ``apiBaseUrl``, else ``$DISCORD_API_BASE_URL``, else
-``https://discord.com/api/v10``. An HTTP error answer fails the call with
+``https://discord.com/api/v10``; ``send`` with the bot token from the environment refuses an
+input ``apiBaseUrl`` on another origin (``_web_api.api_base_url``). An HTTP error answer fails the call with
 ``E_BASE_DISCORD_API`` and ``[discord] <export> failed: HTTP <status> <message>``; network
 failures are ``E_BASE_HTTP`` / ``E_BASE_HTTP_TIMEOUT``. Tokens never appear in a result or
 an error.
@@ -92,7 +93,8 @@ async def reply(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     token = required_text(input, "interactionToken", allow_blank=False).strip()
     content = _content(input)
     followup = _flag(input, "followup")
-    base = api.api_base_url(input, "DISCORD_API_BASE_URL", DEFAULT_BASE_URL)
+    # The interaction token is the model's own input, not the operator's: any API will do.
+    base = api.api_base_url(input, "DISCORD_API_BASE_URL", DEFAULT_BASE_URL, sends_env_token=False)
     url = f"{base}/webhooks/{application}/{quote(token, safe='')}"
     body: dict[str, Any] = {"content": content}
     if followup:

@@ -7,6 +7,11 @@ token is input ``token``, else ``$SLACK_BOT_TOKEN``, ``$SLACK_TOKEN``,
 ``apiBaseUrl``, else ``$SLACK_API_BASE_URL``, else ``https://slack.com/api``. An answer with
 ``ok: false`` fails the call with ``E_BASE_SLACK_API`` and ``[slack] <method> failed:
 <error>``; network failures are ``E_BASE_HTTP`` / ``E_BASE_HTTP_TIMEOUT``.
+
+The token goes only where it belongs: an input ``apiBaseUrl`` on another origin than the
+trusted one needs an input ``token`` (``_web_api.api_base_url``), and ``download_file`` sends
+it only to Slack's file hosts (https, under ``slack.com`` / ``slack-edge.com``) or the API
+base URL's origin, refusing any other URL before a request is made.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from ._inputs import emoji_list, invalid, required_text
 
 TOKEN_ENV = ("SLACK_BOT_TOKEN", "SLACK_TOKEN", "BRAIN_SLACK_BOT_TOKEN")
 DEFAULT_BASE_URL = "https://slack.com/api"
+FILE_DOMAINS = ("slack.com", "slack-edge.com")
 
 
 class _Client:
@@ -178,16 +184,32 @@ async def react(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
             "reactionCount": len(names)}
 
 
+def _may_get_token(url: str, base: str) -> bool:
+    """``url`` is on a Slack file host (https, under :data:`FILE_DOMAINS`, default port) or on
+    the origin of the API base URL ``base``: the only places the bearer token goes."""
+    where = api.origin(url)
+    if where is None:
+        return False
+    if where == api.origin(base):
+        return True
+    scheme, host, port = where
+    return scheme == "https" and port == 443 and any(
+        host == domain or host.endswith("." + domain) for domain in FILE_DOMAINS)
+
+
 async def download_file(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
-    """GET a Slack file URL (``url_private``) with the bot token."""
+    """GET a Slack file URL (``url_private``) with the bot token; another host is refused."""
     url = next((input[n] for n in ("url", "fileUrl", "downloadUrl") if input.get(n) is not None), None)
     if not isinstance(url, str) or not url.strip():
         raise invalid("'url' is required (a Slack file URL such as url_private)")
     url = url.strip()
     client = _Client(input)
+    if not _may_get_token(url, client.base):
+        raise invalid(f"'url' must be a Slack file URL (https://files.slack.com/..., a file's "
+                      f"url_private): the bot token is not sent to {api.show_origin(api.origin(url))}")
     got = await api.download(url, headers={"Authorization": f"Bearer {client.token}"},
                              max_bytes=api.max_download_bytes(input), timeout_ms=client.timeout_ms,
-                             secret=client.token)
+                             secret=client.token, may_follow=lambda target: _may_get_token(target, client.base))
     if got.status >= 400:
         raise ToolFailure(f"[slack] download_file failed: HTTP {got.status}", code="E_BASE_SLACK_API",
                           suggestion="Check the file URL and the bot's files:read scope.")

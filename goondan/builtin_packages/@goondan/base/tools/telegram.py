@@ -7,6 +7,10 @@ The bot token is input ``token``, else ``$TELEGRAM_BOT_TOKEN``, ``$BOT_TOKEN``,
 the API base URL is input ``apiBaseUrl``, else ``$TELEGRAM_API_BASE_URL``, else
 ``https://api.telegram.org``. An answer with ``ok: false`` fails the call with
 ``E_BASE_TELEGRAM_API`` and ``[telegram] <method> failed (<code>): <description>``.
+
+The token is in every URL path (``/bot<token>/``, ``/file/bot<token>/``), so it goes only to the
+trusted origin: an input ``apiBaseUrl`` elsewhere needs an input ``token``, and a redirect off
+the origin is not followed (``_web_api``).
 """
 
 from __future__ import annotations
