@@ -20,6 +20,7 @@ report the end of the connection once to ``on_closed``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -45,6 +46,9 @@ ClosedHandler = Callable[[str], None]
 # A line longer than this (a huge tool result) is still read: the limit only bounds one chunk.
 _LINE_LIMIT = 64 * 1024 * 1024
 _CLOSE_GRACE_S = 2.0
+# A start failure's warning quotes the server's last stderr lines, each cut to this length.
+_STDERR_LINES = 20
+_STDERR_LINE_CHARS = 500
 # The GET stream reconnects after a drop (servers close it at will), backing off to this bound;
 # it gives up after this many failed connects in a row (the POSTs report a dead server).
 _LISTEN_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
@@ -93,6 +97,8 @@ class StdioTransport:
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._stderr_lines: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
+        self._stderr_task: asyncio.Task[Any] | None = None
 
     def __repr__(self) -> str:
         pid = self._proc.pid if self._proc else None
@@ -156,12 +162,31 @@ class StdioTransport:
 
     async def _stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
+        self._stderr_task = asyncio.current_task()
         while True:
             line = await self._proc.stderr.readline()
             if not line:
                 return
-            self._log.info("[mcp %s] %s", self.label,
-                           mask(line.decode(errors="replace").rstrip()))
+            text = mask(line.decode(errors="replace").rstrip())
+            self._stderr_lines.append(text[:_STDERR_LINE_CHARS])
+            self._log.info("[mcp %s] %s", self.label, text)
+
+    async def stderr_tail(self) -> str | None:
+        """The last lines the server wrote on stderr (masked), for a start failure's warning.
+
+        ``None`` when no process was started.
+
+        When the process has exited, its remaining output is read first (bounded by
+        ``_CLOSE_GRACE_S``); a live (hung) server's lines so far are returned at once.
+        """
+        task = self._stderr_task
+        proc = self._proc
+        if proc is None:
+            return None
+        if task is not None and proc.returncode is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), _CLOSE_GRACE_S)
+        return "\n".join(self._stderr_lines)
 
     async def send(self, message: JsonObject) -> None:
         self.send_soon(message)

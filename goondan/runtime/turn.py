@@ -71,7 +71,7 @@ from goondan.runtime.outcomes import (
     TurnOutcome,
     classify_step,
 )
-from goondan.tools.context import ToolContext
+from goondan.tools.context import CURRENT_TURN, ToolContext
 from goondan.types import (
     AgentEvent,
     JsonObject,
@@ -236,7 +236,11 @@ class TurnRunner:
             span_id=self.span.span_id,
             parent_span_id=self.span.parent_span_id,
         )
-        result = await self.env.pipeline.run_turn(ctx, self._turn_core)
+        token = CURRENT_TURN.set(self.turn_id)
+        try:
+            result = await self.env.pipeline.run_turn(ctx, self._turn_core)
+        finally:
+            CURRENT_TURN.reset(token)
         self.turn.status = "failed" if result.finish_reason == "error" else "completed"
         if self.restart_reason is not None:
             result.metadata["restartRequested"] = True
@@ -295,24 +299,7 @@ class TurnRunner:
 
     # -- step ------------------------------------------------------------------------------------
     async def _run_step(self, step: Step) -> StepOutcome:
-        catalog = await self.env.step_catalog()
         span = self.span.child(f"step {step.index}", "step")
-        step.tool_catalog = list(catalog)
-        ctx = StepContext(
-            agent_name=self.env.spec.name,
-            instance_key=self.env.instance_key,
-            turn_id=self.turn_id,
-            trace_id=self.span.trace_id,
-            turn=self.turn,
-            step_index=step.index,
-            conversation_state=self.state,
-            agents=self.agents,
-            emit_message_event=self.emit,
-            tool_catalog=catalog,
-            span_id=span.span_id,
-            parent_span_id=span.parent_span_id,
-            system_prompt=self.env.spec.system_prompt or None,
-        )
         where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id, "step_index": step.index}
         self.env.observer.emit(StepStarted(**span_ids(span), **where))
         errors_before = self.error_count
@@ -322,6 +309,25 @@ class TurnRunner:
             return await self._step_core(c, step, span)
 
         try:
+            # Inside the step's span: a tool source started here (an MCP server, up to its
+            # startTimeoutMs) shows as this step's time, not as a gap between steps.
+            catalog = await self.env.step_catalog()
+            step.tool_catalog = list(catalog)
+            ctx = StepContext(
+                agent_name=self.env.spec.name,
+                instance_key=self.env.instance_key,
+                turn_id=self.turn_id,
+                trace_id=self.span.trace_id,
+                turn=self.turn,
+                step_index=step.index,
+                conversation_state=self.state,
+                agents=self.agents,
+                emit_message_event=self.emit,
+                tool_catalog=catalog,
+                span_id=span.span_id,
+                parent_span_id=span.parent_span_id,
+                system_prompt=self.env.spec.system_prompt or None,
+            )
             result = await self.env.pipeline.run_step(ctx, core)
         except BaseException as exc:
             step.status = "failed"
