@@ -71,7 +71,7 @@ from goondan.runtime.outcomes import (
     TurnOutcome,
     classify_step,
 )
-from goondan.tools.context import CURRENT_TURN, ToolContext
+from goondan.tools.context import ToolContext
 from goondan.types import (
     AgentEvent,
     JsonObject,
@@ -152,9 +152,9 @@ class TurnEnv:
         """A step's starting catalog as it stands: config tools then the others (fresh copies)."""
         return self.tools.catalog(self.spec.tools)
 
-    async def step_catalog(self) -> list[ToolCatalogItem]:
+    async def step_catalog(self, turn_id: str | None = None) -> list[ToolCatalogItem]:
         """This step's starting catalog, after picking up tool providers' changes."""
-        return await self.tools.step_catalog(self.spec.tools)
+        return await self.tools.step_catalog(self.spec.tools, turn_id=turn_id)
 
 
 class TurnRunner:
@@ -236,11 +236,7 @@ class TurnRunner:
             span_id=self.span.span_id,
             parent_span_id=self.span.parent_span_id,
         )
-        token = CURRENT_TURN.set(self.turn_id)
-        try:
-            result = await self.env.pipeline.run_turn(ctx, self._turn_core)
-        finally:
-            CURRENT_TURN.reset(token)
+        result = await self.env.pipeline.run_turn(ctx, self._turn_core)
         self.turn.status = "failed" if result.finish_reason == "error" else "completed"
         if self.restart_reason is not None:
             result.metadata["restartRequested"] = True
@@ -309,9 +305,7 @@ class TurnRunner:
             return await self._step_core(c, step, span)
 
         try:
-            # Inside the step's span: a tool source started here (an MCP server, up to its
-            # startTimeoutMs) shows as this step's time, not as a gap between steps.
-            catalog = await self.env.step_catalog()
+            catalog = await self.env.step_catalog(self.turn_id)  # in the span: an MCP start wait
             step.tool_catalog = list(catalog)
             ctx = StepContext(
                 agent_name=self.env.spec.name,

@@ -24,9 +24,9 @@ from goondan.tools.output import DEFAULT_MAX_OUTPUT_BYTES
 
 __all__ = ["CURRENT_TURN", "ToolContext"]
 
-# The id of the turn running in this task (set by the turn loop, ``None`` outside a turn). A tool
-# provider keys per-turn decisions by it: an MCP server that failed to start is not started
-# again in the same turn (docs/mcp.md "Lifecycle").
+# The turn whose step catalog is being built (set by ``ToolRegistry.step_catalog`` while it
+# lists the providers; ``None`` otherwise). A provider keys per-turn decisions by it: an MCP
+# server that failed to start is not started again in the same turn (docs/mcp.md "Lifecycle").
 CURRENT_TURN: ContextVar[str | None] = ContextVar("goondan_current_turn", default=None)
 
 
