@@ -10,8 +10,8 @@ report the end of the connection once to ``on_closed``.
 * :class:`HttpTransport` — each message is a POST; the server answers 202 (notifications),
   ``application/json`` or a ``text/event-stream`` carrying the response (and any notification
   sent meanwhile). The ``Mcp-Session-Id`` from ``initialize`` goes on every later request; a 404
-  on a request carrying it means the session expired (:data:`SESSION_EXPIRED`), and the
-  session re-initialises. Once the session is initialised, a daemon thread keeps the optional
+  on a request carrying it, or a 400 that speaks of the session (:func:`session_gone`), means
+  the session expired (:data:`SESSION_EXPIRED`), and the session re-initialises. Once the session is initialised, a daemon thread keeps the optional
   ``GET`` stream open for messages the server sends on its own (a ``tools/list_changed`` after
   a background change, a ``ping``), reconnecting with ``Last-Event-ID``; a server that answers
   405 has no such stream. urllib3 calls run in daemon threads.
@@ -38,7 +38,7 @@ from goondan.secrets import mask
 from goondan.tools.providers import run_in_daemon_thread
 from goondan.types import JsonObject
 
-__all__ = ["SESSION_EXPIRED", "HttpTransport", "StdioTransport", "Transport"]
+__all__ = ["SESSION_EXPIRED", "HttpTransport", "StdioTransport", "Transport", "session_gone"]
 
 SESSION_EXPIRED = "E_MCP_SESSION_EXPIRED"
 MessageHandler = Callable[[JsonObject], None]
@@ -53,6 +53,16 @@ _STDERR_LINE_CHARS = 500
 # it gives up after this many failed connects in a row (the POSTs report a dead server).
 _LISTEN_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 _LISTEN_MAX_FAILURES = 8
+
+
+def session_gone(status: int, body: str) -> bool:
+    """Whether an HTTP answer to a request that carried ``Mcp-Session-Id`` means the server no
+    longer knows the session.
+
+    The spec's answer is 404; servers built on the TypeScript SDK's examples answer 400
+    "No valid session ID provided" instead. A 400 counts when its body speaks of the session.
+    """
+    return status == 404 or (status == 400 and "session" in body.lower())
 
 
 class Transport(Protocol):
@@ -302,12 +312,12 @@ class HttpTransport:
             status = response.status
             if is_initialize and response.headers.get("Mcp-Session-Id"):
                 self.session_id = response.headers["Mcp-Session-Id"]
-            if status == 404 and had_session and not is_initialize:
-                self.session_id = None
-                raise McpError(f"MCP server {self.label!r}: the session expired",
-                               code=SESSION_EXPIRED)
             if status >= 400:
                 body = response.read(2000).decode(errors="replace")
+                if had_session and not is_initialize and session_gone(status, body):
+                    self.session_id = None
+                    raise McpError(f"MCP server {self.label!r}: the session expired "
+                                   f"(HTTP {status})", code=SESSION_EXPIRED)
                 raise McpError(f"MCP server {self.label!r} answered HTTP {status}: {mask(body)}",
                                code="E_MCP_HTTP",
                                suggestion="Check spec.mcp.url and spec.mcp.headers."
