@@ -328,7 +328,7 @@ class HttpTransport:
             if kind == "text/event-stream":
                 self._read_events(response)
             else:
-                payload = json.loads(response.read() or b"null")
+                payload = json.loads((response.read() or b"null").decode("utf-8", "replace"))
                 for item in payload if isinstance(payload, list) else [payload]:
                     if isinstance(item, dict):
                         self._deliver(item)
