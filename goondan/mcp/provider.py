@@ -117,11 +117,12 @@ class McpToolProvider:
                            suggestion="Set the environment variables they name (goondan "
                                       "validate lists them).")
 
-    async def session(self) -> McpSession:
+    async def session(self, *, turn_id: str | None = None) -> McpSession:
         """The live session, started (or restarted) when needed.
 
-        Raises ``McpError``: ``E_MCP_UNAVAILABLE`` while backing off after failed starts, or
-        the start's own error.
+        ``turn_id`` (default :data:`~goondan.tools.context.CURRENT_TURN`) is the turn asking.
+        Raises ``McpError``: ``E_MCP_UNAVAILABLE`` after a failed start in the same turn or while
+        backing off, or the start's own error.
         """
         session = self._session
         if session is not None and session.alive:
@@ -135,7 +136,7 @@ class McpToolProvider:
             if session is not None:  # died: release the old process before a new one
                 self._session = None
                 await session.close()
-            turn = CURRENT_TURN.get()
+            turn = turn_id or CURRENT_TURN.get()
             if self.state == "failed" and turn is not None and turn == self._failed_turn:
                 raise McpError(
                     f"MCP server {self.spec.name!r} failed to start in this turn; it is tried "
@@ -149,9 +150,9 @@ class McpToolProvider:
                     f"{self.last_error}",
                     code="E_MCP_UNAVAILABLE",
                     suggestion="See the agent log for the server's output.")
-            return await self._start()
+            return await self._start(turn)
 
-    async def _start(self) -> McpSession:
+    async def _start(self, turn: str | None) -> McpSession:
         self.state = "starting"
         session: McpSession | None = None
         started = time.monotonic()
@@ -166,9 +167,9 @@ class McpToolProvider:
                 stderr = await asyncio.shield(_stderr_tail(session.transport))
                 await asyncio.shield(session.close())
             if isinstance(exc, McpError):
-                self._failed(exc.message, started=started, stderr=stderr)
+                self._failed(exc.message, turn, started=started, stderr=stderr)
             elif isinstance(exc, Exception):
-                self._failed(f"{type(exc).__name__}: {exc}", started=started, stderr=stderr)
+                self._failed(f"{type(exc).__name__}: {exc}", turn, started=started, stderr=stderr)
                 raise McpError(f"MCP server {self.spec.name!r} failed to start: {exc}",
                                code="E_MCP_START") from exc
             else:
@@ -178,19 +179,24 @@ class McpToolProvider:
         self.state = "ready"
         self.failures = 0
         self._retry_at = 0.0
+        self._failed_turn = None
         self.sessions_started += 1
         self._tools = None
         self._log.info("MCP server %s ready (%s, protocol %s)", self.spec.name,
                        self.spec.transport, session.protocol_version)
         return session
 
-    def _failed(self, reason: str, *, started: float | None = None,
+    def _failed(self, reason: str, turn: str | None, *, started: float | None = None,
                 stderr: str | None = None) -> None:
         self.state = "failed"
         self.last_error = reason
         self.failures += 1
-        self._failed_turn = CURRENT_TURN.get()
+        self._failed_turn = turn
         self._retry_at = self._clock() + backoff_s(self.failures)
+        if self._on_change is not None:
+            # The next step's catalog lists the tools again: absent while the server is down
+            # (a failed restart in a call would otherwise leave them offered all turn).
+            self._on_change(self)
         if started is None:
             self._log.warning("MCP server %s: %s", self.spec.name, reason)
             return
@@ -220,7 +226,7 @@ class McpToolProvider:
             listed = await session.list_tools()
         except McpError as exc:
             if exc.code != "E_MCP_UNAVAILABLE" and self.state != "failed":
-                self._failed(exc.message)
+                self._failed(exc.message, CURRENT_TURN.get())
             # Stay stale: the next step's catalog tries again (after the backoff).
             if self._on_change is not None and self.state != "closed":
                 self._on_change(self)
@@ -265,7 +271,8 @@ class McpToolProvider:
             raise ToolFailure(f"MCP server {self.spec.name!r} offers no tool {name!r}",
                               code="E_MCP_NO_TOOL")
         try:
-            session = await self.session()
+            # A restart that fails here is not tried again by the rest of this turn either.
+            session = await self.session(turn_id=context.turn_id or None)
             result = await session.call_tool(server_name, args)
             return result_output(result)
         except ToolErrorResult as exc:

@@ -66,14 +66,19 @@ class Records(logging.Handler):
         return sum(1 for r in self.records if r.levelno == logging.WARNING)
 
 
-class Agent:
-    """A TurnRunner loop whose model calls ``calc__add`` three times, then answers."""
+CALC_THRICE: list[Any] = [*[{"toolCalls": [{"name": "calc__add", "args": {}}]}] * 3, "done"]
 
-    def __init__(self, clock: Clock, name: str) -> None:
+
+class Agent:
+    """A TurnRunner loop whose model replies with ``script`` (by default: calls ``calc__add``
+    three times, then answers), each reply moving the provider's clock by ``clock.step_s``."""
+
+    def __init__(self, clock: Clock, name: str, server: McpServerSpec | None = None,
+                 script: list[Any] = CALC_THRICE) -> None:
         self.clock = clock
-        server = McpServerSpec(name="hung", package=None, url=None,
-                               command=[sys.executable, "-c", HUNG],
-                               start_timeout_ms=START_TIMEOUT_MS)
+        server = server or McpServerSpec(name="hung", package=None, url=None,
+                                         command=[sys.executable, "-c", HUNG],
+                                         start_timeout_ms=START_TIMEOUT_MS)
         self.log = Records()
         logger = logging.getLogger(f"tests.mcp.{name}")
         logger.propagate = False
@@ -90,9 +95,7 @@ class Agent:
         def reply(request: ModelRequest) -> Any:
             clock.now += clock.step_s
             self.calls += 1
-            if self.calls % 4:
-                return {"toolCalls": [{"name": "calc__add", "args": {}}]}
-            return "done"
+            return script[(self.calls - 1) % len(script)]
 
         spec = AgentSpec(name="a", model=ModelBinding("m", "scripted", "scripted"), params={},
                          system_prompt="", tools=[], extensions=[], required_tools=[],
@@ -106,7 +109,7 @@ class Agent:
         self.turns = 0
 
     async def turn(self) -> int:
-        """Run one 4-step turn; returns its number of steps."""
+        """Run one turn of the script; returns its number of steps."""
         self.turns += 1
         runner = TurnRunner(self.env, self.state, self.state.emit,
                             AgentEvent(type="message", input="hi"), turn_id=f"turn_{self.turns}",
@@ -114,6 +117,16 @@ class Agent:
         result = await runner.run(stream=False)
         assert result.finish_reason == "text_response"
         return len(runner.turn.steps)
+
+    def tool_errors(self) -> list[str | None]:
+        """The error code of every tool result of the conversation, in order."""
+        codes: list[str | None] = []
+        for message in self.state.next_messages:
+            for part in message.data["content"] if message.data["role"] == "tool" else []:
+                output = part["output"]
+                codes.append(output.get("value", {}).get("code") if output["type"] == "error-json"
+                             else None)
+        return codes
 
 
 def test_a_hung_server_is_started_once_per_turn_and_backs_off_across_turns() -> None:
@@ -188,3 +201,58 @@ def test_a_start_failure_logs_the_server_stderr_at_warning(caplog: pytest.LogCap
     assert "fatal: no API key in MY_SERVER_KEY" in crashed
     hanged = next(m for m in warnings if "hung" in m)
     assert "loading the index ..." in hanged and "initialize" in hanged
+
+
+# Serves two tools, ``die`` (exits at once) and ``echo``; started again after that, it says why
+# on stderr and never answers (a server stuck on a lock its crashed self left behind).
+RESTART_HANGS = r"""
+import json, os, sys
+if os.path.exists(sys.argv[1]):
+    print("waiting for the lock file", file=sys.stderr, flush=True)
+    sys.stdin.read()
+    raise SystemExit
+open(sys.argv[1], "w").close()
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": "2025-06-18",
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "raw", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [
+              {"name": n, "inputSchema": {"type": "object"}} for n in ("die", "echo")]}})
+    elif method == "tools/call":
+        if msg["params"]["name"] == "die":
+            os._exit(3)
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "ok"}]}})
+"""
+
+
+def test_a_restart_that_hangs_in_a_tool_call_is_not_retried_in_that_turn(tmp_path: Path) -> None:
+    # The server dies in the step's first call; the second call of the step restarts it, and
+    # that start hangs. The next step's catalog must not pay the start timeout again.
+    clock = Clock()
+    server = McpServerSpec(name="raw", package=None, url=None, start_timeout_ms=10_000,
+                           command=[sys.executable, "-c", RESTART_HANGS, str(tmp_path / "lock")])
+    script: list[Any] = [
+        {"toolCalls": [{"name": "raw__die", "args": {}}, {"name": "raw__echo", "args": {}}]},
+        {"toolCalls": [{"name": "raw__echo", "args": {}}]},
+        {"toolCalls": [{"name": "calc__add", "args": {}}]},
+        "done"]
+
+    async def body() -> None:
+        agent = Agent(clock, "restart", server, script)
+        await agent.tools.add_provider(agent.provider)
+        try:
+            await agent.provider.session()  # the first start, with room for a loaded machine
+            agent.provider.spec.start_timeout_ms = START_TIMEOUT_MS
+            assert await agent.turn() == 4
+            assert agent.log.start_failures == 1, "the next step started the hung server again"
+            # die: the server closed; echo: its restart hung; echo again: no longer offered.
+            assert agent.tool_errors() == ["E_MCP_CLOSED", "E_MCP_TIMEOUT",
+                                           "E_TOOL_NOT_IN_CATALOG", None]
+        finally:
+            await agent.tools.aclose()
+    run(body(), timeout_s=60)
