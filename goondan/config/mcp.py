@@ -24,7 +24,7 @@ from typing import Any
 
 from goondan.config.schema import Checker, Custom, Int, ListOf, MapOf, Obj, Str, type_name
 from goondan.config.values import check_value_source, resolve_value
-from goondan.config.yamlsource import FieldPath
+from goondan.config.yamlsource import FieldPath, format_field
 
 __all__ = [
     "DEFAULT_MCP_TIMEOUT_MS",
@@ -95,7 +95,7 @@ def exports_schema(entry_exports: Any) -> Custom:
     """
     def check(value: Any, path: FieldPath, ck: Checker) -> bool:
         if value == []:
-            ck.error("exports is empty: list at least one tool", path,
+            ck.error(f"{format_field(path)} needs at least 1 item", path,
                      "an entry Tool lists its tools as {name, description, parameters}; an mcp "
                      "Tool may omit exports to offer every tool its server lists")
             return False
