@@ -73,6 +73,7 @@ class McpToolProvider:
         self.sessions_started = 0
         self._retry_at = 0.0
         self._failed_turn: str | None = None   # the turn whose start attempt failed
+        self._closing: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return f"<McpToolProvider {self.spec.name} {self.state}>"
@@ -162,14 +163,19 @@ class McpToolProvider:
                                  on_tools_changed=self._tools_changed, logger=self._log)
             await session.start(timeout_s=self.spec.start_timeout_s)
         except BaseException as exc:
+            elapsed_ms = (time.monotonic() - started) * 1000
             stderr: str | None = None
             if session is not None:
-                stderr = await asyncio.shield(_stderr_tail(session.transport))
-                await asyncio.shield(session.close())
+                try:
+                    if isinstance(exc, Exception):
+                        stderr = await _stderr_tail(session.transport)
+                finally:
+                    self._close_later(session)
             if isinstance(exc, McpError):
-                self._failed(exc.message, turn, started=started, stderr=stderr)
+                self._failed(exc.message, turn, elapsed_ms=elapsed_ms, stderr=stderr)
             elif isinstance(exc, Exception):
-                self._failed(f"{type(exc).__name__}: {exc}", turn, started=started, stderr=stderr)
+                self._failed(f"{type(exc).__name__}: {exc}", turn, elapsed_ms=elapsed_ms,
+                             stderr=stderr)
                 raise McpError(f"MCP server {self.spec.name!r} failed to start: {exc}",
                                code="E_MCP_START") from exc
             else:
@@ -186,7 +192,17 @@ class McpToolProvider:
                        self.spec.transport, session.protocol_version)
         return session
 
-    def _failed(self, reason: str, turn: str | None, *, started: float | None = None,
+    def _close_later(self, session: McpSession) -> None:
+        """Close a session that failed to start without making the step wait for it.
+
+        A hung stdio server that ignores the end of its stdin takes the close grace period
+        (then SIGTERM); :meth:`aclose` waits for these closes, so none outlives the instance.
+        """
+        task = asyncio.ensure_future(session.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _failed(self, reason: str, turn: str | None, *, elapsed_ms: float | None = None,
                 stderr: str | None = None) -> None:
         self.state = "failed"
         self.last_error = reason
@@ -197,7 +213,7 @@ class McpToolProvider:
             # The next step's catalog lists the tools again: absent while the server is down
             # (a failed restart in a call would otherwise leave them offered all turn).
             self._on_change(self)
-        if started is None:
+        if elapsed_ms is None:
             self._log.warning("MCP server %s: %s", self.spec.name, reason)
             return
         # The server's own words are the likely cause; at INFO (the default hides it) they
@@ -206,7 +222,7 @@ class McpToolProvider:
         retry = "" if self._failed_turn is None else "not again in this turn, "
         self._log.warning(
             "%s (start failed after %.0f ms; %snext attempt in %.1f s or later)%s", reason,
-            (time.monotonic() - started) * 1000, retry, backoff_s(self.failures),
+            elapsed_ms, retry, backoff_s(self.failures),
             f"\n  the server's stderr ended with:{tail}" if tail
             else "" if stderr is None else "\n  the server wrote nothing on stderr")
 
@@ -292,6 +308,8 @@ class McpToolProvider:
             session, self._session = self._session, None
             if session is not None:
                 await session.close()
+            if self._closing:  # failed starts still being closed
+                await asyncio.gather(*list(self._closing), return_exceptions=True)
 
     def status(self) -> JsonObject:
         """State for ``/tools`` and ``goondan doctor``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from goondan.tools.executor import ToolExecutor
 from goondan.tools.registry import ToolRegistry
 from goondan.types import AgentEvent, ToolSource
 from tests.support.aio import run
+from tests.support.mcp_servers import pid_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 START_TIMEOUT_MS = 300
@@ -256,3 +258,32 @@ def test_a_restart_that_hangs_in_a_tool_call_is_not_retried_in_that_turn(tmp_pat
         finally:
             await agent.tools.aclose()
     run(body(), timeout_s=60)
+
+
+def test_a_server_that_ignores_stdin_eof_does_not_add_the_kill_grace_to_the_step(
+        tmp_path: Path) -> None:
+    # Closing such a server waits 2 s for it to exit before SIGTERM. The step used to wait for
+    # that too; now the close runs behind it, and closing the provider still ends the process.
+    pid_file = tmp_path / "pid"
+    stuck = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid()));"
+             " time.sleep(600)")
+    spec = McpServerSpec(name="stuck", package=None, url=None, start_timeout_ms=1000,
+                         command=[sys.executable, "-c", stuck, str(pid_file)])
+
+    async def body() -> tuple[float, int | None]:
+        provider = McpToolProvider(spec)
+        await provider.open(lambda p: None)
+        try:
+            started = time.monotonic()
+            assert await provider.list_tools() == []
+            elapsed = time.monotonic() - started
+        finally:
+            await provider.aclose()
+        pid = int(pid_file.read_text()) if pid_file.exists() and pid_file.read_text() else None
+        return elapsed, pid
+
+    elapsed, pid = run(body(), timeout_s=60)
+    # Failure-only bound: 1 s of start timeout plus the 2 s grace was at least 3 s.
+    assert elapsed < 2.5, elapsed
+    if pid is not None:
+        assert not pid_alive(pid), "the provider's close left the server running"
