@@ -237,12 +237,19 @@ class McpToolProvider:
         """The server's tools (starting it if needed); ``[]`` while it is unavailable."""
         if self._tools is not None and self._session is not None and self._session.alive:
             return list(self._tools)
+        turn = CURRENT_TURN.get()
+        if self.state == "failed" and turn is not None and turn == self._failed_turn:
+            # Failed to start or to list its tools earlier in this turn: the remaining steps
+            # do not wait for it again (a later turn tries).
+            if self._on_change is not None:
+                self._on_change(self)
+            return []
         try:
             session = await self.session()
             listed = await session.list_tools()
         except McpError as exc:
             if exc.code != "E_MCP_UNAVAILABLE" and self.state != "failed":
-                self._failed(exc.message, CURRENT_TURN.get())
+                self._failed(exc.message, turn)
             # Stay stale: the next step's catalog tries again (after the backoff).
             if self._on_change is not None and self.state != "closed":
                 self._on_change(self)

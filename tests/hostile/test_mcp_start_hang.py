@@ -287,3 +287,37 @@ def test_a_server_that_ignores_stdin_eof_does_not_add_the_kill_grace_to_the_step
     assert elapsed < 2.5, elapsed
     if pid is not None:
         assert not pid_alive(pid), "the provider's close left the server running"
+
+
+# Answers initialize, then never answers tools/list; each tools/list it reads leaves a line in
+# the file named by its argument.
+LIST_HANGS = r"""
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("method") == "initialize":
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
+            "protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "raw", "version": "1"}}}) + "\n")
+        sys.stdout.flush()
+    elif msg.get("method") == "tools/list":
+        with open(sys.argv[1], "a") as marks:
+            marks.write("list\n")
+"""
+
+
+def test_a_server_that_never_lists_its_tools_is_asked_once_per_turn(tmp_path: Path) -> None:
+    clock, marks = Clock(), tmp_path / "lists"
+    server = McpServerSpec(name="mute", package=None, url=None, timeout_ms=START_TIMEOUT_MS,
+                           start_timeout_ms=10_000,
+                           command=[sys.executable, "-c", LIST_HANGS, str(marks)])
+
+    async def body() -> None:
+        agent = Agent(clock, "list", server)
+        await agent.tools.add_provider(agent.provider)
+        try:
+            assert await agent.turn() == 4
+        finally:
+            await agent.tools.aclose()  # the server reads all it was sent before it exits
+    run(body(), timeout_s=60)
+    assert marks.read_text().splitlines() == ["list"], "each step waited for tools/list again"
