@@ -168,7 +168,8 @@ class McpToolProvider:
             if session is not None:
                 try:
                     if isinstance(exc, Exception):
-                        stderr = await _stderr_tail(session.transport)
+                        gone = isinstance(exc, McpError) and exc.code == "E_MCP_CLOSED"
+                        stderr = await _stderr_tail(session.transport, exited=gone)
                 finally:
                     self._close_later(session)
             if isinstance(exc, McpError):
@@ -338,8 +339,8 @@ class McpToolProvider:
         return out
 
 
-async def _stderr_tail(transport: Transport) -> str | None:
+async def _stderr_tail(transport: Transport, *, exited: bool) -> str | None:
     """What a stdio server last wrote on stderr (masked); ``None`` when no process ran."""
     if isinstance(transport, StdioTransport):
-        return await transport.stderr_tail()
+        return await transport.stderr_tail(exited=exited)
     return None

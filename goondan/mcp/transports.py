@@ -181,21 +181,25 @@ class StdioTransport:
             self._stderr_lines.append(text[:_STDERR_LINE_CHARS])
             self._log.info("[mcp %s] %s", self.label, text)
 
-    async def stderr_tail(self) -> str | None:
+    async def stderr_tail(self, *, exited: bool = False) -> str | None:
         """The last lines the server wrote on stderr (masked), for a start failure's warning.
 
-        ``None`` when no process was started.
-
-        When the process has exited, its remaining output is read first (bounded by
-        ``_CLOSE_GRACE_S``); a live (hung) server's lines so far are returned at once.
+        ``None`` when no process was started. ``exited``: the server is known to be gone (its
+        pipes closed), so wait up to ``_CLOSE_GRACE_S`` for the process to end and its last
+        stderr lines to be read (the exit can be noticed a moment after the pipe broke).
+        Otherwise the lines read so far are returned at once: a hung server's are all there.
         """
-        task = self._stderr_task
         proc = self._proc
         if proc is None:
             return None
-        if task is not None and proc.returncode is not None:
+        if exited or proc.returncode is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(task), _CLOSE_GRACE_S)
+                async with asyncio.timeout(_CLOSE_GRACE_S):
+                    await asyncio.shield(proc.wait())
+                    if self._stderr_task is None:
+                        await asyncio.sleep(0)  # the reader has not run yet: let it start
+                    if self._stderr_task is not None:
+                        await asyncio.shield(self._stderr_task)
         return "\n".join(self._stderr_lines)
 
     async def send(self, message: JsonObject) -> None:
