@@ -184,7 +184,7 @@ def test_a_start_failure_logs_the_server_stderr_at_warning(caplog: pytest.LogCap
         sys.executable, "-c",
         "import sys; print('fatal: no API key in MY_SERVER_KEY', file=sys.stderr); sys.exit(2)"])
     # Long enough for the interpreter to start and print on a loaded machine.
-    hung = McpServerSpec(name="hung", package=None, url=None, start_timeout_ms=2000,
+    hung = McpServerSpec(name="hung", package=None, url=None, start_timeout_ms=1000,
                          command=[sys.executable, "-c", HUNG])
 
     async def body() -> None:
