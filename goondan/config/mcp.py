@@ -24,7 +24,7 @@ from typing import Any
 
 from goondan.config.schema import Checker, Custom, Int, ListOf, MapOf, Obj, Str, type_name
 from goondan.config.values import check_value_source, resolve_value
-from goondan.config.yamlsource import FieldPath
+from goondan.config.yamlsource import FieldPath, format_field
 
 __all__ = [
     "DEFAULT_MCP_TIMEOUT_MS",
@@ -89,9 +89,16 @@ def exports_schema(entry_exports: Any) -> Custom:
     """``exports``: objects for an ``entry`` Tool, server tool names for an ``mcp`` Tool.
 
     Which one applies is decided by :func:`tool_source_rule`; here a list of strings is checked
-    as names and anything else with ``entry_exports``.
+    as names and anything else with ``entry_exports``. An empty list is refused with a message
+    naming both forms (seed 002 §2.7.3: at least one export; an ``mcp`` Tool omits the field
+    instead).
     """
     def check(value: Any, path: FieldPath, ck: Checker) -> bool:
+        if value == []:
+            ck.error(f"{format_field(path)} needs at least 1 item", path,
+                     "an entry Tool lists its tools as {name, description, parameters}; an mcp "
+                     "Tool may omit exports to offer every tool its server lists")
+            return False
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
             return bool(_MCP_EXPORTS.check(value, path, ck))
         return bool(entry_exports.check(value, path, ck))
@@ -99,15 +106,27 @@ def exports_schema(entry_exports: Any) -> Custom:
 
 
 def tool_source_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> None:
-    """A Tool has exactly one of ``entry``/``mcp``; ``exports`` is required with ``entry``."""
+    """A Tool has exactly one of ``entry``/``mcp``; ``exports`` is required with ``entry``.
+
+    Seed 002 §2.7.1 (``entry`` is required) and §2.7.3 (at least one export) hold for an entry
+    Tool; an ``mcp`` Tool is the documented exception to both (docs/tools.md, docs/mcp.md).
+    """
     has_entry, has_mcp = "entry" in value, "mcp" in value
     exports = value.get("exports")
-    if has_entry == has_mcp:
-        ck.error("a Tool needs exactly one of 'entry' (a Python module) or 'mcp' (an MCP server)",
-                 path, "write entry: ./tools/x.py or mcp: {command: [...]}", code="E_CONFIG_MCP")
+    if not has_entry and not has_mcp:
+        ck.error("a Tool needs 'entry' (a Python module); the one exception is an MCP server "
+                 "Tool, which gives 'mcp' instead", path,
+                 "write entry: ./tools/x.py (with exports), or mcp: {command: [...]} or "
+                 "mcp: {url: ...} (exports optional)", code="E_CONFIG_MCP")
+    elif has_entry and has_mcp:
+        ck.error("a Tool gives either 'entry' (a Python module) or 'mcp' (an MCP server), "
+                 "not both", path, "keep one of entry and mcp; declare the other as a second "
+                 "Tool", code="E_CONFIG_MCP")
     elif has_entry and "exports" not in value:
-        ck.error(f"missing required field 'exports' in {'.'.join(map(str, path)) or 'spec'}",
-                 path, "add 'exports:' listing the entry module's tools")
+        ck.error(f"missing required field 'exports' in {'.'.join(map(str, path)) or 'spec'}: "
+                 "an entry Tool lists its tools", path,
+                 "add 'exports:' listing the entry module's tools (only an mcp Tool may omit "
+                 "exports: its server lists them)")
     elif has_entry and isinstance(exports, list) and any(isinstance(e, str) for e in exports):
         ck.error("exports of an entry Tool are mappings with a name", (*path, "exports"),
                  "write exports: [{name: my_tool, parameters: {...}}]")

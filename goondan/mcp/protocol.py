@@ -44,7 +44,13 @@ def encode_message(message: JsonObject) -> bytes:
 
 
 def decode_message(data: bytes | str) -> JsonObject:
-    """Parse one message; ``E_MCP_PROTOCOL`` when it is not a JSON object."""
+    """Parse one message; ``E_MCP_PROTOCOL`` when it is not a JSON object.
+
+    Bytes that are not UTF-8 become U+FFFD: the reply still arrives (a request must not wait
+    for its timeout because one character of a tool's output was mangled).
+    """
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
     try:
         value = json.loads(data)
     except ValueError as exc:
@@ -82,16 +88,61 @@ class ToolErrorResult(Exception):
         self.message = message
 
 
+_MEDIA = ("image", "audio")
+_MAX_DEPTH = 64  # structuredContent deeper than this is left as it is
+
+
+def _b64_bytes(data: str) -> int:
+    """The decoded size of base64 text, without decoding it."""
+    return len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
+
+
+def _is_media(value: JsonObject) -> bool:
+    """An image or audio object carrying base64 ``data`` (or a resource's ``blob``)."""
+    data = value.get("data", value.get("blob"))
+    if not isinstance(data, str):
+        return False
+    mime = value.get("mimeType")
+    return value.get("type") in _MEDIA or (
+        isinstance(mime, str) and mime.split("/", 1)[0] in _MEDIA)
+
+
+def _media_summary(value: JsonObject) -> JsonObject:
+    """``value`` without its base64: the other keys plus ``bytes`` (the decoded size)."""
+    data = value.get("data", value.get("blob"))
+    out = {k: v for k, v in value.items() if k not in ("data", "blob", "annotations")}
+    out["bytes"] = _b64_bytes(data) if isinstance(data, str) else 0
+    return out
+
+
+def _strip_media(value: Any, depth: int = 0) -> Any:
+    """``structuredContent`` with base64 media cut like content images (see :func:`_part`)."""
+    if depth > _MAX_DEPTH:
+        return value
+    if isinstance(value, dict):
+        if _is_media(value):
+            return _media_summary(value)
+        return {k: _strip_media(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip_media(v, depth + 1) for v in value]
+    if isinstance(value, str) and value.startswith("data:") and ";base64," in value[:200]:
+        mime = value[5:value.index(";")]
+        if mime.split("/", 1)[0] in _MEDIA:
+            payload = value[value.index(";base64,") + 8:]
+            return f"[{mime}, {_b64_bytes(payload)} bytes]"
+    return value
+
+
 def _part(part: Any) -> JsonValue:
     if not isinstance(part, dict):
         return part
     kind = part.get("type")
     if kind == "text":
         return str(part.get("text", ""))
-    if kind in ("image", "audio"):
+    if kind in _MEDIA:
         # Base64 media would flood the conversation as text: keep the type, MIME type and size.
         data = part.get("data")
-        size = len(data) * 3 // 4 if isinstance(data, str) else 0
+        size = _b64_bytes(data) if isinstance(data, str) else 0
         return {"type": kind, "mimeType": part.get("mimeType"), "bytes": size}
     if kind == "resource":
         resource = part.get("resource")
@@ -105,9 +156,10 @@ def _part(part: Any) -> JsonValue:
 def result_output(result: Any) -> JsonValue:
     """The conversation's value for a ``tools/call`` result (docs/mcp.md "Results").
 
-    ``structuredContent`` when present; else the text when every part is text (joined with
-    newlines); else the list of parts (media as ``{type, mimeType, bytes}``). Raises
-    :class:`ToolErrorResult` for ``isError: true``.
+    ``structuredContent`` when present (base64 images and audio in it cut to their other keys
+    plus ``bytes``); else the text when every part is text (joined with newlines); else the list
+    of parts (media as ``{type, mimeType, bytes}``). Raises :class:`ToolErrorResult` for
+    ``isError: true``.
     """
     if not isinstance(result, dict):
         raise McpError("tools/call answered with a result that is not an object",
@@ -118,7 +170,7 @@ def result_output(result: Any) -> JsonValue:
         text = "\n".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
         raise ToolErrorResult(text or "the MCP tool reported an error")
     if "structuredContent" in result and result["structuredContent"] is not None:
-        return result["structuredContent"]
+        return _strip_media(result["structuredContent"])
     if all(isinstance(p, str) for p in parts):
         return "\n".join(p for p in parts if isinstance(p, str))
     return parts

@@ -9,9 +9,12 @@ builds its catalog, and the session is reused across turns until the instance cl
 * Catalog names are ``<resource>__<export>`` (:func:`~goondan.mcp.protocol.tool_names`);
   ``exports`` in the Tool resource keeps only the named server tools.
 * When the server dies, the call that saw it fails with ``E_MCP_CLOSED``; the next call or
-  catalog starts a new session. A server that fails to start is retried with exponential backoff
-  (0.5 s doubling to 30 s); meanwhile its tools are absent from the catalog and a call fails
-  with ``E_MCP_UNAVAILABLE``.
+  catalog starts a new session. A server that fails to start is unavailable for the rest of
+  that turn (:data:`~goondan.tools.context.CURRENT_TURN`: a hung server costs one
+  ``startTimeoutMs`` per turn, not one per step) and is retried in a later turn with
+  exponential backoff (0.5 s doubling to 30 s); meanwhile its tools are absent from the catalog
+  and a call fails with ``E_MCP_UNAVAILABLE``. The failure is logged at WARNING with the last
+  lines the server wrote on stderr.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from goondan.config.mcp import McpServerSpec
@@ -27,7 +30,7 @@ from goondan.errors import McpError
 from goondan.mcp.client import McpSession
 from goondan.mcp.protocol import ToolErrorResult, result_output, tool_names
 from goondan.mcp.transports import HttpTransport, StdioTransport, Transport
-from goondan.tools.context import ToolContext
+from goondan.tools.context import CURRENT_TURN, ToolContext
 from goondan.tools.executor import ToolFailure
 from goondan.tools.providers import ChangeListener
 from goondan.tools.registry import RegisteredTool, build_tool
@@ -53,8 +56,10 @@ class McpToolProvider:
     """A :class:`~goondan.tools.providers.ToolProvider` backed by one MCP server."""
 
     def __init__(self, spec: McpServerSpec, *, env: Mapping[str, str] | None = None,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.spec = spec
+        self._clock = clock
         self._env = dict(env) if env is not None else None
         self._log = logger or logging.getLogger("goondan.mcp")
         self._session: McpSession | None = None
@@ -67,6 +72,8 @@ class McpToolProvider:
         self.failures = 0
         self.sessions_started = 0
         self._retry_at = 0.0
+        self._failed_turn: str | None = None   # the turn whose start attempt failed
+        self._closing: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return f"<McpToolProvider {self.spec.name} {self.state}>"
@@ -111,11 +118,12 @@ class McpToolProvider:
                            suggestion="Set the environment variables they name (goondan "
                                       "validate lists them).")
 
-    async def session(self) -> McpSession:
+    async def session(self, *, turn_id: str | None = None) -> McpSession:
         """The live session, started (or restarted) when needed.
 
-        Raises ``McpError``: ``E_MCP_UNAVAILABLE`` while backing off after failed starts, or
-        the start's own error.
+        ``turn_id`` (default :data:`~goondan.tools.context.CURRENT_TURN`) is the turn asking.
+        Raises ``McpError``: ``E_MCP_UNAVAILABLE`` after a failed start in the same turn or while
+        backing off, or the start's own error.
         """
         session = self._session
         if session is not None and session.alive:
@@ -129,30 +137,46 @@ class McpToolProvider:
             if session is not None:  # died: release the old process before a new one
                 self._session = None
                 await session.close()
-            wait = self._retry_at - time.monotonic()
+            turn = turn_id or CURRENT_TURN.get()
+            if self.state == "failed" and turn is not None and turn == self._failed_turn:
+                raise McpError(
+                    f"MCP server {self.spec.name!r} failed to start in this turn; it is tried "
+                    f"again in a later turn: {self.last_error}",
+                    code="E_MCP_UNAVAILABLE",
+                    suggestion="See the agent log for the server's output.")
+            wait = self._retry_at - self._clock()
             if wait > 0:
                 raise McpError(
                     f"MCP server {self.spec.name!r} is unavailable (retry in {wait:.1f} s): "
                     f"{self.last_error}",
                     code="E_MCP_UNAVAILABLE",
                     suggestion="See the agent log for the server's output.")
-            return await self._start()
+            return await self._start(turn)
 
-    async def _start(self) -> McpSession:
+    async def _start(self, turn: str | None) -> McpSession:
         self.state = "starting"
         session: McpSession | None = None
+        started = time.monotonic()
         try:
             session = McpSession(self._transport(), label=self.spec.name,
                                  timeout_s=self.spec.timeout_ms / 1000.0,
                                  on_tools_changed=self._tools_changed, logger=self._log)
             await session.start(timeout_s=self.spec.start_timeout_s)
         except BaseException as exc:
+            elapsed_ms = (time.monotonic() - started) * 1000
+            stderr: str | None = None
             if session is not None:
-                await asyncio.shield(session.close())
+                try:
+                    if isinstance(exc, Exception):
+                        gone = isinstance(exc, McpError) and exc.code == "E_MCP_CLOSED"
+                        stderr = await _stderr_tail(session.transport, exited=gone)
+                finally:
+                    self._close_later(session)
             if isinstance(exc, McpError):
-                self._failed(exc.message)
+                self._failed(exc.message, turn, elapsed_ms=elapsed_ms, stderr=stderr)
             elif isinstance(exc, Exception):
-                self._failed(f"{type(exc).__name__}: {exc}")
+                self._failed(f"{type(exc).__name__}: {exc}", turn, elapsed_ms=elapsed_ms,
+                             stderr=stderr)
                 raise McpError(f"MCP server {self.spec.name!r} failed to start: {exc}",
                                code="E_MCP_START") from exc
             else:
@@ -162,18 +186,46 @@ class McpToolProvider:
         self.state = "ready"
         self.failures = 0
         self._retry_at = 0.0
+        self._failed_turn = None
         self.sessions_started += 1
         self._tools = None
         self._log.info("MCP server %s ready (%s, protocol %s)", self.spec.name,
                        self.spec.transport, session.protocol_version)
         return session
 
-    def _failed(self, reason: str) -> None:
+    def _close_later(self, session: McpSession) -> None:
+        """Close a session that failed to start without making the step wait for it.
+
+        A hung stdio server that ignores the end of its stdin takes the close grace period
+        (then SIGTERM); :meth:`aclose` waits for these closes, so none outlives the instance.
+        """
+        task = asyncio.ensure_future(session.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _failed(self, reason: str, turn: str | None, *, elapsed_ms: float | None = None,
+                stderr: str | None = None) -> None:
         self.state = "failed"
         self.last_error = reason
         self.failures += 1
-        self._retry_at = time.monotonic() + backoff_s(self.failures)
-        self._log.warning("MCP server %s: %s", self.spec.name, reason)
+        self._failed_turn = turn
+        self._retry_at = self._clock() + backoff_s(self.failures)
+        if self._on_change is not None:
+            # The next step's catalog lists the tools again: absent while the server is down
+            # (a failed restart in a call would otherwise leave them offered all turn).
+            self._on_change(self)
+        if elapsed_ms is None:
+            self._log.warning("MCP server %s: %s", self.spec.name, reason)
+            return
+        # The server's own words are the likely cause; at INFO (the default hides it) they
+        # would be lost, so the tail goes with the warning.
+        tail = "".join(f"\n  | {line}" for line in (stderr or "").splitlines())
+        retry = "" if self._failed_turn is None else "not again in this turn, "
+        self._log.warning(
+            "%s (start failed after %.0f ms; %snext attempt in %.1f s or later)%s", reason,
+            elapsed_ms, retry, backoff_s(self.failures),
+            f"\n  the server's stderr ended with:{tail}" if tail
+            else "" if stderr is None else "\n  the server wrote nothing on stderr")
 
     def _tools_changed(self) -> None:
         self._tools = None
@@ -186,12 +238,19 @@ class McpToolProvider:
         """The server's tools (starting it if needed); ``[]`` while it is unavailable."""
         if self._tools is not None and self._session is not None and self._session.alive:
             return list(self._tools)
+        turn = CURRENT_TURN.get()
+        if self.state == "failed" and turn is not None and turn == self._failed_turn:
+            # Failed to start or to list its tools earlier in this turn: the remaining steps
+            # do not wait for it again (a later turn tries).
+            if self._on_change is not None:
+                self._on_change(self)
+            return []
         try:
             session = await self.session()
             listed = await session.list_tools()
         except McpError as exc:
             if exc.code != "E_MCP_UNAVAILABLE" and self.state != "failed":
-                self._failed(exc.message)
+                self._failed(exc.message, turn)
             # Stay stale: the next step's catalog tries again (after the backoff).
             if self._on_change is not None and self.state != "closed":
                 self._on_change(self)
@@ -236,7 +295,8 @@ class McpToolProvider:
             raise ToolFailure(f"MCP server {self.spec.name!r} offers no tool {name!r}",
                               code="E_MCP_NO_TOOL")
         try:
-            session = await self.session()
+            # A restart that fails here is not tried again by the rest of this turn either.
+            session = await self.session(turn_id=context.turn_id or None)
             result = await session.call_tool(server_name, args)
             return result_output(result)
         except ToolErrorResult as exc:
@@ -256,6 +316,8 @@ class McpToolProvider:
             session, self._session = self._session, None
             if session is not None:
                 await session.close()
+            if self._closing:  # failed starts still being closed
+                await asyncio.gather(*list(self._closing), return_exceptions=True)
 
     def status(self) -> JsonObject:
         """State for ``/tools`` and ``goondan doctor``."""
@@ -272,4 +334,13 @@ class McpToolProvider:
             out["protocolVersion"] = self._session.protocol_version
         if self.last_error:
             out["lastError"] = self.last_error
+        if state == "failed":
+            out["retryInMs"] = max(0, round((self._retry_at - self._clock()) * 1000))
         return out
+
+
+async def _stderr_tail(transport: Transport, *, exited: bool) -> str | None:
+    """What a stdio server last wrote on stderr (masked); ``None`` when no process ran."""
+    if isinstance(transport, StdioTransport):
+        return await transport.stderr_tail(exited=exited)
+    return None

@@ -10,8 +10,8 @@ report the end of the connection once to ``on_closed``.
 * :class:`HttpTransport` — each message is a POST; the server answers 202 (notifications),
   ``application/json`` or a ``text/event-stream`` carrying the response (and any notification
   sent meanwhile). The ``Mcp-Session-Id`` from ``initialize`` goes on every later request; a 404
-  on a request carrying it means the session expired (:data:`SESSION_EXPIRED`), and the
-  session re-initialises. Once the session is initialised, a daemon thread keeps the optional
+  on a request carrying it, or a 400 that speaks of the session (:func:`session_gone`), means
+  the session expired (:data:`SESSION_EXPIRED`), and the session re-initialises. Once the session is initialised, a daemon thread keeps the optional
   ``GET`` stream open for messages the server sends on its own (a ``tools/list_changed`` after
   a background change, a ``ping``), reconnecting with ``Last-Event-ID``; a server that answers
   405 has no such stream. urllib3 calls run in daemon threads.
@@ -20,6 +20,7 @@ report the end of the connection once to ``on_closed``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -37,7 +38,7 @@ from goondan.secrets import mask
 from goondan.tools.providers import run_in_daemon_thread
 from goondan.types import JsonObject
 
-__all__ = ["SESSION_EXPIRED", "HttpTransport", "StdioTransport", "Transport"]
+__all__ = ["SESSION_EXPIRED", "HttpTransport", "StdioTransport", "Transport", "session_gone"]
 
 SESSION_EXPIRED = "E_MCP_SESSION_EXPIRED"
 MessageHandler = Callable[[JsonObject], None]
@@ -45,10 +46,23 @@ ClosedHandler = Callable[[str], None]
 # A line longer than this (a huge tool result) is still read: the limit only bounds one chunk.
 _LINE_LIMIT = 64 * 1024 * 1024
 _CLOSE_GRACE_S = 2.0
+# A start failure's warning quotes the server's last stderr lines, each cut to this length.
+_STDERR_LINES = 20
+_STDERR_LINE_CHARS = 500
 # The GET stream reconnects after a drop (servers close it at will), backing off to this bound;
 # it gives up after this many failed connects in a row (the POSTs report a dead server).
 _LISTEN_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 _LISTEN_MAX_FAILURES = 8
+
+
+def session_gone(status: int, body: str) -> bool:
+    """Whether an HTTP answer to a request that carried ``Mcp-Session-Id`` means the server no
+    longer knows the session.
+
+    The spec's answer is 404; servers built on the TypeScript SDK's examples answer 400
+    "No valid session ID provided" instead. A 400 counts when its body speaks of the session.
+    """
+    return status == 404 or (status == 400 and "session" in body.lower())
 
 
 class Transport(Protocol):
@@ -93,6 +107,8 @@ class StdioTransport:
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._stderr_lines: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
+        self._stderr_task: asyncio.Task[Any] | None = None
 
     def __repr__(self) -> str:
         pid = self._proc.pid if self._proc else None
@@ -156,12 +172,35 @@ class StdioTransport:
 
     async def _stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
+        self._stderr_task = asyncio.current_task()
         while True:
             line = await self._proc.stderr.readline()
             if not line:
                 return
-            self._log.info("[mcp %s] %s", self.label,
-                           mask(line.decode(errors="replace").rstrip()))
+            text = mask(line.decode(errors="replace").rstrip())
+            self._stderr_lines.append(text[:_STDERR_LINE_CHARS])
+            self._log.info("[mcp %s] %s", self.label, text)
+
+    async def stderr_tail(self, *, exited: bool = False) -> str | None:
+        """The last lines the server wrote on stderr (masked), for a start failure's warning.
+
+        ``None`` when no process was started. ``exited``: the server is known to be gone (its
+        pipes closed), so wait up to ``_CLOSE_GRACE_S`` for the process to end and its last
+        stderr lines to be read (the exit can be noticed a moment after the pipe broke).
+        Otherwise the lines read so far are returned at once: a hung server's are all there.
+        """
+        proc = self._proc
+        if proc is None:
+            return None
+        if exited or proc.returncode is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(_CLOSE_GRACE_S):
+                    await asyncio.shield(proc.wait())
+                    if self._stderr_task is None:
+                        await asyncio.sleep(0)  # the reader has not run yet: let it start
+                    if self._stderr_task is not None:
+                        await asyncio.shield(self._stderr_task)
+        return "\n".join(self._stderr_lines)
 
     async def send(self, message: JsonObject) -> None:
         self.send_soon(message)
@@ -277,12 +316,12 @@ class HttpTransport:
             status = response.status
             if is_initialize and response.headers.get("Mcp-Session-Id"):
                 self.session_id = response.headers["Mcp-Session-Id"]
-            if status == 404 and had_session and not is_initialize:
-                self.session_id = None
-                raise McpError(f"MCP server {self.label!r}: the session expired",
-                               code=SESSION_EXPIRED)
             if status >= 400:
                 body = response.read(2000).decode(errors="replace")
+                if had_session and not is_initialize and session_gone(status, body):
+                    self.session_id = None
+                    raise McpError(f"MCP server {self.label!r}: the session expired "
+                                   f"(HTTP {status})", code=SESSION_EXPIRED)
                 raise McpError(f"MCP server {self.label!r} answered HTTP {status}: {mask(body)}",
                                code="E_MCP_HTTP",
                                suggestion="Check spec.mcp.url and spec.mcp.headers."
@@ -293,7 +332,7 @@ class HttpTransport:
             if kind == "text/event-stream":
                 self._read_events(response)
             else:
-                payload = json.loads(response.read() or b"null")
+                payload = json.loads((response.read() or b"null").decode("utf-8", "replace"))
                 for item in payload if isinstance(payload, list) else [payload]:
                     if isinstance(item, dict):
                         self._deliver(item)

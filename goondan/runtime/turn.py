@@ -153,9 +153,9 @@ class TurnEnv:
         """A step's starting catalog as it stands: config tools then the others (fresh copies)."""
         return self.tools.catalog(self.spec.tools)
 
-    async def step_catalog(self) -> list[ToolCatalogItem]:
+    async def step_catalog(self, turn_id: str | None = None) -> list[ToolCatalogItem]:
         """This step's starting catalog, after picking up tool providers' changes."""
-        return await self.tools.step_catalog(self.spec.tools)
+        return await self.tools.step_catalog(self.spec.tools, turn_id=turn_id)
 
 
 class TurnRunner:
@@ -296,24 +296,7 @@ class TurnRunner:
 
     # -- step ------------------------------------------------------------------------------------
     async def _run_step(self, step: Step) -> StepOutcome:
-        catalog = await self.env.step_catalog()
         span = self.span.child(f"step {step.index}", "step")
-        step.tool_catalog = list(catalog)
-        ctx = StepContext(
-            agent_name=self.env.spec.name,
-            instance_key=self.env.instance_key,
-            turn_id=self.turn_id,
-            trace_id=self.span.trace_id,
-            turn=self.turn,
-            step_index=step.index,
-            conversation_state=self.state,
-            agents=self.agents,
-            emit_message_event=self.emit,
-            tool_catalog=catalog,
-            span_id=span.span_id,
-            parent_span_id=span.parent_span_id,
-            system_prompt=self.env.spec.system_prompt or None,
-        )
         where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id, "step_index": step.index}
         self.env.observer.emit(StepStarted(**span_ids(span), **where))
         errors_before = self.error_count
@@ -323,6 +306,23 @@ class TurnRunner:
             return await self._step_core(c, step, span)
 
         try:
+            catalog = await self.env.step_catalog(self.turn_id)  # in the span: an MCP start wait
+            step.tool_catalog = list(catalog)
+            ctx = StepContext(
+                agent_name=self.env.spec.name,
+                instance_key=self.env.instance_key,
+                turn_id=self.turn_id,
+                trace_id=self.span.trace_id,
+                turn=self.turn,
+                step_index=step.index,
+                conversation_state=self.state,
+                agents=self.agents,
+                emit_message_event=self.emit,
+                tool_catalog=catalog,
+                span_id=span.span_id,
+                parent_span_id=span.parent_span_id,
+                system_prompt=self.env.spec.system_prompt or None,
+            )
             result = await self.env.pipeline.run_step(ctx, core)
         except BaseException as exc:
             step.status = "failed"

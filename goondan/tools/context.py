@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,12 @@ from typing import Any
 from goondan.conversation.messages import Message
 from goondan.tools.output import DEFAULT_MAX_OUTPUT_BYTES
 
-__all__ = ["ToolContext"]
+__all__ = ["CURRENT_TURN", "ToolContext"]
+
+# The turn whose step catalog is being built (set by ``ToolRegistry.step_catalog`` while it
+# lists the providers; ``None`` otherwise). A provider keys per-turn decisions by it: an MCP
+# server that failed to start is not started again in the same turn (docs/mcp.md "Lifecycle").
+CURRENT_TURN: ContextVar[str | None] = ContextVar("goondan_current_turn", default=None)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from goondan.errors import ToolLoadError
 from goondan.tools.catalog import binding_items, empty_parameters, merge_catalog
-from goondan.tools.context import ToolContext
+from goondan.tools.context import CURRENT_TURN, ToolContext
 from goondan.tools.naming import check_tool_name, parse_tool_name
 from goondan.types import JsonObject, JsonValue, ToolCatalogItem, ToolSource
 
@@ -258,10 +258,20 @@ class ToolRegistry:
                     del self._tools[old.name]
             self._install(provider, tools, strict=False)
 
-    async def step_catalog(self, bindings: Iterable[Any] | None = None) -> list[ToolCatalogItem]:
-        """:meth:`catalog` after picking up the providers' changes: one step's fresh catalog."""
+    async def step_catalog(self, bindings: Iterable[Any] | None = None, *,
+                           turn_id: str | None = None) -> list[ToolCatalogItem]:
+        """:meth:`catalog` after picking up the providers' changes: one step's fresh catalog.
+
+        ``turn_id`` is the turn the step belongs to; providers read it as
+        :data:`~goondan.tools.context.CURRENT_TURN` while they are listed.
+        """
         if self._stale:
-            await self.refresh()
+            token = CURRENT_TURN.set(turn_id) if turn_id is not None else None
+            try:
+                await self.refresh()
+            finally:
+                if token is not None:
+                    CURRENT_TURN.reset(token)
         return self.catalog(bindings)
 
     async def aclose(self) -> None:

@@ -79,3 +79,23 @@ def test_entry_tools_still_need_exports(tmp_path: Path) -> None:
     (tmp_path / "t.py").write_text("handlers = {}\n", encoding="utf-8")
     errors, _ = _codes(tmp_path, {"entry": "./t.py"})
     assert "E_CONFIG_SCHEMA_INVALID" in errors
+
+
+def test_entry_and_exports_errors_name_the_mcp_exception(tmp_path: Path) -> None:
+    # Seed 002 §2.7.1 (entry is required) and §2.7.3 (at least one export): an MCP Tool is the
+    # documented exception to both (docs/tools.md), and the errors say so.
+    (tmp_path / "t.py").write_text("handlers = {}\n", encoding="utf-8")
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({}, "entry"),
+        ({"exports": [{"name": "a"}]}, "entry"),
+        ({"entry": "./t.py"}, "exports"),
+        ({"entry": "./t.py", "exports": []}, "exports"),
+        ({"mcp": {"command": ["x"]}, "exports": []}, "exports"),
+    ]
+    for spec, field in cases:
+        report = validate_bundle(_bundle(tmp_path, spec), env={})
+        [error] = [d for d in report.errors if field in d.message]
+        text = f"{error.message} {error.suggestion}"
+        assert "mcp" in text, (spec, text)
+        if field == "exports":
+            assert "omit" in text or "leave" in text, (spec, text)

@@ -60,3 +60,23 @@ def test_framing_and_backoff() -> None:
         decode_message(b"hello")
     assert info.value.code == "E_MCP_PROTOCOL"
     assert [backoff_s(n) for n in range(0, 9)] == [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+
+def test_structured_content_media_forms_are_cut() -> None:
+    wav = "UklGRiQAAABXQVZF" * 100  # 1600 base64 characters
+    structured = {
+        "clip": {"type": "audio", "mimeType": "audio/wav", "data": wav, "name": "a.wav"},
+        "file": {"uri": "file:///x.png", "mimeType": "image/png", "blob": "QQ=="},
+        "preview": "data:image/jpeg;base64,QUJD",
+        "note": "data:text/plain;base64,QUJD",
+        "json": {"mimeType": "application/json", "data": "kept"},
+        "deep": [[{"type": "image", "mimeType": "image/gif", "data": "R0lG"}]],
+    }
+    assert result_output({"content": [], "structuredContent": structured}) == {
+        "clip": {"type": "audio", "mimeType": "audio/wav", "name": "a.wav", "bytes": 1200},
+        "file": {"uri": "file:///x.png", "mimeType": "image/png", "bytes": 1},
+        "preview": "[image/jpeg, 3 bytes]",
+        "note": "data:text/plain;base64,QUJD",
+        "json": {"mimeType": "application/json", "data": "kept"},
+        "deep": [[{"type": "image", "mimeType": "image/gif", "bytes": 3}]],
+    }

@@ -50,10 +50,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_server(marks: Path | None = None) -> Iterator[str]:
-    """Run the fixture server over Streamable HTTP; yields its ``/mcp`` URL."""
+def http_server(marks: Path | None = None, *, session_400: bool = False) -> Iterator[str]:
+    """Run the fixture server over Streamable HTTP; yields its ``/mcp`` URL.
+
+    ``session_400``: an unknown session id gets 400 "No valid session ID provided" (the
+    TypeScript SDK examples' answer) instead of 404.
+    """
     port = free_port()
-    cmd = [*server_command(marks), "--http", str(port)]
+    cmd = [*server_command(marks), "--http", str(port), *(["--session-400"] if session_400 else [])]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(os.environ))
     try:

@@ -9,6 +9,7 @@ import pytest
 
 from goondan.errors import ToolLoadError
 from goondan.tools import EntryModuleProvider, ToolContext, ToolExecutor, ToolRegistry
+from goondan.tools.context import CURRENT_TURN
 from goondan.tools.providers import ChangeListener, run_handler
 from goondan.tools.registry import RegisteredTool, build_tool
 from goondan.types import JsonObject, JsonValue, ToolCall, ToolSource
@@ -25,6 +26,7 @@ class RemoteProvider:
         self.calls: list[tuple[str, JsonObject]] = []
         self.closed = 0
         self.notify: ChangeListener | None = None
+        self.listed_in: list[str | None] = []  # CURRENT_TURN at each list_tools
 
     async def open(self, on_change: ChangeListener) -> None:
         self.notify = on_change
@@ -36,6 +38,7 @@ class RemoteProvider:
         self.notify(self)
 
     async def list_tools(self) -> list[RegisteredTool]:
+        self.listed_in.append(CURRENT_TURN.get())
         tools = []
         for name in self.offered:
             async def handler(ctx: ToolContext, args: JsonObject, _n: str = name) -> JsonValue:
@@ -115,6 +118,22 @@ def test_tools_appearing_and_disappearing_show_in_the_next_step_catalog() -> Non
         assert "search__query" not in registry
 
     run(main())
+
+
+def test_providers_are_listed_with_the_step_s_turn_as_current_turn() -> None:
+    registry = ToolRegistry()
+    remote = RemoteProvider("search", "search__query")
+
+    async def main() -> None:
+        await registry.add_provider(remote)
+        remote.change("search__fetch")
+        await registry.step_catalog(turn_id="turn_7")
+        remote.change("search__query")
+        await registry.step_catalog()
+        assert CURRENT_TURN.get() is None  # only while the providers are listed
+
+    run(main())
+    assert remote.listed_in == [None, "turn_7", None]
 
 
 def test_a_changed_provider_never_takes_a_config_tool_s_name(
