@@ -34,7 +34,7 @@ from urllib3.util import parse_url
 
 from goondan.tools import ToolFailure
 
-__all__ = ["DEFAULT_DENIED_NAMES", "DEFAULT_DENIED_NETWORKS", "HostPolicy", "Target"]
+__all__ = ["DEFAULT_DENIED_NAMES", "DEFAULT_DENIED_NETWORKS", "HostPolicy", "Target", "parse_strictly"]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -161,7 +161,7 @@ class HostPolicy:
     def target(self, url: str) -> Target:
         """The checked :class:`Target` of ``url``; ``E_BASE_HTTP_DENIED`` when it may not be
         contacted, ``E_BASE_HTTP`` when its host does not resolve."""
-        scheme, host, port, request_uri = _parse(url)
+        scheme, host, port, request_uri = parse_strictly(url)
         if host in DEFAULT_DENIED_NAMES and not self._names(host):
             raise _denied(url, "it is a cloud metadata host")  # no DNS query for these
         denied = self._match(self.deny, host, ())
@@ -225,7 +225,7 @@ class HostPolicy:
         return None
 
 
-def _parse(url: str) -> tuple[str, str, int, str]:
+def parse_strictly(url: str) -> tuple[str, str, int, str]:
     """``(scheme, host, port, request_uri)`` as urllib3 parses ``url``, or a refusal when the
     URL is ambiguous: parsers disagree on it, or it has a shape they are known to disagree on."""
     if "\\" in url or any(c <= " " or c == "\x7f" for c in url):

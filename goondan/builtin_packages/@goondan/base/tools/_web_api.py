@@ -28,7 +28,7 @@ import urllib3
 from goondan.secrets import register_secret
 from goondan.tools import ToolContext, ToolFailure
 
-from ._hosts import _parse as _parse_strictly  # http-fetch's parser: one host per URL, or refused
+from ._hosts import parse_strictly  # http-fetch's parser: one host per URL, or refused
 from ._inputs import absolute, invalid
 
 __all__ = [
@@ -99,7 +99,7 @@ def origin(url: str) -> Origin | None:
     """``(scheme, host, port)`` urllib3 connects to for ``url``; ``None`` when ``url`` is not
     an unambiguous absolute http(s) URL (userinfo, a backslash, parsers disagreeing …)."""
     try:
-        scheme, host, port, _ = _parse_strictly(url)
+        scheme, host, port, _ = parse_strictly(url)
     except ToolFailure:
         return None
     return scheme, host, port
