@@ -1,0 +1,132 @@
+"""Third-party model providers from installed distributions (entry point group
+``goondan.providers``, docs/packages.md "Model providers"): validation accepts their names,
+the registry builds them, a turn runs on them, doctor lists them; unknown names stay errors."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goondan.commands.doctor import run_checks
+from goondan.config import validate_bundle
+from goondan.errors import ConfigError
+from goondan.llm.base import ModelSpec
+from goondan.llm.registry import create_model
+from goondan.runtime import Runtime
+from tests.support.aio import run
+from tests.support.runtime_harness import BASIC
+
+SCRIPTED = "  provider: scripted\n  model: fake\n  options:\n    script: [\"unused\"]\n"
+
+# A provider that answers every request with the model name and the last user message.
+PROVIDER_MODULE = '''
+from goondan.llm.base import LanguageModel, ModelResponse
+
+
+class EchoModel(LanguageModel):
+    provider = "acme-echo"
+
+    def __init__(self, spec):
+        self.model = spec.model
+
+    async def generate(self, request, *, stream=False, on_delta=None):
+        last = request.messages[-1]
+        parts = last.get("content") if isinstance(last.get("content"), list) else []
+        text = "".join(p.get("text", "") for p in parts if isinstance(p, dict)) or str(last.get("content"))
+        return ModelResponse(text=f"{self.model} echoes {text}")
+
+
+def create_model(spec, *, retry_policy=None, base_dir=None):
+    return EchoModel(spec)
+'''
+
+
+def make_provider_dist(site: Path, dist: str = "acme-echo", version: str = "0.3.0",
+                       name: str = "acme-echo", module: str = "acme_echo") -> None:
+    """An installed distribution (dist-info + module) in ``site``, as pip would leave it."""
+    info = site / f"{module}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[goondan.providers]\n{name} = {module}:create_model\n")
+    (site / module).mkdir()
+    (site / module / "__init__.py").write_text(PROVIDER_MODULE)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = tmp_path / "site"
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    importlib.invalidate_caches()
+    yield path
+    for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", "")).startswith(str(path))]:
+        del sys.modules[name]  # the next test installs its own copy
+
+
+def bundle_with_provider(tmp_path: Path, provider: str) -> Path:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(BASIC, bundle, ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = bundle / "goondan.yaml"
+    text = manifest.read_text(encoding="utf-8")
+    assert SCRIPTED in text
+    manifest.write_text(text.replace(SCRIPTED, f"  provider: {provider}\n  model: echo-1\n"), encoding="utf-8")
+    return bundle
+
+
+def test_an_installed_provider_validates_and_runs_a_turn(tmp_path: Path, site: Path, state_root: Path) -> None:
+    make_provider_dist(site)
+    bundle = bundle_with_provider(tmp_path, "acme-echo")
+    report = validate_bundle(bundle / "goondan.yaml")
+    assert report.valid, [(d.code, d.message) for d in report.errors]
+
+    async def main() -> Any:
+        async with Runtime.from_bundle(bundle, state_root=state_root) as rt:
+            instance = await rt.instance("plain")
+            assert type(instance.model).__name__ == "EchoModel"
+            return await rt.run_turn("plain", "hi there")
+
+    assert run(main()).text == "echo-1 echoes hi there"
+
+
+def test_an_unknown_provider_is_still_an_error_with_plugins_installed(tmp_path: Path, site: Path) -> None:
+    make_provider_dist(site)
+    report = validate_bundle(bundle_with_provider(tmp_path, "acme-echoo") / "goondan.yaml")
+    error = next(d for d in report.errors if d.code == "E_CONFIG_UNKNOWN_PROVIDER")
+    assert "'acme-echoo'" in error.message and "acme-echo" in (error.suggestion or "")
+    with pytest.raises(ConfigError) as info:
+        create_model(ModelSpec(provider="acme-echoo", model="x"))
+    assert info.value.code == "E_LLM_UNKNOWN_PROVIDER" and "acme-echo" in (info.value.suggestion or "")
+
+
+def test_a_built_in_name_wins_over_an_installed_one(site: Path) -> None:
+    make_provider_dist(site, name="scripted")
+    model = create_model(ModelSpec(provider="scripted", model="s", options={"script": ["x"]}))
+    assert type(model).__name__ == "ScriptedModel"
+
+
+def test_a_provider_whose_factory_cannot_be_imported_is_a_config_error(site: Path) -> None:
+    make_provider_dist(site)
+    (site / "acme_echo" / "__init__.py").write_text("raise ImportError('no wheel for this platform')\n")
+    with pytest.raises(ConfigError) as info:
+        create_model(ModelSpec(provider="acme-echo", model="x", name="m"))
+    err = info.value
+    assert err.code == "E_LLM_PROVIDER_LOAD"
+    assert "acme-echo==0.3.0" in err.message and "no wheel for this platform" in err.message
+
+
+def test_doctor_lists_installed_providers_and_warns_on_a_conflict(tmp_path: Path, site: Path) -> None:
+    make_provider_dist(site)
+    checks = {(c.category, c.name): c for c in run_checks(tmp_path / "none", tmp_path / "state")}
+    check = checks[("Goondan", "provider acme-echo")]
+    assert check.status == "ok" and "acme-echo==0.3.0" in check.detail
+    make_provider_dist(site, dist="other-echo", module="other_echo")
+    importlib.invalidate_caches()
+    checks = {(c.category, c.name): c for c in run_checks(tmp_path / "none", tmp_path / "state")}
+    check = checks[("Goondan", "provider acme-echo")]
+    assert check.status == "warn" and "other-echo==0.3.0" in check.detail
