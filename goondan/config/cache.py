@@ -272,7 +272,7 @@ def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
         if res.kind in ("Tool", "Extension", "Connector") and isinstance(entry, str):
             path = res.root / entry
             probes.update((path, path / "__init__.py"))
-        if res.kind == "Model" and spec.get("provider") not in PROVIDERS:
+        if res.kind == "Model" and isinstance(spec.get("provider"), str) and spec["provider"] not in PROVIDERS:
             uses_pydist = True  # a third-party provider: an installed distribution's entry point
         if res.kind == "Agent":
             ref = agent_prompt(spec)[2]

@@ -5,6 +5,7 @@ the registry builds them, a turn runs on them, doctor lists them; unknown names 
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -15,7 +16,8 @@ import pytest
 
 from goondan.commands.doctor import run_checks
 from goondan.config import validate_bundle
-from goondan.errors import ConfigError
+from goondan.config.cache import entry_path, load_bundle_cached
+from goondan.errors import BundleError, ConfigError
 from goondan.llm.base import ModelSpec
 from goondan.llm.registry import create_model
 from goondan.runtime import Runtime
@@ -130,3 +132,19 @@ def test_doctor_lists_installed_providers_and_warns_on_a_conflict(tmp_path: Path
     checks = {(c.category, c.name): c for c in run_checks(tmp_path / "none", tmp_path / "state")}
     check = checks[("Goondan", "provider acme-echo")]
     assert check.status == "warn" and "other-echo==0.3.0" in check.detail
+
+
+def test_a_cached_bundle_notices_that_its_provider_was_uninstalled(
+    tmp_path: Path, site: Path, state_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GOONDAN_NO_CACHE", raising=False)
+    make_provider_dist(site)
+    bundle = bundle_with_provider(tmp_path, "acme-echo")
+    env = dict(os.environ)
+    assert load_bundle_cached(bundle, state_root=state_root, env=env).of_kind("Model")
+    assert entry_path(bundle, state_root, env).is_file()  # the next load may be served from it
+    shutil.rmtree(site / "acme_echo-0.3.0.dist-info")  # pip uninstall
+    importlib.invalidate_caches()
+    with pytest.raises(BundleError) as info:
+        load_bundle_cached(bundle, state_root=state_root, env=env)
+    assert [d.code for d in info.value.errors] == ["E_CONFIG_UNKNOWN_PROVIDER"]
