@@ -64,7 +64,10 @@ def load_factory(row: Provider, model_ref: str = "the Model") -> Any:
         target: Any = importlib.import_module(module_name.strip())
         for part in attribute.strip().split(".") if attribute.strip() else ():
             target = getattr(target, part)
-    except Exception as exc:  # third-party code: any failure to import is the user's to fix
+    except Exception as exc:
+        if row.distribution is None:
+            raise  # a built-in adapter that cannot be imported is a bug, not a configuration
+        # third-party code: any failure to import is the user's to fix
         raise _load_error(row, model_ref, f"{row.factory} cannot be loaded ({type(exc).__name__}: {exc})") from exc
     if not callable(target):
         raise _load_error(row, model_ref, f"{row.factory} is not callable")
