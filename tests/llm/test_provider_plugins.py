@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,3 +149,79 @@ def test_a_cached_bundle_notices_that_its_provider_was_uninstalled(
     with pytest.raises(BundleError) as info:
         load_bundle_cached(bundle, state_root=state_root, env=env)
     assert [d.code for d in info.value.errors] == ["E_CONFIG_UNKNOWN_PROVIDER"]
+
+
+PYPROJECT = """[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "acme-echo"
+version = "0.3.0"
+
+[project.entry-points."goondan.providers"]
+acme-echo = "acme_echo:create_model"
+
+[tool.setuptools]
+packages = ["acme_echo"]
+"""
+
+ECHO_BUNDLE = """apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: acme-echo, model: echo-2}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec:
+  modelConfig: {modelRef: Model/m}
+  prompt: {system: You echo.}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec: {entryAgent: Agent/a, agents: [Agent/a]}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_provider_wheel_installed_with_pip_validates_and_answers_in_the_cli(tmp_path: Path) -> None:
+    """Acceptance: a wheel built with setuptools, pip-installed into a fresh venv: `goondan
+    validate` accepts `provider: acme-echo`, the agent process builds it and the turn answers;
+    the checkout's own environment, without the wheel, still reports the unknown provider."""
+    pytest.importorskip("setuptools")
+    project = tmp_path / "acme-echo"
+    (project / "acme_echo").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(PYPROJECT)
+    (project / "acme_echo" / "__init__.py").write_text(PROVIDER_MODULE)
+    pip = ["-m", "pip", "--disable-pip-version-check", "-q"]
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, *pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(wheels), str(project)], check=True, timeout=120)
+    # A fresh venv that sees this checkout's environment (goondan, pip) through a .pth file.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    paths = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([python, "-c", paths], capture_output=True, text=True, check=True).stdout.strip())
+    dev_site = subprocess.run([sys.executable, "-c", paths], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    (site / "_goondan_dev.pth").write_text(f"import site; site.addsitedir({dev_site!r})\n")
+    subprocess.run([python, *pip, "install", "--no-index", f"--find-links={wheels}", "acme-echo"],
+                   check=True, timeout=120)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "goondan.yaml").write_text(ECHO_BUNDLE)
+
+    def goondan(*args: str, interpreter: str = python) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([interpreter, "-m", "goondan", *args], capture_output=True, text=True, timeout=120)
+
+    checked = goondan("validate", str(bundle))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    answer = goondan("repl", "--bundle", str(bundle), "--state-root", str(tmp_path / "state"), "--input", "ping")
+    assert answer.returncode == 0, answer.stderr
+    assert "echo-2 echoes ping" in answer.stdout
+    gone = goondan("validate", str(bundle), interpreter=sys.executable)
+    assert gone.returncode == 4 and "E_CONFIG_UNKNOWN_PROVIDER" in gone.stdout
