@@ -280,19 +280,32 @@ class McpError(GoondanError):
 
 class LlmError(GoondanError):
     """A model call failed. ``retryable``: whether an identical request may succeed later
-    (the transport's retry policy consults it before retrying)."""
+    (the transport's retry policy consults it before retrying).
+
+    Every ``Llm*`` error pickles with all its fields (code, message, suggestion, ``status``,
+    ``retry_after`` ...), whatever its constructor asks for."""
 
     code = "E_LLM"
     exit_code = EXIT_NETWORK
     retryable: bool = False
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default rebuilds with cls(*args), which fails for required keyword-only fields
+        # (LlmHttpError's status); rebuild without __init__ and restore the attributes instead.
+        return _rebuild_error, (type(self), self.args, self.__dict__)
+
 
 class LlmAuthError(LlmError):
+    """No API key, or the provider refused it (401/403): exit 6; never retried."""
+
     code = "E_LLM_AUTH"
     exit_code = EXIT_AUTH
 
 
 class LlmRateLimitError(LlmError):
+    """The provider answered 429; ``retry_after``: the seconds it asked to wait
+    (``Retry-After``), if it said."""
+
     code = "E_LLM_RATE_LIMIT"
     retryable = True
 
@@ -302,6 +315,8 @@ class LlmRateLimitError(LlmError):
 
 
 class LlmTimeoutError(LlmError):
+    """Connecting took too long, or the server went silent longer than ``timeoutMs``."""
+
     code = "E_LLM_TIMEOUT"
     retryable = True
     # True when the request was sent and the server went silent while (probably) still
@@ -310,15 +325,24 @@ class LlmTimeoutError(LlmError):
 
 
 class LlmConnectionError(LlmError):
+    """The provider could not be reached (a refused or reset connection, TLS, an invalid
+    endpoint URL)."""
+
     code = "E_LLM_CONNECTION"
     retryable = True
 
 
 class LlmBadResponseError(LlmError):
+    """The provider answered something goondan cannot read (malformed HTTP or JSON, a
+    response of the wrong shape, a stream that ended early)."""
+
     code = "E_LLM_BAD_RESPONSE"
 
 
 class LlmHttpError(LlmError):
+    """Another HTTP error status; ``status`` is it, and 408, 409 and 5xx are retryable unless
+    ``retryable`` says otherwise."""
+
     code = "E_LLM_HTTP"
 
     def __init__(
@@ -344,6 +368,14 @@ class TurnCancelled(Interrupted):
     """A turn was cancelled (Ctrl-C, ``runtime.cancel``)."""
 
     code = "E_TURN_CANCELLED"
+
+
+def _rebuild_error(cls: type[GoondanError], args: tuple[Any, ...], state: dict[str, Any]) -> GoondanError:
+    """Unpickle an error without calling its ``__init__`` (see :meth:`LlmError.__reduce__`)."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 def _classes(root: type[GoondanError]) -> list[type[GoondanError]]:

@@ -25,7 +25,6 @@ from goondan.errors import GoondanError
 
 __all__ = ["Check", "doctor", "run_checks"]
 
-KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY")
 DEPENDENCIES = ("click", "pyyaml", "tomli-w", "urllib3")
 
 
@@ -64,6 +63,7 @@ def run_checks(bundle: Path | None, state_root: Path) -> list[Check]:
     except importlib.metadata.PackageNotFoundError:
         checks.append(Check("Goondan", "goondan", "warn", "running from a source tree (not installed)"))
     from goondan.config import pydist
+    from goondan.config.providers import installed_providers
 
     for name, entries in sorted(pydist.discover().items()):  # Python-distribution packages
         if len(entries) > 1:
@@ -72,6 +72,14 @@ def run_checks(bundle: Path | None, state_root: Path) -> list[Check]:
                                 "pip uninstall all but one (docs/packages.md)"))
         else:
             checks.append(Check("Goondan", name, "ok", entries[0].describe()))
+    for name, rows in sorted(installed_providers().items()):  # third-party model providers
+        owners = ", ".join(f"{row.distribution} ({row.factory})" for row in rows)
+        if len(rows) > 1:
+            checks.append(Check("Goondan", f"provider {name}", "warn",
+                                f"provided by several distributions: {owners} (the first is used)",
+                                "pip uninstall all but one (docs/packages.md \"Model providers\")"))
+        else:
+            checks.append(Check("Goondan", f"provider {name}", "ok", owners))
 
     manifest = bundle if bundle and bundle.is_file() else (bundle or Path.cwd()) / "goondan.yaml"
     report = None
@@ -104,11 +112,15 @@ def run_checks(bundle: Path | None, state_root: Path) -> list[Check]:
 
 
 def _known_key_checks() -> list[Check]:
-    found = [name for name in KEY_VARIABLES if os.environ.get(name)]
+    """Without a bundle: which key variables of the built-in providers are set."""
+    from goondan.config.providers import key_variables
+
+    variables = key_variables()
+    found = [name for name in variables if os.environ.get(name)]
     checks = [Check("API keys", name, "ok", f"set ({_masked(os.environ[name])})") for name in found]
     if not found:
         checks.append(Check("API keys", "model keys", "warn", "no provider key set",
-                            "export OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY (or use provider: scripted offline)"))
+                            f"export one of {', '.join(variables)} (or use provider: scripted offline)"))
     return checks
 
 

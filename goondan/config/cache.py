@@ -256,6 +256,7 @@ def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
     from goondan.config.envelope import agent_prompt
     from goondan.config.lockfile import LOCK_FILE
     from goondan.config.packages import read_lock_entries
+    from goondan.config.providers import PROVIDERS
 
     root = loaded.root
     probes: set[Path] = {*loaded.files, root / LOCK_FILE, root / ".env", root / ".env.local"}
@@ -271,6 +272,8 @@ def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
         if res.kind in ("Tool", "Extension", "Connector") and isinstance(entry, str):
             path = res.root / entry
             probes.update((path, path / "__init__.py"))
+        if res.kind == "Model" and isinstance(spec.get("provider"), str) and spec["provider"] not in PROVIDERS:
+            uses_pydist = True  # a third-party provider: an installed distribution's entry point
         if res.kind == "Agent":
             ref = agent_prompt(spec)[2]
             if ref is not None:

@@ -1,33 +1,102 @@
-"""The model providers goondan knows: the one table ``config`` validates ``spec.provider``
-against and ``goondan.llm.registry`` builds adapters from (docs/models.md).
+"""The model providers goondan knows: one table, read by config validation, the adapter
+registry (``goondan.llm.registry``), secret masking, ``goondan doctor``, the docs test and the
+tests' fake provider (docs/models.md).
 
-Keys are the names a Model may use; values the adapter family. ``gemini`` is an alias of
-``google``.
+Each row is plain data: the name a Model's ``spec.provider`` uses (plus aliases), the factory
+that builds its adapter as ``"module:attribute"`` (imported only when a Model is built, so
+``import goondan`` never loads urllib3), the variables its key is read from when the Model gives
+no ``apiKey``, and its default endpoint.
+
+Third-party providers come from installed Python distributions, the same way as third-party
+tools (docs/packages.md "Model providers"): an entry point in the group ``goondan.providers``
+names the factory, e.g. ``acme = "acme_goondan.llm:create_model"``. Their names are read from
+the distribution's metadata without running its code; a built-in name always wins.
 """
 
 from __future__ import annotations
 
-__all__ = ["KEY_ENV", "PROVIDERS", "PROVIDER_NAMES", "canonical_provider"]
+from dataclasses import dataclass
 
-PROVIDERS: dict[str, str] = {
-    "openai": "openai",
-    "openai-compatible": "openai-compatible",
-    "anthropic": "anthropic",
-    "google": "google",
-    "gemini": "google",
-    "scripted": "scripted",
-}
+__all__ = [
+    "BUILTIN_PROVIDERS",
+    "ENTRY_POINT_GROUP",
+    "PROVIDERS",
+    "PROVIDER_NAMES",
+    "Provider",
+    "canonical_provider",
+    "find_provider",
+    "installed_providers",
+    "key_variables",
+]
+
+ENTRY_POINT_GROUP = "goondan.providers"
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One provider: ``factory(spec, *, retry_policy, base_dir) -> LanguageModel``."""
+
+    name: str
+    factory: str  # "module:attribute"
+    key_env: tuple[str, ...] = ()  # tried in order when the Model has no apiKey
+    endpoint: str = ""  # the default endpoint ("" = none)
+    endpoint_required: bool = False  # spec.endpoint must be given
+    base_url_env: str | None = None  # the endpoint when spec.endpoint is absent (as the SDKs do)
+    aliases: tuple[str, ...] = ()
+    distribution: str | None = None  # "name==version" of a third-party provider
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+BUILTIN_PROVIDERS: tuple[Provider, ...] = (
+    Provider("openai", "goondan.llm.openai:create_openai", ("OPENAI_API_KEY",),
+             "https://api.openai.com/v1", base_url_env="OPENAI_BASE_URL"),
+    Provider("openai-compatible", "goondan.llm.openai:create_compatible", endpoint_required=True),
+    Provider("anthropic", "goondan.llm.anthropic:create_anthropic", ("ANTHROPIC_API_KEY",),
+             "https://api.anthropic.com/v1", base_url_env="ANTHROPIC_BASE_URL"),
+    Provider("google", "goondan.llm.google:create_google", ("GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"),
+             "https://generativelanguage.googleapis.com/v1beta", aliases=("gemini",)),
+    Provider("scripted", "goondan.llm.testing:create_scripted"),
+)
+
+# Every built-in name (aliases included) → its row.
+PROVIDERS: dict[str, Provider] = {name: row for row in BUILTIN_PROVIDERS for name in row.names}
 PROVIDER_NAMES: tuple[str, ...] = tuple(PROVIDERS)
 
 
-def canonical_provider(name: str | None) -> str | None:
-    """The adapter family of provider ``name`` (case and spaces ignored); None when unknown."""
-    return PROVIDERS.get((name or "").strip().lower())
+def key_variables() -> tuple[str, ...]:
+    """Every built-in provider's key variables, in table order."""
+    return tuple(dict.fromkeys(v for row in BUILTIN_PROVIDERS for v in row.key_env))
 
-# The environment variables a provider's key is read from when a Model gives no ``apiKey``
-# (the adapters' ``key_env``; every process registers their values as secrets).
-KEY_ENV: dict[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "google": ("GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"),
-}
+
+def installed_providers() -> dict[str, list[Provider]]:
+    """The providers of installed distributions (entry point group ``goondan.providers``), by
+    name; several rows under one name are a conflict (``goondan doctor`` warns). Reads metadata
+    only: no third-party code runs."""
+    import importlib.metadata  # ~10 ms: only when a name is not built in
+
+    out: dict[str, list[Provider]] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = f"{ep.dist.metadata['Name']}=={ep.dist.version}" if ep.dist is not None else "?"
+        rows = out.setdefault(ep.name.strip().lower(), [])
+        if all(row.distribution != dist for row in rows):  # one distribution seen twice on sys.path
+            rows.append(Provider(ep.name.strip().lower(), ep.value.strip(), distribution=dist))
+    return out
+
+
+def find_provider(name: str | None) -> Provider | None:
+    """The row of provider ``name`` (case and spaces ignored): built in, else installed; None
+    when unknown."""
+    key = (name or "").strip().lower()
+    if not key or key in PROVIDERS:
+        return PROVIDERS.get(key)
+    rows = installed_providers().get(key)
+    return rows[0] if rows else None
+
+
+def canonical_provider(name: str | None) -> str | None:
+    """The built-in family of provider ``name`` (``gemini`` → ``google``); None otherwise."""
+    row = PROVIDERS.get((name or "").strip().lower())
+    return row.name if row is not None else None

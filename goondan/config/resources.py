@@ -44,7 +44,7 @@ __all__ = [
 
 API_VERSION = "goondan.ai/v1"
 SUPPORTED_API_VERSIONS = (API_VERSION,)
-PROVIDERS = PROVIDER_NAMES  # the one table lives in goondan/config/providers.py
+PROVIDERS = PROVIDER_NAMES  # the built-in names of the one table, goondan/config/providers.py
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 PACKAGE_NAME_PATTERN = re.compile(r"^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*$")
 EXPORT_NAME_PATTERN = re.compile(r"^[a-z0-9_-]+$")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from goondan.config.providers import KEY_ENV, canonical_provider
+from goondan.config.providers import PROVIDERS
 from goondan.config.values import env_names, resolve_value
 from goondan.secrets import register_secret
 
@@ -38,8 +38,11 @@ def secret_sources(bundle: Any) -> Iterator[tuple[Any, str | None, tuple[str, ..
     for res in getattr(bundle, "resources", ()):
         spec = _mapping(res.spec)
         if res.kind == "Model":
-            provider = canonical_provider(spec.get("provider") if isinstance(spec.get("provider"), str) else None)
-            yield spec.get("apiKey"), "apiKey", KEY_ENV.get(provider or "", ())
+            # A built-in provider's key variables; a third-party provider's are unknown here
+            # (its adapter registers the key it resolves; docs/packages.md "Model providers").
+            provider = spec.get("provider")
+            row = PROVIDERS.get(provider.strip().lower()) if isinstance(provider, str) else None
+            yield spec.get("apiKey"), "apiKey", row.key_env if row is not None else ()
         elif res.kind == "Connection":
             for key, source in _mapping(spec.get("secrets")).items():
                 yield source, str(key), ()

@@ -18,9 +18,10 @@ from goondan.config.bundle import Bundle
 from goondan.config.entries import module_symbols, resolve_inside
 from goondan.config.loader import LoadResult, load_resources
 from goondan.config.packages import BUILTIN_ROOT
+from goondan.config.providers import PROVIDERS, installed_providers
 from goondan.config.refs import RefItem, parse_ref, parse_ref_item
 from goondan.config.resolve import Index
-from goondan.config.resources import KIND_SCHEMAS, PROVIDERS, Resource, agent_prompt
+from goondan.config.resources import KIND_SCHEMAS, Resource, agent_prompt
 from goondan.config.schema import Checker, did_you_mean
 from goondan.config.values import env_names
 from goondan.config.yamlsource import FieldPath
@@ -243,17 +244,23 @@ class _Validator:
     def _check_model(self, res: Resource, ck: Checker) -> None:
         spec = res.spec
         provider = spec.get("provider")
+        # Built-in names first; another name must be an installed distribution's provider
+        # (entry point group goondan.providers, read from metadata without running its code).
         if isinstance(provider, str) and provider.strip() and provider not in PROVIDERS:
-            guess = did_you_mean(provider, PROVIDERS)
-            ck.error(f"unknown provider {provider!r}", ("spec", "provider"),
-                     f"did you mean {guess!r}?" if guess else f"providers: {', '.join(PROVIDERS)}",
-                     code="E_CONFIG_UNKNOWN_PROVIDER")
+            installed = installed_providers()
+            if provider not in installed:
+                names = [*PROVIDERS, *sorted(installed)]
+                guess = did_you_mean(provider, names)
+                ck.error(f"unknown provider {provider!r}", ("spec", "provider"),
+                         f"did you mean {guess!r}?" if guess else f"providers: {', '.join(names)}",
+                         code="E_CONFIG_UNKNOWN_PROVIDER")
         endpoint = spec.get("endpoint")
         if isinstance(endpoint, str) and not re.match(r"^https?://[^\s/]+", endpoint):
             ck.error(f"endpoint {endpoint!r} is not an http(s) URL", ("spec", "endpoint"),
                      "write e.g. https://api.example.com/v1")
-        if provider == "openai-compatible" and "endpoint" not in spec:
-            ck.error("provider openai-compatible needs an endpoint", ("spec",),
+        row = PROVIDERS.get(provider) if isinstance(provider, str) else None
+        if row is not None and row.endpoint_required and "endpoint" not in spec:
+            ck.error(f"provider {provider} needs an endpoint", ("spec",),
                      "add endpoint: https://your-server/v1")
         self._env(res, ck, spec.get("apiKey"), ("spec", "apiKey"), secret=True, field_name="apiKey")
         options = spec.get("options")

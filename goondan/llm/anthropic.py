@@ -39,10 +39,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from goondan.config.providers import KEY_ENV
+from goondan.config.providers import PROVIDERS
 from goondan.errors import LlmError
-from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, StreamDelta
-from goondan.llm.http import error_for_status
+from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, ModelSpec, StreamDelta
+from goondan.llm.http import RetryPolicy, error_for_status
 from goondan.llm.provider import (
     HttpModel,
     StreamAccumulator,
@@ -64,9 +64,10 @@ from goondan.llm.sse import SseEvent
 from goondan.llm.wire import Converter, RawJson, WireCache, encode_chunks
 from goondan.types import JsonObject, TokenUsage, ToolCall, ToolCatalogItem
 
-__all__ = ["ANTHROPIC_VERSION", "DEFAULT_ENDPOINT", "DEFAULT_MAX_TOKENS", "AnthropicModel", "MessagesConverter"]
+__all__ = ["ANTHROPIC_VERSION", "DEFAULT_ENDPOINT", "DEFAULT_MAX_TOKENS", "AnthropicModel", "MessagesConverter",
+           "create_anthropic"]
 
-DEFAULT_ENDPOINT = "https://api.anthropic.com/v1"
+DEFAULT_ENDPOINT = PROVIDERS["anthropic"].endpoint
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 
@@ -224,8 +225,8 @@ class AnthropicModel(HttpModel):
     provider = "anthropic"
     label = "Anthropic"
     default_endpoint = DEFAULT_ENDPOINT
-    key_env = KEY_ENV["anthropic"]
-    base_url_env = "ANTHROPIC_BASE_URL"
+    key_env = PROVIDERS["anthropic"].key_env
+    base_url_env = PROVIDERS["anthropic"].base_url_env
 
     def url(self, *, stream: bool) -> str:
         return f"{self.endpoint}/messages"
@@ -311,6 +312,13 @@ class AnthropicModel(HttpModel):
 
     def new_stream(self, request: ModelRequest | None = None) -> AnthropicStream:
         return AnthropicStream(self)
+
+
+def create_anthropic(
+    spec: ModelSpec, *, retry_policy: RetryPolicy | None = None, base_dir: Any = None
+) -> AnthropicModel:
+    """The factory of ``provider: anthropic`` (goondan/config/providers.py)."""
+    return AnthropicModel(spec, retry_policy=retry_policy)
 
 
 class AnthropicStream(StreamAccumulator):

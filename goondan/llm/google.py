@@ -51,9 +51,9 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from goondan.config.providers import KEY_ENV
-from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, StreamDelta
-from goondan.llm.http import error_for_status
+from goondan.config.providers import PROVIDERS
+from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, ModelSpec, StreamDelta
+from goondan.llm.http import RetryPolicy, error_for_status
 from goondan.llm.provider import (
     HttpModel,
     StreamAccumulator,
@@ -73,9 +73,9 @@ from goondan.llm.sse import SseEvent
 from goondan.llm.wire import Converter, RawJson, WireCache, encode_chunks
 from goondan.types import JsonObject, TokenUsage, ToolCall, ToolCatalogItem
 
-__all__ = ["DEFAULT_ENDPOINT", "GENERATED_ID_PREFIX", "GoogleModel"]
+__all__ = ["DEFAULT_ENDPOINT", "GENERATED_ID_PREFIX", "GoogleModel", "create_google"]
 
-DEFAULT_ENDPOINT = "https://generativelanguage.googleapis.com/v1beta"
+DEFAULT_ENDPOINT = PROVIDERS["google"].endpoint
 GENERATED_ID_PREFIX = "gcall-"
 _REQUEST_LEVEL = ("safetySettings", "toolConfig", "cachedContent", "labels")
 _FILTERED = ("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY")
@@ -200,7 +200,7 @@ class GoogleModel(HttpModel):
     provider = "google"
     label = "Gemini"
     default_endpoint = DEFAULT_ENDPOINT
-    key_env = KEY_ENV["google"]
+    key_env = PROVIDERS["google"].key_env
 
     def url(self, *, stream: bool) -> str:
         model = self.spec.model.removeprefix("models/")
@@ -309,6 +309,11 @@ class GoogleModel(HttpModel):
 
     def new_stream(self, request: ModelRequest | None = None) -> GoogleStream:
         return GoogleStream(self, request)
+
+
+def create_google(spec: ModelSpec, *, retry_policy: RetryPolicy | None = None, base_dir: Any = None) -> GoogleModel:
+    """The factory of ``provider: google`` / ``gemini`` (goondan/config/providers.py)."""
+    return GoogleModel(spec, retry_policy=retry_policy)
 
 
 class GoogleStream(StreamAccumulator):

@@ -35,7 +35,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from goondan.config.providers import KEY_ENV
+from goondan.config.providers import PROVIDERS
 from goondan.llm.base import FinishReason, ModelRequest, ModelResponse, ModelSpec, StreamDelta
 from goondan.llm.http import HttpTransport, RetryPolicy, error_for_status
 from goondan.llm.provider import (
@@ -57,9 +57,11 @@ from goondan.llm.sse import SseEvent
 from goondan.llm.wire import Converter, RawJson, WireCache, encode_chunks, encode_json
 from goondan.types import JsonObject, TokenUsage, ToolCall, ToolCatalogItem
 
-__all__ = ["DEFAULT_ENDPOINT", "ChatConverter", "OpenAIModel", "messages_to_wire"]
+__all__ = [
+    "DEFAULT_ENDPOINT", "ChatConverter", "OpenAIModel", "create_compatible", "create_openai", "messages_to_wire",
+]
 
-DEFAULT_ENDPOINT = "https://api.openai.com/v1"
+DEFAULT_ENDPOINT = PROVIDERS["openai"].endpoint
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -175,8 +177,8 @@ class OpenAIModel(HttpModel):
     provider = "openai"
     label = "OpenAI"
     default_endpoint = DEFAULT_ENDPOINT
-    key_env = KEY_ENV["openai"]
-    base_url_env = "OPENAI_BASE_URL"
+    key_env = PROVIDERS["openai"].key_env
+    base_url_env = PROVIDERS["openai"].base_url_env
 
     def __init__(
         self,
@@ -302,6 +304,18 @@ class OpenAIModel(HttpModel):
 
     def new_stream(self, request: ModelRequest | None = None) -> OpenAIStream:
         return OpenAIStream(self)
+
+
+def create_openai(spec: ModelSpec, *, retry_policy: RetryPolicy | None = None, base_dir: Any = None) -> OpenAIModel:
+    """The factory of ``provider: openai`` (goondan/config/providers.py)."""
+    return OpenAIModel(spec, retry_policy=retry_policy, compatible=False)
+
+
+def create_compatible(
+    spec: ModelSpec, *, retry_policy: RetryPolicy | None = None, base_dir: Any = None
+) -> OpenAIModel:
+    """The factory of ``provider: openai-compatible``."""
+    return OpenAIModel(spec, retry_policy=retry_policy, compatible=True)
 
 
 class OpenAIStream(StreamAccumulator):

@@ -80,6 +80,7 @@ __all__ = [
     "ScriptStep",
     "ScriptedModel",
     "check_model_request",
+    "create_scripted",
     "forbid_model_requests",
     "last_user_text",
     "model_requests_allowed",
@@ -661,3 +662,8 @@ def scripted_from_spec(spec: ModelSpec, base_dir: Path | None = None) -> Scripte
         model=spec.model or "scripted",
         name=spec.name,
     )
+
+
+def create_scripted(spec: ModelSpec, *, retry_policy: Any = None, base_dir: Path | None = None) -> ScriptedModel:
+    """The factory of ``provider: scripted`` (goondan/config/providers.py)."""
+    return scripted_from_spec(spec, base_dir)

@@ -1,4 +1,4 @@
-"""One table of provider names (goondan/config/providers.py) for validation and adapters."""
+"""One provider table (goondan/config/providers.py) for validation, adapters, doctor and docs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,15 @@ from typing import Any
 
 import pytest
 
+from goondan.commands.doctor import run_checks
 from goondan.config import validate_bundle
-from goondan.config.providers import PROVIDER_NAMES, canonical_provider
+from goondan.config.providers import (
+    BUILTIN_PROVIDERS,
+    PROVIDER_NAMES,
+    Provider,
+    canonical_provider,
+    key_variables,
+)
 from goondan.config.resources import PROVIDERS as VALIDATED
 from goondan.llm.base import ModelSpec
 from goondan.llm.google import GoogleModel
@@ -57,3 +64,35 @@ def test_provider_gemini_validates_and_runs_like_google(
 
         assert run(main()).text == "hello from gemini"
         assert ":streamGenerateContent" in fake.requests[0].path
+
+
+def _doc_row(row: Provider) -> str:
+    """The row of docs/models.md's provider table that ``row`` should have."""
+    names = " / ".join(f"`{n}`" for n in row.names)
+    endpoint = f"`{row.endpoint}`" if row.endpoint else (
+        "none: `spec.endpoint` required" if row.endpoint_required else "none")
+    keys = ", then ".join(f"`{v}`" for v in row.key_env) or "none"
+    base = f"`{row.base_url_env}`" if row.base_url_env else "none"
+    return f"| {names} | {endpoint} | {keys} | {base} |"
+
+
+def test_the_models_doc_shows_the_provider_table() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
+    header = "| provider | default endpoint | key variables tried"
+    assert header in text
+    lines = text[text.index(header):].splitlines()[2:]
+    documented = lines[:lines.index("")]
+    assert documented == [_doc_row(row) for row in BUILTIN_PROVIDERS]
+
+
+def test_doctor_without_a_bundle_checks_every_key_variable_of_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in key_variables():
+        monkeypatch.delenv(variable, raising=False)
+    checks = run_checks(tmp_path / "none", tmp_path / "state")
+    missing = next(c for c in checks if c.category == "API keys")
+    assert missing.status == "warn" and all(v in (missing.suggestion or "") for v in key_variables())
+    monkeypatch.setenv("GOOGLE_GENERATIVE_AI_API_KEY", "AIza-doctor-test-key")
+    checks = run_checks(tmp_path / "none", tmp_path / "state")
+    assert [c.name for c in checks if c.category == "API keys"] == ["GOOGLE_GENERATIVE_AI_API_KEY"]

@@ -54,6 +54,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from goondan.config.providers import PROVIDERS
+
 __all__ = [
     "FakeProvider",
     "FakeReply",
@@ -677,8 +679,9 @@ class FakeProvider:
         return f"http://127.0.0.1:{self.port}"
 
     def base_url(self, provider: Provider) -> str:
-        """The Model ``endpoint`` for ``provider`` (``/v1`` or ``/v1beta``)."""
-        return f"{self.origin}/v1beta" if provider == "google" else f"{self.origin}/v1"
+        """The Model ``endpoint`` for ``provider``: this server's origin with the path of the
+        provider's default endpoint in goondan's provider table (``/v1``, ``/v1beta``)."""
+        return self.origin + urlsplit(PROVIDERS[provider].endpoint).path
 
     # -- scripting -------------------------------------------------------------------------------
     def enqueue(self, *replies: FakeReply | str) -> FakeProvider:
