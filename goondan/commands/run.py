@@ -156,9 +156,11 @@ def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] 
 
     from goondan.console import LineReader, ReplSession
     from goondan.ipc.attach import AttachedBackend
+    from goondan.ipc.prewarm import discard_prewarmed
     from goondan.ipc.service import SwarmService, already_running
 
     assert isinstance(service, SwarmService)
+    discard_prewarmed()  # no agent process starts here: the running swarm has its own
     active, status = found
     if foreground:
         raise already_running(service.swarm.name, service.bundle.root, service.instance_key, active.pid)
