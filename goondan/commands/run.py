@@ -117,15 +117,17 @@ def run(
             raise ConfigError(f"--lock-fd {lock_fd} is not the lock of swarm {service.swarm.name!r}",
                               code="E_RUN_START_FAILED", suggestion="start the swarm with 'goondan run --detach'")
         found = None
-    else:
-        from goondan.ipc.attach import claim_or_attach
-
-        found = claim_or_attach(service)  # None: this process runs the orchestrator
     startup_done()  # cli.FAST_START: the collector was paused while the service was set up
     lines = _input_lines(input_text, input_file)
-    if found is not None:
-        return _attach(service, found, lines, conversation, foreground=foreground, detach=detach,
-                       as_json=options.json_errors, color=options.color, quiet=options.quiet)
+    if lock_fd is None:
+        from goondan.ipc.attach import SwarmGone, claim_or_attach
+
+        while (found := claim_or_attach(service)) is not None:  # None: this process runs it
+            try:
+                return _attach(service, found, lines, conversation, foreground=foreground, detach=detach,
+                               as_json=options.json_errors, color=options.color, quiet=options.quiet)
+            except SwarmGone as gone:  # it stopped before taking a line: start it here instead
+                lines = gone.lines
     if detach:
         return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet)
     if foreground:
@@ -185,6 +187,22 @@ def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] 
         runner.close()
 
 
+def _attached_turn(backend: Any, runner: Any, text: str, rest: Iterator[str]) -> Any:
+    """One line to the running swarm; :class:`SwarmGone` (with this line and the rest) if
+    nothing listens any more (it stopped since ``run`` attached: this ``run`` may start it)."""
+    from goondan.ipc.attach import AttachedBackend, SwarmGone
+    from goondan.ipc.controlwire import ControlUnreachable
+
+    try:
+        return runner.run(backend.run_turn(text))
+    except ControlUnreachable:
+        if not isinstance(backend, AttachedBackend):
+            raise
+        import itertools
+
+        raise SwarmGone(itertools.chain([text], rest)) from None
+
+
 def _send_lines(backend: Any, runner: Any, input_lines: Iterable[str] | None) -> int:
     """One request per line (``--input``, ``--input-file``, piped stdin); answers on stdout."""
     from goondan.console.prompt import iter_input_lines
@@ -192,13 +210,13 @@ def _send_lines(backend: Any, runner: Any, input_lines: Iterable[str] | None) ->
     from goondan.console.session import exit_code_for
     from goondan.secrets import mask
 
-    lines = input_lines if input_lines is not None else iter_input_lines(sys.stdin)
+    lines = iter(input_lines if input_lines is not None else iter_input_lines(sys.stdin))
     code = 0
     for text in lines:
         if not text.strip():
             runner.run(backend.skip_line(text))
             continue
-        result = runner.run(backend.run_turn(text))
+        result = _attached_turn(backend, runner, text, lines)
         if result.error is None:
             click.echo(mask(result.text))
         else:

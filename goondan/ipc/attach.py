@@ -19,7 +19,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,10 +30,19 @@ from goondan.ipc.state import ActiveRuntime, read_active
 from goondan.pipeline.context import TurnResult
 from goondan.types import JsonObject, TokenUsage, ToolCatalogItem, new_id
 
-__all__ = ["AttachedBackend", "answering", "claim_or_attach"]
+__all__ = ["AttachedBackend", "SwarmGone", "answering", "claim_or_attach"]
 
 CLAIM_TIMEOUT_S = 60.0  # how long a second `goondan run` waits for a starting orchestrator
 _POLL_S = 0.05
+
+
+class SwarmGone(Exception):
+    """The running swarm stopped before taking a line (``goondan run`` then starts it):
+    ``lines`` are that line and the ones after it."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        super().__init__("the running swarm stopped")
+        self.lines = lines
 
 
 def answering(state_root: Path, key: str) -> tuple[ActiveRuntime, JsonObject] | None:

@@ -23,7 +23,8 @@ from pathlib import Path
 from goondan.errors import IpcError, UsageError
 from goondan.types import JsonObject
 
-__all__ = ["MAX_CONTROL_BYTES", "encode_line", "message_too_large", "send_control", "stream_control"]
+__all__ = ["MAX_CONTROL_BYTES", "ControlUnreachable", "encode_line", "message_too_large", "send_control",
+           "stream_control"]
 
 MAX_CONTROL_BYTES = 16 * 1024 * 1024  # one control line (request or answer), JSON included
 
@@ -45,10 +46,16 @@ def encode_line(document: JsonObject) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode() + b"\n"
 
 
+class ControlUnreachable(IpcError):
+    """Nothing listens on the control socket, or it closed the connection before answering a
+    word (a connection left in the backlog of a closing socket): the request was not taken,
+    unless the orchestrator crashed while taking it."""
+
+
 def _unreachable(socket_path: Path, exc: OSError) -> IpcError:
     # A socket that cannot be reached is a communication failure (IpcError, exit 1), not a
     # configuration problem.
-    return IpcError(
+    return ControlUnreachable(
         f"cannot reach the running orchestrator at {socket_path}: {exc.strerror or exc}",
         code="E_IPC_CONTROL", suggestion="check that the swarm runs ('goondan instance list'), "
         "or start it with 'goondan run'",
@@ -73,15 +80,23 @@ async def stream_control(
         reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=MAX_CONTROL_BYTES)
     except OSError as exc:
         raise _unreachable(socket_path, exc) from exc
+    received = False
     try:
         writer.write(line)
         await writer.drain()
         async with asyncio.timeout(timeout_s):
             while True:
                 data = await reader.readline()
+                if not data and not received:
+                    # closed before a word: a connection still in the backlog of a socket that
+                    # was closed (the orchestrator stopping), or a crash
+                    raise ControlUnreachable("the orchestrator closed the control connection without "
+                                             "answering", code="E_IPC_CONTROL",
+                                             suggestion="see 'goondan logs' for what the orchestrator is doing")
                 if not data:
                     raise IpcError("the orchestrator closed the control connection", code="E_IPC_CONTROL",
                                    suggestion="see 'goondan logs' for what the orchestrator is doing")
+                received = True
                 document = json.loads(data)
                 if not isinstance(document, dict):
                     raise _no_answer(socket_path, "not a JSON object")
@@ -96,6 +111,10 @@ async def stream_control(
         if "limit" in str(exc) or "chunk" in str(exc):
             raise message_too_large() from exc
         raise _no_answer(socket_path, f"undecodable answer ({exc})") from exc
+    except (ConnectionResetError, BrokenPipeError) as exc:
+        if not received:
+            raise _unreachable(socket_path, exc) from exc
+        raise _no_answer(socket_path, exc.strerror or str(exc)) from exc
     except OSError as exc:
         raise _no_answer(socket_path, exc.strerror or str(exc)) from exc
     finally:

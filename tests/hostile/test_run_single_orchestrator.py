@@ -92,6 +92,23 @@ def test_three_concurrent_runs_of_one_bundle_leave_exactly_one_orchestrator(
     print(f"\n{count} trials of three concurrent `goondan run --detach`: one orchestrator each")
 
 
+@pytest.mark.soak
+def test_three_concurrent_run_inputs_of_one_bundle_are_all_answered(bundle: Path, state_root: Path) -> None:
+    # One takes the lock and runs the swarm, the others attach; one that attached after the
+    # owner began to stop (its answer given) starts the swarm again itself.
+    count = trials(1, 20)
+    for trial in range(count):
+        argv = [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", str(bundle),
+                "--input", f"hi {trial}"]
+        runs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                for _ in range(3)]
+        outputs = [run.communicate(timeout=120) for run in runs]
+        outcomes = [(run.returncode, out, err) for run, (out, err) in zip(runs, outputs, strict=True)]
+        assert [(code, out.strip()) for code, out, _ in outcomes] == [(0, "ok")] * 3, outcomes
+        assert orchestrators(state_root) == set()  # the owner stopped the swarm when it was done
+    print(f"\n{count} trials of three concurrent `goondan run --input`: all answered")
+
+
 def test_run_input_and_piped_lines_attach_to_the_running_swarm(bundle: Path, state_root: Path) -> None:
     started = goondan(state_root, "--json", "run", str(bundle), "--detach")
     assert started.returncode == 0, started.stderr
