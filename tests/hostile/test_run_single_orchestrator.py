@@ -167,16 +167,3 @@ def test_stale_record_naming_an_unrelated_process_is_neither_stopped_nor_blockin
         with contextlib.suppress(ProcessLookupError):
             os.kill(sleeper.pid, signal.SIGKILL)
         sleeper.wait(timeout=10)
-
-
-def test_foreground_of_a_running_swarm_is_refused_and_leaves_it_running(bundle: Path, state_root: Path) -> None:
-    started = goondan(state_root, "--json", "run", str(bundle), "--detach")
-    assert started.returncode == 0, started.stderr
-    pid = json.loads(started.stdout)["pid"]
-    try:
-        again = goondan(state_root, "run", str(bundle), "--foreground")
-        assert again.returncode == 3 and "E_RUN_ALREADY_RUNNING" in again.stderr
-        assert f"pid {pid}" in again.stderr
-        assert orchestrators(state_root) == {pid}
-    finally:
-        assert goondan(state_root, "stop", "--bundle", str(bundle)).returncode == 0
