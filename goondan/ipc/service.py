@@ -336,10 +336,15 @@ class SwarmService:
             agent, event, instance_key=key, timeout_ms=int(timeout) if timeout else None, on_event=on_event,
         )
         error = answer.metadata.get("error")
+        # an attached `goondan run` (cli) also gets what its console shows: the whole error,
+        # the finish reason and the Turn id
+        extra: JsonObject = {"finishReason": answer.metadata.get("finishReason"),
+                             "turnId": answer.metadata.get("turnId")} if request.get("cli") else {}
         if isinstance(error, dict):
-            return {"ok": False, "code": error.get("code"), "message": error.get("message"), "error": error}
-        return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or "",
-                "finishReason": answer.metadata.get("finishReason"), "turnId": answer.metadata.get("turnId")}
+            if request.get("cli"):
+                extra = {"error": error}
+            return {"ok": False, "code": error.get("code"), "message": error.get("message"), **extra}
+        return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or "", **extra}
 
     async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> JsonObject | None:

@@ -167,3 +167,17 @@ def test_stale_record_naming_an_unrelated_process_is_neither_stopped_nor_blockin
         with contextlib.suppress(ProcessLookupError):
             os.kill(sleeper.pid, signal.SIGKILL)
         sleeper.wait(timeout=10)
+
+
+def test_attached_input_is_routed_by_the_running_swarms_cli_connection(state_root: Path) -> None:
+    smoke = REPO / "tests" / "fixtures" / "connectors" / "cli-smoke"  # route.instanceKey "smoke-test"
+    started = goondan(state_root, "run", str(smoke), "--detach")
+    assert started.returncode == 0, started.stderr
+    try:
+        attached = goondan(state_root, "run", str(smoke), "--input", "hi")
+        assert attached.returncode == 0, attached.stderr
+        assert attached.stdout.strip() == "hello from smoke-test"  # the model saw connection_name
+        inbox = next(state_root.glob("workspaces/*/connections/default/cli-in/inbox.jsonl"))
+        assert {json.loads(line)["instanceKey"] for line in inbox.read_text().splitlines()} == {"smoke-test"}
+    finally:
+        assert goondan(state_root, "stop", "--bundle", str(smoke)).returncode == 0
