@@ -110,13 +110,12 @@ def run(
         raise click.UsageError("--detach runs the local engine only; run --engine ray with --foreground")
     service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
                            env_file=env_file, real_env=real_env, engine=engine, ray_address=ray_address)
-    if lock_fd is not None:  # the orchestrator `run --detach` starts: its parent took the lock
-        if not service.lock.adopt(lock_fd):
-            from goondan.errors import ConfigError
+    # --lock-fd: the orchestrator `run --detach` starts; its parent took the lock
+    if lock_fd is not None and not service.lock.adopt(lock_fd):
+        from goondan.errors import ConfigError
 
-            raise ConfigError(f"--lock-fd {lock_fd} is not the lock of swarm {service.swarm.name!r}",
-                              code="E_RUN_START_FAILED", suggestion="start the swarm with 'goondan run --detach'")
-        found = None
+        raise ConfigError(f"--lock-fd {lock_fd} is not the lock of swarm {service.swarm.name!r}",
+                          code="E_RUN_START_FAILED", suggestion="start the swarm with 'goondan run --detach'")
     startup_done()  # cli.FAST_START: the collector was paused while the service was set up
     lines = _input_lines(input_text, input_file)
     if lock_fd is None:
@@ -187,14 +186,14 @@ def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] 
         runner.close()
 
 
-def _attached_turn(backend: Any, runner: Any, text: str, rest: Iterator[str]) -> Any:
-    """One line to the running swarm; :class:`SwarmGone` (with this line and the rest) if
-    nothing listens any more (it stopped since ``run`` attached: this ``run`` may start it)."""
+def _one_line(backend: Any, runner: Any, text: str, rest: Iterator[str]) -> Any:
+    """One line to the swarm (a blank one: only counted); attached, :class:`SwarmGone` (with
+    this line and the rest) if nothing listens any more: this ``run`` may then start the swarm."""
     from goondan.ipc.attach import AttachedBackend, SwarmGone
     from goondan.ipc.controlwire import ControlUnreachable
 
     try:
-        return runner.run(backend.run_turn(text))
+        return runner.run(backend.run_turn(text) if text.strip() else backend.skip_line(text))
     except ControlUnreachable:
         if not isinstance(backend, AttachedBackend):
             raise
@@ -213,10 +212,9 @@ def _send_lines(backend: Any, runner: Any, input_lines: Iterable[str] | None) ->
     lines = iter(input_lines if input_lines is not None else iter_input_lines(sys.stdin))
     code = 0
     for text in lines:
+        result = _one_line(backend, runner, text, lines)
         if not text.strip():
-            runner.run(backend.skip_line(text))
             continue
-        result = _attached_turn(backend, runner, text, lines)
         if result.error is None:
             click.echo(mask(result.text))
         else:
