@@ -355,8 +355,12 @@ class SwarmService:
             with contextlib.suppress(OSError, RuntimeError):
                 writer.write(encode_line({"event": payload}))
 
+        async def hang_up() -> None:  # returns once the client closed; what it sends is dropped
+            while await reader.read(65536):
+                pass
+
         work = asyncio.ensure_future(self._control_request(request, on_event))
-        closed = asyncio.ensure_future(reader.read())  # b"" once the client hangs up
+        closed = asyncio.ensure_future(hang_up())
         try:
             await asyncio.wait({work, closed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
