@@ -12,6 +12,11 @@ Front-ends (the orchestrator is the same in all of them):
 
 ``.env`` files are loaded first (``--env-file``, ``.env.local``, ``.env``; the real environment
 wins). See docs/orchestrator.md.
+
+One orchestrator per swarm and state root: the swarm's lock is taken before anything starts. When
+the swarm already runs, ``run`` attaches to it (:mod:`goondan.ipc.attach`): the chat, piped lines,
+``--input`` and ``--input-file`` go to the running swarm over its control socket, ``--detach``
+reports it, ``--foreground`` fails with ``E_RUN_ALREADY_RUNNING``.
 """
 
 from __future__ import annotations
@@ -58,10 +63,12 @@ __all__ = ["run"]
               help="With --engine ray: the cluster to join (default: start a local Ray).")
 @click.option("--no-install", is_flag=True, default=False,
               help="Accepted for compatibility; no effect (run never installs packages).")
+@click.option("--lock-fd", "lock_fd", type=int, default=None, hidden=True)  # from `run --detach`
 def run(
     path: str | None, bundle: str | None, swarm: str | None, watch: bool, input_text: str | None,
     foreground: bool, detach: bool, env_file: str | None, conversation: str, input_file: str | None = None,
     engine: str = "local", ray_address: str | None = None, no_install: bool = False,
+    lock_fd: int | None = None,
 ) -> int:
     """Run a swarm: one supervised process per agent instance, agents spawned on demand.
 
@@ -73,6 +80,9 @@ def run(
     When the bundle has a Connection of the built-in `cli` connector, the chat, piped lines,
     --input and --input-file are that Connection's events, routed by its ingress rules.
     The swarm's other Connections run as supervised connector processes.
+
+    When the swarm already runs (same bundle and state root), run attaches to it: the chat,
+    piped lines, --input and --input-file go to the running swarm, and leaving does not stop it.
     """
     if input_text is not None and input_file is not None:
         raise click.UsageError("use either --input or --input-file, not both")
@@ -103,24 +113,118 @@ def run(
         raise click.UsageError("--detach runs the local engine only; run --engine ray with --foreground")
     service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
                            env_file=env_file, real_env=real_env, engine=engine, ray_address=ray_address)
-    service.check_not_running()
+    # --lock-fd: the orchestrator `run --detach` starts; its parent took the lock
+    if lock_fd is not None and not service.lock.adopt(lock_fd):
+        from goondan.errors import ConfigError
+
+        raise ConfigError(f"--lock-fd {lock_fd} is not the lock of swarm {service.swarm.name!r}",
+                          code="E_RUN_START_FAILED", suggestion="start the swarm with 'goondan run --detach'")
     startup_done()  # cli.FAST_START: the collector was paused while the service was set up
+    lines = _input_lines(input_text, input_file)
+    if lock_fd is None:
+        from goondan.ipc.attach import SwarmGone, claim_or_attach
+
+        while (found := claim_or_attach(service)) is not None:  # None: this process runs it
+            try:
+                return _attach(service, found, lines, conversation, foreground=foreground, detach=detach,
+                               as_json=options.json_errors, color=options.color, quiet=options.quiet)
+            except SwarmGone as gone:  # it stopped before taking a line: start it here instead
+                lines = gone.lines
     if detach:
         return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet)
     if foreground:
         return _headless(service, quiet=options.quiet)
-    lines: Iterable[str] | None = None
+    return _chat(service, lines, conversation, color=options.color, quiet=options.quiet)
+
+
+def _input_lines(input_text: str | None, input_file: str | None) -> Iterable[str] | None:
     if input_text is not None:
         from goondan.text import clean_text
 
-        lines = [clean_text(input_text)]
-    elif input_file is not None:
+        return [clean_text(input_text)]
+    if input_file is not None:
         from goondan.console.prompt import iter_input_lines
 
         # the file stays open until the process exits: lines are read as they are sent
         source = sys.stdin if input_file == "-" else open(input_file, encoding="utf-8")  # noqa: SIM115
-        lines = iter_input_lines(source)
-    return _chat(service, lines, conversation, color=options.color, quiet=options.quiet)
+        return iter_input_lines(source)
+    return None
+
+
+def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] | None, conversation: str, *,
+            foreground: bool, detach: bool, as_json: bool, color: bool, quiet: bool) -> int:
+    """The swarm already runs: ``--foreground`` fails, ``--detach`` reports it, the chat and the
+    line modes talk to it over its control socket (docs/orchestrator.md "One orchestrator per swarm")."""
+    import asyncio
+    import json
+
+    from goondan.console import LineReader, ReplSession
+    from goondan.ipc.attach import AttachedBackend
+    from goondan.ipc.prewarm import discard_prewarmed
+    from goondan.ipc.service import SwarmService, already_running
+
+    assert isinstance(service, SwarmService)
+    discard_prewarmed()  # no agent process starts here: the running swarm has its own
+    active, status = found
+    if foreground:
+        raise already_running(service.swarm.name, service.bundle.root, service.instance_key, active.pid)
+    if detach:
+        if as_json:
+            click.echo(json.dumps(active.to_dict(), ensure_ascii=False))
+        elif not quiet:
+            click.echo(f"Swarm {active.swarm} already runs (instanceKey={active.instance_key}, pid={active.pid})")
+        return 0
+    backend = AttachedBackend(active, status, instance_key=conversation)
+    runner = asyncio.Runner()
+    try:
+        if input_lines is not None or not sys.stdin.isatty():
+            return _send_lines(backend, runner, input_lines)
+        banner = (f"goondan run · swarm {backend.swarm} · entry agent {backend.agent_name} · attached to the "
+                  f"running orchestrator (pid {active.pid}); leaving does not stop it")
+        reader = LineReader(service.state_root / "repl" / "history")
+        session = ReplSession(backend, runner, reader=reader, out=sys.stdout, color=color,
+                              stream=True, banner=banner, quiet=quiet)
+        return session.run()
+    finally:
+        runner.close()
+
+
+def _one_line(backend: Any, runner: Any, text: str, rest: Iterator[str]) -> Any:
+    """One line to the swarm (a blank one: only counted); attached, :class:`SwarmGone` (with
+    this line and the rest) if nothing listens any more: this ``run`` may then start the swarm."""
+    from goondan.ipc.attach import AttachedBackend, SwarmGone
+    from goondan.ipc.controlwire import ControlUnreachable
+
+    try:
+        return runner.run(backend.run_turn(text) if text.strip() else backend.skip_line(text))
+    except ControlUnreachable:
+        if not isinstance(backend, AttachedBackend):
+            raise
+        import itertools
+
+        raise SwarmGone(itertools.chain([text], rest)) from None
+
+
+def _send_lines(backend: Any, runner: Any, input_lines: Iterable[str] | None) -> int:
+    """One request per line (``--input``, ``--input-file``, piped stdin); answers on stdout."""
+    from goondan.console.prompt import iter_input_lines
+    from goondan.console.render import format_turn_error
+    from goondan.console.session import exit_code_for
+    from goondan.secrets import mask
+
+    lines = iter(input_lines if input_lines is not None else iter_input_lines(sys.stdin))
+    code = 0
+    for text in lines:
+        result = _one_line(backend, runner, text, lines)
+        if not text.strip():
+            continue
+        if result.error is None:
+            click.echo(mask(result.text))
+        else:
+            for line in filter(None, format_turn_error(result.error)):
+                click.echo(line, err=True)
+            code = exit_code_for(result)
+    return code
 
 
 def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, as_json: bool,
@@ -134,8 +238,13 @@ def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, 
     assert isinstance(service, SwarmService)
     argv = detached_argv(service.state_root, service.bundle.root, service.swarm.name, watch=service.watch,
                          env_file=env_file)
-    active = start_detached(argv, state_root=service.state_root, key=service.key, log_dir=service.log_dir,
-                            env=real_env, cwd=Path.cwd())
+    lock_fd = service.lock.fd
+    assert lock_fd is not None  # claim_or_attach took it: the child adopts it (no gap without a holder)
+    try:
+        active = start_detached([*argv, "--lock-fd", str(lock_fd)], state_root=service.state_root, key=service.key,
+                                log_dir=service.log_dir, env=real_env, cwd=Path.cwd(), pass_fds=(lock_fd,))
+    finally:
+        service.lock.release()  # the orchestrator holds it now (or it exited, releasing it)
     if as_json:
         click.echo(json.dumps(active.to_dict(), ensure_ascii=False))
     elif not quiet:
@@ -180,14 +289,11 @@ def _chat(service: object, input_lines: Iterable[str] | None, conversation: str,
     import signal
 
     from goondan.console import LineReader, ReplSession
-    from goondan.console.session import exit_code_for, keep_signals_on_main_thread
+    from goondan.console.session import keep_signals_on_main_thread
     from goondan.ipc.frontend import OrchestratorBackend, ServiceThread
     from goondan.ipc.service import SwarmService
-    from goondan.secrets import mask
 
     assert isinstance(service, SwarmService)
-    from goondan.console.render import format_turn_error
-
     thread = ServiceThread(service)
     terminate = _TerminateOnSigterm()
     terminate.install()
@@ -197,22 +303,7 @@ def _chat(service: object, input_lines: Iterable[str] | None, conversation: str,
     try:
         backend = OrchestratorBackend(thread, instance_key=conversation)
         if input_lines is not None or not sys.stdin.isatty():
-            from goondan.console.prompt import iter_input_lines
-
-            lines = input_lines if input_lines is not None else iter_input_lines(sys.stdin)
-            code = 0
-            for text in lines:
-                if not text.strip():
-                    runner.run(backend.skip_line(text))
-                    continue
-                result = runner.run(backend.run_turn(text))
-                if result.error is None:
-                    click.echo(mask(result.text))
-                else:
-                    for line in filter(None, format_turn_error(result.error)):
-                        click.echo(line, err=True)
-                    code = exit_code_for(result)
-            return code
+            return _send_lines(backend, runner, input_lines)
         where = (f"Connection {backend.connection.name}" if backend.connection is not None
                  else f"conversation {conversation}")
         banner = (f"goondan run · swarm {service.swarm.name} · entry agent {backend.agent_name} · "

@@ -1,8 +1,11 @@
 """``goondan send``: deliver one message to a swarm that ``goondan run`` keeps running.
 
+TEXT ``-`` reads the message from stdin (a command line argument is limited to 128 KiB on Linux).
 The message goes over the orchestrator's control socket (``runtime/control/<key>.sock``, see
 docs/orchestrator.md) as ``{"command": "request", "input", "agent"?, "instanceKey"?}``; the
-orchestrator queues it on (agent, instanceKey) like any event and the answer is printed.
+orchestrator queues it on (agent, instanceKey) like any event and the answer is printed. A
+control line may be up to 16 MiB (:data:`goondan.ipc.controlwire.MAX_CONTROL_BYTES`); a larger
+message fails with ``E_RUN_MESSAGE_TOO_LARGE`` (exit 2) before anything is sent.
 The swarm is found from ``--bundle`` (default: the current directory's bundle, else the
 most recently started swarm).
 """
@@ -31,9 +34,12 @@ __all__ = ["send"]
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the answer as JSON.")
 def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, instance_key: str | None,
          timeout_s: float, as_json: bool) -> int:
-    """Send TEXT to a running swarm (goondan run --detach, or goondan run elsewhere) and print the answer."""
+    """Send TEXT to a running swarm (goondan run --detach, or goondan run elsewhere) and print the answer.
+
+    TEXT '-' reads the message from stdin (up to 16 MiB, JSON-encoded)."""
     import asyncio
     import json
+    import sys
     from pathlib import Path
 
     from goondan.errors import AgentError
@@ -45,6 +51,8 @@ def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, in
     active = find_running(bundle, swarm)
     # This process resolved nothing: the answer may repeat a key of the running bundle.
     register_bundle_secrets(options.resolve_state_root(), bundles=(Path(active.bundle_path),))
+    if text == "-":
+        text = sys.stdin.read()
     request: dict[str, object] = {"command": "request", "input": text}
     if agent:
         request["agent"] = agent

@@ -25,7 +25,7 @@ from typing import Any
 
 from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.logs import tail_lines
-from goondan.ipc.state import ActiveRuntime, pid_alive, read_active, runtime_key
+from goondan.ipc.state import ActiveRuntime, pid_start_time, read_active, runtime_key, same_process
 from goondan.types import JsonObject
 from goondan.workspace.files import private_dirs, private_opener
 
@@ -106,7 +106,9 @@ def detached_argv(state_root: Path, bundle: Path, swarm: str, *, watch: bool = F
     """The ``goondan run --foreground`` command line that ``run --detach`` starts."""
     import sys
 
-    argv = [sys.executable, "-m", "goondan", "--state-root", str(state_root), "-q", "run", str(bundle),
+    # -P: the current directory is not put on sys.path (a goondan.py there is not imported);
+    # PYTHONPATH is kept. Agent processes inherit the flag (multiprocessing spawn).
+    argv = [sys.executable, "-P", "-m", "goondan", "--state-root", str(state_root), "-q", "run", str(bundle),
             "--foreground", "--swarm", swarm]
     if watch:
         argv.append("--watch")
@@ -117,7 +119,7 @@ def detached_argv(state_root: Path, bundle: Path, swarm: str, *, watch: bool = F
 
 def start_detached(
     argv: Sequence[str], *, state_root: Path, key: str, log_dir: Path, env: Mapping[str, str],
-    cwd: Path, timeout_s: float = READY_TIMEOUT_S,
+    cwd: Path, timeout_s: float = READY_TIMEOUT_S, pass_fds: Sequence[int] = (),
 ) -> ActiveRuntime:
     """Start ``argv`` (a ``goondan run --foreground``) in its own session and wait until its
     control socket answers. Raises ``E_RUN_START_FAILED`` (with the log path) if it exits or
@@ -126,7 +128,7 @@ def start_detached(
     out_path, err_path = log_dir / "orchestrator.stdout.log", log_dir / "orchestrator.stderr.log"
     with open(out_path, "ab", opener=private_opener) as out, open(err_path, "ab", opener=private_opener) as err:
         child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                 env=dict(env), cwd=str(cwd), start_new_session=True)
+                                 env=dict(env), cwd=str(cwd), start_new_session=True, pass_fds=tuple(pass_fds))
     found: list[ActiveRuntime] = []
 
     def ready() -> bool:
@@ -174,21 +176,32 @@ class StopReport:
                 "processes": list(self.processes), "leftRunning": list(self.left_running)}
 
 
-def _child_pids(active: ActiveRuntime) -> list[int]:
-    """Agent and connector pids of the running swarm (best effort)."""
-    pids: list[int] = []
+def _child_pids(active: ActiveRuntime) -> list[tuple[int, int | None]]:
+    """Agent and connector processes of the running swarm, as (pid, start time) (best effort)."""
+    pids: list[tuple[int, int | None]] = []
     with contextlib.suppress(GoondanError, OSError, ValueError, AssertionError):
         doc = query_status(active, timeout_s=5.0)
+        if active.token and doc.get("token") not in (None, active.token):
+            return []  # another orchestrator answers on this socket: not the record's children
         for row in [*(doc.get("processes") or []), *(doc.get("connections") or [])]:
             pid = row.get("pid") if isinstance(row, dict) else None
             if isinstance(pid, int) and pid > 0:
-                pids.append(pid)
+                pids.append((pid, pid_start_time(pid)))
     return pids
+
+
+def _signal(pid: int, start: int | None, sig: int) -> None:
+    """Send ``sig`` to ``pid`` only while it is still the process that started at ``start``
+    (never to an unrelated process that reused the pid)."""
+    if same_process(pid, start):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 def stop_running(active: ActiveRuntime, *, grace_s: float) -> StopReport:
     """Stop the swarm ``active``: graceful stop over the control socket, SIGTERM if the socket
-    does not answer, SIGKILL (orchestrator and its processes) after ``grace_s``."""
+    does not answer, SIGKILL (orchestrator and its processes) after ``grace_s``. A process is
+    signalled only while its pid still names the process recorded (pid and start time)."""
     from goondan.ipc.service import send_control
 
     children = _child_pids(active)
@@ -199,19 +212,23 @@ def stop_running(active: ActiveRuntime, *, grace_s: float) -> StopReport:
             asked = bool(asyncio.run(send_control(Path(active.control_socket), {"command": "stop"},
                                                   timeout_s=5.0)).get("ok"))
     if not asked:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(active.pid, signal.SIGTERM)
-    if not wait_for(lambda: not pid_alive(active.pid), grace_s):
+        _signal(active.pid, active.pid_start, signal.SIGTERM)
+
+    def gone() -> bool:
+        return not active.alive
+
+    def children_gone() -> bool:
+        return not any(same_process(pid, start) for pid, start in children)
+
+    if not wait_for(gone, grace_s):
         mode = "forced"
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(active.pid, signal.SIGKILL)
-        wait_for(lambda: not pid_alive(active.pid), 10.0)
+        _signal(active.pid, active.pid_start, signal.SIGKILL)
+        wait_for(gone, 10.0)
     # Agents and connectors end with their orchestrator; after a forced stop they may not.
-    if not wait_for(lambda: not any(pid_alive(p) for p in children), 5.0 if mode == "graceful" else 0.0):
+    if not wait_for(children_gone, 5.0 if mode == "graceful" else 0.0):
         mode = "forced"
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not any(pid_alive(p) for p in children), 10.0)
-    left = [p for p in [active.pid, *children] if pid_alive(p)]
-    return StopReport(active.instance_key, active.pid, mode, children, left)
+        for pid, start in children:
+            _signal(pid, start, signal.SIGKILL)
+        wait_for(children_gone, 10.0)
+    left = [pid for pid, start in [(active.pid, active.pid_start), *children] if same_process(pid, start)]
+    return StopReport(active.instance_key, active.pid, mode, [pid for pid, _ in children], left)

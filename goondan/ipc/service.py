@@ -7,12 +7,21 @@ control socket (``goondan restart``, ``goondan send``), the Connections of the S
 optionally the :class:`BundleWatcher`. The command
 module only parses options and picks a front-end (one-shot, interactive console, headless).
 
-Control protocol (unix socket ``runtime/control/<key>.sock``): one JSON line in, one out.
+Control protocol (unix socket ``runtime/control/<key>.sock``; wire format and client:
+:mod:`goondan.ipc.controlwire`): one JSON line in, one out.
 ``{"command": "restart", "agent": null|name, "fresh": bool}`` →
 ``{"ok": true, "restarted": [process…]}``; ``{"command": "status"}`` → the status document
 plus ``connections`` (one row per connector process);
-``{"command": "request", "input": …, "agent"?, "instanceKey"?}`` → ``{"ok", "response"}``;
+``{"command": "request", "input": …, "agent"?, "instanceKey"?, "cli"?, "stream"?}`` →
+``{"ok", "response"}`` (``cli``: routed by the Swarm's ``cli`` Connection when it has one;
+``stream``: ``{"event"}`` lines first, and closing the connection cancels the Turn);
+``{"command": "inspect", "agent"?, "instanceKey", "what"}`` → ``{"ok", "result"}`` (a
+:mod:`goondan.ipc.queries` query; ``result`` null when the process is not running);
 ``{"command": "stop"}`` → ``{"ok": true, "pid"}``, then the process stops as on SIGTERM.
+Every answer of ``status`` carries the orchestrator's ``pid`` and ``token`` (its runtime record's).
+
+The service takes the swarm's lock (:class:`~goondan.ipc.state.SwarmLock`) before anything
+starts and holds it until its process exits: one orchestrator per swarm and state root.
 """
 
 from __future__ import annotations
@@ -23,20 +32,22 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from goondan.config.dotenv import load_env_files, parse_env_file
-from goondan.errors import AgentError, ConfigError, GoondanError, IpcError
+from goondan.errors import AgentError, ConfigError, GoondanError
+from goondan.ipc.controlwire import MAX_CONTROL_BYTES, encode_line, message_too_large, send_control
 from goondan.ipc.logs import JsonLineFormatter, log_dir_for, log_files
 from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.spawner import ProcessSpawner, Spawner
 from goondan.ipc.state import (
     ActiveRuntime,
+    SwarmLock,
     clear_active,
     control_socket_path,
-    read_active,
+    pid_start_time,
     runtime_key,
     status_path,
     write_active,
@@ -45,46 +56,24 @@ from goondan.runtime.budget import TraceBudgets
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.ledger import Budget, UsageLedger
 from goondan.secrets import SecretMaskingFilter
-from goondan.types import JsonObject, now_iso
+from goondan.types import JsonObject, new_id, now_iso
 from goondan.workspace.files import private_dirs, private_opener
 from goondan.workspace.record import record_bundle_workspace
 
-__all__ = ["SwarmService", "load_env_files", "parse_env_file", "send_control"]
+__all__ = ["SwarmService", "already_running", "load_env_files", "parse_env_file", "send_control"]
 
 _log = logging.getLogger("goondan.ipc.service")
 
 
-async def send_control(socket_path: Path, request: JsonObject, *, timeout_s: float = 120.0) -> JsonObject:
-    """Send one control request to a running orchestrator and return its answer."""
-    # A socket that cannot be reached is a communication failure (IpcError, exit 1), not a
-    # configuration problem.
-    try:
-        reader, writer = await asyncio.open_unix_connection(str(socket_path))
-    except OSError as exc:
-        raise IpcError(
-            f"cannot reach the running orchestrator at {socket_path}: {exc.strerror or exc}",
-            code="E_IPC_CONTROL", suggestion="check that the swarm runs ('goondan instance list'), "
-            "or start it with 'goondan run'",
-        ) from exc
-    try:
-        writer.write(json.dumps(request).encode() + b"\n")
-        await writer.drain()
-        async with asyncio.timeout(timeout_s):
-            line = await reader.readline()
-    except (OSError, TimeoutError) as exc:
-        raise IpcError(
-            f"the orchestrator at {socket_path} did not answer: {getattr(exc, 'strerror', None) or 'timed out'}",
-            code="E_IPC_CONTROL", suggestion="see 'goondan logs' for what the orchestrator is doing",
-        ) from exc
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-    if not line:
-        raise IpcError("the orchestrator closed the control connection", code="E_IPC_CONTROL",
-                       suggestion="see 'goondan logs' for what the orchestrator is doing")
-    answer: JsonObject = json.loads(line)
-    return answer
+def already_running(swarm: str, root: Path, instance_key: str, pid: int | None) -> ConfigError:
+    """``E_RUN_ALREADY_RUNNING`` (exit 3) for a swarm whose orchestrator runs as ``pid``."""
+    where = f" as pid {pid}" if pid else ""
+    return ConfigError(
+        f"swarm {swarm!r} of {root} (instanceKey {instance_key!r}) already runs{where}",
+        code="E_RUN_ALREADY_RUNNING",
+        suggestion=f"talk to it with 'goondan run {root}' or 'goondan send --bundle {root} TEXT', restart it "
+        f"with 'goondan restart --bundle {root}' or stop it with 'goondan stop --bundle {root}'",
+    )
 
 
 def _trace_budgets(bundle: Any, swarm: Any) -> TraceBudgets:
@@ -121,6 +110,8 @@ class SwarmService:
         self.socket_path = control_socket_path(self.state_root, self.key)
         self.status_file = status_path(self.state_root, self.key)
         self.active: ActiveRuntime | None = None
+        self.lock = SwarmLock(self.state_root, self.key)
+        self._control_tasks: set[asyncio.Task[None]] = set()
         spawner = self._make_spawner(engine, ray_address)
         self.spawner = spawner
         self.orchestrator = Orchestrator(
@@ -176,22 +167,15 @@ class SwarmService:
     def __repr__(self) -> str:
         return f"<SwarmService swarm={self.swarm.name!r} key={self.key!r} watch={self.watch}>"
 
-    def check_not_running(self) -> None:
-        """Refuse a second orchestrator for the same key (exit 3)."""
-        current = read_active(self.state_root, self.key)
-        if current is not None and current.alive and current.pid != os.getpid():
-            raise ConfigError(
-                f"swarm {self.swarm.name!r} of {self.bundle.root} (instanceKey {self.instance_key!r}) "
-                f"already runs as pid {current.pid}",
-                code="E_RUN_ALREADY_RUNNING",
-                suggestion=f"talk to it with 'goondan send --bundle {self.bundle.root} TEXT', restart it with "
-                f"'goondan restart --bundle {self.bundle.root}' or stop it with 'goondan stop --bundle "
-                f"{self.bundle.root}'",
-            )
+    def claim(self) -> bool:
+        """Take the swarm's lock (True), or False when another process runs this swarm."""
+        return self.lock.acquire()
 
     async def start(self) -> None:
-        """Start logging, the orchestrator, the control socket, the watcher; write active.json."""
-        self.check_not_running()
+        """Take the swarm's lock, then start logging, the orchestrator, the control socket and
+        the watcher; write active.json."""
+        if not self.claim():
+            raise already_running(self.swarm.name, self.bundle.root, self.instance_key, self.lock.holder())
         from goondan.otlp import endpoint_configured
 
         # OTLP export (docs/observability.md): spans of every agent process, sent from a thread.
@@ -209,7 +193,8 @@ class SwarmService:
         private_dirs(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
-        self._server = await asyncio.start_unix_server(self._on_control, path=str(self.socket_path))
+        self._server = await asyncio.start_unix_server(self._on_control, path=str(self.socket_path),
+                                                       limit=MAX_CONTROL_BYTES)
         if self.watch:
             from goondan.ipc.watch import BundleWatcher
 
@@ -219,7 +204,8 @@ class SwarmService:
         files = log_files(self.log_dir, "orchestrator")
         self.active = ActiveRuntime(
             instance_key=self.instance_key, runtime_key=self.key, log_dir=str(self.log_dir), bundle_path=str(self.bundle.root / "goondan.yaml"), swarm=self.swarm.name,
-            pid=os.getpid(), started_at=now_iso(), watch=self.watch,
+            pid=os.getpid(), pid_start=pid_start_time(os.getpid()), token=new_id("orch"),
+            started_at=now_iso(), watch=self.watch,
             logs=[{"process": "orchestrator", "stdout": str(files["stdout"]), "stderr": str(files["stderr"])}],
             control_socket=str(self.socket_path), status_file=str(self.status_file),
         )
@@ -248,6 +234,8 @@ class SwarmService:
             await self._watcher.stop()
         if self._server is not None:
             self._server.close()
+        if self._control_tasks:  # requests of attached clients (`goondan run`, `send`) finish first
+            await asyncio.wait(set(self._control_tasks), timeout=self.swarm.shutdown_grace_ms / 1000)
         await self.connections.stop()
         await self.orchestrator.shutdown()
         if self.event_log is not None:
@@ -261,6 +249,7 @@ class SwarmService:
             self.socket_path.unlink()
         if self.active is not None:
             await asyncio.to_thread(clear_active, self.state_root, self.active)
+        self.lock.release()
         _log.info("orchestrator stopped", extra={"event": "orchestrator.stopped"})
         if self._log_handler is not None:
             logging.getLogger("goondan").removeHandler(self._log_handler)
@@ -329,54 +318,127 @@ class SwarmService:
         what += "".join(f"; Connections {kind}: {', '.join(names)}" for kind, names in connections.items() if names)
         _log.info("bundle reloaded%s", what, extra={"event": "orchestrator.bundleReloaded"})
 
-    async def _control_request(self, request: JsonObject) -> JsonObject:
-        """``{"command": "request", "input", "agent"?, "instanceKey"?, "timeoutMs"?}``: one
-        message to an agent (default: the entry agent), for scripts and headless runs."""
+    async def _control_request(self, request: JsonObject,
+                               on_event: Callable[[JsonObject], None] | None = None) -> JsonObject:
+        """``{"command": "request", "input", "agent"?, "instanceKey"?, "timeoutMs"?, "cli"?}``: one
+        message to an agent (default: the entry agent), for scripts, headless runs and a
+        ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it)."""
         from goondan.types import AgentEvent
 
-        agent = request.get("agent") or self.swarm.entry_agent
+        text = str(request.get("input") or "")
+        agent = str(request.get("agent") or self.swarm.entry_agent)
         key = str(request.get("instanceKey") or "control")
-        event = AgentEvent(type="message", input=str(request.get("input") or ""), instance_key=key,
+        event = AgentEvent(type="message", input=text, instance_key=key,
                            source={"kind": "connector", "name": "control"})
+        if request.get("cli") and self.connections.cli is not None:
+            routed = await self.connections.cli_event(text)
+            if routed is None:
+                return {"ok": True, "agent": None, "instanceKey": key, "response": None}
+            agent, event = routed
+            key = event.instance_key or key
         timeout = request.get("timeoutMs")
         answer = await self.orchestrator.request(
-            str(agent), event, instance_key=key, timeout_ms=int(timeout) if timeout else None
+            agent, event, instance_key=key, timeout_ms=int(timeout) if timeout else None, on_event=on_event,
         )
         error = answer.metadata.get("error")
+        # an attached `goondan run` (cli) also gets what its console shows: the whole error,
+        # the finish reason and the Turn id
+        extra: JsonObject = {"finishReason": answer.metadata.get("finishReason"),
+                             "turnId": answer.metadata.get("turnId")} if request.get("cli") else {}
         if isinstance(error, dict):
-            return {"ok": False, "code": error.get("code"), "message": error.get("message")}
-        return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or ""}
+            if request.get("cli"):
+                extra = {"error": error}
+            return {"ok": False, "code": error.get("code"), "message": error.get("message"), **extra}
+        return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or "", **extra}
+
+    async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> JsonObject | None:
+        """A ``stream`` request: runtime events as ``{"event"}`` lines, then the answer; the
+        client closing the connection cancels the Turn (None: nobody to answer)."""
+
+        def on_event(payload: JsonObject) -> None:
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.write(encode_line({"event": payload}))
+
+        async def hang_up() -> None:  # returns once the client closed; what it sends is dropped
+            while await reader.read(65536):
+                pass
+
+        work = asyncio.ensure_future(self._control_request(request, on_event))
+        closed = asyncio.ensure_future(hang_up())
+        try:
+            await asyncio.wait({work, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+        if not work.done():
+            work.cancel()  # the Turn is cancelled through runtime.cancel (Orchestrator.request)
+            with contextlib.suppress(asyncio.CancelledError, GoondanError):
+                await work
+            return None
+        return work.result()
+
+    async def _control_answer(self, request: JsonObject, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> JsonObject | None:
+        command = request.get("command")
+        if command == "restart":
+            agent, key = request.get("agent"), request.get("instanceKey")
+            restarted = await self.restart(agent if isinstance(agent, str) else None,
+                                           fresh=bool(request.get("fresh")),
+                                           instance_key=key if isinstance(key, str) else None)
+            return {"ok": True, "restarted": restarted}
+        if command == "stop":
+            # The front-end owns the stop (headless: its SIGTERM handler; chat: leaves the
+            # prompt), so the graceful path is the one SIGTERM already takes.
+            asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+            return {"ok": True, "pid": os.getpid()}
+        if command == "request":
+            if request.get("stream"):
+                return await self._streamed_request(request, reader, writer)
+            return await self._control_request(request)
+        if command == "inspect":
+            from goondan.ipc.queries import inspect_agent
+
+            agent = str(request.get("agent") or self.swarm.entry_agent)
+            result = await inspect_agent(self.orchestrator, agent, str(request.get("instanceKey") or "control"),
+                                         str(request.get("what") or "state"))
+            return {"ok": True, "result": result}
+        if command == "status":
+            active = self.active
+            return {"ok": True, **self.orchestrator.status_document(),
+                    "connections": self.connections.snapshot(), "instanceKey": self.instance_key,
+                    "runtimeKey": self.key, "bundle": str(self.bundle.root), "watch": self.watch,
+                    "logDir": str(self.log_dir), "usage": self.ledger.to_dict(), "pid": os.getpid(),
+                    "token": active.token if active is not None else None,
+                    "swarm": self.swarm.name, "entryAgent": self.swarm.entry_agent,
+                    "cliConnection": self.connections.cli.name if self.connections.cli is not None else None}
+        return {"ok": False, "code": "E_RUN_CONTROL", "message": f"unknown command {command!r}"}
 
     async def _on_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:  # stop() lets running requests finish
+            self._control_tasks.add(task)
+            task.add_done_callback(self._control_tasks.discard)
+        answer: JsonObject | None
         try:
-            line = await reader.readline()
+            try:
+                line = await reader.readline()
+            except ValueError:  # longer than MAX_CONTROL_BYTES (asyncio's LimitOverrunError)
+                big = message_too_large()
+                raise AgentError(big.message, code=big.code, suggestion=big.suggestion) from None
             request = json.loads(line or b"{}")
-            command = request.get("command")
-            if command == "restart":
-                agent, key = request.get("agent"), request.get("instanceKey")
-                restarted = await self.restart(agent if isinstance(agent, str) else None,
-                                               fresh=bool(request.get("fresh")),
-                                               instance_key=key if isinstance(key, str) else None)
-                answer: JsonObject = {"ok": True, "restarted": restarted}
-            elif command == "stop":
-                # The front-end owns the stop (headless: its SIGTERM handler; chat: leaves the
-                # prompt), so the graceful path is the one SIGTERM already takes.
-                answer = {"ok": True, "pid": os.getpid()}
-                asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
-            elif command == "request":
-                answer = await self._control_request(request)
-            elif command == "status":
-                answer = {"ok": True, **self.orchestrator.status_document(),
-                          "connections": self.connections.snapshot(), "instanceKey": self.instance_key,
-                          "runtimeKey": self.key, "bundle": str(self.bundle.root), "watch": self.watch,
-                          "logDir": str(self.log_dir), "usage": self.ledger.to_dict()}
-            else:
-                answer = {"ok": False, "code": "E_RUN_CONTROL", "message": f"unknown command {command!r}"}
+            if not isinstance(request, dict):
+                raise ValueError("a control request is a JSON object")
+            answer = await self._control_answer(request, reader, writer)
         except AgentError as err:
             answer = {"ok": False, "code": err.code, "message": err.message, "suggestion": err.suggestion}
         except (ValueError, AttributeError) as exc:
             answer = {"ok": False, "code": "E_RUN_CONTROL", "message": str(exc)}
-        with contextlib.suppress(OSError):
-            writer.write(json.dumps(answer).encode() + b"\n")
-            await writer.drain()
+        with contextlib.suppress(OSError, RuntimeError):
+            if answer is not None:
+                data = encode_line(answer)
+                if len(data) > MAX_CONTROL_BYTES:
+                    big = message_too_large(len(data))
+                    data = encode_line({"ok": False, "code": big.code, "message": f"the answer: {big.message}"})
+                writer.write(data)
+                await writer.drain()
             writer.close()

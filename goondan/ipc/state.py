@@ -6,17 +6,25 @@ process status snapshots, control sockets, and the live-process view for ``insta
 <state_root>/runtime/orchestrators/<key>.json         one per running orchestrator (same shape)
 <state_root>/runtime/status/<key>.json                processes.json: every agent process
 <state_root>/runtime/control/<key>.sock               control socket (restart, status)
+<state_root>/runtime/locks/<key>.lock                 flock held by the running orchestrator
 <state_root>/runtime/logs/<key>/<process>.{stdout,stderr}.log
 ```
 
 ``<key>`` is the *runtime key* ``<instanceKey>.<workspaceId>`` (:func:`runtime_key`): two bundles
 whose Swarms share an ``instanceKey`` never share files, while the same bundle started twice
 still finds its own record (docs/cli.md, "Service mode").
+
+A record names its orchestrator by pid *and* the pid's start time (``pidStart``, from
+``/proc/<pid>/stat``) plus a random ``token`` its control socket reports: after a SIGKILL and
+pid reuse the record no longer matches any process, so nothing signals an unrelated one. Only
+the holder of the swarm's lock file (:class:`SwarmLock`, ``fcntl.flock``) runs its orchestrator:
+a second ``goondan run`` of the same swarm cannot start another one (docs/orchestrator.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -35,16 +43,19 @@ from goondan.workspace.files import private_dirs, private_opener
 __all__ = [
     "ActiveRuntime",
     "LiveProcess",
+    "SwarmLock",
     "active_path",
     "clear_active",
     "control_socket_path",
     "list_live_processes",
     "pid_alive",
+    "pid_start_time",
     "pid_stopped",
     "read_active",
     "running_records",
     "runtime_key",
     "safe_key",
+    "same_process",
     "status_path",
     "write_active",
 ]
@@ -111,6 +122,93 @@ def pid_stopped(pid: int | None) -> bool:
         return False
 
 
+def pid_start_time(pid: int | None) -> int | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22); None when
+    it does not run or there is no ``/proc``. A pid and its start time name one process."""
+    if not pid or pid <= 0:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(") ", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def same_process(pid: int | None, start: int | None) -> bool:
+    """True if ``pid`` runs and is the process that started at ``start`` (pid only when the
+    start time is not known: an old record, or no ``/proc``)."""
+    if not pid_alive(pid):
+        return False
+    if start is None:
+        return True
+    now = pid_start_time(pid)
+    return now is None or now == start
+
+
+class SwarmLock:
+    """The exclusive lock of one swarm (``runtime/locks/<key>.lock``), held by its orchestrator's
+    process for its whole life; the kernel releases it when that process dies, however it dies.
+
+    ``goondan run --detach`` takes it and hands the descriptor to the orchestrator it starts
+    (:meth:`adopt`), so there is no moment when neither holds it."""
+
+    def __init__(self, state_root: Path, key: str) -> None:
+        self.path = runtime_dir(state_root) / "locks" / f"{safe_key(key)}.lock"
+        self.fd: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<SwarmLock {self.path} held={self.fd is not None}>"
+
+    def acquire(self) -> bool:
+        """Take the lock without waiting; False if another process holds it."""
+        if self.fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        self._write_holder()
+        return True
+
+    def _write_holder(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self.fd is not None
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def holder(self) -> int | None:
+        """The pid that last took the lock (written into the file; informative only)."""
+        try:
+            return int(self.path.read_text(encoding="ascii").strip() or 0) or None
+        except (OSError, ValueError):
+            return None
+
+    def adopt(self, fd: int) -> bool:
+        """Use the inherited descriptor ``fd`` (already locked by the parent); False if it is
+        not a lock on this file that this process now holds."""
+        try:
+            same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        if not same:
+            return False
+        os.set_inheritable(fd, False)  # agent processes must not keep the swarm locked
+        self.fd = fd
+        self._write_holder()
+        return True
+
+    def release(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 @dataclass
 class ActiveRuntime:
     """``runtime/active.json`` (docs/orchestrator.md "`goondan run`") plus ``controlSocket`` and ``statusFile``."""
@@ -126,6 +224,8 @@ class ActiveRuntime:
     status_file: str | None = None
     runtime_key: str = ""  # file key (runtime_key()); the instance key for old records
     log_dir: str | None = None
+    pid_start: int | None = None  # pid_start_time(pid) when the record was written
+    token: str = ""  # random; the control socket's status answer carries it
 
     def __post_init__(self) -> None:
         if not self.runtime_key:
@@ -136,7 +236,8 @@ class ActiveRuntime:
             "instanceKey": self.instance_key, "bundlePath": self.bundle_path, "startedAt": self.started_at,
             "watch": self.watch, "swarm": self.swarm, "pid": self.pid, "logs": self.logs,
             "controlSocket": self.control_socket, "statusFile": self.status_file,
-            "runtimeKey": self.runtime_key, "logDir": self.log_dir,
+            "runtimeKey": self.runtime_key, "logDir": self.log_dir, "pidStart": self.pid_start,
+            "token": self.token,
         }
 
     @classmethod
@@ -150,11 +251,14 @@ class ActiveRuntime:
             logs=list(data.get("logs") or []), control_socket=data.get("controlSocket"),
             status_file=data.get("statusFile"), runtime_key=str(data.get("runtimeKey") or ""),
             log_dir=data.get("logDir"),
+            pid_start=data["pidStart"] if isinstance(data.get("pidStart"), int) else None,
+            token=str(data.get("token") or ""),
         )
 
     @property
     def alive(self) -> bool:
-        return pid_alive(self.pid)
+        """The recorded orchestrator still runs (pid *and* start time: a reused pid is not it)."""
+        return same_process(self.pid, self.pid_start)
 
 
 def _atomic_write(path: Path, data: JsonObject) -> None:
@@ -177,7 +281,7 @@ def clear_active(state_root: Path, active: ActiveRuntime) -> None:
         (runtime_dir(state_root) / "orchestrators" / f"{active.runtime_key}.json").unlink()
     with contextlib.suppress(OSError, ValueError, ConfigError):
         current = read_active(state_root)
-        if current is not None and current.pid == active.pid:
+        if current is not None and current.pid == active.pid and current.token == active.token:
             active_path(state_root).unlink()
 
 

@@ -1,7 +1,8 @@
 """Service mode as a user drives it: run --detach → send → status → restart → logs → stop.
 
 Two copies of examples/delegation (same Swarm instanceKey) run at once under one state root;
-the same bundle twice is refused. After ``goondan stop`` no process of either swarm is left.
+the same bundle again attaches to (``--detach``: reports) the running swarm, ``--foreground``
+is refused. After ``goondan stop`` no process of either swarm is left.
 """
 
 from __future__ import annotations
@@ -57,9 +58,15 @@ def test_detach_send_status_restart_logs_stop_two_bundles(tmp_path: Path, state_
         started = [r.pid for r in running_records(state_root)]
         assert len(started) == 2
 
+        # the same bundle again: the running swarm is reported, no second orchestrator starts
         again = goondan("run", "--detach", str(a), "--state-root", str(state_root), cwd=tmp_path)
-        assert again.returncode == 3 and "E_RUN_ALREADY_RUNNING" in again.stderr
-        assert f"goondan stop --bundle {a}" in again.stderr
+        assert again.returncode == 0, again.stderr
+        assert "already runs" in again.stdout
+        assert int(again.stdout.rsplit("pid=", 1)[1].split(")")[0]) in started
+        assert sorted(r.pid for r in running_records(state_root)) == sorted(started)
+        refused = goondan("run", "--foreground", str(a), "--state-root", str(state_root), cwd=tmp_path)
+        assert refused.returncode == 3 and "E_RUN_ALREADY_RUNNING" in refused.stderr
+        assert f"goondan stop --bundle {a}" in refused.stderr
 
         # send finds the swarm from the current directory's bundle (cwd = a)
         answer = goondan("send", "What is 17 * 23?", "--state-root", str(state_root), cwd=a)
