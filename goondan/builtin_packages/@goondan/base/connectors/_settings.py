@@ -20,9 +20,9 @@ from goondan.workspace.files import atomic_write
 from ._http import Handler, HttpServer, Response
 
 __all__ = [
-    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "config_error", "config_int", "emit_and_answer",
-    "hmac_sha256_hex",
-    "serve_http", "setting", "signature_matches",
+    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "config_bool", "config_error", "config_int",
+    "emit_and_answer", "hmac_sha256_hex", "parse_json_body", "serve_http", "setting",
+    "signature_matches",
 ]
 
 ADDRESS_FILE = "address.json"
@@ -65,6 +65,36 @@ def config_int(ctx: ConnectorContext, *names: str, default: int | None, minimum:
         raise config_error(ctx, f"config {names[0]} must be {bound}, got {value}",
                            f"set spec.config.{names[0]} to a value {bound}")
     return value
+
+
+def config_bool(ctx: ConnectorContext, name: str, *, default: bool) -> bool:
+    """A ``"true"``/``"false"`` setting (any case); another value is a config error rather than
+    a guess, since these settings switch checks on."""
+    raw = setting(ctx, name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise config_error(ctx, f"config {name} must be \"true\" or \"false\", got {raw!r}",
+                           f"set spec.config.{name} to \"true\" or \"false\"")
+    return raw.lower() == "true"
+
+
+class BadBody(ValueError):
+    """A request body the connector refuses with 400; ``str()`` is the reason it answers."""
+
+
+def parse_json_body(body: bytes) -> object:
+    """The JSON value of a request body.
+
+    Raises :class:`BadBody` ``invalid_json`` for what is not UTF-8 JSON and ``json_too_deep``
+    for arrays and objects nested deeper than the parser's recursion limit (about 1,000
+    levels), which would otherwise escape as a ``RecursionError`` and answer 500."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise BadBody("json_too_deep") from None
+    except (ValueError, UnicodeDecodeError):
+        raise BadBody("invalid_json") from None
 
 
 def hmac_sha256_hex(secret: str, data: bytes) -> str:
