@@ -206,7 +206,9 @@ def test_address_file_and_config_errors(tmp_path: Path) -> None:
         for config, needle in (({}, "PORT is required"), ({"PORT": "http"}, "integer"),
                                ({"PORT": "70000"}, "between 0 and 65535"),
                                ({"PORT": "0", "MAX_BODY_BYTES": "0"}, "at least 1"),
-                               ({"PORT": "0", "PATH": "hooks"}, "must start with '/'")):
+                               ({"PORT": "0", "PATH": "hooks"}, "must start with '/'"),
+                               ({"PORT": "0", "MAX_CONNECTIONS_PER_IP": "0"}, "at least 1"),
+                               ({"PORT": "0", "MAX_CONNECTIONS": "many"}, "integer")):
             ctx = make_context(tmp_path, inbox, connector="webhook",
                                config={**config, "ALLOW_UNSIGNED": "true"})
             with pytest.raises(ConnectorError) as info:

@@ -27,6 +27,10 @@ __all__ = [
 
 ADDRESS_FILE = "address.json"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_CONNECTIONS = 1024
+# Loopback load tests and reverse proxies send everything from one address: room for them,
+# while one address alone cannot hold every slot.
+DEFAULT_MAX_CONNECTIONS_PER_IP = 128
 
 
 def config_error(ctx: ConnectorContext, message: str, suggestion: str) -> ConnectorError:
@@ -132,8 +136,10 @@ async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path
     host = setting(ctx, "HOST") or "127.0.0.1"
     if not path.startswith("/"):
         raise config_error(ctx, f"path {path!r} must start with '/'", "write the path as /hooks")
+    connections = config_int(ctx, "MAX_CONNECTIONS", default=DEFAULT_MAX_CONNECTIONS, minimum=1)
+    per_ip = config_int(ctx, "MAX_CONNECTIONS_PER_IP", default=DEFAULT_MAX_CONNECTIONS_PER_IP, minimum=1)
     server = HttpServer(handler, host=host, port=port, path=path, max_body_bytes=max_body_bytes,
-                        logger=ctx.logger)
+                        max_connections=connections, max_connections_per_ip=per_ip, logger=ctx.logger)
     address = Path(ctx.state_dir) / ADDRESS_FILE
     address.unlink(missing_ok=True)  # a stale address must not be mistaken for this run's
     try:
