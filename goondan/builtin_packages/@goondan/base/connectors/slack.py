@@ -5,9 +5,11 @@ Config: port ``SLACK_WEBHOOK_PORT`` → ``PORT`` → 8787, path ``SLACK_WEBHOOK_
 → ``/``, ``HOST`` (127.0.0.1), ``MAX_BODY_BYTES`` (1 MiB), ``ALLOW_UNSIGNED`` (``"false"``).
 Signing secret: secrets ``SLACK_SIGNING_SECRET`` / ``SIGNING_SECRET`` / ``WEBHOOK_SECRET`` /
 ``signingSecret``, else config ``SLACK_SIGNING_SECRET``; required unless ``ALLOW_UNSIGNED`` is
-``"true"`` (``E_CONNECTOR_UNSIGNED`` at start otherwise). Each request needs ``X-Slack-Signature: v0=<hex HMAC-SHA256 of "v0:<timestamp>:<raw body>">``
-with ``X-Slack-Request-Timestamp`` within five minutes of now; anything else (a replay
-included) gets 401.
+``"true"`` (``E_CONNECTOR_UNSIGNED`` at start otherwise). Each request needs
+``X-Slack-Signature: v0=<hex HMAC-SHA256 of "v0:<timestamp>:<raw body>">`` with
+``X-Slack-Request-Timestamp`` within five minutes of now; anything else (a replay included)
+gets 401. The connection limits are ``MAX_CONNECTIONS`` / ``MAX_CONNECTIONS_PER_IP`` (see
+``_http.py``), as for ``webhook`` and ``github``.
 
 ``url_verification`` is answered with its ``challenge``. ``event_callback`` envelopes whose
 event is ``app_mention`` become ``app_mention`` events and plain ``message`` events become

@@ -2,8 +2,9 @@
 (docs/base-connectors.md, "webhook").
 
 Config: ``PORT`` (required; 0 picks a free port, see ``address.json``), ``HOST`` (127.0.0.1),
-``PATH`` (``/``), ``MAX_BODY_BYTES`` (1 MiB), ``REQUIRE_TIMESTAMP`` (``"false"``),
-``ALLOW_UNSIGNED`` (``"false"``). Secret ``SIGNING_SECRET`` (aliases ``WEBHOOK_SECRET``,
+``PATH`` (``/``), ``MAX_BODY_BYTES`` (1 MiB), ``MAX_CONNECTIONS`` (1024),
+``MAX_CONNECTIONS_PER_IP`` (128), ``REQUIRE_TIMESTAMP`` (``"false"``), ``ALLOW_UNSIGNED``
+(``"false"``). Secret ``SIGNING_SECRET`` (aliases ``WEBHOOK_SECRET``,
 ``signingSecret``): required unless ``ALLOW_UNSIGNED`` is ``"true"`` (``E_CONNECTOR_UNSIGNED``
 at start otherwise, :mod:`goondan.connectors.signing`). Every request needs
 ``X-Signature-256: sha256=<hex HMAC-SHA256>`` (``X-Hub-Signature-256`` is accepted too) of
