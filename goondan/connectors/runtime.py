@@ -10,6 +10,11 @@ terminal. ``goondan run`` feeds it instead — terminal chat, piped stdin, ``--i
 ingress rules apply exactly as for any connector. Connections bound to another Swarm are
 logged as not started; none is ignored silently.
 
+Before anything is spawned, a listening Connection (``webhook``, ``github``, ``slack``) without
+a signing secret in the environment refuses the whole start with ``E_CONNECTOR_UNSIGNED``
+unless it sets ``ALLOW_UNSIGNED: "true"`` (:mod:`goondan.connectors.signing`), so
+``goondan run`` and ``goondan run -d`` print it on the terminal instead of in a log file.
+
 Under ``goondan run --watch`` :meth:`ConnectionRuntime.reload` applies a new bundle: a
 Connection whose spec or connector entry file changed gets the new rules and its process is
 restarted, an added one is opened and started, a removed one is stopped (docs/connectors.md
@@ -19,12 +24,14 @@ restarted, an added one is opened and started, a removed one is stopped (docs/co
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from goondan.connectors.cli import parse_cli_line
 from goondan.connectors.inbox import connection_dir
 from goondan.connectors.ingress import Ingress
+from goondan.connectors.signing import check_connections_signed
 from goondan.connectors.spec import (
     ConnectionSpec,
     connections_for_swarm,
@@ -55,6 +62,7 @@ class ConnectionRuntime:
         self.swarm_name: str = swarm.name
         self.connections: list[ConnectionSpec] = connections_for_swarm(bundle, swarm.name)
         self.skipped: list[ConnectionSpec] = other_connections(bundle, swarm.name)
+        check_connections_signed(self.connections, os.environ)
         dirs = {
             c.name: connection_dir(state_root, bundle.root, bundle.package_name, swarm.name, c.name)
             for c in self.connections

@@ -134,7 +134,7 @@ def test_stale_timestamps_bad_bodies_and_unknown_interactions_are_refused(tmp_pa
             assert (await post(url, raw, {**signed(raw), "X-Signature-Ed25519": "zz"}))[0] == 401
             assert (await post(url, b"{oops", signed(b"{oops")))[0] == 400
             deep = b"[" * 100_000 + b"]" * 100_000
-            assert (await post(url, deep, signed(deep)))[0] == 400
+            assert await post(url, deep, signed(deep)) == (400, {"ok": False, "error": "json_too_deep"})
             no_channel = json.dumps({"id": "5", "type": 2, "data": SLASH}).encode()
             assert (await post(url, no_channel, signed(no_channel)))[0] == 400
             assert inbox.calls == 0

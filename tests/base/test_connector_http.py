@@ -156,18 +156,72 @@ def test_stop_lets_a_busy_request_finish_and_closes_idle_connections() -> None:
     asyncio.run(body())
 
 
-def test_connections_over_the_limit_are_refused_with_503() -> None:
+async def _until(predicate: Any, what: str) -> None:
+    """Poll ``predicate`` (failure-only deadline)."""
+    async with asyncio.timeout(15):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+def test_connections_over_the_limit_are_refused_with_503_when_all_are_busy() -> None:
     async def body() -> None:
-        async with serving(Echo(), max_connections=1) as (url, server):
-            host, port = url.removeprefix("http://").split(":")
-            _, held = await asyncio.open_connection(host, int(port))
-            await asyncio.sleep(0)
-            for _ in range(100):  # until the server registered the held connection
-                if "connections=1" in repr(server):
-                    break
-                await asyncio.sleep(0.01)
+        echo = Echo()
+        echo.hold = asyncio.Event()
+        async with serving(echo, max_connections=1) as (url, _):
+            busy = asyncio.create_task(raw_exchange(url, post(b"x", b"Connection: close")))
+            await asyncio.wait_for(echo.entered.wait(), 15)
             raw = await raw_exchange(url, post(b"x"))
             assert status_of(raw) == 503 and b"too_many_connections" in raw
-            held.close()
+            echo.hold.set()
+            assert status_of(await busy) == 200
+
+    asyncio.run(body())
+
+
+def test_the_longest_idle_connection_makes_room_for_a_new_one() -> None:
+    async def body() -> None:
+        async with serving(Echo(), max_connections=2) as (url, server):
+            host, port = url.removeprefix("http://").split(":")
+            first_reader, first = await asyncio.open_connection(host, int(port))
+            await _until(lambda: "connections=1 " in repr(server), "the first connection")
+            second_reader, second = await asyncio.open_connection(host, int(port))
+            await _until(lambda: "connections=2 " in repr(server), "the second connection")
+            raw = await raw_exchange(url, post(b"x", b"Connection: close"))
+            assert status_of(raw) == 200  # not 503: an idle connection gave way
+            assert await asyncio.wait_for(first_reader.read(), 15) == b""  # the longest idle
+            # the second one is still served
+            second.write(post(b"still here", b"Connection: close"))
+            raw = await asyncio.wait_for(second_reader.read(), 15)
+            assert status_of(raw) == 200 and raw.endswith(b'"body":"still here"}')
+            first.close()
+            second.close()
+
+    asyncio.run(body())
+
+
+def test_one_address_holds_at_most_its_share() -> None:
+    async def body() -> None:
+        echo = Echo()
+        echo.hold = asyncio.Event()
+        async with serving(echo, max_connections_per_ip=2) as (url, _):
+            held = [asyncio.create_task(raw_exchange(url, post(b"x", b"Connection: close"))) for _ in range(2)]
+            await _until(lambda: len(echo.requests) == 2, "two busy requests")
+            # a third connection from 127.0.0.1 finds its two slots busy: 503, although the
+            # server as a whole has room
+            raw = await raw_exchange(url, post(b"x"))
+            assert status_of(raw) == 503 and b"too_many_connections" in raw
+            echo.hold.set()
+            assert [status_of(await h) for h in held] == [200, 200]
+
+    asyncio.run(body())
+
+
+def test_a_new_connection_that_sends_nothing_is_closed_at_the_header_deadline() -> None:
+    async def body() -> None:
+        async with serving(Echo(), header_timeout=0.2, idle_timeout=60) as (url, _):
+            host, port = url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            assert await asyncio.wait_for(reader.read(), 15) == b""  # well before the 60 s
+            writer.close()
 
     asyncio.run(body())

@@ -36,8 +36,11 @@ def sign(body: bytes, secret: str = SECRET) -> str:
 
 
 def context(tmp_path: Path, inbox: RecordingInbox, *, secret: bool = True, **config: str) -> Any:
+    """``secret=False``: a Connection that opts in to unsigned requests (``ALLOW_UNSIGNED``);
+    without a secret and the opt-in the connector refuses to start (tests/hostile)."""
+    unsigned = {} if secret else {"ALLOW_UNSIGNED": "true"}
     return make_context(tmp_path, inbox, connector="webhook",
-                        config={"PORT": "0", **config},
+                        config={"PORT": "0", **unsigned, **config},
                         secrets={"SIGNING_SECRET": SECRET} if secret else {})
 
 
@@ -203,8 +206,11 @@ def test_address_file_and_config_errors(tmp_path: Path) -> None:
         for config, needle in (({}, "PORT is required"), ({"PORT": "http"}, "integer"),
                                ({"PORT": "70000"}, "between 0 and 65535"),
                                ({"PORT": "0", "MAX_BODY_BYTES": "0"}, "at least 1"),
-                               ({"PORT": "0", "PATH": "hooks"}, "must start with '/'")):
-            ctx = make_context(tmp_path, inbox, connector="webhook", config=config)
+                               ({"PORT": "0", "PATH": "hooks"}, "must start with '/'"),
+                               ({"PORT": "0", "MAX_CONNECTIONS_PER_IP": "0"}, "at least 1"),
+                               ({"PORT": "0", "MAX_CONNECTIONS": "many"}, "integer")):
+            ctx = make_context(tmp_path, inbox, connector="webhook",
+                               config={**config, "ALLOW_UNSIGNED": "true"})
             with pytest.raises(ConnectorError) as info:
                 await webhook.run(ctx)
             assert info.value.code == "E_BASE_CONNECTOR_CONFIG" and needle in info.value.message
@@ -239,5 +245,24 @@ def test_the_signature_recipe_of_the_example_readme_is_accepted(tmp_path: Path, 
             status, _ = await post(url + "/hooks", payload, {"X-Signature-256": f"sha256={signature}"})
             assert status == 200
             assert inbox.events[0].properties == {"route": "ops", "service": "db"}
+
+    asyncio.run(body())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_the_timestamped_signature_recipe_of_the_docs_is_accepted(tmp_path: Path, repo_root: Path) -> None:
+    doc = (repo_root / "docs" / "base-connectors.md").read_text(encoding="utf-8")
+    recipe = next(line for line in doc.splitlines() if line.startswith("SIG=$(printf '%s.%s'"))
+    payload = json.dumps({"text": "The database is down"})
+    script = f"SECRET={SECRET}\nBODY='{payload}'\nTS=$(date +%s)\n{recipe}\nprintf '%s %s' \"$TS\" \"$SIG\""
+    ts, signature = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True,
+                                   env={"PATH": os.environ["PATH"]}).stdout.split()
+
+    async def body() -> None:
+        inbox = RecordingInbox()
+        async with running(webhook, context(tmp_path, inbox, REQUIRE_TIMESTAMP="true")) as url:
+            headers = {"X-Signature-Timestamp": ts, "X-Signature-256": f"sha256={signature}"}
+            assert (await post(url, payload, headers))[0] == 200
+            assert inbox.events[0].message["text"] == "The database is down"
 
     asyncio.run(body())

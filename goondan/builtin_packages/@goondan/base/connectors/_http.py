@@ -5,7 +5,8 @@ It serves one POST path and nothing else, which keeps it small enough to reason 
 
 * request line + headers at most ``max_header_bytes`` (16 KiB) and ``max_headers`` (100)
   → 431; they must arrive within ``header_timeout`` (10 s) or the connection is dropped
-  (slowloris); a malformed request line → 400;
+  (slowloris) — a new connection that sends nothing is closed after ``header_timeout`` too;
+  a malformed request line → 400;
 * another path → 404, another method → 405, both answered before the body is read;
 * ``Content-Length`` over ``max_body_bytes`` → 413 before reading; ``Transfer-Encoding:
   chunked`` bodies are read chunk by chunk and refused with 413 as soon as they grow past the
@@ -13,12 +14,16 @@ It serves one POST path and nothing else, which keeps it small enough to reason 
   ``body_timeout`` (30 s);
 * ``Expect: 100-continue`` is answered once the request passed those checks (curl sends it
   for bodies over 1 KiB and would otherwise wait a second);
-* keep-alive (HTTP/1.1 default, HTTP/1.0 with ``Connection: keep-alive``); an idle connection
-  is closed after ``idle_timeout`` (60 s). A refusal sent before the body was read closes
-  the connection (the unread body would be parsed as the next request), after a short
-  lingering close so the client still reads the answer;
-* at most ``max_connections`` (1024) connections are served at once; one more is answered 503
-  and closed;
+* keep-alive (HTTP/1.1 default, HTTP/1.0 with ``Connection: keep-alive``); a connection idle
+  between requests is closed after ``idle_timeout`` (60 s). A refusal sent before the body
+  was read closes the connection (the unread body would be parsed as the next request), after
+  a short lingering close so the client still reads the answer;
+* at most ``max_connections`` (1024) connections at once, and ``max_connections_per_ip`` (128)
+  from one address. Idle connections (waiting for a request line: new ones that sent nothing
+  yet, keep-alive ones between requests) must not starve requests: when a new connection
+  would pass a limit, the connection idle the longest (from the same address, for the
+  per-address limit) is closed to make room. Only when every counted connection is busy with
+  a request is the new one answered 503 ``too_many_connections`` and closed;
 * :meth:`HttpServer.serve_forever` runs until cancelled; then the listener closes, idle
   connections close at once and requests being handled get ``stop_grace`` (5 s) to finish.
 
@@ -31,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +125,7 @@ class HttpServer:
         idle_timeout: float = 60.0,
         stop_grace: float = 5.0,
         max_connections: int = 1024,
+        max_connections_per_ip: int = 128,
         logger: logging.Logger | None = None,
     ) -> None:
         self.handler = handler
@@ -134,14 +141,20 @@ class HttpServer:
         self.idle_timeout = idle_timeout
         self.stop_grace = stop_grace
         self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
         self.logger = logger or logging.getLogger("goondan.connector.http")
         self._server: asyncio.Server | None = None
-        self._idle: dict[asyncio.Task[None], bool] = {}  # connection task -> waiting for a request
+        self._peers: dict[asyncio.Task[None], str] = {}  # every counted connection -> its address
+        self._per_ip: Counter[str] = Counter()
+        # connections waiting for a request line, the longest waiting first: the ones closed
+        # to make room (a dict keeps insertion order; a connection going idle is re-inserted)
+        self._idle: dict[asyncio.Task[None], None] = {}
         self._stopping = False
 
     def __repr__(self) -> str:
         state = "serving" if self._server is not None else "stopped"
-        return f"<HttpServer {self.host}:{self.port}{self.path} {state} connections={len(self._idle)}>"
+        return (f"<HttpServer {self.host}:{self.port}{self.path} {state} connections={len(self._peers)} "
+                f"idle={len(self._idle)}>")
 
     async def start(self) -> None:
         """Bind and listen; afterwards :attr:`port` is the bound port."""
@@ -165,10 +178,9 @@ class HttpServer:
         if self._server is not None:
             self._server.close()
             self._server = None
-        for task, idle in list(self._idle.items()):
-            if idle:
-                task.cancel()
-        busy = [task for task in self._idle if not task.done()]
+        for task in list(self._idle):
+            task.cancel()
+        busy = [task for task in self._peers if not task.done()]
         if busy:
             _, pending = await asyncio.wait(busy, timeout=self.stop_grace)
             for task in pending:
@@ -181,11 +193,10 @@ class HttpServer:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._idle[task] = True
         try:
             if self._stopping:
                 return
-            if len(self._idle) > self.max_connections:  # keep file descriptors for the others
+            if not self._admit(task, _peer_host(writer)):  # keep file descriptors for the others
                 await self._send(writer, Response.error(503, "too_many_connections"), close=True)
                 await self._linger(reader, writer)
                 return
@@ -195,7 +206,7 @@ class HttpServer:
         except Exception:  # a bug here must not kill the server
             self.logger.exception("HTTP connection failed")
         finally:
-            self._idle.pop(task, None)
+            self._forget(task)
             writer.close()
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
@@ -203,20 +214,23 @@ class HttpServer:
 
     async def _serve_connection(self, task: asyncio.Task[None], reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
+        wait = self.header_timeout  # a new connection must send its request line soon
         while not self._stopping:
-            self._idle[task] = True
+            self._idle[task] = None  # the longest idle is the first one closed to make room
             try:
                 # asyncio.timeout, not wait_for: no extra task per request on the hot path
-                async with asyncio.timeout(self.idle_timeout):
+                async with asyncio.timeout(wait):
                     first = await reader.readline()
             except TimeoutError:
                 return
             except ValueError:  # a request line longer than the stream limit
                 await self._send(writer, Response.error(431, "headers_too_large"), close=True)
                 return
+            finally:
+                self._idle.pop(task, None)
             if not first:
                 return  # the client closed
-            self._idle[task] = False
+            wait = self.idle_timeout
             try:
                 request, keep_alive = await self._read_request(first, reader, writer)
             except _Refused as refused:
@@ -238,6 +252,34 @@ class HttpServer:
             await self._send(writer, response, close=not keep_alive)
             if not keep_alive:
                 return
+
+    def _admit(self, task: asyncio.Task[None], peer: str) -> bool:
+        """Count a new connection, closing idle ones to make room; ``False`` when every
+        connection that would have to make room is busy (see the module docstring)."""
+        if self._per_ip[peer] >= self.max_connections_per_ip and not self._close_idle(peer):
+            return False
+        if len(self._peers) >= self.max_connections and not self._close_idle(None):
+            return False
+        self._peers[task] = peer
+        self._per_ip[peer] += 1
+        return True
+
+    def _close_idle(self, peer: str | None) -> bool:
+        """Close the connection idle the longest (of ``peer``, or of anyone)."""
+        victim = next((t for t in self._idle if peer is None or self._peers.get(t) == peer), None)
+        if victim is None:
+            return False
+        self._forget(victim)  # uncounted now: its slot is the new connection's
+        victim.cancel()
+        return True
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._idle.pop(task, None)
+        peer = self._peers.pop(task, None)
+        if peer is not None:
+            self._per_ip[peer] -= 1
+            if not self._per_ip[peer]:
+                del self._per_ip[peer]
 
     async def _read_request(self, first: bytes, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> tuple[Request, bool]:
@@ -341,6 +383,12 @@ class HttpServer:
             head.append("Connection: close")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + response.body)
         await writer.drain()
+
+
+def _peer_host(writer: asyncio.StreamWriter) -> str:
+    """The client's address (without the port), for the per-address limit."""
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
 
 
 def _request_line(line: bytes, limit: int) -> tuple[str, str, str]:

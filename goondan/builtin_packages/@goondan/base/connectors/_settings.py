@@ -20,13 +20,17 @@ from goondan.workspace.files import atomic_write
 from ._http import Handler, HttpServer, Response
 
 __all__ = [
-    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "config_error", "config_int", "emit_and_answer",
-    "hmac_sha256_hex",
-    "serve_http", "setting", "signature_matches",
+    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "config_bool", "config_error", "config_int",
+    "emit_and_answer", "hmac_sha256_hex", "parse_json_body", "serve_http", "setting",
+    "signature_matches",
 ]
 
 ADDRESS_FILE = "address.json"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_CONNECTIONS = 1024
+# Loopback load tests and reverse proxies send everything from one address: room for them,
+# while one address alone cannot hold every slot.
+DEFAULT_MAX_CONNECTIONS_PER_IP = 128
 
 
 def config_error(ctx: ConnectorContext, message: str, suggestion: str) -> ConnectorError:
@@ -67,6 +71,36 @@ def config_int(ctx: ConnectorContext, *names: str, default: int | None, minimum:
     return value
 
 
+def config_bool(ctx: ConnectorContext, name: str, *, default: bool) -> bool:
+    """A ``"true"``/``"false"`` setting (any case); another value is a config error rather than
+    a guess, since these settings switch checks on."""
+    raw = setting(ctx, name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise config_error(ctx, f"config {name} must be \"true\" or \"false\", got {raw!r}",
+                           f"set spec.config.{name} to \"true\" or \"false\"")
+    return raw.lower() == "true"
+
+
+class BadBody(ValueError):
+    """A request body the connector refuses with 400; ``str()`` is the reason it answers."""
+
+
+def parse_json_body(body: bytes) -> object:
+    """The JSON value of a request body.
+
+    Raises :class:`BadBody` ``invalid_json`` for what is not UTF-8 JSON and ``json_too_deep``
+    for arrays and objects nested deeper than the parser's recursion limit (about 1,000
+    levels), which would otherwise escape as a ``RecursionError`` and answer 500."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise BadBody("json_too_deep") from None
+    except (ValueError, UnicodeDecodeError):
+        raise BadBody("invalid_json") from None
+
+
 def hmac_sha256_hex(secret: str, data: bytes) -> str:
     """Hex HMAC-SHA256 of ``data`` keyed with ``secret``."""
     return hmac.new(secret.encode("utf-8"), data, hashlib.sha256).hexdigest()
@@ -102,8 +136,10 @@ async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path
     host = setting(ctx, "HOST") or "127.0.0.1"
     if not path.startswith("/"):
         raise config_error(ctx, f"path {path!r} must start with '/'", "write the path as /hooks")
+    connections = config_int(ctx, "MAX_CONNECTIONS", default=DEFAULT_MAX_CONNECTIONS, minimum=1)
+    per_ip = config_int(ctx, "MAX_CONNECTIONS_PER_IP", default=DEFAULT_MAX_CONNECTIONS_PER_IP, minimum=1)
     server = HttpServer(handler, host=host, port=port, path=path, max_body_bytes=max_body_bytes,
-                        logger=ctx.logger)
+                        max_connections=connections, max_connections_per_ip=per_ip, logger=ctx.logger)
     address = Path(ctx.state_dir) / ADDRESS_FILE
     address.unlink(missing_ok=True)  # a stale address must not be mistaken for this run's
     try:

@@ -30,11 +30,19 @@ import time
 from typing import Any
 
 from goondan.connectors import ConnectorContext, ConnectorEvent, ConnectorEventError
-from goondan.errors import ConnectorError
+from goondan.connectors.signing import DISCORD_KEY, signing_secret
 
 from ._ed25519 import verify
 from ._http import Request, Response
-from ._settings import DEFAULT_MAX_BODY_BYTES, config_int, serve_http, setting
+from ._settings import (
+    DEFAULT_MAX_BODY_BYTES,
+    BadBody,
+    config_error,
+    config_int,
+    parse_json_body,
+    serve_http,
+    setting,
+)
 
 __all__ = ["DEFAULT_PORT", "SIGNATURE_WINDOW_SECONDS", "DiscordReceiver", "run", "to_event",
            "verify_request"]
@@ -151,9 +159,9 @@ class DiscordReceiver:
                 self.ctx.logger.warning("discord request refused: %s", reason)
                 return Response.error(401, reason)
         try:
-            interaction = json.loads(request.body)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return Response.error(400, "invalid_json")
+            interaction = parse_json_body(request.body)
+        except BadBody as exc:
+            return Response.error(400, str(exc))
         if not isinstance(interaction, dict):
             return Response.error(400, "invalid_payload")
         kind = interaction.get("type")
@@ -178,28 +186,18 @@ class DiscordReceiver:
 
 def public_key(ctx: ConnectorContext) -> bytes | None:
     """The configured public key; ``None`` only when none is set and ``ALLOW_UNSIGNED`` is
-    ``"true"``. A key that is not 32 bytes of hex is a config error."""
-    raw = (ctx.secrets.get("DISCORD_PUBLIC_KEY") or ctx.secrets.get("publicKey")
-           or setting(ctx, "DISCORD_PUBLIC_KEY"))
-    if not raw:
-        if (setting(ctx, "ALLOW_UNSIGNED") or "").lower() == "true":
-            ctx.logger.warning("discord connector has no DISCORD_PUBLIC_KEY and ALLOW_UNSIGNED is "
-                               "true: requests are not authenticated")
-            return None
-        raise ConnectorError(
-            f"[{ctx.connection_name}] connector discord has no public key: anyone could send it "
-            "interactions", code="E_CONNECTOR_UNSIGNED",
-            suggestion="set secrets.DISCORD_PUBLIC_KEY of the Connection to the application's "
-                       "public key, or config.ALLOW_UNSIGNED: \"true\" for a local test")
+    ``"true"`` (else ``E_CONNECTOR_UNSIGNED``). A key that is not 32 bytes of hex is a config
+    error."""
+    raw = signing_secret(ctx, DISCORD_KEY)
+    if raw is None:
+        return None
     try:
         key = bytes.fromhex(raw.strip())
     except ValueError:
         key = b""
     if len(key) != 32:
-        raise ConnectorError(
-            f"[{ctx.connection_name}] DISCORD_PUBLIC_KEY must be 64 hexadecimal digits",
-            code="E_BASE_CONNECTOR_CONFIG",
-            suggestion="copy the Public Key from the application's General Information page")
+        raise config_error(ctx, "DISCORD_PUBLIC_KEY must be 64 hexadecimal digits",
+                           "copy the Public Key from the application's General Information page")
     return key
 
 

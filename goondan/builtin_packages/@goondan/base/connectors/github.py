@@ -2,8 +2,10 @@
 (docs/base-connectors.md, "github").
 
 Config: ``PORT`` (required), ``HOST`` (127.0.0.1), ``PATH`` (``/``), ``MAX_BODY_BYTES``
-(10 MiB). Secret ``SIGNING_SECRET`` (aliases ``signingSecret``, ``WEBHOOK_SECRET``): when set,
-``X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>`` is required (401 otherwise).
+(10 MiB), ``ALLOW_UNSIGNED`` (``"false"``). Secret ``SIGNING_SECRET`` (aliases
+``WEBHOOK_SECRET``, ``signingSecret``): required unless ``ALLOW_UNSIGNED`` is ``"true"``
+(``E_CONNECTOR_UNSIGNED`` at start otherwise); ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256
+of the raw body>`` is required (401 otherwise).
 
 ``X-GitHub-Event`` selects the event: ``push`` → ``github_push`` (text: the head commit's
 message), ``pull_request`` → ``github_pull_request`` (the PR title), ``issues`` →
@@ -16,13 +18,21 @@ emits.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from goondan.connectors import ConnectorContext, ConnectorEvent
+from goondan.connectors.signing import WEBHOOK_SECRET, signing_secret
 
 from ._http import Request, Response
-from ._settings import config_int, emit_and_answer, serve_http, setting, signature_matches
+from ._settings import (
+    BadBody,
+    config_int,
+    emit_and_answer,
+    parse_json_body,
+    serve_http,
+    setting,
+    signature_matches,
+)
 
 __all__ = ["EVENTS", "WebhookReceiver", "run", "to_event"]
 
@@ -105,9 +115,9 @@ class WebhookReceiver:
         if not kind:
             return Response.error(400, "missing_event")
         try:
-            payload = json.loads(request.body)
-        except (ValueError, UnicodeDecodeError):
-            return Response.error(400, "invalid_json")
+            payload = parse_json_body(request.body)
+        except BadBody as exc:
+            return Response.error(400, str(exc))
         if not isinstance(payload, dict):
             return Response.error(400, "invalid_payload")
         if kind == "ping":
@@ -123,8 +133,5 @@ async def run(ctx: ConnectorContext) -> None:
     port = config_int(ctx, "PORT", default=None, maximum=65535)
     max_body = config_int(ctx, "MAX_BODY_BYTES", default=DEFAULT_MAX_BODY_BYTES, minimum=1)
     path = setting(ctx, "PATH") or "/"
-    secret = next((ctx.secrets[name] for name in ("SIGNING_SECRET", "signingSecret", "WEBHOOK_SECRET")
-                   if ctx.secrets.get(name)), None)
-    if secret is None:
-        ctx.logger.warning("github connector has no SIGNING_SECRET: deliveries are not authenticated")
+    secret = signing_secret(ctx, WEBHOOK_SECRET)
     await serve_http(ctx, WebhookReceiver(ctx, secret), port=port, path=path, max_body_bytes=max_body)

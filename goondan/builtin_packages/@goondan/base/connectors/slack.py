@@ -2,11 +2,14 @@
 (docs/base-connectors.md, "slack").
 
 Config: port ``SLACK_WEBHOOK_PORT`` → ``PORT`` → 8787, path ``SLACK_WEBHOOK_PATH`` → ``PATH``
-→ ``/``, ``HOST`` (127.0.0.1), ``MAX_BODY_BYTES`` (1 MiB). Signing secret: secrets
-``SLACK_SIGNING_SECRET`` / ``signingSecret``, else config ``SLACK_SIGNING_SECRET``. When set,
-each request needs ``X-Slack-Signature: v0=<hex HMAC-SHA256 of "v0:<timestamp>:<raw body>">``
-with ``X-Slack-Request-Timestamp`` within five minutes of now; anything else (a replay
-included) gets 401.
+→ ``/``, ``HOST`` (127.0.0.1), ``MAX_BODY_BYTES`` (1 MiB), ``ALLOW_UNSIGNED`` (``"false"``).
+Signing secret: secrets ``SLACK_SIGNING_SECRET`` / ``SIGNING_SECRET`` / ``WEBHOOK_SECRET`` /
+``signingSecret``, else config ``SLACK_SIGNING_SECRET``; required unless ``ALLOW_UNSIGNED`` is
+``"true"`` (``E_CONNECTOR_UNSIGNED`` at start otherwise). Each request needs
+``X-Slack-Signature: v0=<hex HMAC-SHA256 of "v0:<timestamp>:<raw body>">`` with
+``X-Slack-Request-Timestamp`` within five minutes of now; anything else (a replay included)
+gets 401. The connection limits are ``MAX_CONNECTIONS`` / ``MAX_CONNECTIONS_PER_IP`` (see
+``_http.py``), as for ``webhook`` and ``github``.
 
 ``url_verification`` is answered with its ``challenge``. ``event_callback`` envelopes whose
 event is ``app_mention`` become ``app_mention`` events and plain ``message`` events become
@@ -20,18 +23,20 @@ retries (``X-Slack-Retry-Num``) are accepted once. Instance key
 from __future__ import annotations
 
 import hmac
-import json
 import time
 from typing import Any
 
 from goondan.connectors import ConnectorContext, ConnectorEvent
+from goondan.connectors.signing import SLACK_SECRET, signing_secret
 
 from ._http import Request, Response
 from ._settings import (
     DEFAULT_MAX_BODY_BYTES,
+    BadBody,
     config_int,
     emit_and_answer,
     hmac_sha256_hex,
+    parse_json_body,
     serve_http,
     setting,
 )
@@ -134,9 +139,9 @@ class SlackReceiver:
                 self.ctx.logger.warning("slack request refused: %s", reason)
                 return Response.error(401, reason)
         try:
-            envelope = json.loads(request.body)
-        except (ValueError, UnicodeDecodeError):
-            return Response.error(400, "invalid_json")
+            envelope = parse_json_body(request.body)
+        except BadBody as exc:
+            return Response.error(400, str(exc))
         if not isinstance(envelope, dict):
             return Response.error(400, "invalid_payload")
         kind = envelope.get("type")
@@ -159,8 +164,5 @@ async def run(ctx: ConnectorContext) -> None:
     port = config_int(ctx, "SLACK_WEBHOOK_PORT", "PORT", default=DEFAULT_PORT, maximum=65535)
     max_body = config_int(ctx, "MAX_BODY_BYTES", default=DEFAULT_MAX_BODY_BYTES, minimum=1)
     path = setting(ctx, "SLACK_WEBHOOK_PATH", "PATH") or "/"
-    secret = (ctx.secrets.get("SLACK_SIGNING_SECRET") or ctx.secrets.get("signingSecret")
-              or ctx.config.get("SLACK_SIGNING_SECRET") or None)
-    if secret is None:
-        ctx.logger.warning("slack connector has no SLACK_SIGNING_SECRET: requests are not authenticated")
+    secret = signing_secret(ctx, SLACK_SECRET)
     await serve_http(ctx, SlackReceiver(ctx, secret), port=port, path=path, max_body_bytes=max_body)

@@ -2,9 +2,19 @@
 (docs/base-connectors.md, "webhook").
 
 Config: ``PORT`` (required; 0 picks a free port, see ``address.json``), ``HOST`` (127.0.0.1),
-``PATH`` (``/``), ``MAX_BODY_BYTES`` (1 MiB). Secret ``SIGNING_SECRET`` (alias
-``signingSecret``): when set, every request needs ``X-Signature-256: sha256=<hex HMAC-SHA256 of
-the raw body>`` (``X-Hub-Signature-256`` is accepted too).
+``PATH`` (``/``), ``MAX_BODY_BYTES`` (1 MiB), ``MAX_CONNECTIONS`` (1024),
+``MAX_CONNECTIONS_PER_IP`` (128), ``REQUIRE_TIMESTAMP`` (``"false"``), ``ALLOW_UNSIGNED``
+(``"false"``). Secret ``SIGNING_SECRET`` (aliases ``WEBHOOK_SECRET``,
+``signingSecret``): required unless ``ALLOW_UNSIGNED`` is ``"true"`` (``E_CONNECTOR_UNSIGNED``
+at start otherwise, :mod:`goondan.connectors.signing`). Every request needs
+``X-Signature-256: sha256=<hex HMAC-SHA256>`` (``X-Hub-Signature-256`` is accepted too) of
+
+* ``<X-Signature-Timestamp>.<raw body>`` when it sends ``X-Signature-Timestamp`` (Unix
+  seconds, within five minutes of now: a captured request cannot be replayed later), or
+* the raw body alone, the reference's scheme — refused with ``REQUIRE_TIMESTAMP: "true"``.
+
+A timestamped request whose body has no ``id`` gets an id derived from its signature, so a
+replay within the five minutes is a duplicate too (the inbox remembers ids).
 
 Body: a JSON object ``{event|name, instanceKey, text|message, properties, id}``, all optional:
 the event name defaults to ``webhook_message``, the key to ``webhook:default``, the text to
@@ -12,48 +22,75 @@ the event name defaults to ``webhook_message``, the key to ``webhook:default``, 
 sender retrying with the same id is accepted once.
 
 Answers: 200 ``{accepted, eventName, instanceKey, id, duplicate}`` once ``ctx.emit`` returned
-(the event is durable); 400 bad JSON or payload; 401 missing or bad signature; 404 other path;
-405 other method; 413 body too large; 503 when the event could not be stored. A refused
-request emits nothing and its body and the secret are never logged.
+(the event is durable); 400 bad JSON (nested too deep included) or payload; 401 missing or bad
+signature or timestamp; 404 other path; 405 other method; 413 body too large; 503 when the
+event could not be stored. A refused request emits nothing and its body and the secret are
+never logged.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from typing import Any
 
 from goondan.connectors import ConnectorContext, ConnectorEvent
+from goondan.connectors.signing import WEBHOOK_SECRET, signing_secret
 
 from ._http import Request, Response
 from ._settings import (
     DEFAULT_MAX_BODY_BYTES,
+    BadBody,
+    config_bool,
     config_int,
     emit_and_answer,
+    parse_json_body,
     serve_http,
     setting,
     signature_matches,
 )
 
-__all__ = ["DEFAULT_EVENT", "DEFAULT_INSTANCE_KEY", "WebhookReceiver", "run"]
+__all__ = [
+    "DEFAULT_EVENT", "DEFAULT_INSTANCE_KEY", "SIGNATURE_WINDOW_SECONDS", "WebhookReceiver", "run",
+    "verify_signature",
+]
 
 DEFAULT_EVENT = "webhook_message"
 DEFAULT_INSTANCE_KEY = "webhook:default"
 SIGNATURE_HEADERS = ("x-signature-256", "x-hub-signature-256")
-
-
-class _BadPayload(ValueError):
-    pass
+TIMESTAMP_HEADER = "x-signature-timestamp"
+SIGNATURE_WINDOW_SECONDS = 5 * 60
 
 
 def parse_payload(body: bytes) -> dict[str, Any]:
-    """The JSON object in ``body``; raises :class:`_BadPayload` otherwise."""
-    try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise _BadPayload("invalid_json") from None
+    """The JSON object in ``body``; raises :class:`BadBody` otherwise."""
+    payload = parse_json_body(body)
     if not isinstance(payload, dict):
-        raise _BadPayload("invalid_payload")
+        raise BadBody("invalid_payload")
     return payload
+
+
+def verify_signature(secret: str, request: Request, now: float, *,
+                     require_timestamp: bool) -> tuple[str | None, str | None]:
+    """``(reason, replay_id)``: ``reason`` is ``None`` when the request is signed by ``secret``
+    (see the module docstring); ``replay_id`` names a timestamped request, for a body
+    without ``id``."""
+    given = next((request.header(h) for h in SIGNATURE_HEADERS if request.header(h)), "").strip()
+    if not given:
+        return "missing_signature", None
+    timestamp = request.header(TIMESTAMP_HEADER).strip()
+    if not timestamp:
+        if require_timestamp:
+            return "missing_timestamp", None
+        signed = request.body
+    elif not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+        return "invalid_timestamp", None
+    elif abs(now - int(timestamp)) > SIGNATURE_WINDOW_SECONDS:
+        return "stale_timestamp", None
+    else:
+        signed = timestamp.encode() + b"." + request.body
+    if not signature_matches(secret, signed, given):
+        return "invalid_signature", None
+    return None, f"webhook-sig-{given[-64:].lower()[:32]}" if timestamp else None
 
 
 def _optional_text(payload: dict[str, Any], *names: str) -> str | None:
@@ -62,16 +99,17 @@ def _optional_text(payload: dict[str, Any], *names: str) -> str | None:
         if value is None:
             continue
         if not isinstance(value, str) or not value.strip():
-            raise _BadPayload("invalid_payload")
+            raise BadBody("invalid_payload")
         return value
     return None
 
 
-def to_event(payload: dict[str, Any]) -> ConnectorEvent:
-    """The normaliser of docs/base-connectors.md ("webhook", "Body")."""
+def to_event(payload: dict[str, Any], default_id: str | None = None) -> ConnectorEvent:
+    """The normaliser of docs/base-connectors.md ("webhook", "Body"); ``default_id`` is the
+    event id when the body has none (else a new one is made)."""
     name = _optional_text(payload, "event", "name") or DEFAULT_EVENT
     key = _optional_text(payload, "instanceKey") or DEFAULT_INSTANCE_KEY
-    event_id = _optional_text(payload, "id")
+    event_id = _optional_text(payload, "id") or default_id
     text = ""
     for field in ("text", "message"):
         value = payload.get(field)
@@ -80,29 +118,30 @@ def to_event(payload: dict[str, Any]) -> ConnectorEvent:
             break
     properties = payload.get("properties")
     if properties is not None and not isinstance(properties, dict):
-        raise _BadPayload("invalid_payload")
+        raise BadBody("invalid_payload")
     return ConnectorEvent.text(name, text, instance_key=key, properties=properties, id=event_id)
 
 
 class WebhookReceiver:
     """The request handler: signature, body, emit, answer (no I/O of its own)."""
 
-    def __init__(self, ctx: ConnectorContext, secret: str | None) -> None:
+    def __init__(self, ctx: ConnectorContext, secret: str | None, *,
+                 require_timestamp: bool = False) -> None:
         self.ctx = ctx
         self.secret = secret
+        self.require_timestamp = require_timestamp
 
     async def __call__(self, request: Request) -> Response:
+        replay_id = None
         if self.secret is not None:
-            signature = next((request.header(h) for h in SIGNATURE_HEADERS if request.header(h)), "")
-            if not signature:
-                self.ctx.logger.warning("webhook request refused: missing signature")
-                return Response.error(401, "missing_signature")
-            if not signature_matches(self.secret, request.body, signature):
-                self.ctx.logger.warning("webhook request refused: invalid signature")
-                return Response.error(401, "invalid_signature")
+            reason, replay_id = verify_signature(self.secret, request, time.time(),
+                                                 require_timestamp=self.require_timestamp)
+            if reason is not None:
+                self.ctx.logger.warning("webhook request refused: %s", reason)
+                return Response.error(401, reason)
         try:
-            event = to_event(parse_payload(request.body))
-        except _BadPayload as exc:
+            event = to_event(parse_payload(request.body), replay_id)
+        except BadBody as exc:
             self.ctx.logger.warning("webhook request refused: %s", exc)
             return Response.error(400, str(exc))
         return await emit_and_answer(self.ctx, event)
@@ -113,7 +152,7 @@ async def run(ctx: ConnectorContext) -> None:
     port = config_int(ctx, "PORT", default=None, maximum=65535)
     max_body = config_int(ctx, "MAX_BODY_BYTES", default=DEFAULT_MAX_BODY_BYTES, minimum=1)
     path = setting(ctx, "PATH") or "/"
-    secret = ctx.secrets.get("SIGNING_SECRET") or ctx.secrets.get("signingSecret") or None
-    if secret is None:
-        ctx.logger.warning("webhook has no SIGNING_SECRET: requests are not authenticated")
-    await serve_http(ctx, WebhookReceiver(ctx, secret), port=port, path=path, max_body_bytes=max_body)
+    require_timestamp = config_bool(ctx, "REQUIRE_TIMESTAMP", default=False)
+    secret = signing_secret(ctx, WEBHOOK_SECRET)
+    receiver = WebhookReceiver(ctx, secret, require_timestamp=require_timestamp)
+    await serve_http(ctx, receiver, port=port, path=path, max_body_bytes=max_body)
