@@ -7,7 +7,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # (it brings ~150 packages that must never reach the project's environment).
 PHOENIX_VENV ?= .venv-phoenix
 
-.PHONY: install dev demo test soak lint bench clean phoenix
+.PHONY: install dev demo test test-fast soak lint bench clean phoenix
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ phoenix: $(PHOENIX_VENV)/bin/phoenix  ## install Arize Phoenix (OTLP test backen
 test:  ## run the whole test suite (the dev extras and Phoenix install side by side)
 	$(MAKE) --no-print-directory -j2 dev phoenix
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# The unit tests only: no process-spawning (e2e) or multi-second (slow) tests, no Phoenix.
+test-fast: dev  ## run the unit tests (under 2 minutes on 2 cores)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not e2e"
 
 # The long failure trials (hundreds of kills, races) at their full counts; `make test` runs a few
 # of each (tests/support/soak.py).

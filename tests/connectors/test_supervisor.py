@@ -112,7 +112,7 @@ def _runtime(bundle_dir: Path, state_root: Path, record: list[str]) -> tuple[Orc
 
 
 def test_failures_are_logged_and_retried_with_backoff_while_the_rest_runs(
-    tmp_path: Path, state_root: Path, caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, state_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bundle = _bundle(tmp_path, {"broken": "start", "norun": "norun", "done": "return"})
     record: list[str] = []
@@ -122,10 +122,8 @@ def test_failures_are_logged_and_retried_with_backoff_while_the_rest_runs(
         orch, runtime = _runtime(bundle, state_root, record)
         records = runtime.supervisor.records
         async with orch:
-            import os
-
-            os.environ["TRIGGER_PORT_FILE"] = str(tmp_path / "port.json")
-            os.environ["TRIGGER_FAIL"] = ""
+            monkeypatch.setenv("TRIGGER_PORT_FILE", str(tmp_path / "port.json"))
+            monkeypatch.setenv("TRIGGER_FAIL", "")
             await runtime.start()
             await orch.wait_until(lambda: records["broken"].status == "crashLoopBackOff"
                                   and records["norun"].status == "crashLoopBackOff"
@@ -154,7 +152,7 @@ def test_failures_are_logged_and_retried_with_backoff_while_the_rest_runs(
 
 
 def test_connections_of_another_swarm_are_logged_not_started(
-    tmp_path: Path, state_root: Path, caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, state_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bundle = tmp_path / "bundle"
     shutil.copytree(FIXTURE, bundle)
@@ -180,10 +178,8 @@ spec:
         orch, runtime = _runtime(bundle, state_root, [])
         assert [c.name for c in runtime.connections] == ["trig"]
         assert [c.name for c in runtime.skipped] == ["elsewhere"]
-        import os
-
-        os.environ["TRIGGER_PORT_FILE"] = str(tmp_path / "port.json")
-        os.environ["TRIGGER_FAIL"] = ""
+        monkeypatch.setenv("TRIGGER_PORT_FILE", str(tmp_path / "port.json"))
+        monkeypatch.setenv("TRIGGER_FAIL", "")
         async with orch:
             await runtime.start()
             await runtime.stop()
@@ -209,7 +205,7 @@ spec:
 
 
 def test_reload_restarts_changed_starts_added_and_stops_removed_connections(
-    tmp_path: Path, state_root: Path,
+    tmp_path: Path, state_root: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bundle = tmp_path / "bundle"
     shutil.copytree(FIXTURE, bundle)
@@ -222,10 +218,8 @@ def test_reload_restarts_changed_starts_added_and_stops_removed_connections(
     record: list[str] = []
 
     async def main() -> None:
-        import os
-
-        os.environ["TRIGGER_PORT_FILE"] = str(tmp_path / "port.json")
-        os.environ["TRIGGER_FAIL"] = ""
+        monkeypatch.setenv("TRIGGER_PORT_FILE", str(tmp_path / "port.json"))
+        monkeypatch.setenv("TRIGGER_FAIL", "")
         orch, runtime = _runtime(bundle, state_root, record)
         records = runtime.supervisor.records
         async with orch:
