@@ -45,6 +45,16 @@ class ScriptHandler:
         directory = os.environ.get(RECORD_DIR_ENV)
         self.record_file = Path(directory) / f"{process_name(agent, key)}.log" if directory else None
         self.closed = False
+        if directory and record is None:  # a real process: its pid, for the agent SIGKILL trials
+            (Path(directory) / f"{process_name(agent, key)}.pid").write_text(str(os.getpid()))
+
+    def input_written(self, event: AgentEvent) -> bool:
+        """Whether this event's record line was written (by this or an earlier process): the
+        claim check of :class:`AgentWorker`, as ``AgentInstance`` checks its conversation."""
+        if self.record_file is None or not self.record_file.exists():
+            return False
+        line = f"{self.agent}@{self.key} {event.input or ''}"
+        return line in self.record_file.read_text(encoding="utf-8").splitlines()
 
     async def run(self, event: AgentEvent) -> TurnResult:
         text = event.input or ""
