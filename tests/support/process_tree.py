@@ -27,6 +27,7 @@ from pathlib import Path
 __all__ = ["ProcessWatch", "supported"]
 
 PR_SET_CHILD_SUBREAPER = 36
+RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
 
 
 def supported() -> bool:
@@ -89,9 +90,12 @@ class ProcessWatch:
 
     def scan(self) -> list[int]:
         """The live processes started since the watch began, by parent chain or by a process
-        group / session seen before; remembers their groups for the next scan."""
+        group / session seen before; remembers their groups for the next scan. The test
+        process's own ``multiprocessing`` resource tracker (it lives as long as the test
+        process, by design) is not one."""
         table = _table()
-        found = {p for p in self._descendants(table) if p not in self.baseline and table[p].state not in "ZX"}
+        found = {p for p in self._descendants(table) if p not in self.baseline and table[p].state not in "ZX"
+                 and not (table[p].ppid == self.me and RESOURCE_TRACKER in _cmdline(p))}
         for proc in table.values():
             if proc.pid != self.me and proc.state not in "ZX" and proc.pid not in self.baseline and (
                     proc.pgrp in self.groups or proc.session in self.groups):
