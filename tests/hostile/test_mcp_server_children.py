@@ -35,7 +35,8 @@ def _alive(pid: int) -> bool:
 
 async def _started(tmp_path: Path) -> tuple[StdioTransport, int, int]:
     pid_file = tmp_path / "child.pid"
-    transport = StdioTransport(["sh", "-c", SERVER.format(pid=pid_file)], label="stubborn")
+    transport = StdioTransport(["sh", "-c", SERVER.format(pid=pid_file)], label="stubborn",
+                               env={"TEST_JOB_TAG": tmp_path.name})  # narrows the sweep to this test
     await transport.start(lambda message: None, lambda reason: None)
     deadline = time.monotonic() + 10
     while not pid_file.exists():
@@ -72,7 +73,7 @@ def test_a_server_left_running_is_swept_through_the_agent_process_marker(tmp_pat
             environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
             assert f"{AGENT_PROCESS_ENV}={os.getpid()}".encode() in environ
             # what an agent process does on its way out, or its orchestrator when it was killed
-            assert sweep({AGENT_PROCESS_ENV: str(os.getpid())}) >= 2
+            assert sweep({AGENT_PROCESS_ENV: str(os.getpid()), "TEST_JOB_TAG": tmp_path.name}) >= 2
             return _wait_gone([server, child])
         finally:
             await transport.close()

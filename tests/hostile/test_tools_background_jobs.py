@@ -74,14 +74,16 @@ def test_a_job_that_left_the_group_with_setsid_is_stopped_through_the_call_marke
 
 
 def test_keep_background_keeps_the_job_until_its_agent_process_sweeps_it(tmp_path: Path) -> None:
-    result = _exec(tmp_path, {"command": "sleep 7774 >/dev/null 2>&1 & echo $!", "keepBackground": True})
+    tag = {"TEST_JOB_TAG": tmp_path.name}  # narrows the sweep to this test's job
+    result = _exec(tmp_path, {"command": "sleep 7774 >/dev/null 2>&1 & echo $!", "keepBackground": True,
+                              "env": tag})
     pid = int(result["stdout"].strip())
     try:
         assert _alive(pid), "keepBackground did not keep the job"
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert f"{AGENT_PROCESS_ENV}={os.getpid()}".encode() in environ
         # what an agent process does on its way out (goondan.ipc.agent_process.run_child)
-        assert sweep({AGENT_PROCESS_ENV: str(os.getpid())}) >= 1
+        assert sweep({AGENT_PROCESS_ENV: str(os.getpid()), **tag}) == 1
         assert _gone_soon(pid)
     finally:
         if _alive(pid):
