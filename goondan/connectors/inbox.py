@@ -24,6 +24,9 @@ rewrites ``inbox.jsonl`` keeping every pending record whole and each consumed on
 ``{"consumed": id}`` line — the id alone, so a repeated id is still refused. The rewrite is a
 temp file (``inbox.jsonl.compact``), fsync, rename, directory fsync: a crash at any point
 leaves either the old file or the new one, and a stray temp file is removed at the next open.
+Then, and only then, each claim file with that many final claims of ids the inbox now marks
+consumed drops those lines (:func:`goondan.workspace.claims.compact`, the same way, under the
+claim file's lock).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from goondan.ipc.spawner import process_name
 from goondan.ipc.state import safe_key
 from goondan.types import JsonObject, now_iso
 from goondan.workspace.claims import STARTED, claim_states, owner_alive
+from goondan.workspace.claims import compact as compact_claims
 from goondan.workspace.files import append_or_undo, fsync_dir, io_error, read_bytes, write_all
 from goondan.workspace.paths import StateLayout, workspace_id_for
 
@@ -110,22 +114,28 @@ class ConnectionInbox:
             for sub in (self.directory, self.started_dir, self.state_dir):
                 sub.mkdir(parents=True, exist_ok=True)
             self.compact_path.unlink(missing_ok=True)  # a compaction that crashed before its rename
+            for stray in self.started_dir.glob("*.jsonl.compact"):  # the same, of a claim file
+                stray.unlink(missing_ok=True)
             self._truncate_torn_tail()
             started: set[str] = set()
-            final: set[str] = set()
+            finals: dict[Path, set[str]] = {}  # per claim file: the ids whose start is final
             for marker in sorted(self.started_dir.glob("*.jsonl")):
+                finals[marker] = set()
                 for claim_id, state in claim_states(marker).items():
                     if state == STARTED:
-                        final.add(claim_id)
+                        finals[marker].add(claim_id)
                     elif owner_alive(state):
                         started.add(claim_id)  # reserved by a process that runs it now
+            final = set().union(*finals.values())
             started |= final
             pending: list[InboxRecord] = []
             kept: list[bytes] = []  # the lines of a compacted inbox
-            consumed = 0
+            tombstones: set[str] = set()  # ids already cut to {"consumed": id}
+            consumed: set[str] = set()  # whole records whose start is final
             for raw, line in _read_records(self.path):
                 if isinstance(raw.get(_CONSUMED), str):
                     self._ids.add(raw[_CONSUMED])
+                    tombstones.add(raw[_CONSUMED])
                     kept.append(line)
                     continue
                 try:
@@ -134,14 +144,20 @@ class ConnectionInbox:
                     continue
                 self._ids.add(record.event.id)
                 if record.event.id in final:
-                    consumed += 1
-                    kept.append(json.dumps({_CONSUMED: record.event.id}, ensure_ascii=False, separators=(",", ":")).encode())
+                    consumed.add(record.event.id)
+                    kept.append(json.dumps({_CONSUMED: record.event.id}, ensure_ascii=False,
+                                           separators=(",", ":")).encode())
                 else:
                     kept.append(line)
                     if record.event.id not in started:
                         pending.append(record)
-            if consumed >= COMPACT_MIN_CONSUMED and consumed * 2 >= len(kept):
+            if len(consumed) >= COMPACT_MIN_CONSUMED and len(consumed) * 2 >= len(kept):
                 self._compact(kept)
+                tombstones |= consumed
+            # Only then: a final claim may go once the inbox itself says "consumed".
+            for marker, ids in finals.items():
+                if len(ids & tombstones) >= COMPACT_MIN_CONSUMED:
+                    compact_claims(marker, tombstones)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             raise io_error(exc, self.path, "open") from exc

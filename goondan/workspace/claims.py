@@ -35,15 +35,16 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from goondan.workspace.files import append_or_undo, io_error
+from goondan.workspace.files import append_or_undo, fsync_dir, io_error, write_all
 
-__all__ = ["STARTED", "claim", "claim_states", "confirm", "owner_alive", "owner_token", "read_claims",
+__all__ = ["STARTED", "claim", "claim_states", "compact", "confirm", "owner_alive", "owner_token", "read_claims",
            "started_ids"]
 
 STARTED = ""  # the state of an id whose start is final; otherwise the owner token
 _lock = threading.Lock()
-# path → (bytes of complete lines already read, id → state): each call reads only what is new.
-_seen: dict[str, tuple[int, dict[str, str]]] = {}
+# path → (inode, bytes of complete lines already read, id → state): each call reads only what
+# is new.
+_seen: dict[str, tuple[int, int, dict[str, str]]] = {}
 
 
 def _parse(data: bytes, into: dict[str, str]) -> None:
@@ -139,21 +140,75 @@ def _record(claim_id: str, owner: str | None) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+def _open_locked(path: Path) -> int:
+    """``path`` opened for appending and locked; the file that is at ``path`` once the lock is
+    held (a :func:`compact` may have replaced the one opened while this call waited)."""
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:
+            raise io_error(exc, path, "open") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            os.close(fd)
+            raise io_error(exc, path, "lock") from exc
+        os.close(fd)
+
+
+def compact(path: Path, consumed: set[str]) -> int:
+    """Rewrite ``path`` without the records of ``consumed`` ids (the inbox keeps those as
+    ``{"consumed": id}``; docs/connectors.md), under its lock: temp file, fsync, rename. A crash
+    leaves the old file or the new one (and maybe ``<name>.compact``, removed by the next
+    call). Returns how many lines were dropped."""
+    temp = path.with_name(path.name + ".compact")
+    temp.unlink(missing_ok=True)
+    if not path.exists():
+        return 0
+    fd = _open_locked(path)
+    try:
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        kept: list[bytes] = []
+        dropped = 0
+        for line in data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]:
+            states: dict[str, str] = {}
+            _parse(line, states)
+            if any(claim_id in consumed for claim_id in states):
+                dropped += 1
+            elif states:
+                kept.append(line + b"\n")
+        if dropped:
+            out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                write_all(out, b"".join(kept))
+                os.fsync(out)
+            finally:
+                os.close(out)
+            os.replace(temp, path)
+            fsync_dir(path.parent)
+        return dropped
+    except OSError as exc:
+        raise io_error(exc, path, "compact") from exc
+    finally:
+        os.close(fd)
+
+
 def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id: str) -> bool:
     """Under the file lock: read what is new, ask ``decide`` for the state to append (None:
     nothing), append it. True when something was appended."""
     key = str(path)
+    fd = _open_locked(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError as exc:
-        raise io_error(exc, path, "open") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         with _lock:
-            offset, states = _seen.get(key, (0, {}))
+            inode = os.fstat(fd).st_ino
+            known, offset, states = _seen.get(key, (inode, 0, {}))
             size = os.fstat(fd).st_size
-            if size < offset:  # replaced or truncated: start over
+            if size < offset or known != inode:  # replaced (compacted) or truncated: start over
                 offset, states = 0, {}
             os.lseek(fd, offset, os.SEEK_SET)
             data = os.read(fd, size - offset) if size > offset else b""
@@ -162,13 +217,13 @@ def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id
             offset += complete
             state = decide(states)
             if state is None:
-                _seen[key] = (offset, states)
+                _seen[key] = (inode, offset, states)
                 return False
             torn = complete < len(data)
             line = (b"\n" if torn else b"") + _record(claim_id, state or None) + b"\n"
             append_or_undo(fd, line)
             states[claim_id] = state
-            _seen[key] = (size + len(line), states)
+            _seen[key] = (inode, size + len(line), states)
             return True
     except OSError as exc:
         raise io_error(exc, path, "append to") from exc
@@ -195,7 +250,7 @@ def claim(path: Path, claim_id: str, *, owner: str | None = None,
 
     if not _locked(path, decide, claim_id):
         return False
-    return owner is None or _seen[str(path)][1].get(claim_id) != STARTED
+    return owner is None or _seen[str(path)][2].get(claim_id) != STARTED
 
 
 def confirm(path: Path, claim_id: str) -> None:

@@ -47,6 +47,8 @@ def test_a_restart_compacts_consumed_records_and_keeps_exactly_the_pending_ones(
     assert ids == pending
     after = (directory / "inbox.jsonl").stat().st_size
     assert after < before / 10, (before, after)
+    claims = inbox.marker_path("a", "k")
+    assert claims.read_text() == ""  # every final claim is now a {"consumed"} line of the inbox
     ids, inbox = _pending_ids(directory)  # the compacted inbox reads the same
     try:
         assert ids == pending
@@ -78,7 +80,8 @@ def test_a_crash_at_any_point_of_a_compaction_recovers(tmp_path: Path) -> None:
         finally:
             inbox.close()
         assert not (directory / "inbox.jsonl.compact").exists()
+        assert not list((directory / "started").glob("*.compact"))
         if not killed:
             break
         point += 1
-    assert point > 2  # the compaction's writes and its rename were each a crash point
+    assert point > 4  # the writes and renames of both rewrites were each a crash point

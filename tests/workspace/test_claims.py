@@ -82,3 +82,19 @@ def test_a_dead_owners_reservation_whose_input_was_written_becomes_final(tmp_pat
     assert claims.started_ids(path) == {"c"}
     claims._seen.clear()
     assert claims.claim_states(path) == {"c": claims.STARTED}
+
+
+def test_compaction_drops_consumed_final_claims_and_a_cached_reader_starts_over(tmp_path: Path) -> None:
+    path = tmp_path / "started.jsonl"
+    me = claims.owner_token()
+    for i in range(5):
+        assert claim(path, f"e{i}", owner=me)
+        claims.confirm(path, f"e{i}")
+    assert claim(path, "live", owner=me)  # a reservation stays
+    assert claims.compact(path, {"e0", "e1", "e2", "e3"}) == 8  # their reservations and final claims
+    assert claims.claim_states(path) == {"e4": claims.STARTED, "live": me}
+    with path.open("ab") as handle:  # another process appends past this process's cached offset
+        handle.write(b'{"id":"x1"}\n' * 40)
+    assert not claim(path, "x1", owner=me)  # seen: the cache was dropped with the old file
+    assert not claim(path, "e4", owner=me) and claim(path, "e0", owner=me)
+    assert not list(tmp_path.glob("*.compact"))
