@@ -17,6 +17,16 @@ that started it after the new orchestrator read the claims, say. Each record is 
 
 An event is *pending* when it is in the inbox and not claimed: those are delivered again, in
 inbox order, when the orchestrator starts (docs/connectors.md, "Delivery guarantee").
+
+Compaction: when :meth:`ConnectionInbox.open` finds at least :data:`COMPACT_MIN_CONSUMED`
+*consumed* records (their Turn's start is final) and they are at least half the file, it
+rewrites ``inbox.jsonl`` keeping every pending record whole and each consumed one as a
+``{"consumed": id}`` line — the id alone, so a repeated id is still refused. The rewrite is a
+temp file (``inbox.jsonl.compact``), fsync, rename, directory fsync: a crash at any point
+leaves either the old file or the new one, and a stray temp file is removed at the next open.
+Then, and only then, each claim file with that many final claims of ids the inbox now marks
+consumed drops those lines (:func:`goondan.workspace.claims.compact`, the same way, under the
+claim file's lock).
 """
 
 from __future__ import annotations
@@ -31,11 +41,22 @@ from goondan.errors import ConnectorEventError
 from goondan.ipc.spawner import process_name
 from goondan.ipc.state import safe_key
 from goondan.types import JsonObject, now_iso
-from goondan.workspace.claims import read_claims
-from goondan.workspace.files import append_or_undo, io_error, private_dirs, read_bytes
+from goondan.workspace.claims import STARTED, claim_states, owner_alive
+from goondan.workspace.claims import compact as compact_claims
+from goondan.workspace.files import (
+    append_or_undo,
+    fsync_dir,
+    io_error,
+    private_dirs,
+    read_bytes,
+    write_all,
+)
 from goondan.workspace.paths import StateLayout, workspace_id_for
 
-__all__ = ["ConnectionInbox", "InboxRecord", "connection_dir"]
+__all__ = ["COMPACT_MIN_CONSUMED", "ConnectionInbox", "InboxRecord", "connection_dir"]
+
+COMPACT_MIN_CONSUMED = 1000
+_CONSUMED = "consumed"
 
 
 def connection_dir(state_root: Path, bundle_root: Path, package_name: str | None,
@@ -64,10 +85,10 @@ class InboxRecord:
                    str(data["instanceKey"]), str(data.get("acceptedAt") or ""))
 
 
-def _read_records(path: Path) -> list[JsonObject]:
-    """Every complete JSON line of ``path``; a torn (unterminated) last line is dropped."""
+def _read_records(path: Path) -> list[tuple[JsonObject, bytes]]:
+    """Every complete JSON line of ``path`` (value, raw line); a torn last line is dropped."""
     data = read_bytes(path)
-    out: list[JsonObject] = []
+    out: list[tuple[JsonObject, bytes]] = []
     for line in data.split(b"\n")[:-1] if data else []:
         if not line.strip():
             continue
@@ -76,7 +97,7 @@ def _read_records(path: Path) -> list[JsonObject]:
         except ValueError:
             continue  # only a crash mid-write makes one; never in the middle for O_APPEND writers
         if isinstance(value, dict):
-            out.append(value)
+            out.append((value, line))
     return out
 
 
@@ -99,23 +120,71 @@ class ConnectionInbox:
         try:
             for sub in (self.directory, self.started_dir, self.state_dir):
                 private_dirs(sub)
+            self.compact_path.unlink(missing_ok=True)  # a compaction that crashed before its rename
+            for stray in self.started_dir.glob("*.jsonl.compact"):  # the same, of a claim file
+                stray.unlink(missing_ok=True)
             self._truncate_torn_tail()
             started: set[str] = set()
+            finals: dict[Path, set[str]] = {}  # per claim file: the ids whose start is final
             for marker in sorted(self.started_dir.glob("*.jsonl")):
-                started.update(read_claims(marker))
+                finals[marker] = set()
+                for claim_id, state in claim_states(marker).items():
+                    if state == STARTED:
+                        finals[marker].add(claim_id)
+                    elif owner_alive(state):
+                        started.add(claim_id)  # reserved by a process that runs it now
+            final = set().union(*finals.values())
+            started |= final
             pending: list[InboxRecord] = []
-            for raw in _read_records(self.path):
+            kept: list[bytes] = []  # the lines of a compacted inbox
+            tombstones: set[str] = set()  # ids already cut to {"consumed": id}
+            consumed: set[str] = set()  # whole records whose start is final
+            for raw, line in _read_records(self.path):
+                if isinstance(raw.get(_CONSUMED), str):
+                    self._ids.add(raw[_CONSUMED])
+                    tombstones.add(raw[_CONSUMED])
+                    kept.append(line)
+                    continue
                 try:
                     record = InboxRecord.from_dict(raw)
                 except (KeyError, TypeError, ConnectorEventError):
                     continue
                 self._ids.add(record.event.id)
-                if record.event.id not in started:
-                    pending.append(record)
+                if record.event.id in final:
+                    consumed.add(record.event.id)
+                    kept.append(json.dumps({_CONSUMED: record.event.id}, ensure_ascii=False,
+                                           separators=(",", ":")).encode())
+                else:
+                    kept.append(line)
+                    if record.event.id not in started:
+                        pending.append(record)
+            if len(consumed) >= COMPACT_MIN_CONSUMED and len(consumed) * 2 >= len(kept):
+                self._compact(kept)
+                tombstones |= consumed
+            # Only then: a final claim may go once the inbox itself says "consumed".
+            for marker, ids in finals.items():
+                if len(ids & tombstones) >= COMPACT_MIN_CONSUMED:
+                    compact_claims(marker, tombstones)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             raise io_error(exc, self.path, "open") from exc
         return pending
+
+    @property
+    def compact_path(self) -> Path:
+        """The temp file of a compaction (renamed over ``inbox.jsonl`` when complete)."""
+        return self.directory / "inbox.jsonl.compact"
+
+    def _compact(self, lines: list[bytes]) -> None:
+        """Replace ``inbox.jsonl`` with ``lines`` atomically (see the module docstring)."""
+        fd = os.open(self.compact_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            write_all(fd, b"".join(line + b"\n" for line in lines))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self.compact_path, self.path)
+        fsync_dir(self.directory)
 
     def _truncate_torn_tail(self) -> None:
         """Cut an unterminated last line (a crash mid-append), so the next record starts clean."""

@@ -332,17 +332,28 @@ class AgentWorker:
         await self.transport.aclose()
         return 0
 
-    async def _claim(self, marker: Any) -> bool:
-        """Claim a connector event's start (``metadata.__goondanStartMarker``); True otherwise."""
+    async def _claim(self, handler: TurnHandler, event: AgentEvent) -> bool:
+        """Reserve a connector event's start (``metadata.__goondanStartMarker``); True otherwise.
+        A reservation left by a process that died is taken over unless the handler's
+        ``input_written`` finds the event's input in the conversation (docs/connectors.md)."""
+        marker = event.metadata.get(START_MARKER_KEY)
         if not isinstance(marker, dict) or not isinstance(marker.get("path"), str):
             return True
-        return await asyncio.to_thread(claim_start, Path(marker["path"]), str(marker.get("id")))
+        check = getattr(handler, "input_written", None)
+        written = bool(check(event)) if callable(check) else False
+        return await asyncio.to_thread(claim_start, Path(marker["path"]), str(marker.get("id")), written)
+
+    async def _confirm(self, event: AgentEvent) -> None:
+        """The claimed Turn ran (or ended): its start is final, the event is never run again."""
+        marker = event.metadata.get(START_MARKER_KEY)
+        if isinstance(marker, dict) and isinstance(marker.get("path"), str):
+            await asyncio.to_thread(confirm_start, Path(marker["path"]), str(marker.get("id")))
 
     async def _run_turn(self, handler: TurnHandler, event: AgentEvent) -> None:
         if event.reply_to is not None:
             self._replies.track(event.reply_to.correlation_id, event.reply_to.target)
         self._running = (event.id, None)
-        if not await self._claim(event.metadata.get(START_MARKER_KEY)):
+        if not await self._claim(handler, event):
             # Already started by another process (one orphaned by a killed orchestrator).
             self.logger.info("event %s already had its turn; not run again", event.id)
             self._running = None
@@ -380,24 +391,37 @@ class AgentWorker:
             self._running = None
             self._cancelled.discard(event.id)
             self._turn_event = None
+        await self._confirm(event)
         await self._flush_stream()
         self.turns += 1
         await self._answer(event, text, error)
         await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart))
 
 
-def claim_start(path: Path, event_id: str) -> bool:
-    """Claim the start of ``event_id``'s Turn in the claim file ``path`` (docs/connectors.md,
-    "Delivery guarantee"); False when another process already started it. A file that cannot
-    be used is logged and the Turn runs (the event may then run again after a crash)."""
+def claim_start(path: Path, event_id: str, written: bool = False) -> bool:
+    """Reserve the start of ``event_id``'s Turn in the claim file ``path`` (docs/connectors.md,
+    "Delivery guarantee"); False when another process started it or runs it (``written``: this
+    process's conversation already holds the event's input). A file that cannot be used is
+    logged and the Turn runs (the event may then run again after a crash)."""
     from goondan.errors import WorkspaceError
-    from goondan.workspace.claims import claim
+    from goondan.workspace.claims import claim, owner_token
 
     try:
-        return claim(path, event_id)
+        return claim(path, event_id, owner=owner_token(), written=lambda: written)
     except WorkspaceError as err:
         _log.warning("cannot record the start of event %s: %s", event_id, err.message)
         return True
+
+
+def confirm_start(path: Path, event_id: str) -> None:
+    """Make the start of ``event_id`` final in ``path`` (logged when the file cannot be used)."""
+    from goondan.errors import WorkspaceError
+    from goondan.workspace.claims import confirm
+
+    try:
+        confirm(path, event_id)
+    except WorkspaceError as err:
+        _log.warning("cannot record the start of event %s: %s", event_id, err.message)
 
 
 def cancelled_error() -> JsonObject:
@@ -444,6 +468,9 @@ HandlerBuilder = Callable[[argparse.Namespace, AgentWorker], Awaitable[TurnHandl
 
 def run_child(conn: Connection, argv: list[str], build: HandlerBuilder) -> None:
     """Common child main: logs, signals, the worker loop; exits with its code."""
+    from goondan.tools.processes import enter_agent_process, owner_env, sweep
+
+    enter_agent_process()  # the owner markers of every process its tools start
     args = parse_args(argv)
     if args.log_dir:
         redirect_output(Path(args.log_dir), args.process_name or args.agent_name)
@@ -453,6 +480,7 @@ def run_child(conn: Connection, argv: list[str], build: HandlerBuilder) -> None:
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     code = asyncio.run(_child(conn, args, build))
+    sweep(owner_env())  # background jobs kept on purpose, MCP servers not closed (docs/tools.md)
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(code)

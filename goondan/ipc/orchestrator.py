@@ -57,6 +57,7 @@ from goondan.ipc.control import (
 from goondan.ipc.matcher import RequestMatcher, new_correlation_id
 from goondan.ipc.protocol import (
     ORCHESTRATOR,
+    START_MARKER_KEY,
     STREAM_KEY,
     STREAMED_EVENT_TYPES,
     IpcMessage,
@@ -319,10 +320,7 @@ class Orchestrator(ProcessSupervisor):
 
     def list_spawned(self, owner: tuple[str, str] | None, *, include_all: bool) -> list[JsonObject]:
         """``agents__list``: instances created through ``spawn``, oldest first."""
-        rows = [
-            r for r in self.records.values()
-            if r.owner is not None and (include_all or r.owner == owner)
-        ]
+        rows = [r for r in self.records.values() if r.owner is not None and (include_all or r.owner == owner)]
         rows.sort(key=lambda r: r.created_at)
         return [
             {"target": r.agent_name, "instanceKey": r.instance_key, "ownerAgent": r.owner[0],
@@ -596,15 +594,15 @@ class Orchestrator(ProcessSupervisor):
 
     def _release_in_flight(self, rec: InstanceRecord, ended: WorkerExit) -> None:
         """The process of ``rec`` ended with an event in flight: a cancelled one is answered
-        ``E_TURN_CANCELLED``, a started one ``E_AGENT_CRASHED``, one that never started goes
-        back to the front of the queue for the next process."""
+        ``E_TURN_CANCELLED``, a started one ``E_AGENT_CRASHED``; one that never started, or a
+        connector event (its claim file tells if it started), goes back to the queue's front."""
         current = rec.inbox.finish()
         if current is None:
             return
         interrupted = current.event
         if current.cancel_requested:
             self._fail_request(interrupted, rec, "E_TURN_CANCELLED", "the request was cancelled")
-        elif current.started:
+        elif current.started and START_MARKER_KEY not in interrupted.metadata:
             what = ended.describe()
             self.logger.warning(
                 "%s exited (%s) during a turn; event %s was interrupted", rec.name, what, interrupted.id,

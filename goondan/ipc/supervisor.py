@@ -41,6 +41,7 @@ from goondan.ipc.supervision import (
     iso_from_epoch,
     plan_reconcile,
 )
+from goondan.tools.processes import AGENT_PROCESS_ENV, ORCHESTRATOR_ENV, process_token, sweep
 from goondan.types import AgentEvent, JsonObject, now_iso
 from goondan.workspace.files import private_dirs, private_opener
 
@@ -159,6 +160,8 @@ class ProcessSupervisor(abc.ABC):
             return_exceptions=True,
         )
         await self._wait_all_exited()
+        # Whatever the agents' tools left (kept background jobs of killed processes, say).
+        await asyncio.to_thread(sweep, {ORCHESTRATOR_ENV: process_token()})
 
     async def _close_tasks(self) -> None:
         """Write the status file a last time and end the background tasks."""
@@ -299,6 +302,9 @@ class ProcessSupervisor(abc.ABC):
             pump.cancel()
         with contextlib.suppress(Exception):
             await handle.transport.aclose()
+        if not ended.ok and handle.pid is not None and handle.pid != os.getpid():
+            # A crashed (e.g. SIGKILLed) agent process could not stop its tools' processes.
+            await asyncio.to_thread(sweep, {ORCHESTRATOR_ENV: process_token(), AGENT_PROCESS_ENV: str(handle.pid)})
         try:
             self._on_exit(rec, ended)
         except Exception:  # bookkeeping bug: keep supervising the other processes

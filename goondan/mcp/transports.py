@@ -35,6 +35,7 @@ from goondan.errors import McpError
 from goondan.llm.sse import SseParser
 from goondan.mcp.protocol import decode_message, encode_message
 from goondan.secrets import mask
+from goondan.tools.processes import owner_env
 from goondan.tools.providers import run_in_daemon_thread
 from goondan.types import JsonObject
 
@@ -125,7 +126,7 @@ class StdioTransport:
                 *self.command,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, **self.env},
+                env={**os.environ, **self.env, **owner_env()},  # tools.processes markers
                 cwd=str(self.cwd) if self.cwd else None,
                 limit=_LINE_LIMIT,
                 # Its own session: Ctrl-C in the terminal reaches the agent, which then closes
@@ -231,12 +232,15 @@ class StdioTransport:
                 with contextlib.suppress(Exception):
                     proc.stdin.close()
             for sig in (None, signal.SIGTERM, signal.SIGKILL):
-                if sig is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(sig)
+                if sig is not None:  # the whole process group: `sh -c` servers and their children
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, sig)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(proc.wait(), _CLOSE_GRACE_S)
                     break
+            # What the server left in its group (children that outlived it, or ignored SIGTERM).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()

@@ -31,8 +31,9 @@ def _is_input(message: Message) -> bool:
     return message.role == "user" and message.source.type == "user"
 
 
-def input_events(messages: Sequence[Message], text: str) -> list[MessageEvent]:
-    """The events that put a turn's input ``text`` into the conversation.
+def input_events(messages: Sequence[Message], text: str,
+                 metadata: dict[str, str] | None = None) -> list[MessageEvent]:
+    """The events that put a turn's input ``text`` (with ``metadata``) into the conversation.
 
     One ``append`` normally. When the latest input belongs to a failed turn and has the same
     text, that message is reused: a ``replace`` drops its failed mark. Only the failed turn's
@@ -41,12 +42,13 @@ def input_events(messages: Sequence[Message], text: str) -> list[MessageEvent]:
     for message in reversed(messages):
         if _is_input(message):
             if message.metadata.get(FAILED_TURN_KEY) and message.text == text:
-                metadata = {k: v for k, v in message.metadata.items() if k != FAILED_TURN_KEY}
-                return [MessageEvent.replace(message.id, dataclasses.replace(message, metadata=metadata))]
+                kept = {k: v for k, v in message.metadata.items() if k != FAILED_TURN_KEY}
+                return [MessageEvent.replace(message.id, dataclasses.replace(
+                    message, metadata={**kept, **(metadata or {})}))]
             break
         if message.role == "assistant" and not message.tool_calls:
             break
-    return [MessageEvent.append(Message.user(text))]
+    return [MessageEvent.append(Message.user(text, metadata=dict(metadata) if metadata else None))]
 
 
 def failed_turn_events(

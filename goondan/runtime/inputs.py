@@ -23,10 +23,23 @@ from goondan.types import AgentEvent, JsonObject
 if TYPE_CHECKING:
     from goondan.config import ModelBinding
 
-__all__ = ["UnavailableAgents", "input_text", "model_spec_for"]
+__all__ = ["CONNECTOR_EVENT_KEY", "UnavailableAgents", "connector_input_written", "input_text",
+           "model_spec_for"]
 
 CONTEXT_OPEN = "[goondan_context]"
 CONTEXT_CLOSE = "[/goondan_context]"
+# The id of the connector event a Turn runs for (event metadata, set by the ingress); the Turn's
+# input message carries it too (docs/connectors.md "Delivery guarantee").
+CONNECTOR_EVENT_KEY = "connectorEventId"
+
+
+def connector_input_written(messages: Any, event: AgentEvent) -> bool:
+    """True when ``messages`` hold the input of ``event``'s connector event (a Turn started
+    for it, in this or an earlier process)."""
+    source = event.metadata.get(CONNECTOR_EVENT_KEY)
+    if not isinstance(source, str):
+        return False
+    return any(m.role == "user" and m.metadata.get(CONNECTOR_EVENT_KEY) == source for m in messages)
 
 
 def _properties(event: AgentEvent) -> JsonObject:

@@ -36,7 +36,7 @@ from goondan.pipeline.context import TurnResult
 from goondan.pipeline.tracing import Span, start_span
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.failed_turns import failed_turn_events
-from goondan.runtime.inputs import UnavailableAgents, model_spec_for
+from goondan.runtime.inputs import UnavailableAgents, connector_input_written, model_spec_for
 from goondan.runtime.ledger import cost_of
 from goondan.runtime.observe import EventListener, RuntimeObserver, TracedAgentCalls
 from goondan.runtime.outcomes import CANCELLED_ERROR, TurnOutcome, turn_started
@@ -253,6 +253,11 @@ class AgentInstance:
     def catalog(self) -> list[ToolCatalogItem]:
         """The tool catalog a step would start from (config tools, then extension tools)."""
         return self.env.catalog()
+
+    def input_written(self, event: AgentEvent) -> bool:
+        """True when the conversation holds the input of ``event``'s connector event: a Turn
+        for it started (in an earlier process that died) — the claim check of an agent process."""
+        return connector_input_written(self.state.next_messages, event)
 
     def submit(self, event: AgentEvent | str) -> asyncio.Task[TurnResult]:
         """Queue ``event`` (FIFO) and return the task that resolves to its TurnResult."""

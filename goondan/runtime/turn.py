@@ -61,16 +61,10 @@ from goondan.runtime.events import (
     span_ids,
 )
 from goondan.runtime.failed_turns import input_events
-from goondan.runtime.inputs import input_text
+from goondan.runtime.inputs import CONNECTOR_EVENT_KEY, input_text
 from goondan.runtime.ledger import Budget, Pricing, cost_of
 from goondan.runtime.observe import RuntimeObserver
-from goondan.runtime.outcomes import (
-    StepFailed,
-    StepOutcome,
-    ToolsRan,
-    TurnOutcome,
-    classify_step,
-)
+from goondan.runtime.outcomes import StepFailed, StepOutcome, ToolsRan, TurnOutcome, classify_step
 from goondan.tools.context import ToolContext
 from goondan.types import (
     AgentEvent,
@@ -221,9 +215,11 @@ class TurnRunner:
         self._stream = stream
         text = input_text(self.event)
         if text:
-            # Normally one append; a retry of a failed turn's input reuses that message
-            # (docs/conversations.md "When a turn fails").
-            for event in input_events(self.state.next_messages, text):
+            # One append, or a failed turn's input reused (docs/conversations.md "When a turn
+            # fails"); a connector event's id tags it (inputs.connector_input_written).
+            source = self.event.metadata.get(CONNECTOR_EVENT_KEY)
+            tag = {CONNECTOR_EVENT_KEY: source} if isinstance(source, str) else None
+            for event in input_events(self.state.next_messages, text, tag):
                 self.emit(event)
         ctx = TurnContext(
             agent_name=self.env.spec.name,

@@ -20,6 +20,7 @@ from goondan.ipc.agent_process import claim_start
 from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.spawner import InProcessSpawner
 from goondan.runtime.inputs import input_text
+from goondan.workspace.claims import started_ids
 from tests.support.ipc_agents import in_process_worker
 
 AGENTS = ["a", "b"]
@@ -75,8 +76,8 @@ def test_accept_appends_routes_and_runs_each_event_as_its_own_turn(tmp_path: Pat
     assert sorted(record) == ["a@k echo:1", "b@fixed echo:2"]
     lines = (tmp_path / "conn" / "inbox.jsonl").read_text().splitlines()
     assert [json.loads(line)["event"]["id"] for line in lines] == ["e1", "e2"]
-    started = {p.name: p.read_text() for p in (tmp_path / "conn" / "started").iterdir()}
-    assert started == {"a.k.jsonl": '{"id":"e1"}\n', "b.fixed.jsonl": '{"id":"e2"}\n'}
+    started = {p.name: started_ids(p) for p in (tmp_path / "conn" / "started").iterdir()}
+    assert started == {"a.k.jsonl": {"e1"}, "b.fixed.jsonl": {"e2"}}  # reserved, then made final
 
 
 def test_duplicate_id_is_not_stored_or_delivered_again(tmp_path: Path) -> None:

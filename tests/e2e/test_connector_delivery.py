@@ -166,8 +166,9 @@ class _Spawner(Spawner):
         return await (self.tasks if request.kind == "connector" else self.processes).spawn(request)
 
 
-def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str) -> None:
-    """A forked ``goondan run --foreground``: the same components, scripted agent processes."""
+def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str, crash_threshold: int = 5) -> None:
+    """A forked ``goondan run --foreground``: the same components, scripted agent processes
+    (``crash_threshold``: crashes respawned at once, before the back-off)."""
     os.environ["TRIGGER_PORT_FILE"] = port_file
     os.environ["TRIGGER_FAIL"] = ""
     os.environ[RECORD_DIR_ENV] = record_dir
@@ -182,7 +183,7 @@ def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str) -> N
         spawner = _Spawner(ProcessSpawner(bundle.root, state_root=root, swarm=swarm.name,
                                           log_dir=root / "logs", targets={"agent": script_child_main}))
         orchestrator = Orchestrator(spawner, swarm_name=swarm.name, entry_agent=swarm.entry_agent,
-                                    agents=swarm.agents, reconcile_interval_s=0)
+                                    agents=swarm.agents, reconcile_interval_s=0, crash_threshold=crash_threshold)
         connections = ConnectionRuntime(bundle, swarm, orchestrator, spawner, state_root=root)
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -267,6 +268,62 @@ def test_two_hundred_orchestrator_sigkills_lose_and_duplicate_nothing(
     process = start()
     try:
         variant.port()
+        _wait(lambda: all(f"<<p-{i}>>\n" in _records(record_dir) for i in range(trials)), 120,
+              "every event's turn")
+    finally:
+        assert process.pid is not None
+        os.kill(process.pid, signal.SIGTERM)
+        process.join(60)
+    text = _records(record_dir)
+    counts = [text.count(f"<<p-{i}>>\n") for i in range(trials)]
+    lost = [i for i, c in enumerate(counts) if c == 0]
+    duplicated = [i for i, c in enumerate(counts) if c > 1]
+    assert (lost, duplicated) == ([], [])
+
+
+def _live_pid(pid_file: Path, not_this: int | None) -> int | None:
+    """The agent process's pid from its pid file, when that process runs and is not ``not_this``."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pid_file.read_text())
+        if pid != not_this:
+            os.kill(pid, 0)
+            return pid
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.soak
+@pytest.mark.timeout(1200)
+def test_two_hundred_agent_process_sigkills_lose_and_duplicate_nothing(state_root: Path, tmp_path: Path) -> None:
+    """Issue 27 item 8: the agent process running the webhook's events is SIGKILLed right after
+    each HTTP 200, 0-4 ms later (a seeded jitter sweeping the claim → input → confirm window;
+    not a wait), while the orchestrator lives on and respawns it. Every event's Turn must run
+    exactly once (200 trials under `make soak`, 20 under `make test`)."""
+    trials = soak.trials(20, 200)
+    record_dir = tmp_path / "records"
+    record_dir.mkdir()
+    variant = _Trials("webhook", state_root, tmp_path)
+    bundle = load_bundle(variant.bundle_dir, state_root=state_root)
+    variant.forget_address()
+    process = multiprocessing.get_context("fork").Process(
+        target=_harness, args=(bundle, str(state_root), str(variant.port_file), str(record_dir), 1_000_000))
+    process.start()
+    pid_file = record_dir / "assistant.durable.pid"
+    jitter = __import__("random").Random(27)
+    killed: int | None = None
+    try:
+        for i in range(trials):
+            answer = variant.send(f"evt-{i}", f"echo:<<p-{i}>>")
+            assert answer == {"id": f"evt-{i}", "duplicate": False}
+            previous = killed
+            _wait(lambda: _live_pid(pid_file, previous) is not None, 60, "a live agent process")  # noqa: B023
+            pid = _live_pid(pid_file, previous) or 0
+            until = time.perf_counter() + jitter.uniform(0, 0.004)
+            while time.perf_counter() < until:
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            killed = pid
         _wait(lambda: all(f"<<p-{i}>>\n" in _records(record_dir) for i in range(trials)), 120,
               "every event's turn")
     finally:

@@ -418,3 +418,25 @@ def test_fifo_one_turn_at_a_time(state_root: Path) -> None:
 
     assert run(main()) == [f"m{i}" for i in range(5)]
     assert peak == 1
+
+
+def test_a_connector_events_input_carries_its_id_and_a_reopened_instance_finds_it(state_root: Path) -> None:
+    """The claim check of an agent process that takes over a dead process's reservation
+    (docs/connectors.md "Delivery guarantee"): the input message of a connector event's Turn
+    carries ``connectorEventId``, and a later process sees it in the stored conversation."""
+    async def first() -> None:
+        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"plain": ScriptedModel(["ok"])}) as rt:
+            await rt.run_turn("plain", "from the hook", instance_key="c", metadata={"connectorEventId": "gh-42"})
+            instance = await rt.instance("plain", "c")
+            assert instance.messages[0].metadata == {"connectorEventId": "gh-42"}
+
+    async def later() -> None:
+        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"plain": ScriptedModel(["ok"])}) as rt:
+            instance = await rt.instance("plain", "c")
+            event = AgentEvent(type="msg", input="x", metadata={"connectorEventId": "gh-42"})
+            other = AgentEvent(type="msg", input="x", metadata={"connectorEventId": "gh-43"})
+            assert instance.input_written(event) and not instance.input_written(other)
+            assert not instance.input_written(AgentEvent(type="msg", input="x"))
+
+    run(first())
+    run(later())

@@ -8,6 +8,9 @@ Commands (``event.input``):
 * ``send:<agent>:<text>``    → ``send``; answers ``sent``
 * ``sleep:<ms>:<text>``      → waits, then answers ``<text>``
 * ``block:<path>:<text>``    → writes ``<path>.started``, waits until ``<path>`` exists, answers
+* ``job:<path>``             → starts ``sleep 7799`` the way a tool starts a child (own process
+                               group, the owner markers of goondan.tools.processes), writes its
+                               pid to ``<path>``, answers ``job``
 * ``fail``                   → raises (a failed Turn, the process stays up)
 * ``exit:<code>``            → ``os._exit(code)`` (process mode only: a crash)
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,16 @@ class ScriptHandler:
         directory = os.environ.get(RECORD_DIR_ENV)
         self.record_file = Path(directory) / f"{process_name(agent, key)}.log" if directory else None
         self.closed = False
+        if directory and record is None:  # a real process: its pid, for the agent SIGKILL trials
+            (Path(directory) / f"{process_name(agent, key)}.pid").write_text(str(os.getpid()))
+
+    def input_written(self, event: AgentEvent) -> bool:
+        """Whether this event's record line was written (by this or an earlier process): the
+        claim check of :class:`AgentWorker`, as ``AgentInstance`` checks its conversation."""
+        if self.record_file is None or not self.record_file.exists():
+            return False
+        line = f"{self.agent}@{self.key} {event.input or ''}"
+        return line in self.record_file.read_text(encoding="utf-8").splitlines()
 
     async def run(self, event: AgentEvent) -> TurnResult:
         text = event.input or ""
@@ -85,6 +99,13 @@ class ScriptHandler:
             while not Path(path).exists():
                 await asyncio.sleep(0.01)
             return body
+        if command == "job":
+            from goondan.tools.processes import owner_env
+
+            job = subprocess.Popen(["sleep", "7799"], start_new_session=True, env={**os.environ, **owner_env()},
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            Path(rest).write_text(str(job.pid))
+            return "job"
         if command == "fail":
             raise RuntimeError("scripted failure")
         if command == "exit":

@@ -5,14 +5,17 @@ Exports:
 * ``exec``: ``/bin/sh -lc <command>`` in ``cwd`` (relative to the workdir, default the workdir);
 * ``script``: ``<shell> <path> …args`` in the workdir (``shell`` defaults to ``/bin/bash``).
 
-Both take ``timeoutMs`` (default 30000) and ``env`` (primitive values). A non-zero exit status
-is an output, not an error. The child runs in its own session (process group) so a timeout
-reaches every process it started: the group gets SIGTERM, then SIGKILL 100 ms later;
-``exitCode`` is ``-1`` and ``signal`` names the signal when the child was killed. A job that
-starts its *own* session (``setsid``) leaves the group; on Linux it is still found and killed
-through the ``GOONDAN_TOOL_CALL`` marker every command's environment carries (``/proc``), unless
-it also cleared its environment (docs/base-package.md). Its open pipes never hold the call
-longer than ``DRAIN_GRACE_S`` after the kill.
+Both take ``timeoutMs`` (default 30000), ``env`` (primitive values) and ``keepBackground``
+(default false). A non-zero exit status is an output, not an error. The child runs in its own
+session (process group) so a timeout reaches every process it started: the group gets
+SIGTERM, then SIGKILL 100 ms later; ``exitCode`` is ``-1`` and ``signal`` names the signal
+when the child was killed. When the command ends normally, what it left running in its group
+(``sleep 600 &``) is stopped the same way, unless ``keepBackground`` is true: then the jobs
+live on until the agent process stops (:mod:`goondan.tools.processes`). A job that starts its
+*own* session (``setsid``) leaves the group; on Linux it is still found and killed through
+the ``GOONDAN_TOOL_CALL`` marker every command's environment carries (``/proc``), unless it
+also cleared its environment (docs/base-package.md). Its open pipes never hold the call longer
+than ``DRAIN_GRACE_S`` after the kill.
 
 Environment (docs/base-package.md, "bash environment"): the child does not inherit goondan's
 environment, where the provider API keys live. It gets only the variables named in
@@ -43,6 +46,7 @@ from typing import Any
 
 from goondan.secrets import is_secret, mask_cut
 from goondan.tools import ToolContext, ToolFailure
+from goondan.tools.processes import owner_env, stop_group, sweep
 
 from ._inputs import absolute, invalid, primitive, required_text
 
@@ -127,24 +131,26 @@ def _cap(ctx: ToolContext) -> int:
     return max(cap // 2 - 512, 64)
 
 
+def _keep_background(input: dict[str, Any]) -> bool:
+    value = input.get("keepBackground", False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise invalid("'keepBackground' must be a boolean")
+    return value
+
+
 def _kill_marked(marker: str) -> None:
     """SIGKILL every process still carrying this call's marker in its environment: jobs that
     left the process group with ``setsid`` (Linux ``/proc`` only; a job that also cleared its
     environment stays out of reach, docs/base-package.md)."""
-    proc_root = Path("/proc")
-    if not proc_root.is_dir():
-        return
-    needle = f"{CALL_MARKER_ENV}={marker}".encode()
-    for entry in proc_root.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
+    sweep({CALL_MARKER_ENV: marker})
+
+
+def _stop_leftovers(pgid: int, marker: str) -> None:
+    """After a normal end: stop the jobs the command left behind (group, then marker)."""
+    stop_group(pgid)
+    _kill_marked(marker)
 
 
 def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
@@ -196,14 +202,14 @@ async def _read_capped(stream: asyncio.StreamReader | None, capture: _Capture) -
 
 
 async def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout_ms: float,
-               cap: int) -> dict[str, Any]:
+               cap: int, keep_background: bool = False) -> dict[str, Any]:
     """Run ``argv``; ``{durationMs, stdout, stderr, exitCode, signal, timedOut}``."""
     if not cwd.is_dir():
         raise ToolFailure(f"working directory does not exist: {cwd}", code="E_BASE_PATH_NOT_FOUND",
                           suggestion="Create the directory first or pass an existing cwd.")
     started = time.monotonic()
     marker = secrets.token_hex(8)
-    env = {**env, CALL_MARKER_ENV: marker}
+    env = {**env, **owner_env(), CALL_MARKER_ENV: marker}
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
@@ -227,6 +233,8 @@ async def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout_ms: floa
             await _terminate(proc)
             _kill_marked(marker)
             await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
+        elif not keep_background:
+            await asyncio.to_thread(_stop_leftovers, proc.pid, marker)
     except BaseException:
         # Cancelled (tool deadline, turn cancelled): never leave the process group behind.
         _signal_group(proc, signal.SIGKILL)
@@ -267,7 +275,7 @@ async def exec_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     cwd_input = _optional_text(input, "cwd")
     cwd = absolute(ctx, cwd_input) if cwd_input else absolute(ctx, ".")
     result = await _run(["/bin/sh", "-lc", command], cwd, _env(ctx, input), _timeout_ms(input),
-                        _cap(ctx))
+                        _cap(ctx), _keep_background(input))
     return {"command": command, "cwd": str(cwd), **result}
 
 
@@ -286,7 +294,7 @@ async def script(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     args = [str(a) for a in raw_args]
     timeout_ms = _timeout_ms(input)
     result = await _run([shell, str(path), *args], absolute(ctx, "."), _env(ctx, input), timeout_ms,
-                        _cap(ctx))
+                        _cap(ctx), _keep_background(input))
     return {"path": str(path), "shell": shell, "args": args, **result}
 
 

@@ -1,0 +1,120 @@
+"""Who owns a tool's child processes, and how they are stopped (docs/tools.md "Child processes").
+
+Every process a tool or an MCP stdio server starts runs in its own process group
+(``start_new_session=True``) and carries owner markers in its environment, inherited by
+everything it starts in turn:
+
+* ``GOONDAN_ORCHESTRATOR=<pid>:<start time>`` — the orchestrator of the agent process (its
+  parent), set when an agent process starts (:func:`enter_agent_process`);
+* ``GOONDAN_AGENT_PROCESS=<pid>`` — the agent process itself.
+
+Stopping, from the narrowest to the widest scope:
+
+* a call: :func:`stop_group` (SIGTERM to the group, :data:`GROUP_GRACE_S`, SIGKILL) when the
+  command ended, plus :func:`sweep` of the call's own marker for jobs that left the group;
+* an agent process: on its way out it sweeps its own marker (jobs kept on purpose with
+  ``keepBackground``, MCP servers that were not closed);
+* the orchestrator: when an agent process dies (SIGKILL included) it sweeps that process's
+  marker, and when the swarm stops it sweeps its own.
+
+Markers are found through ``/proc/<pid>/environ`` (Linux). A process that clears its
+environment *and* leaves its process group escapes them (documented limit); elsewhere only the
+process-group kill applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+__all__ = [
+    "AGENT_PROCESS_ENV",
+    "GROUP_GRACE_S",
+    "ORCHESTRATOR_ENV",
+    "enter_agent_process",
+    "owner_env",
+    "process_token",
+    "stop_group",
+    "sweep",
+]
+
+ORCHESTRATOR_ENV = "GOONDAN_ORCHESTRATOR"
+AGENT_PROCESS_ENV = "GOONDAN_AGENT_PROCESS"
+GROUP_GRACE_S = 0.1
+_POLL_S = 0.005
+_orchestrator: str | None = None
+
+
+def process_token(pid: int | None = None) -> str:
+    """``<pid>:<start time>`` of this process (or ``pid``): unique even when pids are reused."""
+    pid = os.getpid() if pid is None else pid
+    start = ""
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        start = stat[stat.rfind(")") + 2:].split()[19]
+    return f"{pid}:{start}"
+
+
+def enter_agent_process() -> None:
+    """Called first thing in an agent process: its parent is the orchestrator."""
+    global _orchestrator
+    _orchestrator = process_token(os.getppid())
+
+
+def owner_env() -> dict[str, str]:
+    """The owner markers every child of this process carries."""
+    env = {AGENT_PROCESS_ENV: str(os.getpid())}
+    if _orchestrator is not None:
+        env[ORCHESTRATOR_ENV] = _orchestrator
+    return env
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(pgid: int, grace_s: float = GROUP_GRACE_S) -> bool:
+    """SIGTERM the process group ``pgid``, SIGKILL what is left after ``grace_s``; True when
+    the group had members. Blocks at most ``grace_s`` (run it in a thread from async code)."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return False
+    deadline = time.monotonic() + grace_s
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
+
+
+def sweep(markers: dict[str, str]) -> int:
+    """SIGKILL every process (but this one) whose environment holds all of ``markers``;
+    returns how many. Linux only (``/proc``); elsewhere nothing."""
+    proc_root = Path("/proc")
+    if not markers or not proc_root.is_dir():
+        return 0
+    needles = {f"{k}={v}".encode() for k, v in markers.items()}
+    me = os.getpid()
+    killed = 0
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needles.issubset(environ.split(b"\0")):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed

@@ -1,0 +1,30 @@
+"""The e2e tests of ``goondan run`` leave no process behind (issue 27 item 5).
+
+``no_leftover_processes`` (tests/support/process_tree.py) is applied to every test of the
+modules in :data:`RUN_MODULES` — each starts ``goondan run`` (``tests/e2e/test_run*.py`` and the
+ones using ``tests/support/connector_e2e.start_run``): after the test stopped its swarm, no
+process started during the test may stay alive, by parent chain or process group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.process_tree import ProcessWatch, supported
+
+RUN_MODULES = ("test_run", "test_base_connectors_run", "test_connector_delivery", "test_agents_tools_run",
+               "test_connectors_run", "test_budget_run", "test_self_restart")
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes(request: pytest.FixtureRequest) -> Iterator[ProcessWatch | None]:
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    if not supported() or not module.startswith(RUN_MODULES):
+        yield None
+        return
+    watch = ProcessWatch()
+    yield watch
+    leftovers = watch.leftovers()
+    assert leftovers == [], f"processes outlived the test's swarm: {leftovers}"

@@ -1,0 +1,76 @@
+"""Issue 27 item 5: the processes an agent process's tools started do not outlive it, whether it
+is SIGKILLed (its orchestrator sweeps its marker before the respawn) or stops gracefully (it
+sweeps its own), and the swarm's stop sweeps what is left."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from goondan.ipc.orchestrator import Orchestrator
+from goondan.ipc.spawner import ProcessSpawner
+from goondan.runtime.agents import response_text
+from tests.support.ipc_agents import AGENTS_ENV, script_child_main
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120),
+              pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def _gone(pid: int, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def test_a_tool_child_of_a_sigkilled_agent_process_is_killed_and_a_stop_kills_the_rest(
+    state_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(AGENTS_ENV, "a")
+    jobs: list[int] = []
+
+    async def main() -> None:
+        spawner = ProcessSpawner(state_root, state_root=state_root, target=script_child_main,
+                                 log_dir=state_root / "logs")
+        orch = Orchestrator(spawner, swarm_name="t", entry_agent="a", agents=["a"], grace_period_ms=5000,
+                            reconcile_interval_s=0.5)
+        async with asyncio.timeout(90), orch:
+            ask = orch.request
+            assert response_text(await ask("a", f"job:{tmp_path / 'one'}", timeout_ms=20_000)) == "job"
+            jobs.append(int((tmp_path / "one").read_text()))
+            handle = orch.records[("a", "default")].handle
+            assert handle is not None and handle.pid is not None and _alive(jobs[0])
+            os.kill(handle.pid, signal.SIGKILL)
+            assert await _gone(jobs[0]), "the job of a SIGKILLed agent process survived it"
+            # the respawned process starts another; a graceful restart (the process exits on
+            # its own and sweeps its marker) ends it
+            assert response_text(await ask("a", f"job:{tmp_path / 'two'}", timeout_ms=20_000)) == "job"
+            jobs.append(int((tmp_path / "two").read_text()))
+            await orch.restart("a")
+            assert await _gone(jobs[1]), "the job survived its agent process's graceful stop"
+            assert response_text(await ask("a", f"job:{tmp_path / 'three'}", timeout_ms=20_000)) == "job"
+            jobs.append(int((tmp_path / "three").read_text()))
+        assert await _gone(jobs[2]), "the job survived the swarm's stop"
+
+    try:
+        asyncio.run(main())
+    finally:
+        for pid in jobs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
