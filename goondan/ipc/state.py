@@ -163,7 +163,7 @@ class SwarmLock:
         """Take the lock without waiting; False if another process holds it."""
         if self.fd is not None:
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
