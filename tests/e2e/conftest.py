@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.process_tree import ProcessWatch, supported
+from tests.support.process_tree import ProcessWatch, watch_run_module
 
 RUN_MODULES = ("test_run", "test_base_connectors_run", "test_connector_delivery", "test_agents_tools_run",
                "test_connectors_run", "test_budget_run", "test_self_restart", "test_connector_sync_run",
@@ -22,11 +22,4 @@ RUN_MODULES = ("test_run", "test_base_connectors_run", "test_connector_delivery"
 
 @pytest.fixture(autouse=True)
 def no_leftover_processes(request: pytest.FixtureRequest) -> Iterator[ProcessWatch | None]:
-    module = request.module.__name__.rsplit(".", 1)[-1]
-    if not supported() or not module.startswith(RUN_MODULES):
-        yield None
-        return
-    watch = ProcessWatch()
-    yield watch
-    leftovers = watch.leftovers()
-    assert leftovers == [], f"processes outlived the test's swarm: {leftovers}"
+    yield from watch_run_module(request, RUN_MODULES)

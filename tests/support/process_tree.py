@@ -21,8 +21,11 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 __all__ = ["ProcessWatch", "supported"]
 
@@ -117,3 +120,16 @@ class ProcessWatch:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         return described
+
+
+def watch_run_module(request: pytest.FixtureRequest, modules: tuple[str, ...]) -> Iterator[ProcessWatch | None]:
+    """The body of a ``no_leftover_processes`` fixture: for a test of one of ``modules`` (module
+    name prefixes), fail when a process started during the test outlives it."""
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    if not supported() or not module.startswith(modules):
+        yield None
+        return
+    watch = ProcessWatch()
+    yield watch
+    leftovers = watch.leftovers()
+    assert leftovers == [], f"processes outlived the test's swarm: {leftovers}"
