@@ -32,20 +32,9 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = [
-    "SPAN_KIND_CLIENT",
-    "SPAN_KIND_INTERNAL",
-    "SPAN_KIND_SERVER",
-    "STATUS_ERROR",
-    "STATUS_OK",
-    "STATUS_UNSET",
-    "AttributeValue",
-    "OtlpSpan",
-    "Resource",
-    "encode_json",
-    "encode_protobuf",
-    "encode_span",
-]
+__all__ = ["SPAN_KIND_CLIENT", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "STATUS_ERROR",
+           "STATUS_OK", "STATUS_UNSET", "AttributeValue", "OtlpSpan", "Resource", "encode_json",
+           "encode_protobuf", "encode_span"]
 
 AttributeValue = str | bool | int | float | Sequence[str | bool | int | float]
 
@@ -87,6 +76,8 @@ _VARINT, _FIXED64, _LEN = 0, 1, 2  # wire types
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:  # tags, most lengths and small numbers: one byte
+        return bytes((value,))
     value &= (1 << 64) - 1  # a negative int64 is its ten-byte two's complement
     out = bytearray()
     while value > 0x7F:
@@ -97,7 +88,7 @@ def _varint(value: int) -> bytes:
 
 
 def _tag(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
+    return bytes((number << 3 | wire_type,))  # field numbers here are at most 15: one byte
 
 
 def _message(number: int, payload: bytes) -> bytes:

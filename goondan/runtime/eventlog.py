@@ -32,16 +32,8 @@ from goondan.runtime.observe import EventSink
 from goondan.types import JsonObject
 from goondan.workspace.files import private_dirs, private_opener
 
-__all__ = [
-    "DEFAULT_MAX_BYTES",
-    "EVENT_LOG_NAME",
-    "ROTATED_LOG_NAME",
-    "BackgroundBatcher",
-    "RuntimeEventLog",
-    "event_line",
-    "iter_event_log",
-    "max_bytes_from_env",
-]
+__all__ = ["DEFAULT_MAX_BYTES", "EVENT_LOG_NAME", "ROTATED_LOG_NAME", "BackgroundBatcher",
+           "RuntimeEventLog", "event_line", "iter_event_log", "max_bytes_from_env"]
 
 EVENT_LOG_NAME = "runtime-events.jsonl"
 ROTATED_LOG_NAME = "runtime-events.1.jsonl"
