@@ -311,6 +311,49 @@ def observability_overhead() -> None:
           f"(target <= {OBSERVE_TARGET:.0%}) -> {'PASS' if share <= OBSERVE_TARGET else 'OVER TARGET'}")
     print(f"  background CPU (reported, not targeted): {both['threads']:5.3f} ms per turn in the writer and "
           f"exporter threads ({both['background']:+6.1%} of the turn); all threads: {both['overhead']:+6.1%}")
+    now_iso_rent(figures["none"]["cpu"])
+
+
+def now_iso_rent(turn_ms: float) -> None:
+    """The one memo kept on the turn's path (goondan.types.now_iso): its calls in a 20-step turn
+    and what they cost with and without it, against the turn's CPU."""
+    import timeit
+
+    from goondan import types
+
+    calls = asyncio.run(_now_iso_calls())
+    memo = min(timeit.repeat(types.now_iso, number=20_000, repeat=5)) / 20_000
+    plain = min(timeit.repeat(types.plain_now_iso, number=20_000, repeat=5)) / 20_000
+    saved = (plain - memo) * calls * 1000
+    print(f"  now_iso memo: {calls} calls a 20-step turn, {memo * 1e6:.2f} us a call with it, "
+          f"{plain * 1e6:.2f} us without: saves {saved:.3f} ms a turn ({saved / turn_ms:.1%} of its CPU)")
+
+
+async def _now_iso_calls() -> int:
+    """now_iso calls in one headline 20-step turn with both sinks attached."""
+    from goondan import types
+    from goondan.otlp.exporter import OtlpConfig, OtlpExporter
+
+    code, calls = types.now_iso.__code__, [0]
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is code:
+            calls[0] += 1
+
+    model = AdapterTwentyStepModel()
+    with tempfile.TemporaryDirectory(dir=fast_dir()) as tmp:
+        async with Runtime.from_bundle(bundle(Path(tmp)), state_root=Path(tmp), models={"plain": model.model},
+                                       stream=False) as rt:
+            instance = await rt.instance("plain", "now-iso")
+            instance.env.max_steps_per_turn = OBSERVE_STEPS + 5
+            instance.observer.add_sink(OtlpExporter(OtlpConfig(endpoint="http://127.0.0.1:9/v1/traces")))
+            model.plan()
+            sys.setprofile(count)
+            try:
+                await instance.run("hi")
+            finally:
+                sys.setprofile(None)
+    return calls[0]
 
 
 if __name__ == "__main__":
