@@ -30,7 +30,7 @@ from goondan.otlp.encode import (
     encode_json,
     encode_protobuf,
 )
-from goondan.runtime.eventlog import BackgroundBatcher
+from goondan.runtime.batcher import BackgroundBatcher
 from goondan.runtime.events import LlmDelta, RuntimeEvent
 from goondan.runtime.observe import EventSink
 from goondan.runtime.traces import SpanAssembler, SpanRecord
