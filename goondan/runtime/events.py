@@ -84,8 +84,7 @@ class RuntimeEvent:
         return self.TYPES[0]
 
     def __repr__(self) -> str:
-        # One hand-written repr for every event class: generating one per class (dataclass
-        # repr=True) costs start-up time for no benefit.
+        # One short repr for every event class (the ids that identify it, not every field).
         return f"<{type(self).__name__} {self.type} {self.agent_name}@{self.instance_key} span={self.span_id}>"
 
     def to_dict(self) -> JsonObject:

@@ -65,9 +65,8 @@ class EventSink:
         """What the observer calls with each event of ``event_class`` (``None``: nothing).
 
         Asked once per class by :class:`RuntimeObserver`: by default :meth:`handle`, or
-        ``None`` when the sink skips every type of the class. A sink may return a cheaper
-        callable that does the same as ``handle`` for that class (the event log's and the
-        exporter's queue ``put``)."""
+        ``None`` when the sink skips every type of the class. A sink may return another
+        callable that does the same as ``handle`` for that class."""
         if self.skips.issuperset(event_class.TYPES):
             return None
         return self.handle

@@ -100,9 +100,18 @@ def _name(kind: str, payload: JsonObject) -> str:
     return f"request {payload.get('target', '')}".strip()
 
 
-_ATTRIBUTE_KEYS = ("turnId", "stepIndex", "toolName", "toolCallId", "model", "provider",
-                   "target", "targetInstanceKey", "correlationId", "eventType", "finishReason",
-                   "stepCount", "toolCallCount", "errorCount", "status", "stream")
+# Wire keys a SpanRecord keeps in fields of its own (ids, times, usage, cost, errors). Every other
+# scalar field of a span's events is one of its ``attributes``, under its wire key: a field added
+# to an event class shows up here (and in the OTLP export) without a list to update.
+_RECORD_KEYS = frozenset({"type", "timestamp", "agentName", "instanceKey", "traceId", "spanId",
+                          "parentSpanId", "latencyMs", "duration", "tokenUsage", "cost", "errorCode",
+                          "errorMessage"})
+
+
+def _merge_attributes(attributes: JsonObject, payload: JsonObject) -> None:
+    for key, value in payload.items():
+        if key not in _RECORD_KEYS and isinstance(value, (str, int, float)):  # bool is an int
+            attributes[key] = value
 
 
 class SpanAssembler:
@@ -166,9 +175,7 @@ class SpanAssembler:
             start_unix_nanos=iso_to_unix_nanos(timestamp) if timestamp else 0,
             duration_ms=0.0, status="ok",
         )
-        for key in ("source", "eventId", "eventType", "target"):
-            if payload.get(key) is not None:
-                record.attributes[key] = payload[key]
+        _merge_attributes(record.attributes, payload)
         return record
 
     def _start(self, kind: str, payload: JsonObject) -> SpanRecord:
@@ -185,10 +192,7 @@ class SpanAssembler:
 
     @staticmethod
     def _merge(record: SpanRecord, payload: JsonObject) -> None:
-        for key in _ATTRIBUTE_KEYS:
-            value = payload.get(key)
-            if value is not None:
-                record.attributes[key] = value
+        _merge_attributes(record.attributes, payload)
         if record.kind == "llm" and payload.get("model") and record.name == "llm":
             record.name = f"llm {payload['model']}"
 

@@ -3,10 +3,11 @@ from the standard environment variables."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -15,26 +16,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goondan.errors import ConfigError
-from goondan.otlp.encode import Resource, _len_field, encode_protobuf, encode_span
-from goondan.otlp.exporter import (
-    OtlpConfig,
-    OtlpExporter,
-    event_span_field,
-    event_span_message,
-    event_to_otlp_span,
-    to_otlp_span,
-)
+from goondan.otlp import exporter as exporter_module
+from goondan.otlp.encode import Resource, encode_protobuf
+from goondan.otlp.exporter import OtlpConfig, OtlpExporter, event_span
+from goondan.runtime import events
 from goondan.runtime.events import (
-    AgentAnswered,
-    IngressReceived,
     LlmCallEnded,
     LlmCallStarted,
-    StepEnded,
+    RuntimeEvent,
     ToolEnded,
     TurnEnded,
     TurnStarted,
 )
-from goondan.runtime.traces import SpanAssembler
+from goondan.runtime.traces import _RECORD_KEYS
+from tests.support.event_strategies import end_event_classes, events_of
+
+trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 
 TRACE = "c" * 32
 
@@ -166,71 +163,84 @@ def test_the_embedding_runtime_exports_one_tree_and_flushes_at_close(receiver: R
     assert chain == ["invoke_agent worker", "execute_tool agents__request", "step 0", "invoke_agent coordinator"]
 
 
-# -- the exporter's direct path equals the general one ---------------------------------------------
-_maybe_text = st.none() | st.sampled_from(["", "gpt-x", "fs__read", "worker", "é✓"])
-_ids = st.sampled_from(["", "a" * 16, "0123456789abcdef", "abcd", "0123456789abcdef0123"])  # 8 bytes, or not
-_end_events = st.one_of(
-    st.builds(TurnEnded, turn_id=st.just("t"), finish_reason=st.just("text_response"), failed=st.booleans(),
-              token_usage=st.none() | st.just({}) | st.just({"prompt": 3, "completion": 2, "total": 5}),
-              cost=st.none() | st.floats(0, 1) | st.just(0), error_code=_maybe_text, error_message=_maybe_text,
-              latency_ms=st.floats(0, 5_000)),
-    st.builds(StepEnded, turn_id=st.just("t"), step_id=st.just("s"), step_index=st.integers(0, 40),
-              failed=st.booleans(), cost=st.none() | st.floats(0, 1), error_message=_maybe_text,
-              latency_ms=st.floats(0, 5_000)),
-    st.builds(LlmCallEnded, turn_id=st.just("t"), step_id=st.just("s"), model=_maybe_text, provider=_maybe_text,
-              finish_reason=_maybe_text, failed=st.booleans(), error_message=_maybe_text,
-              token_usage=st.none() | st.just({"prompt": 7, "completion": 1}), cost=st.none() | st.floats(0, 1),
-              latency_ms=st.floats(0, 5_000)),
-    st.builds(ToolEnded, turn_id=st.just("t"), step_id=st.just("s"), step_index=st.integers(0, 40),
-              tool_call_id=st.sampled_from(["", "call_1", "c" * 200]) | st.text(max_size=40),
-              tool_name=st.sampled_from(["", "fs__read"]),
-              status=st.sampled_from(["ok", "error"]), failed=st.booleans(), error_code=_maybe_text,
-              error_message=_maybe_text, latency_ms=st.floats(0, 5_000)),
-    st.builds(AgentAnswered, target=st.sampled_from(["", "worker"]), failed=st.booleans(),
-              error_code=_maybe_text, error_message=_maybe_text, latency_ms=st.floats(0, 5_000)),
-    st.builds(IngressReceived, source=st.sampled_from(["", "slack"]), event_id=_maybe_text, event_type=_maybe_text),
-    st.builds(TurnStarted, turn_id=st.just("t")),
-)
+# -- every field of every event reaches its own span ----------------------------------------------
+def _decoded_spans(body: bytes) -> list[dict[str, Any]]:
+    """The spans of a protobuf request body, parsed by ``opentelemetry-proto``: attributes as a dict."""
+    request = trace_service.ExportTraceServiceRequest.FromString(body)
+
+    def value(any_value: Any) -> Any:
+        which = any_value.WhichOneof("value")
+        if which == "array_value":
+            return [value(v) for v in any_value.array_value.values]
+        return getattr(any_value, which)
+
+    return [{"spanId": span.span_id.hex(), "name": span.name,
+             "attributes": {kv.key: value(kv.value) for kv in span.attributes}}
+            for span in request.resource_spans[0].scope_spans[0].spans]
+
+
+def _expected_attributes(event: RuntimeEvent, kind: str) -> dict[str, Any]:
+    """Each scalar wire field of ``event`` under its documented OTLP name (``goondan.<key>``
+    unless the mapping names it)."""
+    named = exporter_module._NAMED.get(kind, {})
+    out = {}
+    for key, value in event.to_dict().items():
+        if key in _RECORD_KEYS or not isinstance(value, (str, int, float)) or value == "":
+            continue
+        name = named.get(key) or f"goondan.{key}"
+        out[name] = [value] if name in exporter_module._LISTS else value
+    return out
+
+
+def _check_each_span_carries_its_own_fields(first: RuntimeEvent, second: RuntimeEvent) -> None:
+    spans = [s for s in (event_span(first), event_span(second)) if s is not None]
+    if len(spans) < 2:
+        return  # an event without trace or span id is no span
+    body = encode_protobuf(spans, Resource(attributes={"service.name": "goondan"}))
+    for event, decoded in zip((first, second), _decoded_spans(body), strict=True):
+        kind = decoded["attributes"]["goondan.span.kind"]
+        expected = _expected_attributes(event, kind)
+        assert {k: decoded["attributes"].get(k) for k in expected} == expected
+
+
+_pairs = st.sampled_from(end_event_classes()).flatmap(
+    lambda cls: st.tuples(events_of(cls, surrogates=False), events_of(cls, surrogates=False)))
 
 
 @settings(max_examples=300, deadline=None)
-@given(event=_end_events, trace_id=st.sampled_from(["", TRACE]), span_id=_ids,
-       parent=st.none() | _ids, agent=_maybe_text.map(lambda v: v or ""),
-       moment=st.integers(1_600_000_000_000, 1_900_000_000_000))
-def test_the_direct_span_equals_the_assembled_one(event: Any, trace_id: str, span_id: str, parent: str | None,
-                                                  agent: str, moment: int) -> None:
-    """``event_to_otlp_span`` (the exporter thread's path) builds exactly the span that the
-    general path — the payload through ``SpanAssembler`` and ``to_otlp_span`` — builds."""
-    event.trace_id, event.span_id, event.parent_span_id = trace_id, span_id, parent
-    event.agent_name, event.instance_key = agent, "k"
-    seconds, millis = divmod(moment, 1000)
-    event.timestamp = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
-    record = SpanAssembler().feed(event.to_dict())
-    expected = to_otlp_span(record) if record is not None else None
-    assert event_to_otlp_span(event) == expected
-    if expected is None:
-        assert event_span_message(event) is None
-    else:
-        resource = Resource(attributes={"service.name": "goondan"})
-        assert encode_protobuf([event_to_otlp_span(event)], resource) == encode_protobuf([expected], resource)
-        # The exporter's encoding with cached leading attributes: the same bytes, first time
-        # (cache miss) and again (hit); as a ScopeSpans field, with its tag and length.
-        assert event_span_message(event) == encode_span(expected)
-        assert event_span_message(event) == encode_span(expected)
-        assert event_span_field(event) == _len_field(2, encode_span(expected))
+@given(pair=_pairs, span_ids=st.tuples(st.just("1" * 16), st.just("2" * 16)))
+def test_every_field_of_an_end_event_reaches_its_own_span(pair: tuple[RuntimeEvent, RuntimeEvent],
+                                                          span_ids: tuple[str, str]) -> None:
+    """Two end events of one class, exported in one request: each span has every scalar field
+    of its own event (strategies generated from the dataclass fields, so a new field is covered)."""
+    first, second = pair
+    for event, span_id in zip(pair, span_ids, strict=True):
+        event.span_id, event.trace_id, event._payload = span_id, "c" * 32, None
+    second.agent_name, second.instance_key = first.agent_name, first.instance_key  # the same agent
+    _check_each_span_carries_its_own_fields(first, second)
 
 
-def test_timestamps_made_here_are_looked_up_not_parsed_with_the_same_time() -> None:
-    """An event stamped by ``now_iso`` in this process: the exporter takes its time from the
-    memo (``iso_millis``), and the span is the one the general path (parsing the text) builds."""
-    from goondan.runtime.traces import iso_to_unix_nanos
-    from goondan.types import iso_millis
+@dataclass(kw_only=True, eq=False, repr=False)
+class ToolEndedWithAttempt(ToolEnded):
+    """ToolEnded with one optional field added (issue 29: such a field's first value used to be
+    repeated on every later span of the same tool by a prefix cache of the exporter)."""
 
-    event = StepEnded(trace_id=TRACE, span_id="a" * 16, parent_span_id="b" * 16, agent_name="plain",
-                      instance_key="k", turn_id="t", step_id="s", step_index=3, latency_ms=1.5)
-    millis = iso_millis(event.timestamp)
-    assert millis is not None and millis * 1_000_000 == iso_to_unix_nanos(event.timestamp)
-    assert iso_millis("2020-01-01T00:00:00.000Z") is None  # not made here: parsed instead
-    record = SpanAssembler().feed(event.to_dict())
-    assert record is not None
-    assert event_span_message(event) == encode_span(to_otlp_span(record))
+    attempt: int | None = None
+
+
+def test_a_field_added_to_tool_ended_reaches_each_span_with_its_own_value(
+        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events, "_REGISTRY", dict(events._REGISTRY))  # registered for this test only
+    events._register(ToolEndedWithAttempt)
+    assert "attempt" in {f.name for f in dataclasses.fields(ToolEndedWithAttempt)}
+    exporter = OtlpExporter(OtlpConfig(endpoint=f"http://127.0.0.1:{receiver.server_address[1]}/v1/traces"))
+    for index, attempt in enumerate((1, 2, 3)):
+        exporter.handle(ToolEndedWithAttempt(
+            trace_id=TRACE, span_id=f"{index + 1:016x}", parent_span_id="f" * 16, turn_id="t", step_id="s",
+            step_index=0, tool_call_id=f"call_{index}", tool_name="fs__read", status="ok", latency_ms=1.0,
+            agent_name="coordinator", instance_key="k", attempt=attempt))
+    exporter.close()
+    spans = [s for _, _, body in receiver.bodies for s in _decoded_spans(body)]
+    assert {s["spanId"]: s["attributes"].get("goondan.attempt") for s in spans} == {
+        f"{1:016x}": 1, f"{2:016x}": 2, f"{3:016x}": 3}
+    assert [s["attributes"]["gen_ai.tool.call.id"] for s in spans] == ["call_0", "call_1", "call_2"]
