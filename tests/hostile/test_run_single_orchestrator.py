@@ -65,6 +65,7 @@ def bundle(tmp_path: Path) -> Path:
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="counts processes through /proc")
 @pytest.mark.soak
+@pytest.mark.timeout(1200)  # 20 trials under make soak, each a few seconds (several times that on a loaded machine)
 def test_three_concurrent_runs_of_one_bundle_leave_exactly_one_orchestrator(
     bundle: Path, state_root: Path,
 ) -> None:
@@ -93,6 +94,7 @@ def test_three_concurrent_runs_of_one_bundle_leave_exactly_one_orchestrator(
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1200)
 def test_three_concurrent_run_inputs_of_one_bundle_are_all_answered(bundle: Path, state_root: Path) -> None:
     # One takes the lock and runs the swarm, the others attach; one that attached after the
     # owner began to stop (its answer given) starts the swarm again itself.
