@@ -38,6 +38,7 @@ from typing import Any
 from goondan.errors import ConfigError
 from goondan.ipc.logs import log_dir_for
 from goondan.types import JsonObject
+from goondan.workspace.claims import pid_start_time  # the one /proc parser (re-exported)
 from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
@@ -120,18 +121,6 @@ def pid_stopped(pid: int | None) -> bool:
         return stat.rsplit(") ", 1)[1][:1] in ("T", "t")
     except (OSError, IndexError):  # gone, or no /proc: nothing to say
         return False
-
-
-def pid_start_time(pid: int | None) -> int | None:
-    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22); None when
-    it does not run or there is no ``/proc``. A pid and its start time name one process."""
-    if not pid or pid <= 0:
-        return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(") ", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def same_process(pid: int | None, start: int | None) -> bool:

@@ -37,8 +37,8 @@ from pathlib import Path
 
 from goondan.workspace.files import append_or_undo, fsync_dir, io_error, private_dirs, write_all
 
-__all__ = ["STARTED", "claim", "claim_states", "compact", "confirm", "owner_alive", "owner_token", "read_claims",
-           "started_ids"]
+__all__ = ["STARTED", "claim", "claim_states", "compact", "confirm", "owner_alive", "owner_token", "pid_start_time",
+           "read_claims", "started_ids"]
 
 STARTED = ""  # the state of an id whose start is final; otherwise the owner token
 _lock = threading.Lock()
@@ -81,6 +81,19 @@ def _start_time(pid: int) -> str | None:
     if fields and fields[0] in ("Z", "X"):
         raise ProcessLookupError(pid)
     return fields[19] if len(fields) > 19 else None
+
+
+def pid_start_time(pid: int | None) -> int | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22); None when
+    it does not run (or is a zombie) or there is no ``/proc``. A pid and its start time name one
+    process."""
+    if not pid or pid <= 0:
+        return None
+    try:
+        start = _start_time(pid)
+    except ProcessLookupError:
+        return None
+    return int(start) if start is not None and start.isdigit() else None
 
 
 def owner_token(pid: int | None = None) -> str:
