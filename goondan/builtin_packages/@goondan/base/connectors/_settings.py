@@ -166,8 +166,10 @@ def _remove_own_address(path: Path, port: int) -> None:
     path.unlink(missing_ok=True)
 
 
-async def emit_and_answer(ctx: ConnectorContext, event: ConnectorEvent) -> Response:
-    """``await ctx.emit(event)`` and answer 200 only after it returned."""
+async def emit_and_answer(ctx: ConnectorContext, event: ConnectorEvent, *,
+                          accepted: dict[str, object] | None = None) -> Response:
+    """``await ctx.emit(event)`` and answer 200 only after it returned: with ``accepted`` as
+    the body when given (a protocol's own acknowledgement), else the receipt."""
     try:
         receipt = await ctx.emit(event)
     except ConnectorEventError as exc:
@@ -176,6 +178,8 @@ async def emit_and_answer(ctx: ConnectorContext, event: ConnectorEvent) -> Respo
     except Exception as exc:  # the inbox could not store it: the sender should retry
         ctx.logger.error("event %s could not be stored: %s", event.id, exc)
         return Response.error(503, "not_stored")
+    if accepted is not None:
+        return Response.json(200, accepted)
     body: dict[str, object] = {"accepted": True, "eventName": event.name,
                                "instanceKey": event.instance_key, "id": receipt.id,
                                "duplicate": receipt.duplicate}

@@ -29,7 +29,7 @@ import json
 import time
 from typing import Any
 
-from goondan.connectors import ConnectorContext, ConnectorEvent, ConnectorEventError
+from goondan.connectors import ConnectorContext, ConnectorEvent
 from goondan.connectors.signing import DISCORD_KEY, signing_secret
 
 from ._ed25519 import verify
@@ -39,6 +39,7 @@ from ._settings import (
     BadBody,
     config_error,
     config_int,
+    emit_and_answer,
     parse_json_body,
     serve_http,
     setting,
@@ -172,16 +173,9 @@ class DiscordReceiver:
         event = to_event(interaction)
         if event is None:
             return Response.error(400, "unsupported_interaction")
-        try:
-            await self.ctx.emit(event)
-        except ConnectorEventError as exc:
-            self.ctx.logger.warning("event refused: %s", exc.message)
-            return Response.error(400, "invalid_event")
-        except Exception as exc:  # not stored: Discord shows the user that the interaction failed
-            self.ctx.logger.error("event %s could not be stored: %s", event.id, exc)
-            return Response.error(503, "not_stored")
+        # Not stored (503): Discord shows the user that the interaction failed.
         deferred = DEFERRED_CHANNEL_MESSAGE if kind == APPLICATION_COMMAND else DEFERRED_UPDATE_MESSAGE
-        return Response.json(200, {"type": deferred})
+        return await emit_and_answer(self.ctx, event, accepted={"type": deferred})
 
 
 def public_key(ctx: ConnectorContext) -> bytes | None:
