@@ -22,7 +22,7 @@ from ._http import Handler, HttpServer, Response
 __all__ = [
     "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "config_bool", "config_error", "config_int",
     "emit_and_answer", "hmac_sha256_hex", "parse_json_body", "serve_http", "setting",
-    "signature_matches",
+    "signature_matches", "timestamp_skew",
 ]
 
 ADDRESS_FILE = "address.json"
@@ -104,6 +104,15 @@ def parse_json_body(body: bytes) -> object:
 def hmac_sha256_hex(secret: str, data: bytes) -> str:
     """Hex HMAC-SHA256 of ``data`` keyed with ``secret``."""
     return hmac.new(secret.encode("utf-8"), data, hashlib.sha256).hexdigest()
+
+
+def timestamp_skew(timestamp: str, now: float) -> float | None:
+    """Seconds between the Unix-seconds ``timestamp`` of a signed request and ``now``; ``None``
+    when it is not 1 to 12 ASCII digits (a sign, a fraction, or a number too large to subtract
+    from a float, which would otherwise fail the handler with 500)."""
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+        return None
+    return abs(now - int(timestamp))
 
 
 def signature_matches(secret: str, body: bytes, header: str) -> bool:

@@ -43,6 +43,7 @@ from ._settings import (
     parse_json_body,
     serve_http,
     setting,
+    timestamp_skew,
 )
 
 __all__ = ["DEFAULT_PORT", "SIGNATURE_WINDOW_SECONDS", "DiscordReceiver", "run", "to_event",
@@ -60,12 +61,14 @@ def verify_request(public_key: bytes, request: Request, now: float) -> str | Non
     signature = request.header("x-signature-ed25519").strip()
     if not timestamp or not signature:
         return "missing_signature"
+    skew = timestamp_skew(timestamp, now)
     try:
-        sent = int(timestamp)
         raw_signature = bytes.fromhex(signature)
     except ValueError:
         return "invalid_signature"
-    if abs(now - sent) > SIGNATURE_WINDOW_SECONDS:
+    if skew is None:
+        return "invalid_signature"
+    if skew > SIGNATURE_WINDOW_SECONDS:
         return "stale_timestamp"
     if not verify(public_key, timestamp.encode() + request.body, raw_signature):
         return "invalid_signature"
