@@ -211,9 +211,9 @@ def compact(path: Path, consumed: set[str]) -> int:
         os.close(fd)
 
 
-def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id: str) -> bool:
+def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id: str) -> str | None:
     """Under the file lock: read what is new, ask ``decide`` for the state to append (None:
-    nothing), append it. True when something was appended."""
+    nothing), append it. Returns the state appended (None: nothing was)."""
     key = str(path)
     fd = _open_locked(path)
     try:
@@ -231,13 +231,13 @@ def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id
             state = decide(states)
             if state is None:
                 _seen[key] = (inode, offset, states)
-                return False
+                return None
             torn = complete < len(data)
             line = (b"\n" if torn else b"") + _record(claim_id, state or None) + b"\n"
             append_or_undo(fd, line)
             states[claim_id] = state
             _seen[key] = (inode, size + len(line), states)
-            return True
+            return state
     except OSError as exc:
         raise io_error(exc, path, "append to") from exc
     finally:
@@ -261,9 +261,9 @@ def claim(path: Path, claim_id: str, *, owner: str | None = None,
             return STARTED
         return owner if owner is not None else STARTED
 
-    if not _locked(path, decide, claim_id):
-        return False
-    return owner is None or _seen[str(path)][2].get(claim_id) != STARTED
+    appended = _locked(path, decide, claim_id)
+    # A reservation was appended (or, without an owner, the final start): this call runs it.
+    return appended is not None and (owner is None or appended != STARTED)
 
 
 def confirm(path: Path, claim_id: str) -> None:
