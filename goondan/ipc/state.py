@@ -38,7 +38,7 @@ from typing import Any
 from goondan.errors import ConfigError
 from goondan.ipc.logs import log_dir_for
 from goondan.types import JsonObject
-from goondan.workspace.claims import pid_start_time  # the one /proc parser (re-exported)
+from goondan.workspace.claims import owner_alive, pid_start_time
 from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
@@ -126,12 +126,9 @@ def pid_stopped(pid: int | None) -> bool:
 def same_process(pid: int | None, start: int | None) -> bool:
     """True if ``pid`` runs and is the process that started at ``start`` (pid only when the
     start time is not known: an old record, or no ``/proc``)."""
-    if not pid_alive(pid):
+    if not pid or pid <= 0:
         return False
-    if start is None:
-        return True
-    now = pid_start_time(pid)
-    return now is None or now == start
+    return owner_alive(f"{pid}:{'' if start is None else start}")  # the claim files' liveness check
 
 
 class SwarmLock:
