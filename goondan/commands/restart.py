@@ -71,7 +71,7 @@ def restart_processes(bundle: str | None, swarm: str | None, *, agent: str | Non
     from pathlib import Path
 
     from goondan.errors import AgentError
-    from goondan.ipc.service import send_control
+    from goondan.ipc.controlwire import send_control
 
     options = get_globals()
     active = find_running(bundle, swarm)

@@ -43,7 +43,7 @@ def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, in
     from pathlib import Path
 
     from goondan.errors import AgentError
-    from goondan.ipc.service import send_control
+    from goondan.ipc.controlwire import send_control
     from goondan.secrets import mask
 
     options = get_globals()

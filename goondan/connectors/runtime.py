@@ -10,9 +10,10 @@ terminal. ``goondan run`` feeds it instead — terminal chat, piped stdin, ``--i
 ingress rules apply exactly as for any connector. Connections bound to another Swarm are
 logged as not started; none is ignored silently.
 
-Before anything is spawned, a listening Connection (``webhook``, ``github``, ``slack``) without
-a signing secret in the environment refuses the whole start with ``E_CONNECTOR_UNSIGNED``
-unless it sets ``ALLOW_UNSIGNED: "true"`` (:mod:`goondan.connectors.signing`), so
+Before anything is spawned, a listening Connection (``webhook``, ``github``, ``slack``,
+``discord``) without a signing secret in the environment refuses the whole start with
+``E_CONNECTOR_UNSIGNED`` unless it sets ``ALLOW_UNSIGNED: "true"``
+(:mod:`goondan.connectors.signing`), so
 ``goondan run`` and ``goondan run -d`` print it on the terminal instead of in a log file.
 
 Under ``goondan run --watch`` :meth:`ConnectionRuntime.reload` applies a new bundle: a

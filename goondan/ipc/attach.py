@@ -19,16 +19,17 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from goondan.conversation.messages import Message
 from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.controlwire import send_control, stream_control
+from goondan.ipc.frontend import EntryAgentView
 from goondan.ipc.state import ActiveRuntime, read_active
 from goondan.pipeline.context import TurnResult
-from goondan.types import JsonObject, TokenUsage, ToolCatalogItem, new_id
+from goondan.types import JsonObject, new_id
 
 __all__ = ["AttachedBackend", "SwarmGone", "answering", "claim_or_attach"]
 
@@ -87,19 +88,17 @@ def _blocking(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-class AttachedBackend:
+class AttachedBackend(EntryAgentView):
     """``ReplBackend`` over the control socket of a running swarm (see the module docstring)."""
 
     def __init__(self, active: ActiveRuntime, status: JsonObject, *, instance_key: str = "cli") -> None:
+        super().__init__()
         self.active = active
         self.socket = Path(active.control_socket or "")
         self.agent_name = str(status.get("entryAgent") or "")
         self.swarm = str(status.get("swarm") or active.swarm)
         self.cli_connection = status.get("cliConnection")
         self.instance_key = instance_key
-        self.turns = 0
-        self._last_usage = TokenUsage()
-        self._listeners: list[Callable[[JsonObject], Any]] = []
 
     def __repr__(self) -> str:
         return f"<AttachedBackend pid={self.active.pid} socket={self.socket}>"
@@ -130,39 +129,15 @@ class AttachedBackend:
         for listener in tuple(self._listeners):
             listener(payload)
 
-    def subscribe(self, listener: Callable[[JsonObject], Any]) -> Callable[[], None]:
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
-
     def _query(self, what: str) -> JsonObject | None:
         answer = _blocking(send_control(self.socket, {"command": "inspect", "agent": self.agent_name,
                                                       "instanceKey": self.instance_key, "what": what}))
         result = answer.get("result") if answer.get("ok") else None
         return result if isinstance(result, dict) else None
 
-    def _state(self) -> JsonObject | None:
-        state = self._query("state")
-        if state is not None and isinstance(state.get("usage"), dict):
-            self._last_usage = TokenUsage(**state["usage"])
-        return state
-
     def messages(self) -> list[Message]:
         state = self._state()
         return [Message.from_dict(m) for m in (state or {}).get("messages") or []]
-
-    def tools(self) -> list[ToolCatalogItem]:
-        state = self._state()
-        return [ToolCatalogItem.coerce(item) for item in (state or {}).get("tools") or []]
-
-    def mcp_servers(self) -> list[dict[str, Any]]:
-        state = self._state()
-        servers = state.get("mcp") if state is not None else None
-        return [s for s in servers if isinstance(s, dict)] if isinstance(servers, list) else []
 
     def describe(self) -> dict[str, str]:
         out = {"agent": self.agent_name, "instance": self.instance_key, "swarm": self.swarm,
@@ -172,10 +147,6 @@ class AttachedBackend:
         if state is not None:
             out.update({k: str(v) for k, v in (state.get("describe") or {}).items()})
         return out
-
-    def usage(self) -> tuple[int, TokenUsage]:
-        self._state()
-        return self.turns, self._last_usage
 
     def cost(self) -> float | None:
         return None  # the orchestrator's ledger: `goondan status`

@@ -95,7 +95,7 @@ def locate_running(state_root: Path, bundle: str | None, swarm: str | None = Non
 
 def query_status(active: ActiveRuntime, *, timeout_s: float = 10.0) -> JsonObject:
     """The orchestrator's status document (``{"command": "status"}`` on the control socket)."""
-    from goondan.ipc.service import send_control
+    from goondan.ipc.controlwire import send_control
 
     assert active.control_socket is not None
     return asyncio.run(send_control(Path(active.control_socket), {"command": "status"}, timeout_s=timeout_s))
@@ -202,7 +202,7 @@ def stop_running(active: ActiveRuntime, *, grace_s: float) -> StopReport:
     """Stop the swarm ``active``: graceful stop over the control socket, SIGTERM if the socket
     does not answer, SIGKILL (orchestrator and its processes) after ``grace_s``. A process is
     signalled only while its pid still names the process recorded (pid and start time)."""
-    from goondan.ipc.service import send_control
+    from goondan.ipc.controlwire import send_control
 
     children = _child_pids(active)
     mode = "graceful"

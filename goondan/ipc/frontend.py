@@ -31,7 +31,7 @@ from goondan.ipc.service import SwarmService
 from goondan.pipeline.context import TurnResult
 from goondan.types import AgentEvent, JsonObject, TokenUsage, ToolCatalogItem, new_id
 
-__all__ = ["BLOCKED_SIGNALS", "CANCEL_WAIT_S", "OrchestratorBackend", "ServiceThread", "turn_result_of"]
+__all__ = ["BLOCKED_SIGNALS", "CANCEL_WAIT_S", "EntryAgentView", "OrchestratorBackend", "ServiceThread", "turn_result_of"]
 
 # Signals only the main thread may take (handled there: Ctrl-C, SIGTERM → KeyboardInterrupt).
 BLOCKED_SIGNALS: frozenset[signal.Signals] = frozenset({signal.SIGINT, signal.SIGTERM})
@@ -109,17 +109,68 @@ class ServiceThread:
             self._thread.join(timeout=10)
 
 
-class OrchestratorBackend:
+class EntryAgentView:
+    """What both ``ReplBackend`` front-ends (:class:`OrchestratorBackend` here,
+    :class:`~goondan.ipc.attach.AttachedBackend` over a control socket) share: the subscribers
+    of the streamed runtime events, and the entry agent's state asked of its process through
+    :meth:`_query` (a :mod:`goondan.ipc.queries` query; None when the process is not running)."""
+
+    agent_name: str
+    instance_key: str
+    turns: int
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self._last_usage = TokenUsage()
+        self._listeners: list[Callable[[JsonObject], Any]] = []
+
+    def _query(self, what: str) -> JsonObject | None:
+        raise NotImplementedError
+
+    def subscribe(self, listener: Callable[[JsonObject], Any]) -> Callable[[], None]:
+        """Receive the streamed runtime events of the following turns; returns unsubscribe."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _state(self) -> JsonObject | None:
+        state = self._query("state")
+        if state is not None and isinstance(state.get("usage"), dict):
+            self._last_usage = TokenUsage(**state["usage"])  # kept after the process stops
+        return state
+
+    def tools(self) -> list[ToolCatalogItem]:
+        """The entry agent's tool catalog (its process is started if needed)."""
+        state = self._state()
+        if state is None:
+            return []
+        return [ToolCatalogItem.coerce(item) for item in state.get("tools") or []]
+
+    def mcp_servers(self) -> list[dict[str, Any]]:
+        """The entry agent's MCP servers and their states (``/tools``, docs/mcp.md)."""
+        state = self._state()
+        servers = state.get("mcp") if state is not None else None
+        return [s for s in servers if isinstance(s, dict)] if isinstance(servers, list) else []
+
+    def usage(self) -> tuple[int, TokenUsage]:
+        """Turns of this chat and the entry agent's token usage (as its process counted it)."""
+        self._state()
+        return self.turns, self._last_usage
+
+
+class OrchestratorBackend(EntryAgentView):
     """``ReplBackend`` over the orchestrator (entry agent, conversation ``instance_key``)."""
 
     def __init__(self, runner: ServiceThread, *, instance_key: str = "cli", source_name: str = "cli") -> None:
+        super().__init__()
         self.runner = runner
         self.agent_name = runner.service.swarm.entry_agent
         self.instance_key = instance_key
         self.source_name = source_name
-        self.turns = 0
-        self._last_usage = TokenUsage()
-        self._listeners: list[Callable[[JsonObject], Any]] = []
         # With a ``cli`` Connection, lines are accepted and routed by it (docs/connectors.md).
         self.connection = runner.service.connections.cli
 
@@ -187,16 +238,6 @@ class OrchestratorBackend:
         for listener in tuple(self._listeners):
             listener(payload)
 
-    def subscribe(self, listener: Callable[[JsonObject], Any]) -> Callable[[], None]:
-        """Receive the streamed runtime events of the following turns; returns unsubscribe."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
-
     # -- the entry agent's state, asked of its process (goondan.ipc.queries) ------------------------
     def _query(self, what: str) -> JsonObject | None:
         """Run a ``runtime.inspect`` query on the service loop (None: the process is not running)."""
@@ -205,12 +246,6 @@ class OrchestratorBackend:
         orchestrator = self.runner.service.orchestrator
         future = self.runner.submit(inspect_agent(orchestrator, self.agent_name, self.instance_key, what))
         return future.result(timeout=QUERY_TIMEOUT_S + 5)
-
-    def _state(self) -> JsonObject | None:
-        state = self._query("state")
-        if state is not None and isinstance(state.get("usage"), dict):
-            self._last_usage = TokenUsage(**state["usage"])  # kept after the process stops
-        return state
 
     def messages(self) -> list[Message]:
         """The entry agent's conversation: from its process, else as stored on disk."""
@@ -229,19 +264,6 @@ class OrchestratorBackend:
                                workspace_id=workspace)
         return [message for _, message in iter_messages(found[0].paths)] if found else []
 
-    def tools(self) -> list[ToolCatalogItem]:
-        """The entry agent's tool catalog (its process is started if needed)."""
-        state = self._state()
-        if state is None:
-            return []
-        return [ToolCatalogItem.coerce(item) for item in state.get("tools") or []]
-
-    def mcp_servers(self) -> list[dict[str, Any]]:
-        """The entry agent's MCP servers and their states (``/tools``, docs/mcp.md)."""
-        state = self._state()
-        servers = state.get("mcp") if state is not None else None
-        return [s for s in servers if isinstance(s, dict)] if isinstance(servers, list) else []
-
     def describe(self) -> dict[str, str]:
         service = self.runner.service
         rec = service.orchestrator.records.get((self.agent_name, self.instance_key))
@@ -257,11 +279,6 @@ class OrchestratorBackend:
                 describe = state.get("describe") or {}
                 out.update({k: str(v) for k, v in describe.items() if k != "status"})
         return out
-
-    def usage(self) -> tuple[int, TokenUsage]:
-        """Turns of this chat and the entry agent's token usage (as its process counted it)."""
-        self._state()
-        return self.turns, self._last_usage
 
     def cost(self) -> float | None:
         """US dollars of the entry agent's instance since ``goondan run`` started (the

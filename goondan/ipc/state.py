@@ -38,6 +38,7 @@ from typing import Any
 from goondan.errors import ConfigError
 from goondan.ipc.logs import log_dir_for
 from goondan.types import JsonObject
+from goondan.workspace.claims import owner_alive, pid_start_time
 from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
@@ -122,27 +123,12 @@ def pid_stopped(pid: int | None) -> bool:
         return False
 
 
-def pid_start_time(pid: int | None) -> int | None:
-    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22); None when
-    it does not run or there is no ``/proc``. A pid and its start time name one process."""
-    if not pid or pid <= 0:
-        return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(") ", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def same_process(pid: int | None, start: int | None) -> bool:
     """True if ``pid`` runs and is the process that started at ``start`` (pid only when the
     start time is not known: an old record, or no ``/proc``)."""
-    if not pid_alive(pid):
+    if not pid or pid <= 0:
         return False
-    if start is None:
-        return True
-    now = pid_start_time(pid)
-    return now is None or now == start
+    return owner_alive(f"{pid}:{'' if start is None else start}")  # the claim files' liveness check
 
 
 class SwarmLock:

@@ -41,8 +41,9 @@ from goondan.ipc.supervision import (
     iso_from_epoch,
     plan_reconcile,
 )
-from goondan.tools.processes import AGENT_PROCESS_ENV, ORCHESTRATOR_ENV, process_token, sweep
+from goondan.tools.processes import AGENT_PROCESS_ENV, ORCHESTRATOR_ENV, sweep
 from goondan.types import AgentEvent, JsonObject, now_iso
+from goondan.workspace.claims import owner_token
 from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = ["ProcessSupervisor", "pump_messages"]
@@ -161,7 +162,7 @@ class ProcessSupervisor(abc.ABC):
         )
         await self._wait_all_exited()
         # Whatever the agents' tools left (kept background jobs of killed processes, say).
-        await asyncio.to_thread(sweep, {ORCHESTRATOR_ENV: process_token()})
+        await asyncio.to_thread(sweep, {ORCHESTRATOR_ENV: owner_token()})
 
     async def _close_tasks(self) -> None:
         """Write the status file a last time and end the background tasks."""
@@ -304,7 +305,7 @@ class ProcessSupervisor(abc.ABC):
             await handle.transport.aclose()
         if not ended.ok and handle.pid is not None and handle.pid != os.getpid():
             # A crashed (e.g. SIGKILLed) agent process could not stop its tools' processes.
-            await asyncio.to_thread(sweep, {ORCHESTRATOR_ENV: process_token(), AGENT_PROCESS_ENV: str(handle.pid)})
+            await asyncio.to_thread(sweep, {ORCHESTRATOR_ENV: owner_token(), AGENT_PROCESS_ENV: str(handle.pid)})
         try:
             self._on_exit(rec, ended)
         except Exception:  # bookkeeping bug: keep supervising the other processes

@@ -138,7 +138,7 @@ class McpToolProvider:
                 self._session = None
                 await session.close()
             turn = turn_id or CURRENT_TURN.get()
-            if self.state == "failed" and turn is not None and turn == self._failed_turn:
+            if self._failed_in(turn):
                 raise McpError(
                     f"MCP server {self.spec.name!r} failed to start in this turn; it is tried "
                     f"again in a later turn: {self.last_error}",
@@ -193,6 +193,10 @@ class McpToolProvider:
                        self.spec.transport, session.protocol_version)
         return session
 
+    def _failed_in(self, turn: str | None) -> bool:
+        """The last start failed during ``turn``: the rest of that turn does not wait for it."""
+        return self.state == "failed" and turn is not None and turn == self._failed_turn
+
     def _close_later(self, session: McpSession) -> None:
         """Close a session that failed to start without making the step wait for it.
 
@@ -239,7 +243,7 @@ class McpToolProvider:
         if self._tools is not None and self._session is not None and self._session.alive:
             return list(self._tools)
         turn = CURRENT_TURN.get()
-        if self.state == "failed" and turn is not None and turn == self._failed_turn:
+        if self._failed_in(turn):
             # Failed to start or to list its tools earlier in this turn: the remaining steps
             # do not wait for it again (a later turn tries).
             if self._on_change is not None:

@@ -4,8 +4,9 @@ Every process a tool or an MCP stdio server starts runs in its own process group
 (``start_new_session=True``) and carries owner markers in its environment, inherited by
 everything it starts in turn:
 
-* ``GOONDAN_ORCHESTRATOR=<pid>:<start time>`` — the orchestrator of the agent process (its
-  parent), set when an agent process starts (:func:`enter_agent_process`);
+* ``GOONDAN_ORCHESTRATOR=<pid>:<start time>`` (:func:`~goondan.workspace.claims.owner_token`)
+  — the orchestrator of the agent process (its parent), set when an agent process starts
+  (:func:`enter_agent_process`);
 * ``GOONDAN_AGENT_PROCESS=<pid>`` — the agent process itself.
 
 Stopping, from the narrowest to the widest scope:
@@ -30,13 +31,14 @@ import signal
 import time
 from pathlib import Path
 
+from goondan.workspace.claims import owner_token
+
 __all__ = [
     "AGENT_PROCESS_ENV",
     "GROUP_GRACE_S",
     "ORCHESTRATOR_ENV",
     "enter_agent_process",
     "owner_env",
-    "process_token",
     "stop_group",
     "sweep",
 ]
@@ -48,20 +50,10 @@ _POLL_S = 0.005
 _orchestrator: str | None = None
 
 
-def process_token(pid: int | None = None) -> str:
-    """``<pid>:<start time>`` of this process (or ``pid``): unique even when pids are reused."""
-    pid = os.getpid() if pid is None else pid
-    start = ""
-    with contextlib.suppress(OSError, IndexError):
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        start = stat[stat.rfind(")") + 2:].split()[19]
-    return f"{pid}:{start}"
-
-
 def enter_agent_process() -> None:
     """Called first thing in an agent process: its parent is the orchestrator."""
     global _orchestrator
-    _orchestrator = process_token(os.getppid())
+    _orchestrator = owner_token(os.getppid())
 
 
 def owner_env() -> dict[str, str]:

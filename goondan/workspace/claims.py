@@ -37,8 +37,8 @@ from pathlib import Path
 
 from goondan.workspace.files import append_or_undo, fsync_dir, io_error, private_dirs, write_all
 
-__all__ = ["STARTED", "claim", "claim_states", "compact", "confirm", "owner_alive", "owner_token", "read_claims",
-           "started_ids"]
+__all__ = ["STARTED", "claim", "claim_states", "compact", "confirm", "owner_alive", "owner_token", "pid_start_time",
+           "read_claims", "started_ids"]
 
 STARTED = ""  # the state of an id whose start is final; otherwise the owner token
 _lock = threading.Lock()
@@ -81,6 +81,19 @@ def _start_time(pid: int) -> str | None:
     if fields and fields[0] in ("Z", "X"):
         raise ProcessLookupError(pid)
     return fields[19] if len(fields) > 19 else None
+
+
+def pid_start_time(pid: int | None) -> int | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22); None when
+    it does not run (or is a zombie) or there is no ``/proc``. A pid and its start time name one
+    process."""
+    if not pid or pid <= 0:
+        return None
+    try:
+        start = _start_time(pid)
+    except ProcessLookupError:
+        return None
+    return int(start) if start is not None and start.isdigit() else None
 
 
 def owner_token(pid: int | None = None) -> str:
@@ -198,9 +211,9 @@ def compact(path: Path, consumed: set[str]) -> int:
         os.close(fd)
 
 
-def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id: str) -> bool:
+def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id: str) -> str | None:
     """Under the file lock: read what is new, ask ``decide`` for the state to append (None:
-    nothing), append it. True when something was appended."""
+    nothing), append it. Returns the state appended (None: nothing was)."""
     key = str(path)
     fd = _open_locked(path)
     try:
@@ -218,13 +231,13 @@ def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id
             state = decide(states)
             if state is None:
                 _seen[key] = (inode, offset, states)
-                return False
+                return None
             torn = complete < len(data)
             line = (b"\n" if torn else b"") + _record(claim_id, state or None) + b"\n"
             append_or_undo(fd, line)
             states[claim_id] = state
             _seen[key] = (inode, size + len(line), states)
-            return True
+            return state
     except OSError as exc:
         raise io_error(exc, path, "append to") from exc
     finally:
@@ -248,9 +261,9 @@ def claim(path: Path, claim_id: str, *, owner: str | None = None,
             return STARTED
         return owner if owner is not None else STARTED
 
-    if not _locked(path, decide, claim_id):
-        return False
-    return owner is None or _seen[str(path)][2].get(claim_id) != STARTED
+    appended = _locked(path, decide, claim_id)
+    # A reservation was appended (or, without an owner, the final start): this call runs it.
+    return appended is not None and (owner is None or appended != STARTED)
 
 
 def confirm(path: Path, claim_id: str) -> None:

@@ -181,3 +181,16 @@ def test_any_interaction_shape_gives_an_event_or_none_never_an_error(interaction
     if event is not None:
         assert event.instance_key.startswith("discord:")
         assert all(isinstance(v, str) for v in event.properties.values())
+
+
+def test_a_timestamp_too_large_for_a_float_is_refused_not_a_server_error(tmp_path: Path) -> None:
+    async def body() -> None:
+        inbox = RecordingInbox()
+        async with running(discord, context(tmp_path, inbox)) as url:
+            raw = interaction(2, SLASH)
+            huge = "1" + "0" * 400  # an int, but now - int(...) overflows a float
+            headers = {**signed(raw), "X-Signature-Timestamp": huge}
+            assert await post(url, raw, headers) == (401, {"ok": False, "error": "invalid_signature"})
+            assert inbox.calls == 0
+
+    asyncio.run(body())

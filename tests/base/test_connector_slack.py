@@ -159,3 +159,16 @@ def test_port_and_secret_fallbacks(tmp_path: Path) -> None:
             assert (await post(url + "/p", raw, {"Content-Type": "application/json"}))[0] == 401
 
     asyncio.run(body())
+
+
+def test_a_timestamp_too_large_for_a_float_is_refused_not_a_server_error(tmp_path: Path) -> None:
+    async def body() -> None:
+        inbox = RecordingInbox()
+        async with running(slack, context(tmp_path, inbox)) as url:
+            raw = envelope(MENTION)
+            huge = "1" + "0" * 400  # an int, but now - int(...) overflows a float
+            headers = {**signed(raw), "X-Slack-Request-Timestamp": huge}
+            assert await post(url, raw, headers) == (401, {"ok": False, "error": "invalid_timestamp"})
+            assert inbox.calls == 0
+
+    asyncio.run(body())

@@ -13,6 +13,7 @@ import pytest
 
 from goondan.tools import ToolContext, ToolFailure, load_entry_module
 from tests.support.aio import run
+from tests.support.process_tree import alive
 
 TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
 handlers = load_entry_module(TOOLS / "bash.py").handlers
@@ -85,14 +86,6 @@ def test_exec_timeout_escalates_to_sigkill(tmp_path: Path) -> None:
     assert out["stdout"] == "started\n"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_cancelling_the_call_kills_the_process_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
@@ -108,7 +101,7 @@ def test_cancelling_the_call_kills_the_process_group(tmp_path: Path) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         pid = int(pid_file.read_text())
-        while _alive(pid):
+        while alive(pid):
             assert time.monotonic() < deadline, "the background child survived the cancellation"
             await asyncio.sleep(0.01)
 

@@ -162,7 +162,7 @@ def test_loopback_is_refused_by_default_and_opened_by_the_bundle(base_url: str) 
     assert http_failure(base_url + "/ok", allowHosts=["*"]).code == "E_BASE_HTTP_DENIED"
     # allowHosts may re-open a default denial explicitly (checked, never contacted here).
     policy = load_entry_module(TOOLS / "_hosts.py").HostPolicy.from_config({"allowHosts": ["169.254.0.0/16"]})
-    policy.check("http://169.254.169.254/")
+    policy.target("http://169.254.169.254/")
 
 
 # -- bash -----------------------------------------------------------------------------------------

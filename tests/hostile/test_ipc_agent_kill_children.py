@@ -17,22 +17,15 @@ from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.spawner import ProcessSpawner
 from goondan.runtime.agents import response_text
 from tests.support.ipc_agents import AGENTS_ENV, script_child_main
+from tests.support.process_tree import alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120),
               pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 async def _gone(pid: int, timeout: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             return False
         await asyncio.sleep(0.02)
@@ -55,7 +48,7 @@ def test_a_tool_child_of_a_sigkilled_agent_process_is_killed_and_a_stop_kills_th
             assert response_text(await ask("a", f"job:{tmp_path / 'one'}", timeout_ms=20_000)) == "job"
             jobs.append(int((tmp_path / "one").read_text()))
             handle = orch.records[("a", "default")].handle
-            assert handle is not None and handle.pid is not None and _alive(jobs[0])
+            assert handle is not None and handle.pid is not None and alive(jobs[0])
             os.kill(handle.pid, signal.SIGKILL)
             assert await _gone(jobs[0]), "the job of a SIGKILLed agent process survived it"
             # the respawned process starts another; a graceful restart (the process exits on

@@ -16,6 +16,7 @@ import pytest
 from goondan.mcp.transports import StdioTransport
 from goondan.tools.processes import AGENT_PROCESS_ENV, sweep
 from tests.support.aio import run
+from tests.support.process_tree import alive
 
 pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes"),
@@ -23,14 +24,6 @@ pytestmark = [
 ]
 
 SERVER = "trap '' TERM; sleep 7781 & echo $! > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 1; done"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def _started(tmp_path: Path) -> tuple[StdioTransport, int, int]:
@@ -48,9 +41,9 @@ async def _started(tmp_path: Path) -> tuple[StdioTransport, int, int]:
 
 def _wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout
-    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+    while (running := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.01)
-    return alive
+    return running
 
 
 def test_closing_a_sigterm_ignoring_sh_server_stops_its_children(tmp_path: Path) -> None:
@@ -60,10 +53,10 @@ def test_closing_a_sigterm_ignoring_sh_server_stops_its_children(tmp_path: Path)
         return [server, child]
 
     pids = run(main())
-    alive = _wait_gone(pids)
-    for pid in alive:
+    left = _wait_gone(pids)
+    for pid in left:
         os.kill(pid, signal.SIGKILL)
-    assert alive == [], "processes of the MCP server outlived close()"
+    assert left == [], "processes of the MCP server outlived close()"
 
 
 def test_a_server_left_running_is_swept_through_the_agent_process_marker(tmp_path: Path) -> None:

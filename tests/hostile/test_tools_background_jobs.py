@@ -21,6 +21,7 @@ import pytest
 from goondan.tools import ToolContext, load_entry_module
 from goondan.tools.processes import AGENT_PROCESS_ENV, stop_group, sweep
 from tests.support.aio import run
+from tests.support.process_tree import alive
 
 TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
 handlers = load_entry_module(TOOLS / "bash.py").handlers
@@ -31,17 +32,9 @@ pytestmark = [
 ]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _gone_soon(pid: int, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
@@ -79,14 +72,14 @@ def test_keep_background_keeps_the_job_until_its_agent_process_sweeps_it(tmp_pat
                               "env": tag})
     pid = int(result["stdout"].strip())
     try:
-        assert _alive(pid), "keepBackground did not keep the job"
+        assert alive(pid), "keepBackground did not keep the job"
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert f"{AGENT_PROCESS_ENV}={os.getpid()}".encode() in environ
         # what an agent process does on its way out (goondan.ipc.agent_process.run_child)
         assert sweep({AGENT_PROCESS_ENV: str(os.getpid()), **tag}) == 1
         assert _gone_soon(pid)
     finally:
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 

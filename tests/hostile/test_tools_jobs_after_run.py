@@ -14,21 +14,13 @@ import pytest
 
 from tests.support.connector_e2e import FAKE_KEY, REPO, base_bundle
 from tests.support.fake_provider import FakeProvider, FakeReply, FakeToolCall
-from tests.support.process_tree import ProcessWatch, supported
+from tests.support.process_tree import ProcessWatch, alive, supported
 from tests.support.runtime_harness import FAKE_KEY_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180),
               pytest.mark.skipif(not supported(), reason="needs /proc")]
 
 BASH = "  tools:\n    - ref: {kind: Tool, name: bash, package: \"@goondan/base\"}\n"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_background_jobs_of_bash_exec_do_not_outlive_the_call_or_the_run(tmp_path: Path, state_root: Path) -> None:
@@ -55,4 +47,4 @@ def test_background_jobs_of_bash_exec_do_not_outlive_the_call_or_the_run(tmp_pat
     pids = [int(o["stdout"].strip()) for o in outputs]
     assert len(pids) == 2
     leftovers = watch.leftovers()
-    assert [p for p in pids if _alive(p)] == [] and leftovers == []
+    assert [p for p in pids if alive(p)] == [] and leftovers == []

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["ProcessWatch", "supported"]
+__all__ = ["ProcessWatch", "alive", "supported"]
 
 PR_SET_CHILD_SUBREAPER = 36
 RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
@@ -36,6 +36,15 @@ RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
 def supported() -> bool:
     """Linux with ``/proc``."""
     return Path("/proc/self/stat").exists()
+
+
+def alive(pid: int) -> bool:
+    """``pid`` runs and is not a zombie (``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @dataclass(frozen=True)

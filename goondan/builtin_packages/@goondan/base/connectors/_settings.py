@@ -22,7 +22,7 @@ from ._http import Handler, HttpServer, Response
 __all__ = [
     "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "config_bool", "config_error", "config_int",
     "emit_and_answer", "hmac_sha256_hex", "parse_json_body", "serve_http", "setting",
-    "signature_matches",
+    "signature_matches", "timestamp_skew",
 ]
 
 ADDRESS_FILE = "address.json"
@@ -106,6 +106,15 @@ def hmac_sha256_hex(secret: str, data: bytes) -> str:
     return hmac.new(secret.encode("utf-8"), data, hashlib.sha256).hexdigest()
 
 
+def timestamp_skew(timestamp: str, now: float) -> float | None:
+    """Seconds between the Unix-seconds ``timestamp`` of a signed request and ``now``; ``None``
+    when it is not 1 to 12 ASCII digits (a sign, a fraction, or a number too large to subtract
+    from a float, which would otherwise fail the handler with 500)."""
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+        return None
+    return abs(now - int(timestamp))
+
+
 def signature_matches(secret: str, body: bytes, header: str) -> bool:
     """Does ``header`` (``sha256=<hex>`` or bare hex) sign ``body`` with ``secret``?
     Compared in constant time."""
@@ -166,8 +175,10 @@ def _remove_own_address(path: Path, port: int) -> None:
     path.unlink(missing_ok=True)
 
 
-async def emit_and_answer(ctx: ConnectorContext, event: ConnectorEvent) -> Response:
-    """``await ctx.emit(event)`` and answer 200 only after it returned."""
+async def emit_and_answer(ctx: ConnectorContext, event: ConnectorEvent, *,
+                          accepted: dict[str, object] | None = None) -> Response:
+    """``await ctx.emit(event)`` and answer 200 only after it returned: with ``accepted`` as
+    the body when given (a protocol's own acknowledgement), else the receipt."""
     try:
         receipt = await ctx.emit(event)
     except ConnectorEventError as exc:
@@ -176,6 +187,8 @@ async def emit_and_answer(ctx: ConnectorContext, event: ConnectorEvent) -> Respo
     except Exception as exc:  # the inbox could not store it: the sender should retry
         ctx.logger.error("event %s could not be stored: %s", event.id, exc)
         return Response.error(503, "not_stored")
+    if accepted is not None:
+        return Response.json(200, accepted)
     body: dict[str, object] = {"accepted": True, "eventName": event.name,
                                "instanceKey": event.instance_key, "id": receipt.id,
                                "duplicate": receipt.duplicate}

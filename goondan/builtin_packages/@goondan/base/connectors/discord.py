@@ -29,7 +29,7 @@ import json
 import time
 from typing import Any
 
-from goondan.connectors import ConnectorContext, ConnectorEvent, ConnectorEventError
+from goondan.connectors import ConnectorContext, ConnectorEvent
 from goondan.connectors.signing import DISCORD_KEY, signing_secret
 
 from ._ed25519 import verify
@@ -39,9 +39,11 @@ from ._settings import (
     BadBody,
     config_error,
     config_int,
+    emit_and_answer,
     parse_json_body,
     serve_http,
     setting,
+    timestamp_skew,
 )
 
 __all__ = ["DEFAULT_PORT", "SIGNATURE_WINDOW_SECONDS", "DiscordReceiver", "run", "to_event",
@@ -59,12 +61,14 @@ def verify_request(public_key: bytes, request: Request, now: float) -> str | Non
     signature = request.header("x-signature-ed25519").strip()
     if not timestamp or not signature:
         return "missing_signature"
+    skew = timestamp_skew(timestamp, now)
     try:
-        sent = int(timestamp)
         raw_signature = bytes.fromhex(signature)
     except ValueError:
         return "invalid_signature"
-    if abs(now - sent) > SIGNATURE_WINDOW_SECONDS:
+    if skew is None:
+        return "invalid_signature"
+    if skew > SIGNATURE_WINDOW_SECONDS:
         return "stale_timestamp"
     if not verify(public_key, timestamp.encode() + request.body, raw_signature):
         return "invalid_signature"
@@ -172,16 +176,9 @@ class DiscordReceiver:
         event = to_event(interaction)
         if event is None:
             return Response.error(400, "unsupported_interaction")
-        try:
-            await self.ctx.emit(event)
-        except ConnectorEventError as exc:
-            self.ctx.logger.warning("event refused: %s", exc.message)
-            return Response.error(400, "invalid_event")
-        except Exception as exc:  # not stored: Discord shows the user that the interaction failed
-            self.ctx.logger.error("event %s could not be stored: %s", event.id, exc)
-            return Response.error(503, "not_stored")
+        # Not stored (503): Discord shows the user that the interaction failed.
         deferred = DEFERRED_CHANNEL_MESSAGE if kind == APPLICATION_COMMAND else DEFERRED_UPDATE_MESSAGE
-        return Response.json(200, {"type": deferred})
+        return await emit_and_answer(self.ctx, event, accepted={"type": deferred})
 
 
 def public_key(ctx: ConnectorContext) -> bytes | None:

@@ -39,6 +39,7 @@ from ._settings import (
     parse_json_body,
     serve_http,
     setting,
+    timestamp_skew,
 )
 
 __all__ = ["DEFAULT_PORT", "SIGNATURE_WINDOW_SECONDS", "SlackReceiver", "run", "to_event"]
@@ -54,11 +55,10 @@ def verify_signature(secret: str, request: Request, now: float) -> str | None:
     signature = request.header("x-slack-signature").strip()
     if not timestamp or not signature:
         return "missing_signature"
-    try:
-        sent = int(timestamp)
-    except ValueError:
+    skew = timestamp_skew(timestamp, now)
+    if skew is None:
         return "invalid_timestamp"
-    if abs(now - sent) > SIGNATURE_WINDOW_SECONDS:
+    if skew > SIGNATURE_WINDOW_SECONDS:
         return "stale_timestamp"
     base = b"v0:" + timestamp.encode() + b":" + request.body
     expected = "v0=" + hmac_sha256_hex(secret, base)

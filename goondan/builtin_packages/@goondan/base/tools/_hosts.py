@@ -154,10 +154,6 @@ class HostPolicy:
         return cls(allow=_entries(config, "allowHosts"), deny=_entries(config, "denyHosts"),
                    allow_private=config.get("allowPrivate") is True)
 
-    def check(self, url: str) -> Target:
-        """Same as :meth:`target`."""
-        return self.target(url)
-
     def target(self, url: str) -> Target:
         """The checked :class:`Target` of ``url``; ``E_BASE_HTTP_DENIED`` when it may not be
         contacted, ``E_BASE_HTTP`` when its host does not resolve."""

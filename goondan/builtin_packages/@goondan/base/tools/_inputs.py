@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from goondan.tools import ToolContext, ToolFailure
 
@@ -23,6 +23,20 @@ def required_text(input: dict[str, Any], name: str, *, allow_blank: bool = True)
         raise invalid(f"'{name}' is required")
     if not isinstance(value, str) or not value or (not allow_blank and not value.strip()):
         raise invalid(f"'{name}' must be a non-empty string")
+    return value
+
+
+@overload
+def flag(input: dict[str, Any], name: str) -> bool | None: ...
+@overload
+def flag(input: dict[str, Any], name: str, default: bool) -> bool: ...
+def flag(input: dict[str, Any], name: str, default: bool | None = None) -> bool | None:
+    """A boolean input; ``default`` when it is absent or null."""
+    value = input.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"'{name}' must be a boolean")
     return value
 
 

@@ -48,7 +48,7 @@ from goondan.secrets import is_secret, mask_cut
 from goondan.tools import ToolContext, ToolFailure
 from goondan.tools.processes import owner_env, stop_group, sweep
 
-from ._inputs import absolute, invalid, primitive, required_text
+from ._inputs import absolute, flag, invalid, primitive, required_text
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_SHELL = "/bin/bash"
@@ -129,15 +129,6 @@ def _cap(ctx: ToolContext) -> int:
     cap = getattr(ctx, "max_output_bytes", None)
     cap = cap if isinstance(cap, int) and cap > 0 else 256 * 1024
     return max(cap // 2 - 512, 64)
-
-
-def _keep_background(input: dict[str, Any]) -> bool:
-    value = input.get("keepBackground", False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise invalid("'keepBackground' must be a boolean")
-    return value
 
 
 def _kill_marked(marker: str) -> None:
@@ -275,7 +266,7 @@ async def exec_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     cwd_input = _optional_text(input, "cwd")
     cwd = absolute(ctx, cwd_input) if cwd_input else absolute(ctx, ".")
     result = await _run(["/bin/sh", "-lc", command], cwd, _env(ctx, input), _timeout_ms(input),
-                        _cap(ctx), _keep_background(input))
+                        _cap(ctx), flag(input, "keepBackground", False))
     return {"command": command, "cwd": str(cwd), **result}
 
 
@@ -294,7 +285,7 @@ async def script(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     args = [str(a) for a in raw_args]
     timeout_ms = _timeout_ms(input)
     result = await _run([shell, str(path), *args], absolute(ctx, "."), _env(ctx, input), timeout_ms,
-                        _cap(ctx), _keep_background(input))
+                        _cap(ctx), flag(input, "keepBackground", False))
     return {"path": str(path), "shell": shell, "args": args, **result}
 
 

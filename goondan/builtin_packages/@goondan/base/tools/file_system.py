@@ -24,18 +24,9 @@ from typing import Any
 from goondan.secrets import mask_cut
 from goondan.tools import ToolContext, ToolFailure
 
-from ._inputs import absolute, invalid, required_text
+from ._inputs import absolute, flag, invalid, required_text
 
 DEFAULT_MAX_BYTES = 100_000
-
-
-def _flag(input: dict[str, Any], name: str, default: bool) -> bool:
-    value = input.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise invalid(f"'{name}' must be a boolean")
-    return value
 
 
 def _os_failure(exc: OSError, path: Path) -> ToolFailure:
@@ -166,7 +157,7 @@ def write(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     ``{path, size, written, append}``. A directory, FIFO, device or socket is refused."""
     path = confined(ctx, required_text(input, "path"))
     content = required_text(input, "content")
-    append = _flag(input, "append", False)
+    append = flag(input, "append", False)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with os.fdopen(_open_for_write(path, append), "w", encoding="utf-8", newline="") as handle:
@@ -198,9 +189,9 @@ def list_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     if raw is not None and not isinstance(raw, str):
         raise invalid("'path' must be a string")
     root = confined(ctx, raw or ".")
-    recursive = _flag(input, "recursive", False)
-    include_dirs = _flag(input, "includeDirs", True)
-    include_files = _flag(input, "includeFiles", True)
+    recursive = flag(input, "recursive", False)
+    include_dirs = flag(input, "includeDirs", True)
+    include_files = flag(input, "includeFiles", True)
     entries: list[dict[str, Any]] = []
     pending = [root]
     try:
@@ -223,7 +214,7 @@ def list_(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
 def mkdir(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """Create a directory (with its parents unless ``recursive`` is false)."""
     path = confined(ctx, required_text(input, "path"))
-    recursive = _flag(input, "recursive", True)
+    recursive = flag(input, "recursive", True)
     try:
         if recursive:
             path.mkdir(parents=True, exist_ok=True)

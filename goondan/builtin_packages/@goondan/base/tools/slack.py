@@ -21,7 +21,7 @@ from typing import Any
 from goondan.tools import ToolContext, ToolFailure
 
 from . import _web_api as api
-from ._inputs import emoji_list, invalid, required_text
+from ._inputs import emoji_list, flag, invalid, required_text
 
 TOKEN_ENV = ("SLACK_BOT_TOKEN", "SLACK_TOKEN", "BRAIN_SLACK_BOT_TOKEN")
 DEFAULT_BASE_URL = "https://slack.com/api"
@@ -70,13 +70,6 @@ def _suggestion(error: str) -> str:
     return "See Slack's documentation of this error code."
 
 
-def _flag(input: dict[str, Any], name: str) -> bool | None:
-    value = input.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise invalid(f"'{name}' must be a boolean")
-    return value
-
-
 def _ts(input: dict[str, Any], *names: str, required: bool = False) -> str | None:
     for name in names:
         value = input.get(name)
@@ -103,8 +96,8 @@ async def send(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     client = _Client(input)
     data = await client.call("chat.postMessage", body={
         "channel": channel, "text": text, "thread_ts": _ts(input, "threadTs"),
-        "mrkdwn": _flag(input, "mrkdwn"), "unfurl_links": _flag(input, "unfurlLinks"),
-        "unfurl_media": _flag(input, "unfurlMedia"), "reply_broadcast": _flag(input, "replyBroadcast")})
+        "mrkdwn": flag(input, "mrkdwn"), "unfurl_links": flag(input, "unfurlLinks"),
+        "unfurl_media": flag(input, "unfurlMedia"), "reply_broadcast": flag(input, "replyBroadcast")})
     return {"ok": True, "channelId": data.get("channel", channel), "messageTs": data.get("ts"), "text": text}
 
 
@@ -117,7 +110,7 @@ async def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     cursor = input.get("cursor")
     if cursor is not None and not isinstance(cursor, str):
         raise invalid("'cursor' must be a string")
-    inclusive = _flag(input, "inclusive")
+    inclusive = flag(input, "inclusive")
     query: dict[str, Any] = {"channel": channel, "limit": limit, "cursor": cursor,
                              "latest": _ts(input, "latest"), "oldest": _ts(input, "oldest")}
     if message_ts:
@@ -142,7 +135,7 @@ async def edit(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     message_ts = _message_ts(input)
     text = required_text(input, "text")
     data = await _Client(input).call("chat.update", body={
-        "channel": channel, "ts": message_ts, "text": text, "mrkdwn": _flag(input, "mrkdwn")})
+        "channel": channel, "ts": message_ts, "text": text, "mrkdwn": flag(input, "mrkdwn")})
     return {"ok": True, "channelId": data.get("channel", channel), "messageTs": data.get("ts", message_ts),
             "edited": True}
 

@@ -20,7 +20,7 @@ from typing import Any
 from goondan.tools import ToolContext, ToolFailure
 
 from . import _web_api as api
-from ._inputs import emoji_list, invalid, required_text
+from ._inputs import emoji_list, flag, invalid, required_text
 
 TOKEN_ENV = ("TELEGRAM_BOT_TOKEN", "BOT_TOKEN", "TELEGRAM_TOKEN", "BRAIN_TELEGRAM_BOT_TOKEN")
 DEFAULT_BASE_URL = "https://api.telegram.org"
@@ -100,13 +100,6 @@ def _message_id(input: dict[str, Any], name: str = "messageId", required: bool =
     return int(value)
 
 
-def _flag(input: dict[str, Any], name: str) -> bool | None:
-    value = input.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise invalid(f"'{name}' must be a boolean")
-    return value
-
-
 def _parse_mode(input: dict[str, Any]) -> str | None:
     value = input.get("parseMode")
     if value is None:
@@ -123,12 +116,12 @@ async def send(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     text = required_text(input, "text")
     reply_to = _message_id(input, "replyToMessageId", required=False)
     params: dict[str, Any] = {"chat_id": chat_id, "text": text, "parse_mode": _parse_mode(input),
-                              "disable_notification": _flag(input, "disableNotification")}
-    if _flag(input, "disableWebPagePreview"):
+                              "disable_notification": flag(input, "disableNotification")}
+    if flag(input, "disableWebPagePreview"):
         params["link_preview_options"] = {"is_disabled": True}
     if reply_to is not None:
         params["reply_parameters"] = {"message_id": reply_to}
-        allow = _flag(input, "allowSendingWithoutReply")
+        allow = flag(input, "allowSendingWithoutReply")
         if allow is not None:
             params["reply_parameters"]["allow_sending_without_reply"] = allow
     result = await _Client(input).call("sendMessage", params)
@@ -144,7 +137,7 @@ async def edit(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     text = required_text(input, "text")
     params: dict[str, Any] = {"chat_id": chat_id, "message_id": message_id, "text": text,
                               "parse_mode": _parse_mode(input)}
-    if _flag(input, "disableWebPagePreview"):
+    if flag(input, "disableWebPagePreview"):
         params["link_preview_options"] = {"is_disabled": True}
     await _Client(input).call("editMessageText", params)
     return {"ok": True, "chatId": chat_id, "messageId": message_id, "edited": True}
@@ -162,13 +155,13 @@ async def react(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """``setMessageReaction`` with the given emoji, or none with ``clear``."""
     chat_id = _chat_id(input)
     message_id = _message_id(input)
-    clear = bool(_flag(input, "clear"))
+    clear = bool(flag(input, "clear"))
     emojis = [] if clear else emoji_list(input, example="'👍'")
     if not clear and not emojis:
         raise invalid("'emoji', 'emojis' or clear: true is required")
     await _Client(input).call("setMessageReaction", {
         "chat_id": chat_id, "message_id": message_id,
-        "reaction": [{"type": "emoji", "emoji": e} for e in emojis], "is_big": _flag(input, "isBig")})
+        "reaction": [{"type": "emoji", "emoji": e} for e in emojis], "is_big": flag(input, "isBig")})
     return {"ok": True, "chatId": chat_id, "messageId": message_id, "cleared": clear, "emojis": emojis,
             "reactionCount": len(emojis)}
 
