@@ -105,9 +105,6 @@ EMPTY_REPLY_NUDGE = (
 # A tool output with one of these set to true asks for a restart of this agent after the turn
 # (the reference's runtime restart signal; base tool `self-restart`, docs/base-package.md).
 RESTART_FLAGS = ("restartRequested", "runtimeRestart", "__goondanRestart")
-# LlmCallEnded(...) as object.__new__ and the dataclass __init__ called as a function: a class
-# call would pack the keyword arguments into a dict and unpack them again (twice the cost).
-_new_event, _init_llm_call_ended = object.__new__, LlmCallEnded.__init__
 
 
 def error_dict(exc: BaseException) -> JsonObject:
@@ -482,9 +479,8 @@ class TurnRunner:
                 error_message="cancelled" if isinstance(exc, asyncio.CancelledError) else str(exc),
             ))
             raise
-        ended = _new_event(LlmCallEnded)  # LlmCallEnded(...), at half the cost (see above)
-        _init_llm_call_ended(
-            ended, trace_id=trace_id, span_id=span_id, parent_span_id=parent_id,
+        ended = LlmCallEnded(
+            trace_id=trace_id, span_id=span_id, parent_span_id=parent_id,
             turn_id=self.turn_id, step_id=step.id, model=model, provider=provider,
             finish_reason=response.finish_reason, token_usage=response.usage.to_dict(),
             cost=cost_of(response.usage, env.pricing), tool_call_count=len(response.tool_calls),
