@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import importlib
 import multiprocessing
 import os
@@ -62,18 +61,11 @@ def warm_entry(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's to handle
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    # The imports create long-lived objects only: collecting while they load is wasted work
-    # (about 10 ms), and freezing them keeps the agent's later collections small.
-    gc.disable()
     from goondan.codecache import install, save
 
     install()  # compiled dataclass methods of earlier starts
-    try:
-        for name in WARM_IMPORTS:
-            importlib.import_module(name)
-    finally:
-        gc.freeze()
-        gc.enable()
+    for name in WARM_IMPORTS:
+        importlib.import_module(name)
     save()  # while waiting for the orchestrator: nothing else to do yet
     try:
         target, argv, environ, cwd, path = conn.recv()
@@ -93,7 +85,7 @@ def prewarm_agent_process() -> None:
     global _slot
     if _slot is not None:
         return
-    from goondan.ipc.leanstart import _lean_start
+    from goondan.ipc.procstart import start_process
 
     context = multiprocessing.get_context("spawn")
     parent_conn, child_conn = context.Pipe(duplex=True)
@@ -103,7 +95,7 @@ def prewarm_agent_process() -> None:
     # Started from the main thread: block Ctrl-C and SIGTERM until the child has set them up.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if has_mask else None
     try:
-        _lean_start(process, lean=True)
+        start_process(process)
     finally:
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
