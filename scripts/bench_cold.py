@@ -19,11 +19,10 @@ off, interleaved with the normal runs, and prints each variant's figures and its
 the normal ones — what the mechanism buys, side by side in one run. The switch is made from
 outside the code under test: every measured process (the agent processes too) gets a
 ``sitecustomize`` that patches the named mechanism right after its module is imported. Names:
-``codecache``, ``prewarm``, ``lean``, ``lazy-config``, ``lazy-workspace``, ``gc-pause``,
-``teardown`` (see ``WITHOUT``).
+``codecache``, ``prewarm``, ``lazy-config`` (see ``WITHOUT``).
 
-``--instructions`` counts instead of timing: each variant's ``repl --input`` and ``run --input``
-run once under ``valgrind --tool=callgrind --trace-children=yes`` (every process of the command,
+``--instructions`` counts instead of timing: each variant's ``repl --input``, ``run --input``
+and ``stop`` (a short command; no swarm is running, so it only finds that out) run once under ``valgrind --tool=callgrind --trace-children=yes`` (every process of the command,
 agent processes included, about a minute per variant), and the instructions of all processes are
 added up — the same figure on a loaded machine as on an idle one. It does not see what runs in
 parallel (the prewarmed agent process saves wall time, not instructions): time ``prewarm``.
@@ -55,25 +54,14 @@ WITHOUT: dict[str, tuple[str, str]] = {
     "codecache": ("goondan.codecache", "module.install = lambda *args, **kwargs: None"),
     # `goondan run` starts no prewarmed agent process (goondan/ipc/prewarm.py)
     "prewarm": ("goondan.ipc.prewarm", "module.prewarm_agent_process = lambda: None"),
-    # spawn children re-run the parent's __main__ as usual (goondan/ipc/leanstart.py)
-    "lean": ("goondan.ipc.leanstart", "module._install_lean_main = lambda: None"),
-    # the package exports of goondan.config / goondan.workspace are imported with the package
+    # the package exports of goondan.config are imported with the package (goondan/config/__init__.py)
     "lazy-config": ("goondan.config", "[__import__(f'goondan.config.{home}') for home in sorted(set(module._HOME.values()))]"),
-    "lazy-workspace": ("goondan.workspace",
-                       "[__import__(f'goondan.workspace.{home}') for home in sorted(set(module._HOME.values()))]"),
-    # the collector is not paused during start-up (goondan/__main__.py, prewarm, startup_done)
-    "gc-pause": ("gc", "module.disable = lambda: None"),
-    # repl/run end through the interpreter's normal teardown (goondan/cli.py _leave)
-    "teardown": ("goondan.cli", "module._leave = sys.exit"),
 }
 SITECUSTOMIZE = """
 import importlib.machinery, os, sys
 _switches = {switches!r}
 _wanted = {{_switches[name][0]: _switches[name][1]
            for name in os.environ.get("GOONDAN_BENCH_WITHOUT", "").split(",") if name}}
-if "gc" in _wanted:
-    import gc as module
-    exec(_wanted.pop("gc"))
 
 class _PatchAfterImport:
     def find_spec(self, name, path=None, target=None):
@@ -174,7 +162,7 @@ def main() -> int:
 
 def count_instructions(variants: list[str], env: dict[str, str], bundle: Path, tmp: Path,
                        fake: FakeProvider) -> int:
-    """Instructions of every process of ``repl --input`` and ``run --input`` per variant."""
+    """Instructions of every process of ``repl --input``, ``run --input`` and ``stop`` per variant."""
     import re
 
     if shutil.which("valgrind") is None:
@@ -184,14 +172,15 @@ def count_instructions(variants: list[str], env: dict[str, str], bundle: Path, t
     for variant in variants:
         venv = {**env, "GOONDAN_BENCH_WITHOUT": variant, "PYTHONHASHSEED": "0"}
         counts[variant] = {}
-        for command in ("repl", "run"):
+        for command in ("repl", "run", "stop"):
             logs = tmp / f"callgrind-{variant or 'normal'}-{command}"
             logs.mkdir()
             cmd = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null",
-                   f"--log-file={logs}/%p.log", *goondan_cmd(
-                       command, "--bundle", str(bundle), "--instance", f"ir-{variant or 'normal'}", "--input", "hi")]
-            fake.enqueue("hello")
-            subprocess.run(cmd, env=venv, check=True, capture_output=True, timeout=600)
+                   f"--log-file={logs}/%p.log", *goondan_cmd(command, "--bundle", str(bundle))]
+            if command != "stop":
+                cmd += ["--instance", f"ir-{variant or 'normal'}", "--input", "hi"]
+                fake.enqueue("hello")
+            subprocess.run(cmd, env=venv, check=command != "stop", capture_output=True, timeout=600)
             total = 0
             for log in logs.glob("*.log"):
                 found = re.search(r"Collected : ([\d,]+)", log.read_text())
@@ -200,7 +189,7 @@ def count_instructions(variants: list[str], env: dict[str, str], bundle: Path, t
     print("instructions of all processes (callgrind), one run each; warm bundle cache")
     for variant in variants:
         cells = []
-        for command in ("repl", "run"):
+        for command in ("repl", "run", "stop"):
             value, normal = counts[variant][command], counts[""][command]
             cells.append(f"{command} {value / 1e6:8.1f} M" + (f" ({(value / normal - 1) * 100:+5.1f} %)" if variant else ""))
         print(f"  {('without ' + variant) if variant else 'normal':<24} {'   '.join(cells)}")
