@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from goondan import __version__
-from goondan.commands.common import GlobalOptions, get_globals, use_color
+from goondan.commands.common import GlobalOptions, defer_gc, get_globals, startup_done, use_color
 from goondan.errors import EXIT_GENERAL, EXIT_INTERRUPTED, EXIT_USAGE, GoondanError, help_url
 from goondan.secrets import SecretMaskingFilter, mask
 
@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "completion": ("goondan.commands.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
+# Commands tuned for a fast start (docs/runtime.md "Performance"): they call startup_done()
+# themselves once started; every other command gets the garbage collector back before its module
+# is imported.
+FAST_START = frozenset({"repl", "run"})
 _own_process: list[bool] = []  # set by main() when it runs the process's own command line
 
 
@@ -64,6 +68,8 @@ class LazyGroup(click.Group):
             from goondan.codecache import install
 
             install()
+        if cmd_name not in FAST_START:
+            startup_done()
         module = importlib.import_module(entry[0])
         command: click.Command = getattr(module, entry[1])
         add_global_options(command)
@@ -281,7 +287,8 @@ def render_error(err: GoondanError, *, as_json: bool, color: bool) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI and exit with the documented code."""
     args = sys.argv[1:] if argv is None else argv
-    if argv is None:  # our own process (goondan/codecache.py is installed for it only)
+    if argv is None:  # our own process: a library caller's collector is none of our business
+        defer_gc()
         _own_process.append(True)
     debug = "--debug" in args or os.environ.get("GOONDAN_DEBUG") == "1"
     as_json = "--json" in args

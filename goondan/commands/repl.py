@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from goondan.commands.common import get_globals
+from goondan.commands.common import get_globals, startup_done
 
 if TYPE_CHECKING:
     pass
@@ -92,6 +92,7 @@ def repl(
     keep_signals_on_main_thread(runner)
     try:
         instance = runner.run(runtime.instance(agent, instance_key))
+        startup_done()
         backend = InstanceBackend(instance)
         stdin_tty = sys.stdin.isatty()
         stdout_tty = sys.stdout.isatty()

@@ -32,7 +32,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals
+from goondan.commands.common import get_globals, startup_done
 
 __all__ = ["run"]
 
@@ -119,6 +119,7 @@ def run(
 
         raise ConfigError(f"--lock-fd {lock_fd} is not the lock of swarm {service.swarm.name!r}",
                           code="E_RUN_START_FAILED", suggestion="start the swarm with 'goondan run --detach'")
+    startup_done()  # cli.FAST_START: the collector was paused while the service was set up
     lines = _input_lines(input_text, input_file)
     if lock_fd is None:
         from goondan.ipc.attach import SwarmGone, claim_or_attach

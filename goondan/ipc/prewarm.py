@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import multiprocessing
 import os
@@ -66,11 +67,18 @@ def warm_entry(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's to handle
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    # The imports create long-lived objects only: collecting while they load is wasted work
+    # and freezing them keeps the agent's later collections small (figures: commands/common.py defer_gc).
+    gc.disable()
     from goondan.codecache import install, save
 
     install()  # compiled dataclass methods of earlier starts
-    for name in WARM_IMPORTS:
-        importlib.import_module(name)
+    try:
+        for name in WARM_IMPORTS:
+            importlib.import_module(name)
+    finally:
+        gc.freeze()
+        gc.enable()
     save()  # while waiting for the orchestrator: nothing else to do yet
     try:
         target, argv, environ, cwd, path = conn.recv()
