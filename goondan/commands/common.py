@@ -33,8 +33,9 @@ def defer_gc() -> None:
     collecting them over and over while they are created frees nothing. :func:`startup_done`
     freezes them and turns the collector back on. Measured against the plain version (no pause,
     no freeze; ``scripts/bench_cold.py --instructions --without gc-pause``, callgrind, every
-    process of the command): the plain version runs 11.1 % more instructions for
-    ``repl --input`` (606 M → 674 M) and 7.4 % more for ``goondan stop`` (377 M → 405 M).
+    process of the command): the plain version runs 11.2 % more instructions for
+    ``repl --input`` (607 M → 675 M), 9.2 % for ``run --input`` and 7.1 % for ``goondan stop``
+    (391 M → 419 M).
     """
     global _gc_deferred
     import gc

@@ -7,8 +7,8 @@ The names below are imported on first use (PEP 562 module ``__getattr__``), so t
 submodule (``goondan.config.dotenv``, ``goondan.config.cache``) loads without the validator and
 PyYAML (docs/runtime.md "Performance"). Measured (``scripts/bench_cold.py --instructions
 --without lazy-config``, callgrind, every process of the command): importing them with the
-package costs ``goondan stop`` 10.8 % more instructions (381 M → 422 M), ``repl --input``
-3.0 % and ``run --input`` 3.4 %. (The same for ``goondan.workspace`` bought at most 3.8 %, and
+package costs ``goondan stop`` 9.0 % more instructions (391 M → 427 M), ``repl --input``
+2.9 % and ``run --input`` 2.8 %. (The same for ``goondan.workspace`` bought at most 3.8 %, and
 was removed.)
 """
 

@@ -67,7 +67,7 @@ def warm_entry(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's to handle
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    # The imports create long-lived objects only: collecting while they load is wasted work
+    # The imports create long-lived objects only: collecting while they load is wasted work,
     # and freezing them keeps the agent's later collections small (figures: commands/common.py defer_gc).
     gc.disable()
     from goondan.codecache import install, save
