@@ -10,10 +10,10 @@ the entry function, its arguments, and the orchestrator's environment, working d
 ``sys.path`` *at that moment* (a fresh child inherits them when it starts; the variables loaded from
 ``.env`` after the prewarm are therefore there too). Every later agent starts the usual way.
 
-Measured (``scripts/bench_cold.py 9 --without prewarm``, wall time, medians of 9 interleaved
+Measured (``scripts/bench_cold.py 7 --without prewarm``, wall time, medians of 7 interleaved
 runs on a loaded 2-core machine): without it ``run --input`` reaches its first model request
-91 ms (26 %) later (346 → 438 ms) and ends 105 ms (26 %) later; it saves wall time, not
-instructions (the imports run in parallel with the orchestrator's).
+135 ms (31 %) later (440 → 575 ms) and ends 194 ms (39 %) later (an earlier run of 9: 26 % and
+26 %); it saves mostly wall time (the imports run in parallel with the orchestrator's).
 
 A prewarmed process nobody takes (an invalid bundle, another swarm already running) is
 terminated when the orchestrator exits. Memory: one interpreter with the runtime imported,
