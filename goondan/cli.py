@@ -10,7 +10,6 @@ stays fast.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import json
@@ -18,7 +17,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -49,10 +48,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 # Commands tuned for a fast start (docs/runtime.md "Performance"): they call startup_done()
-# themselves once started (every other command gets the garbage collector back before its module
-# is imported), and their process ends without the interpreter's teardown (_leave).
+# themselves once started; every other command gets the garbage collector back before its module
+# is imported.
 FAST_START = frozenset({"repl", "run"})
-_fast_command: list[str] = []
 _own_process: list[bool] = []  # set by main() when it runs the process's own command line
 
 
@@ -70,9 +68,7 @@ class LazyGroup(click.Group):
             from goondan.codecache import install
 
             install()
-        if cmd_name in FAST_START:
-            _fast_command.append(cmd_name)
-        else:
+        if cmd_name not in FAST_START:
             startup_done()
         module = importlib.import_module(entry[0])
         command: click.Command = getattr(module, entry[1])
@@ -329,31 +325,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         code = EXIT_GENERAL
     sys.stdout.flush()
-    if argv is None and _fast_command:  # the process's own command line: nothing runs after us
-        _leave(code)
     sys.exit(code)
-
-
-def _leave(code: int) -> NoReturn:
-    """End the process without the interpreter's teardown (docs/runtime.md "Performance").
-
-    Freeing every module and object at shutdown costs about 20 ms after a one-shot command, and
-    nothing durable depends on it: the command has returned, so every write is flushed and
-    fsynced. What finalisation does that matters is done here in the same order: non-daemon
-    threads are waited for (if any is alive, the normal exit does it), ``atexit`` handlers run
-    (logging's flush, the prewarmed agent's clean-up), then stdout and stderr are flushed.
-    """
-    import atexit
-    import threading
-
-    main_thread = threading.main_thread()
-    if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing more to say
-            stream.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,8 +30,12 @@ def defer_gc() -> None:
     """Pause the cyclic garbage collector while a command starts (docs/runtime.md "Performance").
 
     Start-up allocates hundreds of thousands of long-lived objects (modules, classes, functions);
-    collecting them over and over while they are created costs about 10 ms and frees nothing.
-    :func:`startup_done` turns the collector back on.
+    collecting them over and over while they are created frees nothing. :func:`startup_done`
+    freezes them and turns the collector back on. Measured against the plain version (no pause,
+    no freeze; ``scripts/bench_cold.py --instructions --without gc-pause``, callgrind, every
+    process of the command): the plain version runs 11.2 % more instructions for
+    ``repl --input`` (607 M → 675 M), 9.2 % for ``run --input`` and 7.1 % for ``goondan stop``
+    (391 M → 419 M).
     """
     global _gc_deferred
     import gc

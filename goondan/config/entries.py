@@ -50,6 +50,10 @@ class ModuleSymbols:
         return self.star_import or name in self.names
 
 
+# Parsed entry modules by (file, mtime, size): resources that share an entry module parse it
+# once. ``scripts/bench_validate.py --entry-cache``: without it validating the generated
+# 1,000-resource bundle (two shared entry modules) takes 12-13 % more CPU; examples/showcase,
+# whose entries are distinct files, gains nothing measurable.
 _cache: dict[tuple[Path, int, int], ModuleSymbols] = {}
 
 

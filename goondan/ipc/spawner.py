@@ -13,10 +13,7 @@ injection), so tests and the embedding API can swap real processes for in-proces
   entry is a module-level function ``target(conn, argv)``; ``argv`` carries the spec's
   ``--bundle-dir --agent-name --instance-key`` plus ``--state-root``/``--swarm``/``--workdir``/
   ``--log-dir``. Exit is observed through the process sentinel on the event loop (no thread per
-  child). When the target lives in an importable module (the default ``process_main`` does),
-  the child does not re-run the parent's ``__main__``: under the ``goondan`` console script
-  that would import click and the whole CLI into every agent process for nothing (see
-  :func:`_lean_start`). The child runs :func:`child_entry` first: a spawned child inherits the
+  child). The child runs :func:`child_entry` first: a spawned child inherits the
   signal mask of the thread that started it, and ``goondan run`` starts agents from threads
   that block SIGINT/SIGTERM (see :mod:`goondan.ipc.frontend`); a blocked SIGTERM would make
   the agent ignore graceful stops, so the mask is cleared before the target runs.
@@ -44,7 +41,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from goondan.ipc.channel import InProcessTransport, PipeTransport, Transport
-from goondan.ipc.leanstart import _lean_start
+from goondan.ipc.procstart import start_process
 from goondan.types import now_iso
 
 _log = logging.getLogger("goondan.ipc.spawner")
@@ -361,8 +358,7 @@ class ProcessSpawner(Spawner):
             daemon=False,
         )
         # start() writes the preparation data synchronously; keep it off the event loop.
-        lean = getattr(target, "__module__", "__main__") != "__main__"
-        await asyncio.to_thread(_lean_start, process, lean=lean)
+        await asyncio.to_thread(start_process, process)
         child_conn.close()
         return _ProcessHandle(request, PipeTransport(parent_conn), process)
 

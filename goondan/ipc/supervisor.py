@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -117,6 +118,9 @@ class ProcessSupervisor(abc.ABC):
         self._reconciler: asyncio.Task[None] | None = None
         self._status_writer: asyncio.Task[None] | None = None
         self._status_dirty = asyncio.Event()
+        # The final write at shutdown may overlap one the cancelled status loop left running in
+        # a worker thread: both use the same temporary file.
+        self._status_lock = threading.Lock()
         self.started_at = now_iso()
 
     # -- hooks of the router -----------------------------------------------------------------------
@@ -474,11 +478,12 @@ class ProcessSupervisor(abc.ABC):
         path = self.status_path
         if path is None:
             return
-        private_dirs(path.parent)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8", opener=private_opener) as handle:
-            handle.write(json.dumps(self.status_document(), indent=2))
-        os.replace(tmp, path)
+        with self._status_lock:
+            private_dirs(path.parent)
+            tmp = path.with_suffix(".tmp")
+            with open(tmp, "w", encoding="utf-8", opener=private_opener) as handle:
+                handle.write(json.dumps(self.status_document(), indent=2))
+            os.replace(tmp, path)
 
     async def _status_loop(self) -> None:
         while True:

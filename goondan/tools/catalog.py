@@ -59,6 +59,9 @@ def binding_items(binding: Any) -> list[ToolCatalogItem]:
 def _copy_json(value: Any) -> Any:
     # marshal round trip: a deep copy of dicts, lists and scalars at C speed (a step copies
     # every catalog item's schema); anything marshal refuses goes through copy.deepcopy.
+    # Measured (scripts/bench_turn.py's turns, CPU medians of 4 rounds alternating with a copy of
+    # the tree using copy.deepcopy here): copy.deepcopy costs the K=0 turn 16 % more, the
+    # 20-step turn 4 %.
     try:
         return marshal.loads(marshal.dumps(value))
     except ValueError:

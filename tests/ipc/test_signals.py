@@ -67,14 +67,14 @@ def test_service_thread_blocks_sigint_and_spawned_agents_start_clean(tmp_path: P
 
 def test_starting_an_agent_process_keeps_the_thread_mask() -> None:
     """The first process start launches multiprocessing's resource tracker, which unblocks
-    SIGINT/SIGTERM in the calling thread; ``_lean_start`` restores the mask. Run in a fresh
+    SIGINT/SIGTERM in the calling thread; ``start_process`` restores the mask. Run in a fresh
     interpreter so the tracker is not already running."""
     import subprocess
     import sys
 
     probe = """
 import multiprocessing, signal, threading
-from goondan.ipc.spawner import _lean_start
+from goondan.ipc.procstart import start_process
 
 def child():
     pass
@@ -83,7 +83,7 @@ result = []
 def worker():
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     process = multiprocessing.get_context("spawn").Process(target=child)
-    _lean_start(process, lean=False)
+    start_process(process)
     process.join()
     result.append(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set())))
 
