@@ -86,7 +86,12 @@ async def stream_control(
         await writer.drain()
         async with asyncio.timeout(timeout_s):
             while True:
-                data = await reader.readline()
+                try:
+                    data = await reader.readline()
+                except (asyncio.LimitOverrunError, ValueError) as exc:
+                    # a line above the limit: StreamReader.readline turns asyncio's
+                    # LimitOverrunError into a plain ValueError (CPython 3.11 asyncio/streams.py)
+                    raise message_too_large() from exc
                 if not data and not received:
                     # closed before a word: a connection still in the backlog of a socket that
                     # was closed (the orchestrator stopping), or a crash
@@ -97,7 +102,10 @@ async def stream_control(
                     raise IpcError("the orchestrator closed the control connection", code="E_IPC_CONTROL",
                                    suggestion="see 'goondan logs' for what the orchestrator is doing")
                 received = True
-                document = json.loads(data)
+                try:
+                    document = json.loads(data)
+                except ValueError as exc:  # not JSON, or not UTF-8
+                    raise _no_answer(socket_path, f"undecodable answer ({exc})") from exc
                 if not isinstance(document, dict):
                     raise _no_answer(socket_path, "not a JSON object")
                 if "event" in document and "ok" not in document:
@@ -107,10 +115,6 @@ async def stream_control(
                 return document
     except TimeoutError as exc:
         raise _no_answer(socket_path, "timed out") from exc
-    except ValueError as exc:  # a line above the limit (asyncio's LimitOverrunError), or not JSON
-        if "limit" in str(exc) or "chunk" in str(exc):
-            raise message_too_large() from exc
-        raise _no_answer(socket_path, f"undecodable answer ({exc})") from exc
     except (ConnectionResetError, BrokenPipeError) as exc:
         if not received:
             raise _unreachable(socket_path, exc) from exc
