@@ -19,6 +19,9 @@ plus ``connections`` (one row per connector process);
 :mod:`goondan.ipc.queries` query; ``result`` null when the process is not running);
 ``{"command": "stop"}`` → ``{"ok": true, "pid"}``, then the process stops as on SIGTERM.
 Every answer of ``status`` carries the orchestrator's ``pid`` and ``token`` (its runtime record's).
+A failed request is answered with ``{"ok": false, "code", "message", "suggestion"?}`` (a bug:
+``E_INTERNAL``, traceback in the log only). Streamed events are sent as fast as the client reads
+them, within :data:`STREAM_BUFFER_BYTES` and :data:`DRAIN_TIMEOUT_S` (:class:`_EventStream`).
 
 The service takes the swarm's lock (:class:`~goondan.ipc.state.SwarmLock`) before anything
 starts and holds it until its process exits: one orchestrator per swarm and state root.
@@ -27,6 +30,7 @@ starts and holds it until its process exits: one orchestrator per swarm and stat
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -37,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from goondan.config.dotenv import load_env_files, parse_env_file
-from goondan.errors import AgentError, ConfigError, GoondanError
+from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.controlwire import MAX_CONTROL_BYTES, encode_line, message_too_large, send_control
 from goondan.ipc.logs import JsonLineFormatter, log_dir_for, log_files
 from goondan.ipc.orchestrator import Orchestrator
@@ -63,6 +67,78 @@ from goondan.workspace.record import record_bundle_workspace
 __all__ = ["SwarmService", "already_running", "load_env_files", "parse_env_file", "send_control"]
 
 _log = logging.getLogger("goondan.ipc.service")
+
+STREAM_BUFFER_BYTES = 1024 * 1024
+"""Streamed events held for one attached client that does not read (Ctrl-Z, a stuck pipe);
+past it the client gets no more events of that Turn (docs/orchestrator.md "Control socket")."""
+DRAIN_TIMEOUT_S = 30.0
+"""How long the orchestrator waits for a client to read what it was sent, before it stops
+streaming events to it (or, for the answer, drops the connection)."""
+
+
+class _EventStream:
+    """The ``{"event"}`` lines of one streamed request, written as fast as the client reads them:
+    :meth:`put` (the orchestrator's synchronous listener) queues, a task writes and waits for the
+    client to drain. A client that does not read within :data:`DRAIN_TIMEOUT_S`, or lets more
+    than :data:`STREAM_BUFFER_BYTES` pile up, gets no more events; the Turn is not held up."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.lines: collections.deque[bytes] = collections.deque()
+        self.queued = 0  # bytes in self.lines
+        self.dropped = 0  # events not sent
+        self.stopped = False
+        self._finishing = False
+        self._ready = asyncio.Event()
+        self.task = asyncio.ensure_future(self._send())
+
+    def put(self, payload: JsonObject) -> None:
+        if not self.stopped and self.queued + self.writer.transport.get_write_buffer_size() > STREAM_BUFFER_BYTES:
+            self._stop(f"more than {STREAM_BUFFER_BYTES} bytes of events unread")
+        if self.stopped:
+            self.dropped += 1
+            return
+        line = encode_line({"event": payload})
+        self.lines.append(line)
+        self.queued += len(line)
+        self._ready.set()
+
+    async def finish(self) -> None:
+        """Send what is queued (within the same bounds), then end the task."""
+        self._finishing = True
+        self._ready.set()
+        await self.task
+        if self.dropped:
+            _log.warning("an attached client missed %d streamed events", self.dropped,
+                         extra={"event": "orchestrator.streamDropped"})
+
+    def _stop(self, why: str) -> None:
+        if not self.stopped:
+            _log.warning("stopped streaming events to an attached client: %s", why,
+                         extra={"event": "orchestrator.streamStopped"})
+        self.stopped = True
+        self.dropped += len(self.lines)
+        self.lines.clear()
+        self.queued = 0
+
+    async def _send(self) -> None:
+        while not self.stopped:
+            if not self.lines:
+                if self._finishing:
+                    return
+                await self._ready.wait()
+                self._ready.clear()
+                continue
+            line = self.lines.popleft()
+            self.queued -= len(line)
+            try:
+                self.writer.write(line)
+                async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                    await self.writer.drain()
+            except TimeoutError:
+                self._stop(f"not read for {DRAIN_TIMEOUT_S:.0f} s")
+            except (OSError, RuntimeError):  # the client went away: hang_up() sees it
+                self._stop("connection lost")
 
 
 def already_running(swarm: str, root: Path, instance_key: str, pid: int | None) -> ConfigError:
@@ -356,21 +432,23 @@ class SwarmService:
         """A ``stream`` request: runtime events as ``{"event"}`` lines, then the answer; the
         client closing the connection cancels the Turn (None: nobody to answer)."""
 
-        def on_event(payload: JsonObject) -> None:
-            with contextlib.suppress(OSError, RuntimeError):
-                writer.write(encode_line({"event": payload}))
+        events = _EventStream(writer)
 
         async def hang_up() -> None:  # returns once the client closed; what it sends is dropped
             while await reader.read(65536):
                 pass
 
-        work = asyncio.ensure_future(self._control_request(request, on_event))
+        work = asyncio.ensure_future(self._control_request(request, events.put))
         closed = asyncio.ensure_future(hang_up())
         try:
             await asyncio.wait({work, closed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             closed.cancel()
-        if not work.done():
+            if not work.done():
+                events.task.cancel()
+        if work.done():
+            await events.finish()  # the events before the answer
+        else:
             work.cancel()  # the Turn is cancelled through runtime.cancel (Orchestrator.request)
             with contextlib.suppress(asyncio.CancelledError, GoondanError):
                 await work
@@ -423,16 +501,19 @@ class SwarmService:
             try:
                 line = await reader.readline()
             except ValueError:  # longer than MAX_CONTROL_BYTES (asyncio's LimitOverrunError)
-                big = message_too_large()
-                raise AgentError(big.message, code=big.code, suggestion=big.suggestion) from None
+                raise message_too_large() from None
             request = json.loads(line or b"{}")
             if not isinstance(request, dict):
                 raise ValueError("a control request is a JSON object")
             answer = await self._control_answer(request, reader, writer)
-        except AgentError as err:
+        except GoondanError as err:
             answer = {"ok": False, "code": err.code, "message": err.message, "suggestion": err.suggestion}
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError) as exc:  # a malformed request
             answer = {"ok": False, "code": "E_RUN_CONTROL", "message": str(exc)}
+        except Exception:  # a bug: the traceback goes to the log, not to the client
+            _log.exception("control request failed", extra={"event": "orchestrator.controlFailed"})
+            answer = {"ok": False, "code": "E_INTERNAL", "message": "the orchestrator failed on this request",
+                      "suggestion": "see 'goondan logs' for the orchestrator's traceback and report it"}
         with contextlib.suppress(OSError, RuntimeError):
             if answer is not None:
                 data = encode_line(answer)
@@ -440,5 +521,11 @@ class SwarmService:
                     big = message_too_large(len(data))
                     data = encode_line({"ok": False, "code": big.code, "message": f"the answer: {big.message}"})
                 writer.write(data)
-                await writer.drain()
+                try:
+                    async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                        await writer.drain()
+                except TimeoutError:  # a client that does not read: its buffer is dropped
+                    _log.warning("an attached client did not read its answer for %.0f s", DRAIN_TIMEOUT_S,
+                                 extra={"event": "orchestrator.answerDropped"})
+                    writer.transport.abort()
             writer.close()
