@@ -131,21 +131,23 @@ class TurnRenderer:
             self._spinner_task = loop.create_task(self._spin())
 
     def end_turn(self, result: TurnResult | None) -> None:
-        """Stop the spinner; print the answer unless it was streamed, or the error."""
+        """Stop the spinner; print the answer unless it was streamed whole, or the error."""
         self._stop_spinner()
         if result is not None:
+            # eventsDropped: the orchestrator cut the stream of a client that did not read
+            cut = bool(result.metadata.get("eventsDropped"))
             if result.error is not None:
                 self._line_break()
                 headline, *details = format_turn_error(result.error)
                 self._write(self.style.red(headline) + "\n")
                 for line in details:
                     self._write(line + "\n")
-            elif not self._streamed or not self.stream:
+            elif not self._streamed or not self.stream or cut:
                 self._line_break()
                 text = result.text
                 if text:
                     self._write(mask(text) + "\n")
-            if result.finish_reason == "max_steps" and self._streamed and self.stream:
+            if result.finish_reason == "max_steps" and self._streamed and self.stream and not cut:
                 # The closing note was appended by the runtime, not streamed by the model.
                 self._line_break()
                 self._write(self.style.yellow(mask(result.text)) + "\n")

@@ -122,8 +122,10 @@ class AttachedBackend(EntryAgentView):
         response = answer.get("response")
         finish: Literal["text_response", "max_steps"] = (
             "max_steps" if answer.get("finishReason") == "max_steps" else "text_response")
+        dropped = answer.get("eventsDropped")  # the stream was cut: the console prints it all
         return TurnResult(turn_id=str(answer.get("turnId") or new_id("turn")), finish_reason=finish,
-                          response_message=Message.assistant(str(response)) if response else None)
+                          response_message=Message.assistant(str(response)) if response else None,
+                          metadata={"eventsDropped": dropped} if dropped else {})
 
     def _dispatch(self, payload: JsonObject) -> None:
         for listener in tuple(self._listeners):

@@ -21,7 +21,8 @@ plus ``connections`` (one row per connector process);
 Every answer of ``status`` carries the orchestrator's ``pid`` and ``token`` (its runtime record's).
 A failed request is answered with ``{"ok": false, "code", "message", "suggestion"?}`` (a bug:
 ``E_INTERNAL``, traceback in the log only). Streamed events are sent as fast as the client reads
-them, within :data:`STREAM_BUFFER_BYTES` and :data:`DRAIN_TIMEOUT_S` (:class:`_EventStream`).
+them, within :data:`STREAM_BUFFER_BYTES` and :data:`DRAIN_TIMEOUT_S` (:class:`_EventStream`);
+past them the answer says how many were not sent (``eventsDropped``).
 
 The service takes the swarm's lock (:class:`~goondan.ipc.state.SwarmLock`) before anything
 starts and holds it until its process exits: one orchestrator per swarm and state root.
@@ -453,7 +454,10 @@ class SwarmService:
             with contextlib.suppress(asyncio.CancelledError, GoondanError):
                 await work
             return None
-        return work.result()
+        answer = work.result()
+        if events.dropped:  # the client's stream was cut: it shows the whole answer instead
+            answer["eventsDropped"] = events.dropped
+        return answer
 
     async def _control_answer(self, request: JsonObject, reader: asyncio.StreamReader,
                               writer: asyncio.StreamWriter) -> JsonObject | None:

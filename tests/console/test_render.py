@@ -82,3 +82,17 @@ def test_format_message_and_result_json() -> None:
                         metadata={"traceId": "a" * 32})
     line = result_json(result)
     assert '"turnId": "t1"' in line and '"traceId"' in line
+
+
+def test_an_answer_whose_stream_was_cut_is_printed_whole() -> None:
+    """The orchestrator stopped streaming to a client that did not read (``eventsDropped``): the
+    chat prints the whole answer after the part it streamed, not the cut text alone."""
+    out = io.StringIO()
+    renderer = TurnRenderer(out, color=False, tty=False, stream=True)
+    renderer.start_turn()
+    renderer.handle({"type": "llm.delta", "kind": "text", "text": "the beginn"})
+    renderer.end_turn(TurnResult(turn_id="t", finish_reason="text_response",
+                                 response_message=Message.assistant("the beginning and the end"),
+                                 metadata={"eventsDropped": 2}))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "the beginn" and lines[-1] == "the beginning and the end"

@@ -119,6 +119,7 @@ def test_a_streaming_client_that_stops_reading_loses_events_not_the_turn(
 
     events, answer = asyncio.run(main())
     assert answer["ok"] is True and answer["response"] == big  # the Turn's whole answer
+    assert answer["eventsDropped"] >= 2  # the client knows its stream was cut
     streamed = sum(len(e["text"]) for e in events if e["type"] == "llm.delta")
     assert streamed <= chunk, f"{streamed} bytes of deltas were buffered for a client that did not read"
 
