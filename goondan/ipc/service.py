@@ -69,9 +69,11 @@ __all__ = ["SwarmService", "already_running", "load_env_files", "parse_env_file"
 
 _log = logging.getLogger("goondan.ipc.service")
 
-STREAM_BUFFER_BYTES = 1024 * 1024
+STREAM_BUFFER_BYTES = MAX_CONTROL_BYTES
 """Streamed events held for one attached client that does not read (Ctrl-Z, a stuck pipe);
-past it the client gets no more events of that Turn (docs/orchestrator.md "Control socket")."""
+past it the client gets no more events of that Turn (docs/orchestrator.md "Control socket").
+As large as one control line: a burst of big events (tool results) to a client that does read
+does not trip it; a client that stopped reading is usually caught by DRAIN_TIMEOUT_S first."""
 DRAIN_TIMEOUT_S = 30.0
 """How long the orchestrator waits for a client to read what it was sent, before it stops
 streaming events to it (or, for the answer, drops the connection)."""
