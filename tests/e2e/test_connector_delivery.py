@@ -200,6 +200,14 @@ def _records(record_dir: Path) -> str:
     return "".join(p.read_text() for p in record_dir.glob("*.log"))
 
 
+def _lost_and_duplicated(record_dir: Path, trials: int) -> tuple[list[int], list[int]]:
+    """The trials whose event's turn is missing from the records, and those recorded twice."""
+    text = _records(record_dir)
+    counts = [text.count(f"<<p-{i}>>\n") for i in range(trials)]
+    return [i for i, c in enumerate(counts) if c == 0], [i for i, c in enumerate(counts) if c > 1]
+
+
+
 class _Trials:
     """Where one variant's connector listens and how an event is sent to it."""
 
@@ -274,11 +282,7 @@ def test_two_hundred_orchestrator_sigkills_lose_and_duplicate_nothing(
         assert process.pid is not None
         os.kill(process.pid, signal.SIGTERM)
         process.join(60)
-    text = _records(record_dir)
-    counts = [text.count(f"<<p-{i}>>\n") for i in range(trials)]
-    lost = [i for i, c in enumerate(counts) if c == 0]
-    duplicated = [i for i, c in enumerate(counts) if c > 1]
-    assert (lost, duplicated) == ([], [])
+    assert _lost_and_duplicated(record_dir, trials) == ([], [])
 
 
 def _live_pid(pid_file: Path, not_this: int | None) -> int | None:
@@ -330,8 +334,4 @@ def test_two_hundred_agent_process_sigkills_lose_and_duplicate_nothing(state_roo
         assert process.pid is not None
         os.kill(process.pid, signal.SIGTERM)
         process.join(60)
-    text = _records(record_dir)
-    counts = [text.count(f"<<p-{i}>>\n") for i in range(trials)]
-    lost = [i for i, c in enumerate(counts) if c == 0]
-    duplicated = [i for i, c in enumerate(counts) if c > 1]
-    assert (lost, duplicated) == ([], [])
+    assert _lost_and_duplicated(record_dir, trials) == ([], [])
