@@ -207,7 +207,6 @@ def _lost_and_duplicated(record_dir: Path, trials: int) -> tuple[list[int], list
     return [i for i, c in enumerate(counts) if c == 0], [i for i, c in enumerate(counts) if c > 1]
 
 
-
 class _Trials:
     """Where one variant's connector listens and how an event is sent to it."""
 
