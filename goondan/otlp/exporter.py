@@ -4,8 +4,9 @@
 event (or an ingress) on a bounded queue (when it is full the event is dropped and counted). A
 daemon thread turns each into its span — the event's payload through the one mapping of
 :class:`~goondan.runtime.traces.SpanAssembler` and :func:`to_otlp_span` (the OpenTelemetry GenAI
-semantic conventions) — and POSTs batches with urllib3: ``http/protobuf`` by default,
-``http/json`` on request. :meth:`close` exports what is left (the shutdown flush). Configuration
+semantic conventions) — and POSTs batches through the HTTP layer (``goondan/http/``, retried
+on connection failures, 429, 502, 503 and 504): ``http/protobuf`` by default, ``http/json`` on
+request. :meth:`close` exports what is left (the shutdown flush). Configuration
 comes from the environment (:meth:`OtlpConfig.from_env`); see docs/observability.md "OTLP export".
 """
 
@@ -194,7 +195,7 @@ class OtlpExporter(EventSink):
         self.exported = 0
         self.failed_batches = 0
         self.undelivered = 0  # spans a batch failed to deliver
-        self._pool: Any = None  # urllib3.PoolManager, made at the first post
+        self._pool: Any = None  # the HTTP layer's pool, made at the first post
         self._batcher = BackgroundBatcher("goondan-otlp", self._export, limit=queue_limit,
                                           interval_s=interval_s)
 
@@ -254,7 +255,7 @@ class OtlpExporter(EventSink):
                 body, content_type = encode_protobuf(spans, self.resource), "application/x-protobuf"
             status = self._post(body, content_type)
         except Exception as exc:  # the exporter must never take a turn down
-            _log.warning("OTLP export to %s failed: %s", self.config.endpoint, exc)
+            _log.warning("OTLP export to %s failed: %s", self.config.endpoint, _reason(exc))
             status = None
         if status is not None and 200 <= status < 300:
             self.exported += len(spans)
@@ -266,17 +267,26 @@ class OtlpExporter(EventSink):
                              self.config.endpoint, status, len(spans))
 
     def _post(self, body: bytes, content_type: str) -> int:
-        import urllib3
+        from goondan import http  # urllib3 only once something is exported
 
         if self._pool is None:
-            self._pool = urllib3.PoolManager(
-                retries=urllib3.Retry(total=2, backoff_factor=0.2, allowed_methods=None,
-                                      status_forcelist=(429, 502, 503, 504), raise_on_status=False),
-                timeout=urllib3.Timeout(total=self.config.timeout_s),
-            )
-        response = self._pool.request("POST", self.config.endpoint, body=body, redirect=False,
-                                      headers={**self.config.headers, "Content-Type": content_type})
+            self._pool = http.new_pool()
+        # Any batch is re-sent, POST or not: at worst a backend sees spans with the same ids twice.
+        policy = http.RetryPolicy(max_retries=2, base_delay=0.2, retry_server_errors=False,
+                                  retry_statuses=frozenset({429, 502, 503, 504}),
+                                  retry_non_idempotent=True)
+        response = http.send(self._pool, "POST", self.config.endpoint, body=body, policy=policy,
+                             headers={**self.config.headers, "Content-Type": content_type},
+                             timeout=http.timeout(total_s=self.config.timeout_s))
         return int(response.status)
+
+
+def _reason(exc: Exception) -> str:
+    """A failed export's reason: the HTTP layer's safe text for a network failure."""
+    from goondan.http import failure_of
+
+    failure = failure_of(exc)
+    return failure.reason if failure is not None else str(exc)
 
 
 def exporter_from_env(env: Mapping[str, str] = os.environ, *,
