@@ -64,6 +64,26 @@ def test_module_imports_point_down(path: Path) -> None:
             )
 
 
+def test_only_the_http_layer_imports_urllib3() -> None:
+    """docs/architecture.md "HTTP": pools, timeouts, retries and urllib3's errors are handled in
+    one place, ``goondan/http/``; every other module (the built-in packages included) goes
+    through it."""
+    outside: list[str] = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("http/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            outside += [f"{rel}: {m}" for m in modules if m.split(".")[0] == "urllib3"]
+    assert outside == []
+
+
 # docs/architecture.md: modules stay around 150–600 lines; the orchestrator and the runtime,
 # the parts a newcomer reads first, are held to it (a little slack for a docstring or two).
 SIZE_CHECKED = ("ipc", "runtime")

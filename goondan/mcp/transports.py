@@ -261,7 +261,7 @@ class HttpTransport:
     def __init__(self, url: str, *, headers: dict[str, str] | None = None,
                  timeout_s: float = 60.0, logger: logging.Logger | None = None,
                  label: str = "mcp") -> None:
-        from goondan import http  # only when an HTTP server is used: keeps start-up light
+        import goondan.http as http  # only when an HTTP server is used: keeps start-up light
 
         self.url = url
         self.headers = dict(headers or {})
@@ -302,7 +302,7 @@ class HttpTransport:
         self._loop.call_soon_threadsafe(self._on_message, message)
 
     def _post(self, message: JsonObject) -> None:
-        from goondan import http
+        import goondan.http as http
         from goondan.http import failures
 
         is_initialize = message.get("method") == "initialize"
@@ -362,7 +362,7 @@ class HttpTransport:
             response.release_conn()
 
     def _send_post(self, message: JsonObject) -> Any:
-        from goondan import http
+        import goondan.http as http
 
         return self._pool.request(
             "POST", self.url, body=encode_message(message), headers=self._request_headers(),
@@ -398,7 +398,7 @@ class HttpTransport:
         self._listener.start()
 
     def _listen_loop(self, session_id: str | None) -> None:
-        from goondan import http
+        import goondan.http as http
 
         last_event_id: str | None = None
         failures = 0
@@ -488,7 +488,7 @@ class HttpTransport:
         self._pool.clear()
 
     def _delete(self, headers: dict[str, str]) -> None:
-        from goondan import http
+        import goondan.http as http
 
         with contextlib.suppress(Exception):
             self._pool.request("DELETE", self.url, headers=headers, timeout=http.timeout(2.0))

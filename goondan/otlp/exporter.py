@@ -267,7 +267,7 @@ class OtlpExporter(EventSink):
                              self.config.endpoint, status, len(spans))
 
     def _post(self, body: bytes, content_type: str) -> int:
-        from goondan import http  # urllib3 only once something is exported
+        import goondan.http as http  # urllib3 only once something is exported
 
         if self._pool is None:
             self._pool = http.new_pool()

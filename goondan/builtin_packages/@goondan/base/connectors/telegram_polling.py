@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from goondan import http
+import goondan.http as http
 from goondan.connectors import ConnectorContext, ConnectorEvent, ConnectorEventError
 from goondan.workspace.files import atomic_write
 

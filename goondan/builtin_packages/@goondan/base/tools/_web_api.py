@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from goondan import http
+import goondan.http as http
 from goondan.secrets import register_secret
 from goondan.tools import ToolContext, ToolFailure
 

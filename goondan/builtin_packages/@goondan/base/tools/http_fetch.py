@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from goondan import http
+import goondan.http as http
 from goondan.secrets import mask_cut
 from goondan.tools import ToolContext, ToolFailure
 
