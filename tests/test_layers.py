@@ -19,9 +19,10 @@ LAYERS: dict[str, int] = {
     "config": 1, "conversation": 1, "workspace": 1, "tools": 1,
     "llm": 2, "pipeline": 2, "mcp": 2,
     "extensions": 3, "runtime": 3, "console": 3, "otlp": 3,
-    "ipc": 4, "connectors": 4, "engines": 4,
-    "base": 5, "builtin_packages": 5,
-    "cli": 6, "commands": 6, "__main__": 6, "__init__": 6,
+    "ipc": 4,
+    "connectors": 5, "swarm": 5, "engines": 5,
+    "base": 6, "builtin_packages": 6,
+    "cli": 7, "commands": 7, "__main__": 7, "__init__": 7,
 }
 
 # (importer area, imported area): lazy delegation by name that does not create a real cycle.
@@ -64,9 +65,9 @@ def test_module_imports_point_down(path: Path) -> None:
             )
 
 
-# docs/architecture.md: modules stay around 150–600 lines; the orchestrator and the runtime,
+# docs/architecture.md: modules stay around 150–600 lines; the wire, the swarm and the runtime,
 # the parts a newcomer reads first, are held to it (a little slack for a docstring or two).
-SIZE_CHECKED = ("ipc", "runtime")
+SIZE_CHECKED = ("ipc", "swarm", "runtime")
 MAX_LINES = 620
 
 

@@ -1,6 +1,6 @@
 """The Connections of one running Swarm: ingress, connector processes and the ``cli`` feed.
 
-:class:`ConnectionRuntime` is what :class:`goondan.ipc.service.SwarmService` starts after the
+:class:`ConnectionRuntime` is what :class:`goondan.swarm.service.SwarmService` starts after the
 orchestrator: it opens the inboxes (delivering events accepted before a crash), starts one
 supervised connector process per Connection of the running Swarm and stops them on shutdown.
 
@@ -40,8 +40,8 @@ from goondan.connectors.spec import (
     other_connections,
 )
 from goondan.connectors.supervisor import ConnectorSupervisor
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import Spawner
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import Spawner
 from goondan.types import AgentEvent, JsonObject
 
 __all__ = ["ConnectionRuntime"]

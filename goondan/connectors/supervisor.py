@@ -1,14 +1,14 @@
 """Supervision of connector processes: one per Connection, crash backoff, graceful stop.
 
 The same policy as agent processes (docs/orchestrator.md, "Supervision"), applied by
-:class:`ConnectorSupervisor` through the same :class:`~goondan.ipc.spawner.Spawner`:
+:class:`ConnectorSupervisor` through the same :class:`~goondan.swarm.spawner.Spawner`:
 
 * every Connection's process is started when the supervisor starts (connectors are not on
   demand: they listen);
 * a start failure (``runtime.startError``) or a later crash (``run`` raised, non-zero exit,
   killed by a signal) is logged once per occurrence as an ``E_CONNECTOR`` error record with the
   Connection's name and cause, and the process is started again after
-  :func:`~goondan.ipc.supervision.backoff_ms` of its consecutive crashes (the first five at
+  :func:`~goondan.swarm.supervision.backoff_ms` of its consecutive crashes (the first five at
   once, then 1 s, 2 s, 4 s … capped at 300 s). A connector that stayed up for
   :data:`STABLE_AFTER_S` starts a new count;
 * a connector whose ``run`` *returns* has finished its work (a file was read to its end): it
@@ -47,9 +47,9 @@ from goondan.ipc.control import (
     decode_control,
 )
 from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, ShutdownReason
-from goondan.ipc.spawner import AgentHandle, Spawner, SpawnRequest
-from goondan.ipc.supervision import backoff_ms
-from goondan.ipc.supervisor import pump_messages
+from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest
+from goondan.swarm.supervision import backoff_ms
+from goondan.swarm.supervisor import pump_messages
 from goondan.types import AgentEvent, JsonObject, now_iso
 
 __all__ = ["STABLE_AFTER_S", "ConnectorRecord", "ConnectorSupervisor"]

@@ -16,10 +16,10 @@ from goondan.connectors.ingress import Ingress
 from goondan.connectors.routing import IngressRule
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import ConnectorEventError
-from goondan.ipc.agent_process import claim_start
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import InProcessSpawner
 from goondan.runtime.inputs import input_text
+from goondan.swarm.agent_process import claim_start
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import InProcessSpawner
 from goondan.workspace.claims import started_ids
 from tests.support.ipc_agents import in_process_worker
 

@@ -24,7 +24,7 @@ import pytest
 
 from goondan.config import load_bundle
 from goondan.connectors.runtime import ConnectionRuntime
-from goondan.ipc.orchestrator import Orchestrator
+from goondan.swarm.orchestrator import Orchestrator
 from tests.support.connector_e2e import (
     goondan_run,
     http_request,

@@ -1,6 +1,6 @@
 """The agent process: one (agent, instanceKey) behind an IPC channel.
 
-:func:`process_main` is the child entry of :class:`~goondan.ipc.spawner.ProcessSpawner`
+:func:`process_main` is the child entry of :class:`~goondan.swarm.spawner.ProcessSpawner`
 (``spawn`` start method). Arguments (docs/orchestrator.md "Process model"): ``--bundle-dir``, ``--agent-name``,
 ``--instance-key``, plus ``--state-root``, ``--swarm``, ``--workdir``, ``--log-dir`` and
 ``--process-name`` (stdout/stderr go to ``<log-dir>/<process-name>.{stdout,stderr}.log``).
@@ -474,7 +474,7 @@ def run_child(conn: Connection, argv: list[str], build: HandlerBuilder) -> None:
     args = parse_args(argv)
     if args.log_dir:
         redirect_output(Path(args.log_dir), args.process_name or args.agent_name)
-    from goondan.ipc.logs import configure_process_logging
+    from goondan.swarm.logs import configure_process_logging
 
     configure_process_logging(agent=args.agent_name, instanceKey=args.instance_key)
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides.

@@ -1,7 +1,7 @@
 """Supervision state: per-instance records, crash backoff, reconciliation plans (docs/orchestrator.md "Supervision").
 
 Pure data and pure functions, so the policy is testable without processes; the
-:class:`~goondan.ipc.supervisor.ProcessSupervisor` applies it. A record's ``status`` is the one
+:class:`~goondan.swarm.supervisor.ProcessSupervisor` applies it. A record's ``status`` is the one
 status of its process; :data:`TRANSITIONS` is the table of what moves it, and
 :meth:`InstanceRecord.transition` is the only place it changes.
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-from goondan.ipc.instance_queue import InstanceQueue
 from goondan.ipc.protocol import ShutdownReason
-from goondan.ipc.spawner import AgentHandle, process_name
+from goondan.swarm.instance_queue import InstanceQueue
+from goondan.swarm.spawner import AgentHandle, process_name
 from goondan.types import AgentEvent, JsonObject, now_iso
 
 __all__ = [

@@ -1,8 +1,8 @@
 """The process supervisor: spawn on demand, watch, count crashes, back off, stop gracefully.
 
-:class:`ProcessSupervisor` applies the policy of :mod:`goondan.ipc.supervision`
+:class:`ProcessSupervisor` applies the policy of :mod:`goondan.swarm.supervision`
 (docs/orchestrator.md "Supervision") to one worker per :class:`InstanceRecord`; the
-:class:`~goondan.ipc.orchestrator.Orchestrator` subclasses it and adds routing. What the
+:class:`~goondan.swarm.orchestrator.Orchestrator` subclasses it and adds routing. What the
 supervisor needs of routing are four hooks: :meth:`_on_message` (a message from a process),
 :meth:`_release_in_flight` (a process ended during a Turn), :meth:`_fail_request` (a queued
 request can never be answered) and :meth:`_unsendable` (a message can never be sent).
@@ -34,8 +34,8 @@ from typing import Any
 from goondan.errors import IpcError
 from goondan.ipc.control import Shutdown
 from goondan.ipc.protocol import IpcMessage, ShutdownReason
-from goondan.ipc.spawner import AgentHandle, Spawner, SpawnRequest, WorkerExit
-from goondan.ipc.supervision import (
+from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest, WorkerExit
+from goondan.swarm.supervision import (
     InstanceRecord,
     ReconcilePlan,
     backoff_ms,
@@ -49,7 +49,7 @@ from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = ["ProcessSupervisor", "pump_messages"]
 
-_log = logging.getLogger("goondan.ipc.orchestrator")
+_log = logging.getLogger("goondan.swarm.orchestrator")
 # processes.json is rewritten at most this often (changes in between are coalesced).
 STATUS_WRITE_INTERVAL_S = 0.2
 

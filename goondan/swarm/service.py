@@ -24,7 +24,7 @@ A failed request is answered with ``{"ok": false, "code", "message", "suggestion
 them, within :data:`STREAM_BUFFER_BYTES` and :data:`DRAIN_TIMEOUT_S` (:class:`_EventStream`);
 past them the answer says how many were not sent (``eventsDropped``).
 
-The service takes the swarm's lock (:class:`~goondan.ipc.state.SwarmLock`) before anything
+The service takes the swarm's lock (:class:`~goondan.swarm.state.SwarmLock`) before anything
 starts and holds it until its process exits: one orchestrator per swarm and state root.
 """
 
@@ -44,10 +44,14 @@ from typing import Any
 from goondan.config.dotenv import load_env_files, parse_env_file
 from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.controlwire import MAX_CONTROL_BYTES, encode_line, message_too_large, send_control
-from goondan.ipc.logs import JsonLineFormatter, log_dir_for, log_files
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import ProcessSpawner, Spawner
-from goondan.ipc.state import (
+from goondan.runtime.budget import TraceBudgets
+from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
+from goondan.runtime.ledger import Budget, UsageLedger
+from goondan.secrets import SecretMaskingFilter
+from goondan.swarm.logs import JsonLineFormatter, log_dir_for, log_files
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import ProcessSpawner, Spawner
+from goondan.swarm.state import (
     ActiveRuntime,
     SwarmLock,
     clear_active,
@@ -57,17 +61,13 @@ from goondan.ipc.state import (
     status_path,
     write_active,
 )
-from goondan.runtime.budget import TraceBudgets
-from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
-from goondan.runtime.ledger import Budget, UsageLedger
-from goondan.secrets import SecretMaskingFilter
 from goondan.types import JsonObject, new_id, now_iso
 from goondan.workspace.files import private_dirs, private_opener
 from goondan.workspace.record import record_bundle_workspace
 
 __all__ = ["SwarmService", "already_running", "load_env_files", "parse_env_file", "send_control"]
 
-_log = logging.getLogger("goondan.ipc.service")
+_log = logging.getLogger("goondan.swarm.service")
 
 STREAM_BUFFER_BYTES = MAX_CONTROL_BYTES
 """Streamed events held for one attached client that does not read (Ctrl-Z, a stuck pipe);
@@ -275,7 +275,7 @@ class SwarmService:
         self._server = await asyncio.start_unix_server(self._on_control, path=str(self.socket_path),
                                                        limit=MAX_CONTROL_BYTES)
         if self.watch:
-            from goondan.ipc.watch import BundleWatcher
+            from goondan.swarm.watch import BundleWatcher
 
             self._watcher = BundleWatcher(self.bundle, self._reload, state_root=self.state_root,
                                           swarm=self.swarm.name)

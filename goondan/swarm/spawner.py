@@ -15,7 +15,7 @@ injection), so tests and the embedding API can swap real processes for in-proces
   ``--log-dir``. Exit is observed through the process sentinel on the event loop (no thread per
   child). The child runs :func:`child_entry` first: a spawned child inherits the
   signal mask of the thread that started it, and ``goondan run`` starts agents from threads
-  that block SIGINT/SIGTERM (see :mod:`goondan.ipc.frontend`); a blocked SIGTERM would make
+  that block SIGINT/SIGTERM (see :mod:`goondan.swarm.frontend`); a blocked SIGTERM would make
   the agent ignore graceful stops, so the mask is cleared before the target runs.
 * :class:`InProcessSpawner` runs a worker coroutine per instance in the current loop over an
   :class:`~goondan.ipc.channel.InProcessTransport` pair; ``kill()`` cancels it (like SIGKILL:
@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from goondan.ipc.channel import InProcessTransport, PipeTransport, Transport
-from goondan.ipc.procstart import start_process
+from goondan.swarm.procstart import start_process
 from goondan.types import now_iso
 
-_log = logging.getLogger("goondan.ipc.spawner")
+_log = logging.getLogger("goondan.swarm.spawner")
 
 __all__ = [
     "WORKER_ENTRIES",
@@ -85,7 +85,7 @@ WorkerKind = Literal["agent", "connector"]
 # Child entry point of each worker kind, as ``module:function`` (imported in the parent only
 # when that kind is spawned, and by name in the child, so neither pays for the other).
 WORKER_ENTRIES: Final[dict[str, str]] = {
-    "agent": "goondan.ipc.agent_process:process_main",
+    "agent": "goondan.swarm.agent_process:process_main",
     "connector": "goondan.connectors.process:process_main",
 }
 
@@ -345,7 +345,7 @@ class ProcessSpawner(Spawner):
         """Start ``python`` (spawn) running ``target(conn, argv)``; returns once started."""
         target = self._targets.get(request.kind) or resolve_worker_entry(request.kind)
         if request.kind == "agent":
-            from goondan.ipc.prewarm import take_prewarmed
+            from goondan.swarm.prewarm import take_prewarmed
 
             warm = take_prewarmed(target, self.argv(request))  # `goondan run`'s head start
             if warm is not None:

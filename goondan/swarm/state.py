@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from goondan.errors import ConfigError
-from goondan.ipc.logs import log_dir_for
+from goondan.swarm.logs import log_dir_for
 from goondan.types import JsonObject
 from goondan.workspace.claims import owner_alive, pid_start_time
 from goondan.workspace.files import private_dirs, private_opener

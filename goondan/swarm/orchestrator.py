@@ -13,7 +13,7 @@ Responsibilities (docs/orchestrator.md):
   (``metadata.inReplyTo``) is forwarded to the process that asked (or resolves a local future
   for :meth:`request`). If the callee dies during that Turn the caller gets an error answer
   (``E_AGENT_CRASHED``) instead of waiting for its timeout.
-* **Supervision** (:class:`~goondan.ipc.supervisor.ProcessSupervisor`, the base class): a
+* **Supervision** (:class:`~goondan.swarm.supervisor.ProcessSupervisor`, the base class): a
   non-zero exit is a crash: ``consecutiveCrashes += 1``; the first ``crash_threshold`` (5)
   respawn at once, then ``min(1 s · 2^(n-6), 300 s)`` in status ``crashLoopBackOff``; a finished
   Turn resets the count. A reconciliation loop (default every 5 s) respawns what is due and
@@ -63,18 +63,18 @@ from goondan.ipc.protocol import (
     IpcMessage,
     ShutdownReason,
 )
-from goondan.ipc.spawner import AgentHandle, Spawner, WorkerExit
-from goondan.ipc.state import pid_stopped
-from goondan.ipc.supervision import (
+from goondan.runtime.events import RuntimeEvent, event_from_dict
+from goondan.runtime.observe import EventSink
+from goondan.swarm.spawner import AgentHandle, Spawner, WorkerExit
+from goondan.swarm.state import pid_stopped
+from goondan.swarm.supervision import (
     InstanceRecord,
     ProcessStatus,
     ReconcilePlan,
     backoff_ms,
     plan_reconcile,
 )
-from goondan.ipc.supervisor import ProcessSupervisor
-from goondan.runtime.events import RuntimeEvent, event_from_dict
-from goondan.runtime.observe import EventSink
+from goondan.swarm.supervisor import ProcessSupervisor
 from goondan.types import AgentEvent, JsonObject, ReplyChannel, new_trace_id
 
 __all__ = [
@@ -86,7 +86,7 @@ __all__ = [
     "plan_reconcile",
 ]
 
-_log = logging.getLogger("goondan.ipc.orchestrator")
+_log = logging.getLogger("goondan.swarm.orchestrator")
 # Liveness of a request's target: how often it is checked, and how long it may stay stopped.
 LIVENESS_POLL_S = 1.0
 UNRESPONSIVE_AFTER_S = 10.0
