@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from goondan.config import load_bundle  # noqa: E402
-from goondan.connectors.runtime import ConnectionRuntime  # noqa: E402
+from goondan.swarm.connections import ConnectionRuntime  # noqa: E402
 from goondan.swarm.orchestrator import Orchestrator  # noqa: E402
 from goondan.swarm.spawner import ProcessSpawner, Spawner  # noqa: E402
 

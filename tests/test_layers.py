@@ -20,9 +20,10 @@ LAYERS: dict[str, int] = {
     "llm": 2, "pipeline": 2, "mcp": 2,
     "extensions": 3, "runtime": 3, "console": 3, "otlp": 3,
     "ipc": 4,
-    "connectors": 5, "swarm": 5, "engines": 5,
-    "base": 6, "builtin_packages": 6,
-    "cli": 7, "commands": 7, "__main__": 7, "__init__": 7,
+    "connectors": 5,
+    "swarm": 6, "engines": 6,
+    "base": 7, "builtin_packages": 7,
+    "cli": 8, "commands": 8, "__main__": 8, "__init__": 8,
 }
 
 # (importer area, imported area): lazy delegation by name that does not create a real cycle.
@@ -65,6 +66,37 @@ def test_module_imports_point_down(path: Path) -> None:
             )
 
 
+def _imported_areas(area: str) -> dict[str, set[str]]:
+    """Every goondan area each module of ``area`` imports (lazy and TYPE_CHECKING ones too)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / area).rglob("*.py")):
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            targets |= {t for t in map(_area, names) if t is not None}
+        found[str(path.relative_to(ROOT.parent))] = targets
+    return found
+
+
+def test_the_wire_imports_neither_connectors_nor_the_swarm() -> None:
+    """Issue 29: ``ipc`` (the wire) and ``connectors`` no longer import each other, and the wire
+    knows nothing of what runs a swarm over it."""
+    offending = {m: sorted(t & {"connectors", "swarm"}) for m, t in _imported_areas("ipc").items()}
+    assert {m: t for m, t in offending.items() if t} == {}
+
+
+def test_connectors_do_not_import_the_swarm_that_runs_them() -> None:
+    """Issue 29: a connector process and its contract use the wire only; the connection runtime,
+    ingress and connector supervision are part of running the swarm (``swarm/``)."""
+    offending = {m: sorted(t & {"swarm", "engines"}) for m, t in _imported_areas("connectors").items()}
+    assert {m: t for m, t in offending.items() if t} == {}
+
+
 # docs/architecture.md: modules stay around 150–600 lines; the wire, the swarm and the runtime,
 # the parts a newcomer reads first, are held to it (a little slack for a docstring or two).
 SIZE_CHECKED = ("ipc", "swarm", "runtime")
@@ -75,7 +107,7 @@ MAX_LINES = 620
     "path", [p for p in _modules() if p.relative_to(ROOT).parts[0] in SIZE_CHECKED],
     ids=lambda p: str(p.relative_to(ROOT)),
 )
-def test_ipc_and_runtime_modules_stay_small(path: Path) -> None:
+def test_ipc_swarm_and_runtime_modules_stay_small(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT.parent)} has {lines} lines; split it"
 

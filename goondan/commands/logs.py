@@ -113,8 +113,8 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
          list_processes: bool, as_json: bool) -> int:
     """Show the last lines of a swarm's process logs (pretty; --json raw), or follow them."""
     from goondan.errors import ConfigError, UsageError
+    from goondan.ipc.logs import follow_lines, log_files, valid_process_name
     from goondan.secrets import mask
-    from goondan.swarm.logs import follow_lines, log_files, valid_process_name
 
     options = get_globals()
     as_json = as_json or options.json_errors
@@ -216,8 +216,8 @@ def _log_dir(state_root: Path, bundle: str | None, swarm: str | None,
              instance_key: str | None) -> tuple[str, Path]:
     """``(instance key, log directory)`` of the swarm to show."""
     from goondan.errors import ConfigError
+    from goondan.ipc.logs import log_dir_for
     from goondan.swarm.daemon import bundle_runtime_key
-    from goondan.swarm.logs import log_dir_for
     from goondan.swarm.state import read_active
 
     base = log_dir_for(state_root, "x").parent

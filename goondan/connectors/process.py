@@ -268,8 +268,7 @@ async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigter
 
 def process_main(conn: Connection, argv: list[str]) -> None:
     """Entry of a connector process (the ``connector`` worker kind)."""
-    from goondan.swarm.agent_process import redirect_output
-    from goondan.swarm.logs import configure_process_logging
+    from goondan.ipc.logs import configure_process_logging, redirect_output
 
     args = parse_args(argv)
     if args.log_dir:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from goondan.errors import ConfigError, GoondanError
-from goondan.swarm.logs import tail_lines
+from goondan.ipc.logs import tail_lines
 from goondan.swarm.state import (
     ActiveRuntime,
     pid_start_time,

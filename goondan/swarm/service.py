@@ -3,7 +3,7 @@
 :class:`SwarmService` assembles, for one bundle and Swarm, a :class:`ProcessSpawner`, the
 :class:`Orchestrator`, the log directory, ``runtime/active.json``, the status snapshot, the
 control socket (``goondan restart``, ``goondan send``), the Connections of the Swarm
-(:class:`~goondan.connectors.runtime.ConnectionRuntime`: ingress and connector processes) and
+(:class:`~goondan.swarm.connections.ConnectionRuntime`: ingress and connector processes) and
 optionally the :class:`BundleWatcher`. The command
 module only parses options and picks a front-end (one-shot, interactive console, headless).
 
@@ -44,11 +44,11 @@ from typing import Any
 from goondan.config.dotenv import load_env_files, parse_env_file
 from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.controlwire import MAX_CONTROL_BYTES, encode_line, message_too_large, send_control
+from goondan.ipc.logs import JsonLineFormatter, log_dir_for, log_files
 from goondan.runtime.budget import TraceBudgets
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.ledger import Budget, UsageLedger
 from goondan.secrets import SecretMaskingFilter
-from goondan.swarm.logs import JsonLineFormatter, log_dir_for, log_files
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import ProcessSpawner, Spawner
 from goondan.swarm.state import (
@@ -204,7 +204,7 @@ class SwarmService:
             status_path=self.status_file,
             clear_history=self._clear_history,
         )
-        from goondan.connectors.runtime import ConnectionRuntime
+        from goondan.swarm.connections import ConnectionRuntime
 
         # One supervised connector process per Connection of this Swarm (docs/connectors.md).
         self.connections = ConnectionRuntime(bundle, self.swarm, self.orchestrator, spawner,

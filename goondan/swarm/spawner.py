@@ -31,7 +31,6 @@ import importlib
 import logging
 import multiprocessing
 import os
-import re
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from goondan.ipc.channel import InProcessTransport, PipeTransport, Transport
+from goondan.ipc.logs import connection_process_name, process_name
 from goondan.swarm.procstart import start_process
 from goondan.types import now_iso
 
@@ -58,26 +58,10 @@ __all__ = [
     "WorkerFactory",
     "WorkerKind",
     "child_entry",
-    "connection_process_name",
-    "process_name",
     "resolve_worker_entry",
 ]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
 ChildTarget = Callable[[Connection, list[str]], None]
-
-
-def process_name(agent_name: str, instance_key: str) -> str:
-    """The log/status name of an agent process: ``<agent>.<instanceKey>`` made path-safe."""
-    key = _UNSAFE.sub("-", instance_key).strip("-") or "default"
-    return f"{agent_name}.{key}"[:128]
-
-
-def connection_process_name(connection_name: str) -> str:
-    """The log/status name of a Connection's connector process: ``connection.<name>``."""
-    name = _UNSAFE.sub("-", connection_name).strip("-") or "default"
-    return f"connection.{name}"[:128]
 
 
 WorkerKind = Literal["agent", "connector"]

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
 
+from goondan.ipc.logs import process_name
 from goondan.ipc.protocol import ShutdownReason
 from goondan.swarm.instance_queue import InstanceQueue
-from goondan.swarm.spawner import AgentHandle, process_name
+from goondan.swarm.spawner import AgentHandle
 from goondan.types import AgentEvent, JsonObject, now_iso
 
 __all__ = [

@@ -19,8 +19,8 @@ import pytest
 
 from goondan.config import load_bundle
 from goondan.connectors.process import parse_args, serve
-from goondan.connectors.runtime import ConnectionRuntime
 from goondan.ipc.channel import Transport
+from goondan.swarm.connections import ConnectionRuntime
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import (
     WORKER_ENTRIES,

@@ -179,7 +179,7 @@ def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str, cras
     os.environ["TRIGGER_FAIL"] = ""
     os.environ[RECORD_DIR_ENV] = record_dir
     os.environ["GOONDAN_TEST_AGENTS"] = "assistant,other"
-    from goondan.connectors.runtime import ConnectionRuntime
+    from goondan.swarm.connections import ConnectionRuntime
     from goondan.swarm.orchestrator import Orchestrator
     from tests.support.ipc_agents import script_child_main
 

@@ -31,7 +31,6 @@ from typing import Any
 
 from goondan.connectors.cli import parse_cli_line
 from goondan.connectors.inbox import connection_dir
-from goondan.connectors.ingress import Ingress
 from goondan.connectors.signing import check_connections_signed
 from goondan.connectors.spec import (
     ConnectionSpec,
@@ -39,7 +38,8 @@ from goondan.connectors.spec import (
     fingerprint,
     other_connections,
 )
-from goondan.connectors.supervisor import ConnectorSupervisor
+from goondan.swarm.connector_supervisor import ConnectorSupervisor
+from goondan.swarm.ingress import Ingress
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import Spawner
 from goondan.types import AgentEvent, JsonObject

@@ -38,7 +38,7 @@ from goondan.types import AgentEvent, new_span_id, new_trace_id
 
 __all__ = ["Accepted", "Ingress", "agent_event_for"]
 
-_log = logging.getLogger("goondan.connectors.ingress")
+_log = logging.getLogger("goondan.swarm.ingress")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from goondan.connectors.ingress import Ingress
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import ConnectorEventError, GoondanError, IpcError
 from goondan.ipc.control import (
@@ -47,6 +46,7 @@ from goondan.ipc.control import (
     decode_control,
 )
 from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, ShutdownReason
+from goondan.swarm.ingress import Ingress
 from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest
 from goondan.swarm.supervision import backoff_ms
 from goondan.swarm.supervisor import pump_messages
