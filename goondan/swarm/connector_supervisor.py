@@ -1,7 +1,9 @@
 """Supervision of connector processes: one per Connection, crash backoff, graceful stop.
 
 The same policy as agent processes (docs/orchestrator.md, "Supervision"), applied by
-:class:`ConnectorSupervisor` through the same :class:`~goondan.swarm.spawner.Spawner`:
+:class:`ConnectorSupervisor` through the same :class:`~goondan.swarm.spawner.Spawner`, on the
+same record base (:class:`~goondan.swarm.supervision.WorkerRecord`: one status moved only by the
+one :data:`~goondan.swarm.supervision.TRANSITIONS` table, one crash count and backoff):
 
 * every Connection's process is started when the supervisor starts (connectors are not on
   demand: they listen);
@@ -48,7 +50,7 @@ from goondan.ipc.control import (
 from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, ShutdownReason
 from goondan.swarm.ingress import Ingress
 from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest
-from goondan.swarm.supervision import backoff_ms
+from goondan.swarm.supervision import ProcessStatus, WorkerRecord
 from goondan.swarm.supervisor import pump_messages
 from goondan.types import AgentEvent, JsonObject, now_iso
 
@@ -61,21 +63,14 @@ STABLE_AFTER_S = 60.0
 
 
 @dataclass
-class ConnectorRecord:
-    """Supervision state of one Connection's connector process."""
+class ConnectorRecord(WorkerRecord):
+    """Supervision state of one Connection's connector process: pending → spawning → running
+    (→ completed) or crashed / crashLoopBackOff / terminated (:data:`TRANSITIONS`)."""
 
     spec: ConnectionSpec
-    status: str = "pending"  # pending | spawning | running | completed | crashed | crashLoopBackOff | terminated
-    handle: AgentHandle | None = None
-    consecutive_crashes: int = 0
-    total_crashes: int = 0
-    spawn_count: int = 0
+    status: ProcessStatus = field(default="pending", kw_only=True)
     emitted: int = 0
-    last_exit_code: int | None = None
     last_error: str | None = None
-    started_monotonic: float = 0.0
-    started_at: str | None = None
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
     timer: asyncio.TimerHandle | None = None
     replacing: bool = False  # stopped for a configuration change: neither a crash nor completed
 
@@ -134,7 +129,7 @@ class ConnectorSupervisor:
     def _ensure_running(self, rec: ConnectorRecord) -> None:
         if self._stopping or rec.handle is not None or rec.status == "spawning":
             return
-        rec.status = "spawning"
+        rec.transition("spawn")
         rec.exited.clear()
         self._task(self._start(rec))
 
@@ -167,11 +162,11 @@ class ConnectorSupervisor:
         if isinstance(control, Emit) and event.reply_to is not None:
             await self._answer_emit(rec, handle, event)
         elif isinstance(control, Ready):
-            rec.status = "running"
+            rec.transition("run")
         elif isinstance(control, (StartError, ConnectorError)):
             rec.last_error = str(control.message)
         elif isinstance(control, Completed):
-            rec.status = "completed"
+            rec.transition("done")
 
     async def _answer_emit(self, rec: ConnectorRecord, handle: AgentHandle, event: AgentEvent) -> None:
         assert event.reply_to is not None
@@ -211,9 +206,9 @@ class ConnectorSupervisor:
             await handle.transport.aclose()
         rec.handle, rec.last_exit_code = None, ended.status_code
         if self._stopping or rec.replacing:
-            rec.status = "terminated"
+            rec.transition("exit")
         elif ended.ok:
-            rec.status = "completed"
+            rec.transition("done")
             self.logger.info("connector of Connection %s finished (run returned); not restarted", rec.name,
                              extra={"event": "connector.completed", "connection": rec.name})
         else:
@@ -222,13 +217,8 @@ class ConnectorSupervisor:
         rec.exited.set()
 
     def _crashed(self, rec: ConnectorRecord, code: int | None, cause: str) -> None:
-        if rec.started_monotonic and time.monotonic() - rec.started_monotonic > STABLE_AFTER_S:
-            rec.consecutive_crashes = 0
-        rec.consecutive_crashes += 1
-        rec.total_crashes += 1
         rec.handle = None
-        delay = backoff_ms(rec.consecutive_crashes, self.crash_threshold)
-        rec.status = "crashLoopBackOff" if delay > 0 else "crashed"
+        delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S)
         self.logger.error(
             "[E_CONNECTOR] Connection %s (connector %s) failed: %s; restarting in %d ms (%d in a row)",
             rec.name, rec.spec.connector, cause, delay, rec.consecutive_crashes,
@@ -245,7 +235,6 @@ class ConnectorSupervisor:
 
     def _respawn(self, rec: ConnectorRecord) -> None:
         rec.timer = None
-        rec.status = "pending"
         self._ensure_running(rec)
 
     def add(self, spec: ConnectionSpec) -> None:
@@ -259,7 +248,7 @@ class ConnectorSupervisor:
         """Stop the Connection's process (``config_change``) and start it again with ``spec``."""
         rec = self.records[spec.name]
         await self._stop_for_change(rec)
-        rec.spec, rec.status = spec, "pending"
+        rec.spec = spec
         rec.consecutive_crashes, rec.last_error = 0, None
         self._ensure_running(rec)
 

@@ -1,19 +1,24 @@
-"""Supervision state: per-instance records, crash backoff, reconciliation plans (docs/orchestrator.md "Supervision").
+"""Supervision state: worker records, crash backoff, reconciliation plans (docs/orchestrator.md "Supervision").
 
-Pure data and pure functions, so the policy is testable without processes; the
-:class:`~goondan.swarm.supervisor.ProcessSupervisor` applies it. A record's ``status`` is the one
-status of its process; :data:`TRANSITIONS` is the table of what moves it, and
-:meth:`InstanceRecord.transition` is the only place it changes.
+Pure data and pure functions, so the policy is testable without processes. Every worker kind
+has a :class:`WorkerRecord`: agent instances an :class:`InstanceRecord` (applied by
+:class:`~goondan.swarm.supervisor.ProcessSupervisor`), Connections a
+:class:`~goondan.swarm.connector_supervisor.ConnectorRecord` (applied by
+:class:`~goondan.swarm.connector_supervisor.ConnectorSupervisor`). A record's ``status`` is the
+one status of its process; :data:`TRANSITIONS` is the one table of what moves it, for every
+worker kind, :meth:`WorkerRecord.transition` the only place it changes and
+:meth:`WorkerRecord.count_crash` the one crash count and backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Final, Literal, Self
 
 from goondan.ipc.logs import process_name
 from goondan.ipc.protocol import ShutdownReason
@@ -27,6 +32,7 @@ __all__ = [
     "ProcessStatus",
     "ReconcilePlan",
     "Trigger",
+    "WorkerRecord",
     "backoff_ms",
     "iso_from_epoch",
     "next_status",
@@ -34,21 +40,27 @@ __all__ = [
 ]
 
 ProcessStatus = Literal[
-    "spawning", "idle", "processing", "draining", "terminated", "crashed", "crashLoopBackOff"
+    "pending", "spawning", "idle", "running", "processing", "draining", "completed",
+    "terminated", "crashed", "crashLoopBackOff",
 ]
-# What moves a process between statuses (docs/orchestrator.md "Supervision").
+# What moves a process between statuses (docs/orchestrator.md "Supervision"). Agent processes
+# report ``ready`` and then take turns; a connector process reports ``run`` (its ``run(ctx)``
+# started: it listens) and ``done`` (``run`` returned: its work is finished).
 Trigger = Literal[
-    "spawn", "ready", "turnStarted", "turnFinished", "drain", "exit", "crash", "backoff"
+    "spawn", "ready", "turnStarted", "turnFinished", "run", "done", "drain", "exit", "crash", "backoff"
 ]
-_ALIVE: Final = ("spawning", "idle", "processing", "draining")
-_DOWN: Final = ("terminated", "crashed", "crashLoopBackOff")
-# (status, trigger) → next status. A pair not in the table leaves the status as it is: a
-# report that arrives late (``ready`` after ``shutdown`` was sent) must not undo a drain.
+_ALIVE: Final = ("spawning", "idle", "running", "processing", "draining")
+_DOWN: Final = ("pending", "completed", "terminated", "crashed", "crashLoopBackOff")
+# (status, trigger) → next status, for every worker kind. A pair not in the table leaves the
+# status as it is: a report that arrives late (``ready`` after ``shutdown`` was sent) must not
+# undo a drain.
 TRANSITIONS: Final[dict[tuple[ProcessStatus, Trigger], ProcessStatus]] = {
     **{(s, "spawn"): "spawning" for s in _DOWN},
     ("spawning", "ready"): "idle",
     ("idle", "turnStarted"): "processing",
     ("processing", "turnFinished"): "idle",
+    ("spawning", "run"): "running",
+    **{(s, "done"): "completed" for s in _ALIVE},
     **{(s, "drain"): "draining" for s in _ALIVE},
     **{(s, "exit"): "terminated" for s in (*_ALIVE, *_DOWN)},
     **{(s, "crash"): "crashed" for s in (*_ALIVE, *_DOWN)},
@@ -73,8 +85,55 @@ def iso_from_epoch(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@dataclass(kw_only=True)
+class WorkerRecord:
+    """What every supervised worker has, whatever its kind: one ``status`` that only
+    :meth:`transition` changes, its process handle, crash counts (:meth:`count_crash`) and an
+    ``exited`` event per process."""
+
+    status: ProcessStatus = "terminated"
+    handle: AgentHandle | None = None
+    consecutive_crashes: int = 0
+    total_crashes: int = 0
+    spawn_count: int = 0
+    last_exit_code: int | None = None
+    started_at: str | None = None
+    started_monotonic: float | None = None
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def transition(self, trigger: Trigger) -> ProcessStatus:
+        """The one place the status changes (:data:`TRANSITIONS`); wakes :meth:`wait_for`."""
+        self.status = next_status(self.status, trigger)
+        self.notify()
+        return self.status
+
+    def count_crash(self, threshold: int, *, stable_after_s: float | None = None) -> int:
+        """Count one crash and move to ``crashed`` (respawn at once) or ``crashLoopBackOff``;
+        returns the backoff in ms (:func:`backoff_ms`). A worker that had run longer than
+        ``stable_after_s`` before this crash starts a new count."""
+        if (stable_after_s is not None and self.started_monotonic
+                and time.monotonic() - self.started_monotonic > stable_after_s):
+            self.consecutive_crashes = 0
+        self.consecutive_crashes += 1
+        self.total_crashes += 1
+        delay = backoff_ms(self.consecutive_crashes, threshold)
+        self.transition("backoff" if delay > 0 else "crash")
+        return delay
+
+    def notify(self) -> None:
+        """Wake the waiters of :meth:`wait_for` (the record changed)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for(self, predicate: Callable[[Self], bool]) -> None:
+        """Wait until ``predicate(self)`` holds, re-checked on every :meth:`notify`."""
+        while not predicate(self):
+            await self._changed.wait()
+
+
 @dataclass
-class InstanceRecord:
+class InstanceRecord(WorkerRecord):
     """Supervision state of one (agent, instanceKey): its :class:`InstanceQueue`, its process
     and one ``status`` that only :meth:`transition` changes."""
 
@@ -83,23 +142,13 @@ class InstanceRecord:
     workdir: str | None = None
     owner: tuple[str, str] | None = None
     created_at: str = field(default_factory=now_iso)
-    status: ProcessStatus = "terminated"
-    handle: AgentHandle | None = None
     inbox: InstanceQueue = field(default_factory=InstanceQueue)
     stop_mode: ShutdownReason | None = None  # set: hold dispatch (a stop or restart is under way)
-    consecutive_crashes: int = 0
-    total_crashes: int = 0
-    spawn_count: int = 0
     processed: int = 0
     next_spawn_at: float = 0.0  # time.monotonic()
-    last_exit_code: int | None = None
-    started_at: str | None = None
-    started_monotonic: float | None = None
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
     ready_signal: asyncio.Event = field(default_factory=asyncio.Event)  # per process: ready or gone
     _timer: asyncio.TimerHandle | None = None
     _idle_timer: asyncio.TimerHandle | None = None  # policy.idleTimeoutMs (docs/scaling.md)
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -138,22 +187,6 @@ class InstanceRecord:
         """Id of the in-flight event a ``runtime.cancel`` was sent for."""
         current = self.inbox.current
         return current.event.id if current is not None and current.cancel_requested else None
-
-    def transition(self, trigger: Trigger) -> ProcessStatus:
-        """The one place the status changes (:data:`TRANSITIONS`); wakes :meth:`wait_for`."""
-        self.status = next_status(self.status, trigger)
-        self.notify()
-        return self.status
-
-    def notify(self) -> None:
-        """Wake the waiters of :meth:`wait_for` (the record changed)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def wait_for(self, predicate: Callable[[InstanceRecord], bool]) -> None:
-        """Wait until ``predicate(self)`` holds, re-checked on every :meth:`notify`."""
-        while not predicate(self):
-            await self._changed.wait()
 
     def __repr__(self) -> str:
         return (

@@ -38,7 +38,6 @@ from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest, WorkerExit
 from goondan.swarm.supervision import (
     InstanceRecord,
     ReconcilePlan,
-    backoff_ms,
     iso_from_epoch,
     plan_reconcile,
 )
@@ -335,9 +334,7 @@ class ProcessSupervisor(abc.ABC):
             self._ensure_running(rec)
 
     def _on_crash(self, rec: InstanceRecord, code: int | None) -> None:
-        rec.consecutive_crashes += 1
-        rec.total_crashes += 1
-        delay = backoff_ms(rec.consecutive_crashes, self.crash_threshold)
+        delay = rec.count_crash(self.crash_threshold)
         rec.next_spawn_at = time.monotonic() + delay / 1000
         self.logger.warning(
             "%s crashed (exit %s, %d in a row)", rec.name, code, rec.consecutive_crashes,
@@ -346,7 +343,6 @@ class ProcessSupervisor(abc.ABC):
                    "consecutiveCrashes": rec.consecutive_crashes},
         )
         if delay > 0:
-            rec.transition("backoff")
             self.logger.warning(
                 "%s is in crashLoopBackOff for %d ms", rec.name, delay,
                 extra={
@@ -360,8 +356,6 @@ class ProcessSupervisor(abc.ABC):
                     "nextSpawnAllowedAt": iso_from_epoch(time.time() + delay / 1000),
                 },
             )
-        else:
-            rec.transition("crash")
 
     async def _stop_record(
         self, rec: InstanceRecord, reason: ShutdownReason, grace_period_ms: int | None
