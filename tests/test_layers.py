@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent / "goondan"
 LAYERS: dict[str, int] = {
     "errors": 0, "types": 0, "secrets": 0, "text": 0, "codecache": 0,
     "config": 1, "conversation": 1, "workspace": 1, "tools": 1,
-    "llm": 2, "pipeline": 2, "mcp": 2,
-    "extensions": 3, "runtime": 3, "console": 3, "otlp": 3,
+    "llm": 2, "pipeline": 2, "mcp": 2, "otlp": 2,
+    "extensions": 3, "runtime": 3, "console": 3,
     "ipc": 4,
     "connectors": 5,
     "swarm": 6, "engines": 6,
@@ -95,6 +95,15 @@ def test_connectors_do_not_import_the_swarm_that_runs_them() -> None:
     ingress and connector supervision are part of running the swarm (``swarm/``)."""
     offending = {m: sorted(t & {"swarm", "engines"}) for m, t in _imported_areas("connectors").items()}
     assert {m: t for m, t in offending.items() if t} == {}
+
+
+def test_otlp_encodes_and_does_not_import_the_runtime() -> None:
+    """Issue 29: ``runtime`` and ``otlp`` no longer import each other. ``otlp`` is the OTLP trace
+    schema (encoding, endpoint variables) below the runtime; the exporter that turns runtime
+    events into OTLP spans is a runtime sink (``runtime/otlp_exporter.py``)."""
+    offending = {m: sorted(t & {"runtime", "extensions", "ipc", "swarm"}) for m, t in _imported_areas("otlp").items()}
+    assert {m: t for m, t in offending.items() if t} == {}
+    assert LAYERS["otlp"] < LAYERS["runtime"]
 
 
 # docs/architecture.md: modules stay around 150–600 lines; the wire, the swarm and the runtime,

@@ -216,7 +216,7 @@ class SwarmService:
         # Ingress events happen here, not in an agent process: they get the orchestrator's own
         # runtime-events.jsonl in the logs directory (docs/observability.md).
         self.event_log: RuntimeEventLog | None = None
-        self.exporter: Any = None  # goondan.otlp.exporter.OtlpExporter when configured
+        self.exporter: Any = None  # goondan.runtime.otlp_exporter.OtlpExporter when configured
         # Tokens and cost per agent instance, for `goondan status` and /usage.
         self.ledger = UsageLedger()
         self.orchestrator.add_event_sink(self.ledger)
@@ -259,7 +259,7 @@ class SwarmService:
 
         # OTLP export (docs/observability.md): spans of every agent process, sent from a thread.
         if endpoint_configured(os.environ):
-            from goondan.otlp.exporter import exporter_from_env
+            from goondan.runtime.otlp_exporter import exporter_from_env
 
             self.exporter = exporter_from_env(resource_attributes={"goondan.swarm": self.swarm.name})
         if self.exporter is not None:
