@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +51,7 @@ from goondan.swarm.ingress import Ingress
 from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest
 from goondan.swarm.supervision import ProcessStatus, WorkerRecord
 from goondan.swarm.supervisor import pump_messages
-from goondan.types import AgentEvent, JsonObject, now_iso
+from goondan.types import AgentEvent, JsonObject
 
 __all__ = ["STABLE_AFTER_S", "ConnectorRecord", "ConnectorSupervisor"]
 
@@ -129,8 +128,7 @@ class ConnectorSupervisor:
     def _ensure_running(self, rec: ConnectorRecord) -> None:
         if self._stopping or rec.handle is not None or rec.status == "spawning":
             return
-        rec.transition("spawn")
-        rec.exited.clear()
+        rec.begin_spawn()
         self._task(self._start(rec))
 
     async def _start(self, rec: ConnectorRecord) -> None:
@@ -141,8 +139,7 @@ class ConnectorSupervisor:
             self._crashed(rec, None, f"spawning failed: {exc}")
             rec.exited.set()
             return
-        rec.handle, rec.spawn_count = handle, rec.spawn_count + 1
-        rec.started_monotonic, rec.started_at = time.monotonic(), now_iso()
+        rec.spawned(handle)
         self.logger.info("started connector %s of Connection %s (pid %s)", rec.spec.connector, rec.name,
                          handle.pid, extra={"event": "connector.spawned", "connection": rec.name,
                                             "childPid": handle.pid})
@@ -204,7 +201,7 @@ class ConnectorSupervisor:
             pump.cancel()
         with contextlib.suppress(Exception):
             await handle.transport.aclose()
-        rec.handle, rec.last_exit_code = None, ended.status_code
+        rec.ended(ended.status_code)
         if self._stopping or rec.replacing:
             rec.transition("exit")
         elif ended.ok:
@@ -217,7 +214,6 @@ class ConnectorSupervisor:
         rec.exited.set()
 
     def _crashed(self, rec: ConnectorRecord, code: int | None, cause: str) -> None:
-        rec.handle = None
         delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S)
         self.logger.error(
             "[E_CONNECTOR] Connection %s (connector %s) failed: %s; restarting in %d ms (%d in a row)",
@@ -249,7 +245,8 @@ class ConnectorSupervisor:
         rec = self.records[spec.name]
         await self._stop_for_change(rec)
         rec.spec = spec
-        rec.consecutive_crashes, rec.last_error = 0, None
+        rec.reset_crashes()
+        rec.last_error = None
         self._ensure_running(rec)
 
     async def remove(self, name: str) -> None:

@@ -108,6 +108,27 @@ class WorkerRecord:
         self.notify()
         return self.status
 
+    def begin_spawn(self) -> None:
+        """A new process is being started: ``spawning``, its exit not seen yet."""
+        self.exited.clear()
+        self.transition("spawn")
+
+    def spawned(self, handle: AgentHandle) -> None:
+        """The process is up (no longer starting): keep its handle; wakes :meth:`wait_for`."""
+        self.handle = handle
+        self.spawn_count += 1
+        self.started_at, self.started_monotonic = handle.started_at, handle.started_monotonic
+        self.notify()
+
+    def ended(self, exit_code: int | None) -> None:
+        """The process is gone (its status moves by the trigger the supervisor chooses)."""
+        self.handle = None
+        self.last_exit_code = exit_code
+
+    def reset_crashes(self) -> None:
+        """A fresh start (a finished turn, a restart, a new spec): the crash count starts over."""
+        self.consecutive_crashes = 0
+
     def count_crash(self, threshold: int, *, stable_after_s: float | None = None) -> int:
         """Count one crash and move to ``crashed`` (respawn at once) or ``crashLoopBackOff``;
         returns the backoff in ms (:func:`backoff_ms`). A worker that had run longer than
@@ -147,7 +168,7 @@ class InstanceRecord(WorkerRecord):
     processed: int = 0
     next_spawn_at: float = 0.0  # time.monotonic()
     ready_signal: asyncio.Event = field(default_factory=asyncio.Event)  # per process: ready or gone
-    _timer: asyncio.TimerHandle | None = None
+    _timer: asyncio.TimerHandle | None = None  # the respawn after a backoff
     _idle_timer: asyncio.TimerHandle | None = None  # policy.idleTimeoutMs (docs/scaling.md)
 
     @property
@@ -187,6 +208,61 @@ class InstanceRecord(WorkerRecord):
         """Id of the in-flight event a ``runtime.cancel`` was sent for."""
         current = self.inbox.current
         return current.event.id if current is not None and current.cancel_requested else None
+
+    # -- what the supervisor and the router tell the record (its fields change only here) ----------
+    def begin_spawn(self) -> None:
+        super().begin_spawn()
+        self.ready_signal = asyncio.Event()
+
+    def ended(self, exit_code: int | None) -> None:
+        super().ended(exit_code)
+        self.ready_signal.set()
+
+    def count_crash(self, threshold: int, *, stable_after_s: float | None = None) -> int:
+        delay = super().count_crash(threshold, stable_after_s=stable_after_s)
+        self.next_spawn_at = time.monotonic() + delay / 1000
+        return delay
+
+    def reset_crashes(self) -> None:
+        super().reset_crashes()
+        self.next_spawn_at = 0.0
+
+    def turn_finished(self) -> None:
+        """The turn in flight finished: it leaves the queue, the crash count starts over."""
+        self.inbox.finish()
+        self.consecutive_crashes = 0  # docs/orchestrator.md "Supervision"
+        self.processed += 1
+        self.transition("turnFinished")
+
+    def hold_dispatch(self, reason: ShutdownReason) -> None:
+        """A stop or restart for ``reason`` is under way: nothing is sent to the process."""
+        self.stop_mode = reason
+
+    def resume_dispatch(self) -> None:
+        self.stop_mode = None
+
+    def schedule_spawn(self, delay_s: float, callback: Callable[[], object]) -> None:
+        """Call ``callback`` after ``delay_s`` (the end of a backoff), unless one is pending."""
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(delay_s, callback)
+
+    def spawn_timer_fired(self) -> None:
+        self._timer = None
+
+    def cancel_spawn_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def arm_idle_timer(self, delay_s: float, callback: Callable[[], object]) -> None:
+        """(Re)start the idle timer: ``callback`` after ``delay_s`` without work."""
+        self.stop_idle_timer()
+        self._idle_timer = asyncio.get_running_loop().call_later(delay_s, callback)
+
+    def stop_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
     def __repr__(self) -> str:
         return (

@@ -4,6 +4,7 @@ through the one status table and count crashes the one way."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import time
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import pytest
 from goondan.connectors.spec import ConnectionSpec
 from goondan.swarm.connector_supervisor import STABLE_AFTER_S, ConnectorRecord
 from goondan.swarm.supervision import TRANSITIONS, InstanceRecord, WorkerRecord, next_status
+from goondan.types import AgentEvent
 
-SWARM = Path(__file__).resolve().parents[2] / "goondan" / "swarm"
+GOONDAN = Path(__file__).resolve().parents[2] / "goondan"
+SWARM = GOONDAN / "swarm"
 
 
 def _spec() -> ConnectionSpec:
@@ -62,4 +65,31 @@ def test_supervisors_change_a_status_only_through_transition(name: str) -> None:
         for t in (target.elts if isinstance(target, ast.Tuple) else [target])
         if isinstance(t, ast.Attribute) and t.attr == "status"
     ]
+    assert writes == []
+
+
+def _record_fields() -> set[str]:
+    # The names an AgentEvent has too (instance_key) are written on events; a syntax check
+    # cannot tell the two apart, and a record's identity is never written anyway.
+    event_fields = {f.name for f in dataclasses.fields(AgentEvent)}
+    return {f.name for f in dataclasses.fields(InstanceRecord)} - event_fields
+
+
+def test_record_fields_change_only_through_the_record_s_methods() -> None:
+    """Issue 29: an InstanceRecord (and what every WorkerRecord has) changes only through its
+    methods — no module of the swarm or an engine (where records live) other than
+    goondan/swarm/supervision.py assigns one of its fields on another object."""
+    fields = _record_fields()
+    writes: list[str] = []
+    for path in sorted([*SWARM.rglob("*.py"), *(GOONDAN / "engines").rglob("*.py")]):
+        if path == SWARM / "supervision.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                continue
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if (isinstance(t, ast.Attribute) and t.attr in fields
+                            and not (isinstance(t.value, ast.Name) and t.value.id == "self")):
+                        writes.append(f"{path.relative_to(GOONDAN.parent)}:{node.lineno} .{t.attr}")
     assert writes == []
