@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from goondan.config import load_bundle  # noqa: E402
-from goondan.connectors.runtime import ConnectionRuntime  # noqa: E402
-from goondan.ipc.orchestrator import Orchestrator  # noqa: E402
-from goondan.ipc.spawner import ProcessSpawner, Spawner  # noqa: E402
+from goondan.swarm.connections import ConnectionRuntime  # noqa: E402
+from goondan.swarm.orchestrator import Orchestrator  # noqa: E402
+from goondan.swarm.spawner import ProcessSpawner, Spawner  # noqa: E402
 
 # A connector that emits 2 events for each of KEYS keys (every first event before any second).
 BURST = """\

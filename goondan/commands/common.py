@@ -177,9 +177,9 @@ def running_swarm_options(func: Any) -> Any:
 
 
 def find_running(bundle: str | None, swarm: str | None) -> Any:
-    """The :class:`~goondan.ipc.state.ActiveRuntime` of the running swarm (``E_RUN_NOT_RUNNING``
+    """The :class:`~goondan.swarm.state.ActiveRuntime` of the running swarm (``E_RUN_NOT_RUNNING``
     when none); ``bundle`` falls back to the global ``--bundle``."""
-    from goondan.ipc.daemon import locate_running
+    from goondan.swarm.daemon import locate_running
 
     options = get_globals()
     return locate_running(options.resolve_state_root(), bundle or options.bundle, swarm)

@@ -216,9 +216,9 @@ def _log_dir(state_root: Path, bundle: str | None, swarm: str | None,
              instance_key: str | None) -> tuple[str, Path]:
     """``(instance key, log directory)`` of the swarm to show."""
     from goondan.errors import ConfigError
-    from goondan.ipc.daemon import bundle_runtime_key
     from goondan.ipc.logs import log_dir_for
-    from goondan.ipc.state import read_active
+    from goondan.swarm.daemon import bundle_runtime_key
+    from goondan.swarm.state import read_active
 
     base = log_dir_for(state_root, "x").parent
     if instance_key is not None:

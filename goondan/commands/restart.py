@@ -40,8 +40,8 @@ def _restart_full(bundle: str | None, swarm: str | None, *, as_json: bool) -> in
 
     from goondan.commands.stop import grace_of
     from goondan.errors import ConfigError
-    from goondan.ipc.daemon import detached_argv, start_detached, stop_running
     from goondan.ipc.logs import log_dir_for
+    from goondan.swarm.daemon import detached_argv, start_detached, stop_running
 
     options = get_globals()
     state_root = options.resolve_state_root()

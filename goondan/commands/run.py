@@ -14,7 +14,7 @@ Front-ends (the orchestrator is the same in all of them):
 wins). See docs/orchestrator.md.
 
 One orchestrator per swarm and state root: the swarm's lock is taken before anything starts. When
-the swarm already runs, ``run`` attaches to it (:mod:`goondan.ipc.attach`): the chat, piped lines,
+the swarm already runs, ``run`` attaches to it (:mod:`goondan.swarm.attach`): the chat, piped lines,
 ``--input`` and ``--input-file`` go to the running swarm over its control socket, ``--detach``
 reports it, ``--foreground`` fails with ``E_RUN_ALREADY_RUNNING``.
 """
@@ -92,12 +92,12 @@ def run(
     options = get_globals()
     if engine == "local" and not (detach or foreground):
         # The first agent process imports the runtime while this one loads the bundle and
-        # sets up the service (goondan/ipc/prewarm.py; docs/runtime.md "Performance").
-        from goondan.ipc.prewarm import prewarm_agent_process
+        # sets up the service (goondan/swarm/prewarm.py; docs/runtime.md "Performance").
+        from goondan.swarm.prewarm import prewarm_agent_process
 
         prewarm_agent_process()
     from goondan.config.cache import load_bundle_cached
-    from goondan.ipc.service import SwarmService, load_env_files
+    from goondan.swarm.service import SwarmService, load_env_files
 
     if path is not None and bundle is not None and Path(path).resolve() != Path(bundle).resolve():
         raise click.UsageError(f"two bundles given: PATH {path} and --bundle {bundle}")
@@ -122,7 +122,7 @@ def run(
     startup_done()  # cli.FAST_START: the collector was paused while the service was set up
     lines = _input_lines(input_text, input_file)
     if lock_fd is None:
-        from goondan.ipc.attach import SwarmGone, claim_or_attach
+        from goondan.swarm.attach import SwarmGone, claim_or_attach
 
         while (found := claim_or_attach(service)) is not None:  # None: this process runs it
             try:
@@ -159,9 +159,9 @@ def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] 
     import json
 
     from goondan.console import LineReader, ReplSession
-    from goondan.ipc.attach import AttachedBackend
-    from goondan.ipc.prewarm import discard_prewarmed
-    from goondan.ipc.service import SwarmService, already_running
+    from goondan.swarm.attach import AttachedBackend
+    from goondan.swarm.prewarm import discard_prewarmed
+    from goondan.swarm.service import SwarmService, already_running
 
     assert isinstance(service, SwarmService)
     discard_prewarmed()  # no agent process starts here: the running swarm has its own
@@ -192,8 +192,8 @@ def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] 
 def _one_line(backend: Any, runner: Any, text: str, rest: Iterator[str]) -> Any:
     """One line to the swarm (a blank one: only counted); attached, :class:`SwarmGone` (with
     this line and the rest) if nothing listens any more: this ``run`` may then start the swarm."""
-    from goondan.ipc.attach import AttachedBackend, SwarmGone
     from goondan.ipc.controlwire import ControlUnreachable
+    from goondan.swarm.attach import AttachedBackend, SwarmGone
 
     try:
         return runner.run(backend.run_turn(text) if text.strip() else backend.skip_line(text))
@@ -232,8 +232,8 @@ def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, 
     """Start ``goondan run --foreground`` in its own session and wait until it is ready."""
     import json
 
-    from goondan.ipc.daemon import detached_argv, start_detached
-    from goondan.ipc.service import SwarmService
+    from goondan.swarm.daemon import detached_argv, start_detached
+    from goondan.swarm.service import SwarmService
 
     assert isinstance(service, SwarmService)
     argv = detached_argv(service.state_root, service.bundle.root, service.swarm.name, watch=service.watch,
@@ -262,7 +262,7 @@ def _headless(service: object, *, quiet: bool = False) -> int:
     import asyncio
     import signal
 
-    from goondan.ipc.service import SwarmService
+    from goondan.swarm.service import SwarmService
 
     assert isinstance(service, SwarmService)
 
@@ -290,8 +290,8 @@ def _chat(service: object, input_lines: Iterable[str] | None, conversation: str,
 
     from goondan.console import LineReader, ReplSession
     from goondan.console.session import keep_signals_on_main_thread
-    from goondan.ipc.frontend import OrchestratorBackend, ServiceThread
-    from goondan.ipc.service import SwarmService
+    from goondan.swarm.frontend import OrchestratorBackend, ServiceThread
+    from goondan.swarm.service import SwarmService
 
     assert isinstance(service, SwarmService)
     thread = ServiceThread(service)

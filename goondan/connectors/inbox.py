@@ -38,8 +38,7 @@ from pathlib import Path
 
 from goondan.connectors.event import ConnectorEvent
 from goondan.errors import ConnectorEventError
-from goondan.ipc.spawner import process_name
-from goondan.ipc.state import safe_key
+from goondan.ipc.logs import process_name, safe_key
 from goondan.types import JsonObject, now_iso
 from goondan.workspace.claims import STARTED, claim_states, owner_alive
 from goondan.workspace.claims import compact as compact_claims

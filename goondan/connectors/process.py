@@ -1,6 +1,6 @@
 """The connector process: one Connection's ``run(ctx)`` behind an IPC channel.
 
-:func:`process_main` is the ``connector`` entry of :data:`goondan.ipc.spawner.WORKER_ENTRIES`.
+:func:`process_main` is the ``connector`` entry of :data:`goondan.swarm.spawner.WORKER_ENTRIES`.
 Arguments: ``--bundle-dir --connection-name --connector-name --state-root [--swarm]
 [--log-dir --process-name]``. The process:
 
@@ -268,8 +268,7 @@ async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigter
 
 def process_main(conn: Connection, argv: list[str]) -> None:
     """Entry of a connector process (the ``connector`` worker kind)."""
-    from goondan.ipc.agent_process import redirect_output
-    from goondan.ipc.logs import configure_process_logging
+    from goondan.ipc.logs import configure_process_logging, redirect_output
 
     args = parse_args(argv)
     if args.log_dir:

@@ -4,7 +4,7 @@ One :class:`AgentCallApi` is made per Turn by an :class:`AgentsFactory` (the ``a
 hook of ``AgentInstance``). It builds the AgentEvents, enforces the call rules, and hands the
 event to an :class:`AgentRouter`, which only moves events:
 
-* ``IpcAgentRouter`` (``goondan/ipc/agent_process.py``) sends them through the orchestrator;
+* ``IpcAgentRouter`` (``goondan/swarm/agent_process.py``) sends them through the orchestrator;
 * :class:`~goondan.runtime.local_router.InProcessAgentRouter` runs every instance in this process (embedding API,
   tests).
 

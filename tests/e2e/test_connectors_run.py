@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.service import send_control
-from goondan.ipc.state import pid_alive, read_active
+from goondan.swarm.service import send_control
+from goondan.swarm.state import pid_alive, read_active
 from tests.support.trigger_client import FIXTURE, conversation_texts, send_trigger, wait_port
 
 pytestmark = [pytest.mark.e2e]

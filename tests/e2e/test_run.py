@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.service import send_control
-from goondan.ipc.state import list_live_processes, pid_alive, read_active
+from goondan.swarm.service import send_control
+from goondan.swarm.state import list_live_processes, pid_alive, read_active
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

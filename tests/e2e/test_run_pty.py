@@ -13,7 +13,7 @@ import pytest
 
 from goondan.conversation.messages import Message
 from goondan.conversation.repair import INTERRUPTED, repair_tool_pairs
-from goondan.ipc.state import list_live_processes, pid_alive
+from goondan.swarm.state import list_live_processes, pid_alive
 from tests.e2e.test_repl_pty import DEADLINE_S, Terminal
 from tests.support.fake_provider import FakeProvider, FakeReply, FakeToolCall
 from tests.support.runtime_harness import FAKE_KEY_ENV, fake_provider_bundle, goondan_cmd

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.daemon import wait_for
-from goondan.ipc.state import control_socket_path, pid_alive, running_records
+from goondan.swarm.daemon import wait_for
+from goondan.swarm.state import control_socket_path, pid_alive, running_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ EXAMPLE = REPO / "examples" / "delegation"
 
 
 def test_import_goondan_never_imports_ray() -> None:
-    code = ("import sys, goondan, goondan.cli, goondan.ipc.service, goondan.engines.ray.spawner; "
+    code = ("import sys, goondan, goondan.cli, goondan.swarm.service, goondan.engines.ray.spawner; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode == 0, result.stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from goondan.ipc.daemon import bundle_runtime_key
+from goondan.swarm.daemon import bundle_runtime_key
 from tests.support.hostile_bundles import write_bundle
 from tests.support.soak import trials
 

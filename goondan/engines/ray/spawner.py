@@ -1,6 +1,6 @@
 """The driver side of the Ray engine: :class:`RaySpawner` (docs/scaling.md).
 
-``RaySpawner`` is a :class:`~goondan.ipc.spawner.Spawner`: the orchestrator, its supervisor,
+``RaySpawner`` is a :class:`~goondan.swarm.spawner.Spawner`: the orchestrator, its supervisor,
 request matching, cycle detection, cancellation and shutdown are unchanged; only where a worker
 runs differs. On first use it connects to Ray (``address``: ``None`` starts a local Ray,
 ``auto`` joins the running cluster, ``ray://HOST:PORT`` a remote one), creates ``hosts`` named
@@ -44,7 +44,7 @@ from goondan.engines.ray.host import MARKER_NAME, AgentHost
 from goondan.errors import ConfigError, IpcError
 from goondan.ipc.channel import Transport
 from goondan.ipc.protocol import IpcMessage, decode, encode
-from goondan.ipc.spawner import AgentHandle, ProcessSpawner, Spawner, SpawnRequest, WorkerExit
+from goondan.swarm.spawner import AgentHandle, ProcessSpawner, Spawner, SpawnRequest, WorkerExit
 
 __all__ = ["CONNECTOR_HOST", "RaySpawner", "forwarded_env", "host_index"]
 

@@ -1,6 +1,6 @@
 """The Connections of one running Swarm: ingress, connector processes and the ``cli`` feed.
 
-:class:`ConnectionRuntime` is what :class:`goondan.ipc.service.SwarmService` starts after the
+:class:`ConnectionRuntime` is what :class:`goondan.swarm.service.SwarmService` starts after the
 orchestrator: it opens the inboxes (delivering events accepted before a crash), starts one
 supervised connector process per Connection of the running Swarm and stops them on shutdown.
 
@@ -31,7 +31,6 @@ from typing import Any
 
 from goondan.connectors.cli import parse_cli_line
 from goondan.connectors.inbox import connection_dir
-from goondan.connectors.ingress import Ingress
 from goondan.connectors.signing import check_connections_signed
 from goondan.connectors.spec import (
     ConnectionSpec,
@@ -39,9 +38,10 @@ from goondan.connectors.spec import (
     fingerprint,
     other_connections,
 )
-from goondan.connectors.supervisor import ConnectorSupervisor
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import Spawner
+from goondan.swarm.connector_supervisor import ConnectorSupervisor
+from goondan.swarm.ingress import Ingress
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import Spawner
 from goondan.types import AgentEvent, JsonObject
 
 __all__ = ["ConnectionRuntime"]

@@ -1,4 +1,4 @@
-"""Front-ends of a running :class:`~goondan.ipc.service.SwarmService`.
+"""Front-ends of a running :class:`~goondan.swarm.service.SwarmService`.
 
 * :class:`ServiceThread` runs the service's event loop in a background thread, so the
   orchestrator keeps supervising (pumps, crash detection, reconciliation, the control socket)
@@ -6,7 +6,7 @@
   do the worker threads it starts, which inherit its mask): the kernel then always delivers
   Ctrl-C to the main thread, whose blocking ``input()`` is interrupted at once — delivered to
   another thread, the signal would only be handled after the next Enter. Agent processes
-  started from those threads reset the mask first thing (:mod:`goondan.ipc.spawner`).
+  started from those threads reset the mask first thing (:mod:`goondan.swarm.spawner`).
 * :class:`OrchestratorBackend` is the console's ``ReplBackend`` over the orchestrator: each
   line becomes an event for the entry agent (conversation ``cli``), answered through IPC. The
   REPL's renderer and slash commands are reused unchanged. The request asks the agent process
@@ -27,8 +27,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
 from goondan.conversation.messages import Message
-from goondan.ipc.service import SwarmService
 from goondan.pipeline.context import TurnResult
+from goondan.swarm.service import SwarmService
 from goondan.types import AgentEvent, JsonObject, TokenUsage, ToolCatalogItem, new_id
 
 __all__ = ["BLOCKED_SIGNALS", "CANCEL_WAIT_S", "EntryAgentView", "OrchestratorBackend", "ServiceThread", "turn_result_of"]
@@ -111,7 +111,7 @@ class ServiceThread:
 
 class EntryAgentView:
     """What both ``ReplBackend`` front-ends (:class:`OrchestratorBackend` here,
-    :class:`~goondan.ipc.attach.AttachedBackend` over a control socket) share: the subscribers
+    :class:`~goondan.swarm.attach.AttachedBackend` over a control socket) share: the subscribers
     of the streamed runtime events, and the entry agent's state asked of its process through
     :meth:`_query` (a :mod:`goondan.ipc.queries` query; None when the process is not running)."""
 

@@ -15,7 +15,7 @@ injection), so tests and the embedding API can swap real processes for in-proces
   ``--log-dir``. Exit is observed through the process sentinel on the event loop (no thread per
   child). The child runs :func:`child_entry` first: a spawned child inherits the
   signal mask of the thread that started it, and ``goondan run`` starts agents from threads
-  that block SIGINT/SIGTERM (see :mod:`goondan.ipc.frontend`); a blocked SIGTERM would make
+  that block SIGINT/SIGTERM (see :mod:`goondan.swarm.frontend`); a blocked SIGTERM would make
   the agent ignore graceful stops, so the mask is cleared before the target runs.
 * :class:`InProcessSpawner` runs a worker coroutine per instance in the current loop over an
   :class:`~goondan.ipc.channel.InProcessTransport` pair; ``kill()`` cancels it (like SIGKILL:
@@ -31,7 +31,6 @@ import importlib
 import logging
 import multiprocessing
 import os
-import re
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -41,10 +40,11 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from goondan.ipc.channel import InProcessTransport, PipeTransport, Transport
-from goondan.ipc.procstart import start_process
+from goondan.ipc.logs import connection_process_name, process_name
+from goondan.swarm.procstart import start_process
 from goondan.types import now_iso
 
-_log = logging.getLogger("goondan.ipc.spawner")
+_log = logging.getLogger("goondan.swarm.spawner")
 
 __all__ = [
     "WORKER_ENTRIES",
@@ -58,26 +58,10 @@ __all__ = [
     "WorkerFactory",
     "WorkerKind",
     "child_entry",
-    "connection_process_name",
-    "process_name",
     "resolve_worker_entry",
 ]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
 ChildTarget = Callable[[Connection, list[str]], None]
-
-
-def process_name(agent_name: str, instance_key: str) -> str:
-    """The log/status name of an agent process: ``<agent>.<instanceKey>`` made path-safe."""
-    key = _UNSAFE.sub("-", instance_key).strip("-") or "default"
-    return f"{agent_name}.{key}"[:128]
-
-
-def connection_process_name(connection_name: str) -> str:
-    """The log/status name of a Connection's connector process: ``connection.<name>``."""
-    name = _UNSAFE.sub("-", connection_name).strip("-") or "default"
-    return f"connection.{name}"[:128]
 
 
 WorkerKind = Literal["agent", "connector"]
@@ -85,7 +69,7 @@ WorkerKind = Literal["agent", "connector"]
 # Child entry point of each worker kind, as ``module:function`` (imported in the parent only
 # when that kind is spawned, and by name in the child, so neither pays for the other).
 WORKER_ENTRIES: Final[dict[str, str]] = {
-    "agent": "goondan.ipc.agent_process:process_main",
+    "agent": "goondan.swarm.agent_process:process_main",
     "connector": "goondan.connectors.process:process_main",
 }
 
@@ -345,7 +329,7 @@ class ProcessSpawner(Spawner):
         """Start ``python`` (spawn) running ``target(conn, argv)``; returns once started."""
         target = self._targets.get(request.kind) or resolve_worker_entry(request.kind)
         if request.kind == "agent":
-            from goondan.ipc.prewarm import take_prewarmed
+            from goondan.swarm.prewarm import take_prewarmed
 
             warm = take_prewarmed(target, self.argv(request))  # `goondan run`'s head start
             if warm is not None:

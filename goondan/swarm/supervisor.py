@@ -1,8 +1,8 @@
 """The process supervisor: spawn on demand, watch, count crashes, back off, stop gracefully.
 
-:class:`ProcessSupervisor` applies the policy of :mod:`goondan.ipc.supervision`
+:class:`ProcessSupervisor` applies the policy of :mod:`goondan.swarm.supervision`
 (docs/orchestrator.md "Supervision") to one worker per :class:`InstanceRecord`; the
-:class:`~goondan.ipc.orchestrator.Orchestrator` subclasses it and adds routing. What the
+:class:`~goondan.swarm.orchestrator.Orchestrator` subclasses it and adds routing. What the
 supervisor needs of routing are four hooks: :meth:`_on_message` (a message from a process),
 :meth:`_release_in_flight` (a process ended during a Turn), :meth:`_fail_request` (a queued
 request can never be answered) and :meth:`_unsendable` (a message can never be sent).
@@ -34,11 +34,10 @@ from typing import Any
 from goondan.errors import IpcError
 from goondan.ipc.control import Shutdown
 from goondan.ipc.protocol import IpcMessage, ShutdownReason
-from goondan.ipc.spawner import AgentHandle, Spawner, SpawnRequest, WorkerExit
-from goondan.ipc.supervision import (
+from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest, WorkerExit
+from goondan.swarm.supervision import (
     InstanceRecord,
     ReconcilePlan,
-    backoff_ms,
     iso_from_epoch,
     plan_reconcile,
 )
@@ -49,7 +48,7 @@ from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = ["ProcessSupervisor", "pump_messages"]
 
-_log = logging.getLogger("goondan.ipc.orchestrator")
+_log = logging.getLogger("goondan.swarm.orchestrator")
 # processes.json is rewritten at most this often (changes in between are coalesced).
 STATUS_WRITE_INTERVAL_S = 0.2
 
@@ -158,8 +157,7 @@ class ProcessSupervisor(abc.ABC):
         if self._reconciler is not None:
             self._reconciler.cancel()
         for rec in self.records.values():
-            if rec._timer is not None:
-                rec._timer.cancel()
+            rec.cancel_spawn_timer()
         await asyncio.gather(
             *(self._stop_record(rec, reason, grace_period_ms) for rec in list(self.records.values())),
             return_exceptions=True,
@@ -216,12 +214,16 @@ class ProcessSupervisor(abc.ABC):
                     async with asyncio.timeout(poll_s):
                         await self._changed.wait()
 
-    def record(self, agent: str, instance_key: str) -> InstanceRecord:
-        """The record of (agent, key), created (not started) if needed."""
+    def record(
+        self, agent: str, instance_key: str, *, owner: tuple[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> InstanceRecord:
+        """The record of (agent, key), created (not started) if needed; ``owner`` and
+        ``workdir`` are those of a new record (``agents__spawn``)."""
         key = (agent, instance_key)
         rec = self.records.get(key)
         if rec is None:
-            rec = InstanceRecord(agent, instance_key)
+            rec = InstanceRecord(agent, instance_key, workdir=workdir, owner=owner)
             self.records[key] = rec
         return rec
 
@@ -248,19 +250,16 @@ class ProcessSupervisor(abc.ABC):
             return
         delay = rec.next_spawn_at - time.monotonic()
         if delay > 0:
-            if rec._timer is None:
-                rec._timer = asyncio.get_running_loop().call_later(delay, self._timer_fired, rec)
+            rec.schedule_spawn(delay, lambda: self._timer_fired(rec))
             return
-        rec.exited.clear()
-        rec.transition("spawn")
+        rec.begin_spawn()
         self._spawn_task(self._start(rec))
 
     def _timer_fired(self, rec: InstanceRecord) -> None:
-        rec._timer = None
+        rec.spawn_timer_fired()
         self._ensure_running(rec)
 
     async def _start(self, rec: InstanceRecord) -> None:
-        rec.ready_signal = asyncio.Event()
         self._mark_changed()
         request = SpawnRequest(rec.agent_name, rec.instance_key, workdir=rec.workdir)
         try:
@@ -271,10 +270,7 @@ class ProcessSupervisor(abc.ABC):
             self._on_crash(rec, None)
             rec.exited.set()
             return
-        rec.handle = handle
-        rec.spawn_count += 1
-        rec.started_at, rec.started_monotonic = handle.started_at, handle.started_monotonic
-        rec.notify()  # no longer starting: a stop waiting for the spawn goes on
+        rec.spawned(handle)  # no longer starting: a stop waiting for the spawn goes on
         self.logger.info("spawned %s (pid %s)", rec.name, handle.pid,
                          extra={"event": "orchestrator.agentSpawned", "agentName": rec.agent_name,
                                 "instanceKey": rec.instance_key, "childPid": handle.pid})
@@ -314,14 +310,12 @@ class ProcessSupervisor(abc.ABC):
             self._on_exit(rec, ended)
         except Exception:  # bookkeeping bug: keep supervising the other processes
             self.logger.exception("exit handling of %s failed", rec.name)
-            rec.handle = None
+            rec.ended(ended.status_code)
             rec.exited.set()
             rec.transition("exit")
 
     def _on_exit(self, rec: InstanceRecord, ended: WorkerExit) -> None:
-        rec.handle = None
-        rec.ready_signal.set()
-        rec.last_exit_code = ended.status_code
+        rec.ended(ended.status_code)
         expected = rec.stop_mode is not None or self._stopping
         if rec.inbox.current is not None:
             self._release_in_flight(rec, ended)
@@ -335,10 +329,7 @@ class ProcessSupervisor(abc.ABC):
             self._ensure_running(rec)
 
     def _on_crash(self, rec: InstanceRecord, code: int | None) -> None:
-        rec.consecutive_crashes += 1
-        rec.total_crashes += 1
-        delay = backoff_ms(rec.consecutive_crashes, self.crash_threshold)
-        rec.next_spawn_at = time.monotonic() + delay / 1000
+        delay = rec.count_crash(self.crash_threshold)
         self.logger.warning(
             "%s crashed (exit %s, %d in a row)", rec.name, code, rec.consecutive_crashes,
             extra={"event": "orchestrator.agentCrashed", "agentName": rec.agent_name,
@@ -346,7 +337,6 @@ class ProcessSupervisor(abc.ABC):
                    "consecutiveCrashes": rec.consecutive_crashes},
         )
         if delay > 0:
-            rec.transition("backoff")
             self.logger.warning(
                 "%s is in crashLoopBackOff for %d ms", rec.name, delay,
                 extra={
@@ -360,21 +350,18 @@ class ProcessSupervisor(abc.ABC):
                     "nextSpawnAllowedAt": iso_from_epoch(time.time() + delay / 1000),
                 },
             )
-        else:
-            rec.transition("crash")
 
     async def _stop_record(
         self, rec: InstanceRecord, reason: ShutdownReason, grace_period_ms: int | None
     ) -> None:
         """Graceful stop of one process: shutdown → drain → ack → exit; SIGKILL after grace."""
-        if rec._timer is not None:
-            rec._timer.cancel()
-            rec._timer = None
+        rec.cancel_spawn_timer()
         await rec.wait_for(lambda r: not r.starting)  # a spawn in progress finishes, then stops
         handle = rec.handle
         if handle is None:
             return
-        rec.stop_mode = reason if rec.stop_mode is None else rec.stop_mode
+        if rec.stop_mode is None:
+            rec.hold_dispatch(reason)
         rec.transition("drain")
         self._mark_changed()
         grace = self.grace_period_ms if grace_period_ms is None else grace_period_ms
@@ -400,15 +387,13 @@ class ProcessSupervisor(abc.ABC):
 
     def _arm_idle(self, rec: InstanceRecord) -> None:
         """(Re)start ``rec``'s idle timer: after ``idle_timeout_ms`` without work it is released."""
-        if rec._idle_timer is not None:
-            rec._idle_timer.cancel()
-            rec._idle_timer = None
         if self.idle_timeout_ms and self._is_idle(rec):
-            rec._idle_timer = asyncio.get_running_loop().call_later(
-                self.idle_timeout_ms / 1000, self._idle_fired, rec)
+            rec.arm_idle_timer(self.idle_timeout_ms / 1000, lambda: self._idle_fired(rec))
+        else:
+            rec.stop_idle_timer()
 
     def _idle_fired(self, rec: InstanceRecord) -> None:
-        rec._idle_timer = None
+        rec.stop_idle_timer()
         if self._is_idle(rec):
             self._spawn_task(self._release_idle(rec))
 
@@ -418,11 +403,11 @@ class ProcessSupervisor(abc.ABC):
         self.logger.info("%s idle; releasing it", rec.name,
                          extra={"event": "orchestrator.idleRelease", "agentName": rec.agent_name,
                                 "instanceKey": rec.instance_key})
-        rec.stop_mode = "idle"
+        rec.hold_dispatch("idle")
         try:
             await self._stop_record(rec, "idle", None)
         finally:
-            rec.stop_mode = None
+            rec.resume_dispatch()
             self.released += 1
             if rec.queue:  # events that arrived during the stop
                 self._ensure_running(rec)
@@ -432,13 +417,12 @@ class ProcessSupervisor(abc.ABC):
         self.logger.info("%s restarts at its own request (%s)", rec.name, reason or "no reason given",
                          extra={"event": "orchestrator.selfRestart", "agentName": rec.agent_name,
                                 "instanceKey": rec.instance_key})
-        rec.stop_mode = "restart"
+        rec.hold_dispatch("restart")
         try:
             await self._stop_record(rec, "restart", None)
         finally:
-            rec.stop_mode = None
-            rec.consecutive_crashes = 0
-            rec.next_spawn_at = 0.0
+            rec.resume_dispatch()
+            rec.reset_crashes()
             self._ensure_running(rec)
 
     # -- reconciliation ----------------------------------------------------------------------------

@@ -31,14 +31,14 @@ from goondan.connectors.inbox import ConnectionInbox, InboxRecord
 from goondan.connectors.routing import route_event
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import AgentError, ConnectorEventError, IpcError
-from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.protocol import START_MARKER_KEY
 from goondan.runtime.events import IngressReceived
+from goondan.swarm.orchestrator import Orchestrator
 from goondan.types import AgentEvent, new_span_id, new_trace_id
 
 __all__ = ["Accepted", "Ingress", "agent_event_for"]
 
-_log = logging.getLogger("goondan.connectors.ingress")
+_log = logging.getLogger("goondan.swarm.ingress")
 
 
 @dataclass(frozen=True)

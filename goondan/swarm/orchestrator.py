@@ -13,7 +13,7 @@ Responsibilities (docs/orchestrator.md):
   (``metadata.inReplyTo``) is forwarded to the process that asked (or resolves a local future
   for :meth:`request`). If the callee dies during that Turn the caller gets an error answer
   (``E_AGENT_CRASHED``) instead of waiting for its timeout.
-* **Supervision** (:class:`~goondan.ipc.supervisor.ProcessSupervisor`, the base class): a
+* **Supervision** (:class:`~goondan.swarm.supervisor.ProcessSupervisor`, the base class): a
   non-zero exit is a crash: ``consecutiveCrashes += 1``; the first ``crash_threshold`` (5)
   respawn at once, then ``min(1 s · 2^(n-6), 300 s)`` in status ``crashLoopBackOff``; a finished
   Turn resets the count. A reconciliation loop (default every 5 s) respawns what is due and
@@ -63,18 +63,18 @@ from goondan.ipc.protocol import (
     IpcMessage,
     ShutdownReason,
 )
-from goondan.ipc.spawner import AgentHandle, Spawner, WorkerExit
-from goondan.ipc.state import pid_stopped
-from goondan.ipc.supervision import (
+from goondan.runtime.events import RuntimeEvent, event_from_dict
+from goondan.runtime.observe import EventSink
+from goondan.swarm.spawner import AgentHandle, Spawner, WorkerExit
+from goondan.swarm.state import pid_stopped
+from goondan.swarm.supervision import (
     InstanceRecord,
     ProcessStatus,
     ReconcilePlan,
     backoff_ms,
     plan_reconcile,
 )
-from goondan.ipc.supervisor import ProcessSupervisor
-from goondan.runtime.events import RuntimeEvent, event_from_dict
-from goondan.runtime.observe import EventSink
+from goondan.swarm.supervisor import ProcessSupervisor
 from goondan.types import AgentEvent, JsonObject, ReplyChannel, new_trace_id
 
 __all__ = [
@@ -86,7 +86,7 @@ __all__ = [
     "plan_reconcile",
 ]
 
-_log = logging.getLogger("goondan.ipc.orchestrator")
+_log = logging.getLogger("goondan.swarm.orchestrator")
 # Liveness of a request's target: how often it is checked, and how long it may stay stopped.
 LIVENESS_POLL_S = 1.0
 UNRESPONSIVE_AFTER_S = 10.0
@@ -312,9 +312,7 @@ class Orchestrator(ProcessSupervisor):
                 path = self.project_root / path
             workdir = str(path.resolve())
         existed = (agent, instance_key) in self.records
-        rec = self.record(agent, instance_key)
-        if not existed:
-            rec.owner, rec.workdir = owner, workdir
+        rec = self.record(agent, instance_key, owner=owner, workdir=workdir)
         self._ensure_running(rec)
         return {"target": agent, "instanceKey": instance_key, "spawned": not existed, "cwd": rec.workdir}
 
@@ -343,16 +341,15 @@ class Orchestrator(ProcessSupervisor):
                     if r.agent_name == name and instance_key in (None, r.instance_key)]
             running = [r for r in recs if r.alive or r.starting]
             for rec in recs:
-                rec.stop_mode = reason  # holds dispatch until the replacement is up
+                rec.hold_dispatch(reason)  # until the replacement is up
             await asyncio.gather(*(self._stop_record(r, reason, None) for r in running))
             if fresh and self.clear_history is not None:
                 outcome = self.clear_history(name)
                 if outcome is not None:
                     await outcome
             for rec in recs:
-                rec.stop_mode = None
-                rec.consecutive_crashes = 0
-                rec.next_spawn_at = 0.0
+                rec.resume_dispatch()
+                rec.reset_crashes()
                 if rec in running or rec.queue:
                     restarted.append(rec.name)
                     self._ensure_running(rec)
@@ -552,10 +549,7 @@ class Orchestrator(ProcessSupervisor):
                 rec.inbox.current.started = True
             rec.transition("turnStarted")
         elif isinstance(control, TurnFinished):
-            rec.inbox.finish()
-            rec.consecutive_crashes = 0  # A completed Turn resets the crash count (docs/orchestrator.md "Supervision")
-            rec.processed += 1
-            rec.transition("turnFinished")
+            rec.turn_finished()  # a completed Turn also resets the crash count
             if control.restart_requested and rec.stop_mode is None:
                 # A tool asked for it (base `self-restart`): the Turn is folded, so replace this
                 # process like `goondan restart` would, keeping its queue (docs/orchestrator.md).

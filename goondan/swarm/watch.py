@@ -25,7 +25,7 @@ from goondan.errors import GoondanError
 
 __all__ = ["BundleWatcher", "agent_fingerprints"]
 
-_log = logging.getLogger("goondan.ipc.watch")
+_log = logging.getLogger("goondan.swarm.watch")
 
 
 def _digest(path: Path) -> str:

@@ -3,7 +3,7 @@
 :class:`SwarmService` assembles, for one bundle and Swarm, a :class:`ProcessSpawner`, the
 :class:`Orchestrator`, the log directory, ``runtime/active.json``, the status snapshot, the
 control socket (``goondan restart``, ``goondan send``), the Connections of the Swarm
-(:class:`~goondan.connectors.runtime.ConnectionRuntime`: ingress and connector processes) and
+(:class:`~goondan.swarm.connections.ConnectionRuntime`: ingress and connector processes) and
 optionally the :class:`BundleWatcher`. The command
 module only parses options and picks a front-end (one-shot, interactive console, headless).
 
@@ -24,7 +24,7 @@ A failed request is answered with ``{"ok": false, "code", "message", "suggestion
 them, within :data:`STREAM_BUFFER_BYTES` and :data:`DRAIN_TIMEOUT_S` (:class:`_EventStream`);
 past them the answer says how many were not sent (``eventsDropped``).
 
-The service takes the swarm's lock (:class:`~goondan.ipc.state.SwarmLock`) before anything
+The service takes the swarm's lock (:class:`~goondan.swarm.state.SwarmLock`) before anything
 starts and holds it until its process exits: one orchestrator per swarm and state root.
 """
 
@@ -45,9 +45,13 @@ from goondan.config.dotenv import load_env_files, parse_env_file
 from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.controlwire import MAX_CONTROL_BYTES, encode_line, message_too_large, send_control
 from goondan.ipc.logs import JsonLineFormatter, log_dir_for, log_files
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import ProcessSpawner, Spawner
-from goondan.ipc.state import (
+from goondan.runtime.budget import TraceBudgets
+from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
+from goondan.runtime.ledger import Budget, UsageLedger
+from goondan.secrets import SecretMaskingFilter
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import ProcessSpawner, Spawner
+from goondan.swarm.state import (
     ActiveRuntime,
     SwarmLock,
     clear_active,
@@ -57,17 +61,13 @@ from goondan.ipc.state import (
     status_path,
     write_active,
 )
-from goondan.runtime.budget import TraceBudgets
-from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
-from goondan.runtime.ledger import Budget, UsageLedger
-from goondan.secrets import SecretMaskingFilter
 from goondan.types import JsonObject, new_id, now_iso
 from goondan.workspace.files import private_dirs, private_opener
 from goondan.workspace.record import record_bundle_workspace
 
 __all__ = ["SwarmService", "already_running", "load_env_files", "parse_env_file", "send_control"]
 
-_log = logging.getLogger("goondan.ipc.service")
+_log = logging.getLogger("goondan.swarm.service")
 
 STREAM_BUFFER_BYTES = MAX_CONTROL_BYTES
 """Streamed events held for one attached client that does not read (Ctrl-Z, a stuck pipe);
@@ -204,7 +204,7 @@ class SwarmService:
             status_path=self.status_file,
             clear_history=self._clear_history,
         )
-        from goondan.connectors.runtime import ConnectionRuntime
+        from goondan.swarm.connections import ConnectionRuntime
 
         # One supervised connector process per Connection of this Swarm (docs/connectors.md).
         self.connections = ConnectionRuntime(bundle, self.swarm, self.orchestrator, spawner,
@@ -216,7 +216,7 @@ class SwarmService:
         # Ingress events happen here, not in an agent process: they get the orchestrator's own
         # runtime-events.jsonl in the logs directory (docs/observability.md).
         self.event_log: RuntimeEventLog | None = None
-        self.exporter: Any = None  # goondan.otlp.exporter.OtlpExporter when configured
+        self.exporter: Any = None  # goondan.runtime.otlp_exporter.OtlpExporter when configured
         # Tokens and cost per agent instance, for `goondan status` and /usage.
         self.ledger = UsageLedger()
         self.orchestrator.add_event_sink(self.ledger)
@@ -259,7 +259,7 @@ class SwarmService:
 
         # OTLP export (docs/observability.md): spans of every agent process, sent from a thread.
         if endpoint_configured(os.environ):
-            from goondan.otlp.exporter import exporter_from_env
+            from goondan.runtime.otlp_exporter import exporter_from_env
 
             self.exporter = exporter_from_env(resource_attributes={"goondan.swarm": self.swarm.name})
         if self.exporter is not None:
@@ -275,7 +275,7 @@ class SwarmService:
         self._server = await asyncio.start_unix_server(self._on_control, path=str(self.socket_path),
                                                        limit=MAX_CONTROL_BYTES)
         if self.watch:
-            from goondan.ipc.watch import BundleWatcher
+            from goondan.swarm.watch import BundleWatcher
 
             self._watcher = BundleWatcher(self.bundle, self._reload, state_root=self.state_root,
                                           swarm=self.swarm.name)

@@ -1,14 +1,16 @@
 """Supervision of connector processes: one per Connection, crash backoff, graceful stop.
 
 The same policy as agent processes (docs/orchestrator.md, "Supervision"), applied by
-:class:`ConnectorSupervisor` through the same :class:`~goondan.ipc.spawner.Spawner`:
+:class:`ConnectorSupervisor` through the same :class:`~goondan.swarm.spawner.Spawner`, on the
+same record base (:class:`~goondan.swarm.supervision.WorkerRecord`: one status moved only by the
+one :data:`~goondan.swarm.supervision.TRANSITIONS` table, one crash count and backoff):
 
 * every Connection's process is started when the supervisor starts (connectors are not on
   demand: they listen);
 * a start failure (``runtime.startError``) or a later crash (``run`` raised, non-zero exit,
   killed by a signal) is logged once per occurrence as an ``E_CONNECTOR`` error record with the
   Connection's name and cause, and the process is started again after
-  :func:`~goondan.ipc.supervision.backoff_ms` of its consecutive crashes (the first five at
+  :func:`~goondan.swarm.supervision.backoff_ms` of its consecutive crashes (the first five at
   once, then 1 s, 2 s, 4 s … capped at 300 s). A connector that stayed up for
   :data:`STABLE_AFTER_S` starts a new count;
 * a connector whose ``run`` *returns* has finished its work (a file was read to its end): it
@@ -29,12 +31,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from goondan.connectors.ingress import Ingress
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import ConnectorEventError, GoondanError, IpcError
 from goondan.ipc.control import (
@@ -47,10 +47,11 @@ from goondan.ipc.control import (
     decode_control,
 )
 from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, ShutdownReason
-from goondan.ipc.spawner import AgentHandle, Spawner, SpawnRequest
-from goondan.ipc.supervision import backoff_ms
-from goondan.ipc.supervisor import pump_messages
-from goondan.types import AgentEvent, JsonObject, now_iso
+from goondan.swarm.ingress import Ingress
+from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest
+from goondan.swarm.supervision import ProcessStatus, WorkerRecord
+from goondan.swarm.supervisor import pump_messages
+from goondan.types import AgentEvent, JsonObject
 
 __all__ = ["STABLE_AFTER_S", "ConnectorRecord", "ConnectorSupervisor"]
 
@@ -61,21 +62,14 @@ STABLE_AFTER_S = 60.0
 
 
 @dataclass
-class ConnectorRecord:
-    """Supervision state of one Connection's connector process."""
+class ConnectorRecord(WorkerRecord):
+    """Supervision state of one Connection's connector process: pending → spawning → running
+    (→ completed) or crashed / crashLoopBackOff / terminated (:data:`TRANSITIONS`)."""
 
     spec: ConnectionSpec
-    status: str = "pending"  # pending | spawning | running | completed | crashed | crashLoopBackOff | terminated
-    handle: AgentHandle | None = None
-    consecutive_crashes: int = 0
-    total_crashes: int = 0
-    spawn_count: int = 0
+    status: ProcessStatus = field(default="pending", kw_only=True)
     emitted: int = 0
-    last_exit_code: int | None = None
     last_error: str | None = None
-    started_monotonic: float = 0.0
-    started_at: str | None = None
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
     timer: asyncio.TimerHandle | None = None
     replacing: bool = False  # stopped for a configuration change: neither a crash nor completed
 
@@ -134,8 +128,7 @@ class ConnectorSupervisor:
     def _ensure_running(self, rec: ConnectorRecord) -> None:
         if self._stopping or rec.handle is not None or rec.status == "spawning":
             return
-        rec.status = "spawning"
-        rec.exited.clear()
+        rec.begin_spawn()
         self._task(self._start(rec))
 
     async def _start(self, rec: ConnectorRecord) -> None:
@@ -146,8 +139,7 @@ class ConnectorSupervisor:
             self._crashed(rec, None, f"spawning failed: {exc}")
             rec.exited.set()
             return
-        rec.handle, rec.spawn_count = handle, rec.spawn_count + 1
-        rec.started_monotonic, rec.started_at = time.monotonic(), now_iso()
+        rec.spawned(handle)
         self.logger.info("started connector %s of Connection %s (pid %s)", rec.spec.connector, rec.name,
                          handle.pid, extra={"event": "connector.spawned", "connection": rec.name,
                                             "childPid": handle.pid})
@@ -167,11 +159,11 @@ class ConnectorSupervisor:
         if isinstance(control, Emit) and event.reply_to is not None:
             await self._answer_emit(rec, handle, event)
         elif isinstance(control, Ready):
-            rec.status = "running"
+            rec.transition("run")
         elif isinstance(control, (StartError, ConnectorError)):
             rec.last_error = str(control.message)
         elif isinstance(control, Completed):
-            rec.status = "completed"
+            rec.transition("done")
 
     async def _answer_emit(self, rec: ConnectorRecord, handle: AgentHandle, event: AgentEvent) -> None:
         assert event.reply_to is not None
@@ -209,11 +201,11 @@ class ConnectorSupervisor:
             pump.cancel()
         with contextlib.suppress(Exception):
             await handle.transport.aclose()
-        rec.handle, rec.last_exit_code = None, ended.status_code
+        rec.ended(ended.status_code)
         if self._stopping or rec.replacing:
-            rec.status = "terminated"
+            rec.transition("exit")
         elif ended.ok:
-            rec.status = "completed"
+            rec.transition("done")
             self.logger.info("connector of Connection %s finished (run returned); not restarted", rec.name,
                              extra={"event": "connector.completed", "connection": rec.name})
         else:
@@ -222,13 +214,7 @@ class ConnectorSupervisor:
         rec.exited.set()
 
     def _crashed(self, rec: ConnectorRecord, code: int | None, cause: str) -> None:
-        if rec.started_monotonic and time.monotonic() - rec.started_monotonic > STABLE_AFTER_S:
-            rec.consecutive_crashes = 0
-        rec.consecutive_crashes += 1
-        rec.total_crashes += 1
-        rec.handle = None
-        delay = backoff_ms(rec.consecutive_crashes, self.crash_threshold)
-        rec.status = "crashLoopBackOff" if delay > 0 else "crashed"
+        delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S)
         self.logger.error(
             "[E_CONNECTOR] Connection %s (connector %s) failed: %s; restarting in %d ms (%d in a row)",
             rec.name, rec.spec.connector, cause, delay, rec.consecutive_crashes,
@@ -245,7 +231,6 @@ class ConnectorSupervisor:
 
     def _respawn(self, rec: ConnectorRecord) -> None:
         rec.timer = None
-        rec.status = "pending"
         self._ensure_running(rec)
 
     def add(self, spec: ConnectionSpec) -> None:
@@ -259,8 +244,9 @@ class ConnectorSupervisor:
         """Stop the Connection's process (``config_change``) and start it again with ``spec``."""
         rec = self.records[spec.name]
         await self._stop_for_change(rec)
-        rec.spec, rec.status = spec, "pending"
-        rec.consecutive_crashes, rec.last_error = 0, None
+        rec.spec = spec
+        rec.reset_crashes()
+        rec.last_error = None
         self._ensure_running(rec)
 
     async def remove(self, name: str) -> None:

@@ -1,6 +1,6 @@
 """The agent process: one (agent, instanceKey) behind an IPC channel.
 
-:func:`process_main` is the child entry of :class:`~goondan.ipc.spawner.ProcessSpawner`
+:func:`process_main` is the child entry of :class:`~goondan.swarm.spawner.ProcessSpawner`
 (``spawn`` start method). Arguments (docs/orchestrator.md "Process model"): ``--bundle-dir``, ``--agent-name``,
 ``--instance-key``, plus ``--state-root``, ``--swarm``, ``--workdir``, ``--log-dir`` and
 ``--process-name`` (stdout/stderr go to ``<log-dir>/<process-name>.{stdout,stderr}.log``).
@@ -75,7 +75,6 @@ from goondan.ipc.queries import answer_inspect
 from goondan.pipeline.context import TurnResult
 from goondan.runtime.agents import TurnHandler, response_event, turn_error
 from goondan.types import AgentEvent, JsonObject
-from goondan.workspace.files import private_dirs
 
 __all__ = ["AgentWorker", "IpcAgentRouter", "TurnHandler", "cancelled_error", "parse_args", "process_main"]
 
@@ -452,30 +451,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def redirect_output(log_dir: Path, name: str) -> None:
-    """Point fd 1/2 (and ``sys.stdout``/``sys.stderr``) at the process's append-only log files."""
-    private_dirs(log_dir)
-    for fd, stream in ((1, "stdout"), (2, "stderr")):
-        target = os.open(log_dir / f"{name}.{stream}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(target, fd)
-        os.close(target)
-    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
-
-
 HandlerBuilder = Callable[[argparse.Namespace, AgentWorker], Awaitable[TurnHandler]]
 
 
 def run_child(conn: Connection, argv: list[str], build: HandlerBuilder) -> None:
     """Common child main: logs, signals, the worker loop; exits with its code."""
+    from goondan.ipc.logs import configure_process_logging, redirect_output
     from goondan.tools.processes import enter_agent_process, owner_env, sweep
 
     enter_agent_process()  # the owner markers of every process its tools start
     args = parse_args(argv)
     if args.log_dir:
         redirect_output(Path(args.log_dir), args.process_name or args.agent_name)
-    from goondan.ipc.logs import configure_process_logging
-
     configure_process_logging(agent=args.agent_name, instanceKey=args.instance_key)
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

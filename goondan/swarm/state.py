@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from goondan.errors import ConfigError
-from goondan.ipc.logs import log_dir_for
+from goondan.ipc.logs import safe_key
 from goondan.types import JsonObject
 from goondan.workspace.claims import owner_alive, pid_start_time
 from goondan.workspace.files import private_dirs, private_opener
@@ -55,18 +55,12 @@ __all__ = [
     "read_active",
     "running_records",
     "runtime_key",
-    "safe_key",
     "same_process",
     "status_path",
     "write_active",
 ]
 
 _SOCKET_PATH_LIMIT = 100  # sun_path is 108 bytes on Linux
-
-
-def safe_key(key: str) -> str:
-    """An orchestrator key usable as a file name."""
-    return log_dir_for(Path("."), key).name
 
 
 def runtime_key(instance_key: str, workspace_id: str) -> str:

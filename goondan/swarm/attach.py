@@ -1,8 +1,8 @@
 """``goondan run`` of a swarm that already runs: attach to it instead of starting another.
 
-:func:`claim_or_attach` decides, for one :class:`~goondan.ipc.service.SwarmService`, whether
+:func:`claim_or_attach` decides, for one :class:`~goondan.swarm.service.SwarmService`, whether
 this process runs the swarm's orchestrator or talks to the one that runs: it takes the swarm's
-lock (:class:`~goondan.ipc.state.SwarmLock`) or, while another process holds it, waits until
+lock (:class:`~goondan.swarm.state.SwarmLock`) or, while another process holds it, waits until
 that orchestrator answers on its control socket (it may still be starting). Three ``goondan
 run`` started at once therefore leave exactly one orchestrator; the two others attach.
 
@@ -26,9 +26,9 @@ from typing import Any, Literal
 from goondan.conversation.messages import Message
 from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.controlwire import send_control, stream_control
-from goondan.ipc.frontend import EntryAgentView
-from goondan.ipc.state import ActiveRuntime, read_active
 from goondan.pipeline.context import TurnResult
+from goondan.swarm.frontend import EntryAgentView
+from goondan.swarm.state import ActiveRuntime, read_active
 from goondan.types import JsonObject, new_id
 
 __all__ = ["AttachedBackend", "SwarmGone", "answering", "claim_or_attach"]
@@ -72,7 +72,7 @@ def claim_or_attach(service: Any, *, timeout_s: float = CLAIM_TIMEOUT_S) -> tupl
         if found is not None:
             return found
         if time.monotonic() >= deadline:
-            from goondan.ipc.service import already_running
+            from goondan.swarm.service import already_running
 
             err = already_running(service.swarm.name, service.bundle.root, service.instance_key,
                                   service.lock.holder())

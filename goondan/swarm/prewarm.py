@@ -35,8 +35,8 @@ from typing import Any
 
 __all__ = ["prewarm_agent_process", "take_prewarmed", "warm_entry"]
 
-# What every agent process imports before its first request (goondan/ipc/agent_process.py).
-WARM_IMPORTS = ("goondan.ipc.agent_process", "goondan.runtime.instance", "goondan.config.cache", "goondan.config.bundle",
+# What every agent process imports before its first request (goondan/swarm/agent_process.py).
+WARM_IMPORTS = ("goondan.swarm.agent_process", "goondan.runtime.instance", "goondan.config.cache", "goondan.config.bundle",
                 "goondan.llm.registry", "goondan.llm.http")
 
 
@@ -88,7 +88,7 @@ def warm_entry(conn: Connection) -> None:
     os.environ.update(environ)
     os.chdir(cwd)
     sys.path[:] = path
-    from goondan.ipc.spawner import child_entry
+    from goondan.swarm.spawner import child_entry
 
     child_entry(target, conn, argv)
 
@@ -98,7 +98,7 @@ def prewarm_agent_process() -> None:
     global _slot
     if _slot is not None:
         return
-    from goondan.ipc.procstart import start_process
+    from goondan.swarm.procstart import start_process
 
     context = multiprocessing.get_context("spawn")
     parent_conn, child_conn = context.Pipe(duplex=True)

@@ -25,7 +25,13 @@ from typing import Any
 
 from goondan.errors import ConfigError, GoondanError
 from goondan.ipc.logs import tail_lines
-from goondan.ipc.state import ActiveRuntime, pid_start_time, read_active, runtime_key, same_process
+from goondan.swarm.state import (
+    ActiveRuntime,
+    pid_start_time,
+    read_active,
+    runtime_key,
+    same_process,
+)
 from goondan.types import JsonObject
 from goondan.workspace.files import private_dirs, private_opener
 
@@ -56,7 +62,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, *, poll_s: float =
 
 
 def bundle_runtime_key(bundle: Path, swarm: str | None, state_root: Path) -> tuple[str, Any]:
-    """The runtime key of ``bundle``'s Swarm (see :func:`goondan.ipc.state.runtime_key`) and the
+    """The runtime key of ``bundle``'s Swarm (see :func:`goondan.swarm.state.runtime_key`) and the
     loaded bundle."""
     from goondan.config.cache import load_bundle_cached
     from goondan.workspace.paths import workspace_id_for
