@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,18 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.connector_e2e import base_bundle, goondan_run, http_request, instances, webhook_port
+from goondan.ipc.state import read_active
+from tests.support.connector_e2e import (
+    FAKE_KEY,
+    REPO,
+    base_bundle,
+    goondan_run,
+    http_request,
+    instances,
+    webhook_port,
+)
 from tests.support.fake_provider import FakeProvider, FakeReply, RecordedRequest
+from tests.support.runtime_harness import FAKE_KEY_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -128,3 +140,29 @@ def test_an_mcp_client_lists_and_calls_the_exposed_agents_over_streamable_http(
             fake.assert_all_used()
     log = "".join(p.read_text() for p in state_root.glob("**/*.log*") if p.is_file())
     assert TOKEN not in log
+
+
+async def _stdio_calls(params: Any) -> dict[str, Any]:
+    async with Client(params) as client:
+        tools = sorted(tool.name for tool in (await client.list_tools()).tools)
+        first = await client.call_tool("ask_assistant", {"message": "over stdio"})
+        second = await client.call_tool("ask_assistant", {"message": "same session"})
+    return {"tools": tools, "texts": [first.content[0].text, second.content[0].text]}  # type: ignore[union-attr]
+
+
+def test_goondan_serve_mcp_serves_the_swarm_over_stdio(tmp_path: Path, state_root: Path) -> None:
+    from mcp import StdioServerParameters
+
+    with FakeProvider() as fake:
+        fake.enqueue(FakeReply.reply("stdio one"), FakeReply.reply("stdio two"))
+        bundle = _bundle(tmp_path, fake.base_url("openai"))
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "goondan", "--state-root", str(state_root), "serve", "mcp", "--bundle", str(bundle)],
+            env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "MCP_AUTH_TOKEN": TOKEN}, cwd=str(REPO))
+        seen = asyncio.run(_stdio_calls(params))
+        assert seen["tools"] == ["ask_assistant", "ask_researcher"]  # the Connection's AGENTS
+        assert seen["texts"] == ["stdio one", "stdio two"]
+        assert _user_texts(fake.requests[1]) == ["over stdio", "same session"]
+    # the process stopped with its input: the swarm is not left running
+    assert read_active(state_root) is None
