@@ -87,6 +87,8 @@ def test_sessions_tools_and_calls_follow_the_streamable_http_rules(tmp_path: Pat
             listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
             assert (await send(url, listing)).status == 400  # no session id
             assert (await send(url, listing, {"Mcp-Session-Id": "nope"})).status == 404
+            wrong = await send(url, listing, {**with_session, "MCP-Protocol-Version": "1999-01-01"})
+            assert wrong.status == 400
             note = await send(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, with_session)
             assert note.status == 202 and note.data == b""
             tools = json.loads((await send(url, listing, with_session)).data)["result"]["tools"]

@@ -14,7 +14,8 @@ The transport (MCP "Streamable HTTP"): a POST carries one JSON-RPC message. A no
 response is answered 202; a request 200 with ``application/json`` — or, for a ``tools/call``
 with a ``progressToken``, with ``text/event-stream``: progress notifications, then the response.
 ``initialize`` opens a session and answers its id in ``Mcp-Session-Id``; every other request
-must carry it (400 without, 404 for an unknown or ended one). DELETE ends a session (its calls
+must carry it (400 without, 404 for an unknown or ended one), and an ``MCP-Protocol-Version``
+header, when sent, must name a supported revision (400). DELETE ends a session (its calls
 in flight are cancelled); GET (a server-to-client stream) is answered 405: this server sends
 nothing unasked. A request whose ``Origin`` is neither loopback nor allowed is answered 403
 (DNS rebinding). Each ``tools/call`` becomes an event ``mcp_tool_call`` (properties ``tool``,
@@ -34,10 +35,12 @@ from typing import Any
 from goondan.connectors import ConnectorContext, ConnectorEvent
 from goondan.connectors.asking import progress_text
 from goondan.connectors.signing import AUTH_TOKEN, signing_secret
+from goondan.errors import GoondanError
 from goondan.mcp.server import (
     INVALID_REQUEST,
     PARSE_ERROR,
     REQUEST_CANCELLED,
+    SUPPORTED_VERSIONS,
     ExposedAgent,
     McpServer,
     McpSession,
@@ -83,7 +86,11 @@ def make_ask(ctx: ConnectorContext) -> Any:
         event = ConnectorEvent.text(EVENT_NAME, message, instance_key=instance_key,
                                     properties={"tool": f"ask_{agent}", "agent": agent,
                                                 "session": instance_key.removeprefix("mcp:")})
-        answer = await ctx.ask(event, agent=agent, on_progress=lambda p: progress(progress_text(p)))
+        try:
+            answer = await ctx.ask(event, agent=agent, on_progress=lambda p: progress(progress_text(p)))
+        except GoondanError as err:  # refused by the ingress (a rule names an agent not running…)
+            ctx.logger.warning("MCP call not accepted: %s", err.message)
+            return ToolOutcome(f"[{err.code}] {err.message}", is_error=True)
         text, is_error = answer.outcome_text()
         return ToolOutcome(text, is_error)
 
@@ -156,6 +163,10 @@ class McpHttpHandler:
             if found is None:
                 return Response.json(404, error_message(message.get("id"), INVALID_REQUEST, "unknown session"))
             session = found
+            version = request.header("mcp-protocol-version")
+            if version and version not in SUPPORTED_VERSIONS:
+                return Response.json(400, error_message(message.get("id"), INVALID_REQUEST,
+                                                        f"unsupported MCP-Protocol-Version {version}"))
         if not is_request:
             await self.server.handle(session, message, lambda _: None)
             return Response(202)
