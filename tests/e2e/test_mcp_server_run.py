@@ -142,27 +142,41 @@ def test_an_mcp_client_lists_and_calls_the_exposed_agents_over_streamable_http(
     assert TOKEN not in log
 
 
-async def _stdio_calls(params: Any) -> dict[str, Any]:
+async def _stdio_calls(params: Any, fake: FakeProvider) -> dict[str, Any]:
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
     async with Client(params) as client:
         tools = sorted(tool.name for tool in (await client.list_tools()).tools)
-        first = await client.call_tool("ask_assistant", {"message": "over stdio"})
+        first = await client.call_tool("ask_assistant", {"message": "over stdio"}, progress_callback=on_progress)
         second = await client.call_tool("ask_assistant", {"message": "same session"})
-    return {"tools": tools, "texts": [first.content[0].text, second.content[0].text]}  # type: ignore[union-attr]
+        async with anyio.create_task_group() as group:  # a cancelled call cancels its Turn
+            group.start_soon(client.call_tool, "ask_assistant", {"message": "forget it"})
+            await anyio.to_thread.run_sync(fake.wait_for_requests, 3, 30.0)
+            group.cancel_scope.cancel()
+        third = await client.call_tool("ask_assistant", {"message": "after the cancel"})
+    texts = [r.content[0].text for r in (first, second, third)]  # type: ignore[union-attr]
+    return {"tools": tools, "texts": texts, "progress": progress}
 
 
 def test_goondan_serve_mcp_serves_the_swarm_over_stdio(tmp_path: Path, state_root: Path) -> None:
     from mcp import StdioServerParameters
 
     with FakeProvider() as fake:
-        fake.enqueue(FakeReply.reply("stdio one"), FakeReply.reply("stdio two"))
+        fake.enqueue(FakeReply.reply("stdio one"), FakeReply.reply("stdio two"), FakeReply.hanging(),
+                     FakeReply.reply("stdio three"))
         bundle = _bundle(tmp_path, fake.base_url("openai"))
         params = StdioServerParameters(
             command=sys.executable,
             args=["-m", "goondan", "--state-root", str(state_root), "serve", "mcp", "--bundle", str(bundle)],
             env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "MCP_AUTH_TOKEN": TOKEN}, cwd=str(REPO))
-        seen = asyncio.run(_stdio_calls(params))
+        seen = asyncio.run(_stdio_calls(params, fake))
         assert seen["tools"] == ["ask_assistant", "ask_researcher"]  # the Connection's AGENTS
-        assert seen["texts"] == ["stdio one", "stdio two"]
+        assert seen["texts"] == ["stdio one", "stdio two", "stdio three"]
+        assert seen["progress"] == ["step 1"]
         assert _user_texts(fake.requests[1]) == ["over stdio", "same session"]
+        assert _user_texts(fake.requests[3])[-1] == "after the cancel"
     # the process stopped with its input: the swarm is not left running
     assert read_active(state_root) is None
