@@ -1,7 +1,8 @@
 """``goondan serve mcp``: run a swarm as an MCP server on stdin/stdout (docs/serving.md).
 
 The swarm runs in this process as under ``goondan run --foreground`` (orchestrator, agent
-processes, the Swarm's Connections); stdin/stdout carry MCP (:mod:`goondan.connectors.mcp_stdio`).
+processes, the Swarm's Connections), or, when it already runs, this process attaches to it
+over its control socket; stdin/stdout carry MCP (:mod:`goondan.connectors.mcp_stdio`).
 """
 
 from __future__ import annotations
@@ -62,10 +63,15 @@ def mcp(bundle: str | None, swarm: str | None, connection: str | None, agents: t
     loaded = load_bundle_cached(chosen, state_root=state_root)
     service = SwarmService(loaded, state_root=state_root, swarm=swarm, env_file=env_file, real_env=real_env)
     startup_done()
-    return asyncio.run(_serve(service, connection, agents, channel))
+    from goondan.ipc.attach import claim_or_attach
+
+    found = claim_or_attach(service)  # None: this process runs the swarm
+    return asyncio.run(_serve(service, connection, agents, channel,
+                              attached=Path(found[0].control_socket or "") if found else None))
 
 
-async def _serve(service: object, connection: str | None, agents: tuple[str, ...], channel: object) -> int:
+async def _serve(service: Any, connection: str | None, agents: tuple[str, ...], channel: Any, *,
+                 attached: Path | None) -> int:
     import asyncio
     import signal
     import sys
@@ -74,22 +80,23 @@ async def _serve(service: object, connection: str | None, agents: tuple[str, ...
         MAX_LINE_BYTES,
         exposed_for,
         make_ask,
+        make_attached_ask,
         mcp_connection,
         serve_stdio,
     )
-    from goondan.ipc.service import SwarmService
     from goondan.mcp.server import McpServer
 
-    assert isinstance(service, SwarmService)
-    out: Any = channel
     spec = mcp_connection(service.connections.connections, connection)
     exposed = exposed_for(service.bundle, service.swarm, spec, agents, os.environ)
-    server = McpServer(exposed, make_ask(service, spec), name=f"goondan {service.swarm.name}")
+    ask = make_attached_ask(attached) if attached is not None else make_ask(service, spec)
+    server = McpServer(exposed, ask, name=f"goondan {service.swarm.name}")
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    async with service:
-        serving = asyncio.ensure_future(serve_stdio(server, reader, out.write))
+    async with contextlib.AsyncExitStack() as stack:
+        if attached is None:
+            await stack.enter_async_context(service)
+        serving = asyncio.ensure_future(serve_stdio(server, reader, channel.write))
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, serving.cancel)
         with contextlib.suppress(asyncio.CancelledError):

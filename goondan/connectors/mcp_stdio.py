@@ -13,6 +13,10 @@ Connection (``--connection``, else the first one): its inbox, routing rules and 
 (``AGENTS``, ``DESCRIPTION_<agent>``) apply exactly as over HTTP. A Swarm without such a
 Connection exposes its entry agent (or ``--agent`` names), and a call goes straight to the
 agent's queue, like ``goondan send``. End of input cancels what is in flight and returns.
+
+When the swarm already runs (``goondan run``), ``serve mcp`` attaches to it instead
+(:func:`make_attached_ask`): each call is a streamed ``request`` on its control socket, as
+``goondan send`` makes; closing that connection cancels the Turn.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from goondan.connectors.asking import ask_ingress, progress_text
 from goondan.connectors.event import ConnectorEvent
 from goondan.connectors.spec import ConnectionSpec, resolve_connection_values
 from goondan.errors import ConfigError, GoondanError
+from goondan.ipc.controlwire import stream_control
 from goondan.mcp.server import (
     PARSE_ERROR,
     AskFn,
@@ -41,7 +47,7 @@ from goondan.mcp.server import (
 from goondan.runtime.agents import response_text
 from goondan.types import AgentEvent, JsonObject
 
-__all__ = ["MAX_LINE_BYTES", "exposed_for", "mcp_connection", "serve_stdio"]
+__all__ = ["MAX_LINE_BYTES", "exposed_for", "make_ask", "make_attached_ask", "mcp_connection", "serve_stdio"]
 
 _log = logging.getLogger("goondan.connectors.mcp_stdio")
 
@@ -91,7 +97,8 @@ def make_ask(service: Any, spec: ConnectionSpec | None) -> AskFn:
     async def ask(agent: str, message: str, instance_key: str, progress: ProgressFn) -> ToolOutcome:
         if spec is not None:
             event = ConnectorEvent.text(EVENT_NAME, message, instance_key=instance_key,
-                                        properties={"tool": f"ask_{agent}", "agent": agent, "session": "stdio"})
+                                        properties={"tool": f"ask_{agent}", "agent": agent,
+                                                    "session": instance_key.removeprefix("mcp:")})
             answer = await ask_ingress(service.connections.ingress, spec.name, event, agent=agent,
                                        on_progress=lambda p: progress(progress_text(p)))
             text, is_error = answer.outcome_text()
@@ -108,6 +115,24 @@ def make_ask(service: Any, spec: ConnectionSpec | None) -> AskFn:
     return ask
 
 
+def make_attached_ask(socket_path: Path) -> AskFn:
+    """``McpServer``'s ``ask`` for a swarm running elsewhere: a streamed control ``request``."""
+
+    async def ask(agent: str, message: str, instance_key: str, progress: ProgressFn) -> ToolOutcome:
+        request: JsonObject = {"command": "request", "input": message, "agent": agent,
+                               "instanceKey": instance_key, "stream": True}
+        try:
+            answer = await stream_control(socket_path, request, timeout_s=None,
+                                          on_event=_progress_filter(progress))
+        except GoondanError as err:
+            return ToolOutcome(f"[{err.code}] {err.message}", is_error=True)
+        if not answer.get("ok"):
+            return ToolOutcome(f"[{answer.get('code')}] {answer.get('message')}", is_error=True)
+        return ToolOutcome(str(answer.get("response") or ""))
+
+    return ask
+
+
 def _progress_filter(progress: ProgressFn) -> Callable[[JsonObject], None]:
     from goondan.connectors.asking import PROGRESS_EVENT_TYPES
 
@@ -120,7 +145,7 @@ def _progress_filter(progress: ProgressFn) -> Callable[[JsonObject], None]:
 
 async def serve_stdio(server: McpServer, reader: asyncio.StreamReader, write: Callable[[bytes], None]) -> None:
     """Answer the messages read from ``reader`` until it ends (see the module docstring)."""
-    session = McpSession(id="stdio")
+    session = McpSession()  # one per process: each start of the command is a new conversation
     tasks: set[asyncio.Task[None]] = set()
 
     def send(message: JsonObject) -> None:

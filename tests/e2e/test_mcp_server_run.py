@@ -180,3 +180,28 @@ def test_goondan_serve_mcp_serves_the_swarm_over_stdio(tmp_path: Path, state_roo
         assert _user_texts(fake.requests[3])[-1] == "after the cancel"
     # the process stopped with its input: the swarm is not left running
     assert read_active(state_root) is None
+
+
+async def _two_calls(params: Any) -> list[str]:
+    async with Client(params) as client:
+        first = await client.call_tool("ask_assistant", {"message": "to the running swarm"})
+        second = await client.call_tool("ask_assistant", {"message": "still attached"})
+    return [first.content[0].text, second.content[0].text]  # type: ignore[union-attr]
+
+
+def test_goondan_serve_mcp_attaches_to_a_swarm_that_already_runs(tmp_path: Path, state_root: Path) -> None:
+    from mcp import StdioServerParameters
+
+    with FakeProvider() as fake:
+        fake.enqueue(FakeReply.reply("attached one"), FakeReply.reply("attached two"))
+        bundle = _bundle(tmp_path, fake.base_url("openai"))
+        with goondan_run(bundle, state_root, {"MCP_AUTH_TOKEN": TOKEN}) as proc:
+            params = StdioServerParameters(
+                command=sys.executable,
+                args=["-m", "goondan", "--state-root", str(state_root), "serve", "mcp", "--bundle", str(bundle)],
+                env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "MCP_AUTH_TOKEN": TOKEN}, cwd=str(REPO))
+            assert asyncio.run(_two_calls(params)) == ["attached one", "attached two"]
+            assert _user_texts(fake.requests[1]) == ["to the running swarm", "still attached"]
+            assert [k for k in instances(state_root) if k.startswith("mcp:")]  # the process's session
+            active = read_active(state_root)
+            assert active is not None and active.pid == proc.pid  # the running swarm answered
