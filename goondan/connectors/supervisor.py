@@ -240,7 +240,8 @@ class ConnectorSupervisor:
             self.logger.warning("connection %s: event not accepted: %s", rec.name, err.message,
                                 extra={"event": "ingress.invalidEvent", "connection": rec.name})
             answer = Answer(correlation, error={"code": err.code, "message": err.message})
-        await self._send_answer(rec, handle, answer)
+        # a task like the progress sends before it: tasks start in order, so it leaves after them
+        self._task(self._send_answer(rec, handle, answer))
 
     async def _send_answer(self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer | Delta) -> None:
         with contextlib.suppress(IpcError):

@@ -122,7 +122,7 @@ def test_an_mcp_client_lists_and_calls_the_exposed_agents_over_streamable_http(
             requests = fake.requests
             assert _user_texts(requests[1]) == ["hello", "and again"]
             assert _user_texts(requests[2]) == ["what agents exist?"]  # another agent: its own
-            assert seen["progress"][:2] == ["step 1", "tool agents__catalog"], seen["progress"]
+            assert seen["progress"] == ["step 1", "tool agents__catalog", "tool agents__catalog done", "step 2"]
             keys = [k for k in instances(state_root) if k.startswith("mcp:")]
             assert len(keys) == 1, keys  # both agents under the session's key
 
