@@ -184,3 +184,29 @@ def test_without_a_token_the_connector_refuses_to_start_unless_allowed(tmp_path:
             assert response.status == 400  # no session, but no token asked for
 
     asyncio.run(body())
+
+
+def test_bodies_it_cannot_take_are_refused_before_any_call(tmp_path: Path) -> None:
+    async def body() -> None:
+        asker = Asker()
+        async with running(mcp_server, context(tmp_path, asker, MAX_BODY_BYTES="4096")) as url:
+            session = {"Mcp-Session-Id": await initialize(url)}
+
+            async def raw(data: bytes) -> urllib3.BaseHTTPResponse:
+                return await asyncio.to_thread(_pool.request, "POST", url + "/mcp", body=data,
+                                               headers={**ACCEPT, **AUTH, **session}, timeout=10.0)
+
+            assert (await raw(b"x" * 5000)).status == 413
+            bad = await raw(b"{not json")
+            assert bad.status == 400 and json.loads(bad.data)["error"]["code"] == -32700
+            deep = await raw(b"[" * 2000 + b"]" * 2000)  # nested past the parser's recursion limit
+            assert deep.status == 400
+            batch = await raw(b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]')
+            assert batch.status == 400 and json.loads(batch.data)["error"]["code"] == -32600
+            no_message = {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                          "params": {"name": "ask_assistant", "arguments": {"message": 3}}}
+            invalid = json.loads((await send(url, no_message, session)).data)
+            assert invalid["error"]["code"] == -32602
+            assert not asker.calls
+
+    asyncio.run(body())
