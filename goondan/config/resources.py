@@ -241,6 +241,7 @@ KIND_SCHEMAS: dict[str, Obj] = {
         "workdir": Str(),
         "parallelToolCalls": Bool(),
         "requestTimeoutMs": Int(),
+        "description": Str(),
         "maxToolOutputBytes": Int(),
         "spillToolOutput": Bool(),
         "budget": _BUDGET,

@@ -212,10 +212,13 @@ class Inspect(Query):
 
 @dataclass(frozen=True)
 class Emit(Query):
-    """A connector's event for the ingress (answered after the durable append)."""
+    """A connector's event for the ingress (answered after the durable append; with
+    ``answer``, after its Turn ended, with the Turn's answer: :mod:`goondan.connectors.asking`)."""
 
     kind: ClassVar[str] = "emit"
     event: Any = None
+    answer: bool = False
+    agent: str | None = None  # with answer: takes the entry agent's place in the routing
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,10 @@ one :data:`~goondan.swarm.supervision.TRANSITIONS` table, one crash count and ba
   :meth:`~ConnectorSupervisor.remove` stops one for good.
 
 Messages from a connector process are never taken for an agent's: ``runtime.emit`` goes to
-:meth:`Ingress.accept` and is answered with ``runtime.answer``; other reports update the status.
+:meth:`Ingress.accept` and is answered with ``runtime.answer``; one with ``answer: true``
+(``ctx.ask``) is answered when its Turn ended, its progress sent as ``runtime.delta`` and a
+``runtime.cancel`` of its event id cancels it (:mod:`goondan.connectors.asking`); other
+reports update the status.
 """
 
 from __future__ import annotations
@@ -35,18 +38,23 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from goondan.connectors.asking import TurnAnswer
+from goondan.connectors.event import ConnectorEvent
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import ConnectorEventError, GoondanError, IpcError
 from goondan.ipc.control import (
     Answer,
+    Cancel,
     Completed,
     ConnectorError,
+    Delta,
     Emit,
     Ready,
     StartError,
     decode_control,
 )
 from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, ShutdownReason
+from goondan.swarm.asking import ask_ingress
 from goondan.swarm.ingress import Ingress
 from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest
 from goondan.swarm.supervision import ProcessStatus, WorkerRecord
@@ -105,6 +113,7 @@ class ConnectorSupervisor:
         self.logger = logger or _log
         self._stopping = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._asks: dict[tuple[str, str], asyncio.Task[Any]] = {}  # (connection, event id) -> its Turn
 
     def __repr__(self) -> str:
         live = sum(1 for r in self.records.values() if r.handle is not None)
@@ -156,8 +165,14 @@ class ConnectorSupervisor:
             return
         event = message.agent_event()
         control = decode_control(event)
-        if isinstance(control, Emit) and event.reply_to is not None:
+        if isinstance(control, Emit) and event.reply_to is not None and control.answer:
+            self._start_ask(rec, handle, event.reply_to.correlation_id, control.event, control.agent)
+        elif isinstance(control, Emit) and event.reply_to is not None:
             await self._answer_emit(rec, handle, event)
+        elif isinstance(control, Cancel):
+            task = self._asks.get((rec.name, control.event_id))
+            if task is not None:
+                task.cancel()
         elif isinstance(control, Ready):
             rec.transition("run")
         elif isinstance(control, (StartError, ConnectorError)):
@@ -187,7 +202,41 @@ class ConnectorSupervisor:
         # pay one round trip each, one after the other. The event is durable already.
         self._task(self._send_answer(rec, handle, answer))
 
-    async def _send_answer(self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer) -> None:
+    def _start_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str, raw: Any,
+                   agent: str | None) -> None:
+        try:
+            event = ConnectorEvent.from_dict(raw)
+        except ConnectorEventError as err:
+            self._task(self._send_answer(rec, handle, Answer(
+                correlation, error={"code": err.code, "message": err.message})))
+            return
+        key = (rec.name, event.id)
+        task = self._task(self._answer_ask(rec, handle, correlation, event, agent))
+        self._asks[key] = task
+        task.add_done_callback(lambda done: self._asks.pop(key, None) if self._asks.get(key) is done else None)
+
+    async def _answer_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str,
+                          event: ConnectorEvent, agent: str | None) -> None:
+        def progress(payload: JsonObject) -> None:
+            self._task(self._send_answer(rec, handle, Delta(event.id, payload)))
+
+        answer: Answer
+        try:
+            result: TurnAnswer = await ask_ingress(self.ingress, rec.name, event, agent=agent,
+                                                        on_progress=progress)
+            receipt = result.receipt
+            rec.emitted += 0 if receipt.duplicate or receipt.dropped else 1
+            answer = Answer(correlation, result=result.to_dict())
+        except asyncio.CancelledError:  # the connector cancelled it: the Turn is cancelled
+            answer = Answer(correlation, error={"code": "E_TURN_CANCELLED", "message": "cancelled by the connector"})
+        except GoondanError as err:  # an invalid event, or the inbox cannot be written
+            self.logger.warning("connection %s: event not accepted: %s", rec.name, err.message,
+                                extra={"event": "ingress.invalidEvent", "connection": rec.name})
+            answer = Answer(correlation, error={"code": err.code, "message": err.message})
+        # a task like the progress sends before it: tasks start in order, so it leaves after them
+        self._task(self._send_answer(rec, handle, answer))
+
+    async def _send_answer(self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer | Delta) -> None:
         with contextlib.suppress(IpcError):
             await handle.transport.send(
                 answer.ipc_message(sender=ORCHESTRATOR, to=rec.name, instance_key=rec.name))

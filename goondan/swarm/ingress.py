@@ -139,12 +139,14 @@ class Ingress:
         """The connector's ``ctx.state_dir``."""
         return self.inboxes[connection].state_dir
 
-    async def accept(self, connection: str, raw: ConnectorEvent | object, *, submit: bool = True) -> Accepted:
+    async def accept(self, connection: str, raw: ConnectorEvent | object, *, submit: bool = True,
+                     default_agent: str | None = None) -> Accepted:
         """Durably accept one event of ``connection`` (see the module docstring).
 
         With ``submit=False`` the routed event is returned instead of queued (the caller sends
-        it, e.g. as a request whose answer it prints). Raises :class:`ConnectorEventError`
-        for an invalid event (nothing stored)."""
+        it, e.g. as a request whose answer it prints). ``default_agent`` replaces the entry
+        agent in the routing (an MCP tool names its agent). Raises
+        :class:`ConnectorEventError` for an invalid event (nothing stored)."""
         spec = self.connections.get(connection)
         if spec is None:
             raise ConnectorEventError(f"unknown Connection {connection!r}")
@@ -153,7 +155,7 @@ class Ingress:
         if inbox.seen(event.id):
             self.duplicates += 1
             return Accepted(EmitReceipt(event.id, duplicate=True))
-        route = route_event(event, spec.rules, self.entry_agent)
+        route = route_event(event, spec.rules, default_agent or self.entry_agent)
         if route is None:  # rules, none matching: dropped (Decision 15)
             self.logger.warning(
                 "Connection %s: event %s (%s) matches no ingress rule; dropped", connection, event.id,

@@ -27,7 +27,10 @@ It serves one POST path and nothing else, which keeps it small enough to reason 
 * :meth:`HttpServer.serve_forever` runs until cancelled; then the listener closes, idle
   connections close at once and requests being handled get ``stop_grace`` (5 s) to finish.
 
-The handler sees a :class:`Request` with the raw body and returns a :class:`Response`.
+The handler sees a :class:`Request` with the raw body and returns a :class:`Response`. A
+response with a ``stream`` (an async iterator of bytes: server-sent events) is sent with
+``Transfer-Encoding: chunked``, one chunk per item, as the items come; a client that goes away
+meanwhile closes the iterator (``aclose``), so its ``finally`` runs.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,7 +48,8 @@ from urllib.parse import urlsplit
 __all__ = ["HttpServer", "Request", "Response"]
 
 _REASONS = {
-    100: "Continue", 200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+    100: "Continue", 200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized",
+    403: "Forbidden", 404: "Not Found",
     405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
     413: "Content Too Large", 431: "Request Header Fields Too Large",
     500: "Internal Server Error", 503: "Service Unavailable",
@@ -75,6 +79,7 @@ class Response:
     body: bytes = b""
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    stream: AsyncIterator[bytes] | None = None
 
     @classmethod
     def json(cls, status: int, data: Any) -> Response:
@@ -375,14 +380,31 @@ class HttpServer:
 
     async def _send(self, writer: asyncio.StreamWriter, response: Response, *, close: bool) -> None:
         reason = _REASONS.get(response.status, "Unknown")
-        head = [f"HTTP/1.1 {response.status} {reason}",
-                f"Content-Type: {response.content_type}",
-                f"Content-Length: {len(response.body)}"]
+        head = [f"HTTP/1.1 {response.status} {reason}", f"Content-Type: {response.content_type}"]
+        if response.stream is None:
+            head.append(f"Content-Length: {len(response.body)}")
+        else:
+            head.append("Transfer-Encoding: chunked")
         head.extend(f"{name}: {value}" for name, value in response.headers.items())
         if close:
             head.append("Connection: close")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + response.body)
         await writer.drain()
+        if response.stream is not None:
+            await self._send_stream(writer, response.stream)
+
+    async def _send_stream(self, writer: asyncio.StreamWriter, stream: AsyncIterator[bytes]) -> None:
+        try:
+            async for chunk in stream:
+                if chunk:
+                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        finally:
+            closer = getattr(stream, "aclose", None)
+            if closer is not None:
+                await closer()
 
 
 def _peer_host(writer: asyncio.StreamWriter) -> str:

@@ -135,7 +135,8 @@ def _write_address(ctx: ConnectorContext, server: HttpServer) -> Path:
 
 
 async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path: str,
-                     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                     methods: tuple[str, ...] = ("POST",)) -> None:
     """Run an :class:`HttpServer` for ``handler`` until cancelled.
 
     The bound address is logged and written to ``<state_dir>/address.json`` (atomically; removed
@@ -147,7 +148,8 @@ async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path
         raise config_error(ctx, f"path {path!r} must start with '/'", "write the path as /hooks")
     connections = config_int(ctx, "MAX_CONNECTIONS", default=DEFAULT_MAX_CONNECTIONS, minimum=1)
     per_ip = config_int(ctx, "MAX_CONNECTIONS_PER_IP", default=DEFAULT_MAX_CONNECTIONS_PER_IP, minimum=1)
-    server = HttpServer(handler, host=host, port=port, path=path, max_body_bytes=max_body_bytes,
+    server = HttpServer(handler, host=host, port=port, path=path, methods=methods,
+                        max_body_bytes=max_body_bytes,
                         max_connections=connections, max_connections_per_ip=per_ip, logger=ctx.logger)
     address = Path(ctx.state_dir) / ADDRESS_FILE
     address.unlink(missing_ok=True)  # a stale address must not be mistaken for this run's
