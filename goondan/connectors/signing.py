@@ -77,7 +77,7 @@ SLACK_SECRET = SecretNames(("SLACK_SIGNING_SECRET", "SIGNING_SECRET", "WEBHOOK_S
 # config is read too).
 DISCORD_KEY = SecretNames(("DISCORD_PUBLIC_KEY", "publicKey"), config=("DISCORD_PUBLIC_KEY",))
 
-# The MCP server takes a bearer token rather than a signature (docs/serving.md).
+# The MCP and A2A servers take a bearer token rather than a signature (docs/serving.md).
 AUTH_TOKEN = SecretNames(("AUTH_TOKEN",), what="auth token", allow_flag="ALLOW_UNAUTHENTICATED")
 
 LISTENING_CONNECTORS: dict[tuple[str | None, str], SecretNames] = {
@@ -86,6 +86,7 @@ LISTENING_CONNECTORS: dict[tuple[str | None, str], SecretNames] = {
     ("@goondan/base", "slack"): SLACK_SECRET,
     ("@goondan/base", "discord"): DISCORD_KEY,
     ("@goondan/base", "mcp-server"): AUTH_TOKEN,
+    ("@goondan/base", "a2a"): AUTH_TOKEN,
 }
 
 

@@ -20,7 +20,7 @@ from goondan.workspace.files import atomic_write
 from ._http import Handler, HttpServer, Response
 
 __all__ = [
-    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "config_bool", "config_error", "config_int",
+    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "bearer_matches", "config_bool", "config_error", "config_int",
     "emit_and_answer", "hmac_sha256_hex", "parse_json_body", "serve_http", "setting",
     "signature_matches", "timestamp_skew",
 ]
@@ -101,6 +101,14 @@ def parse_json_body(body: bytes) -> object:
         raise BadBody("invalid_json") from None
 
 
+def bearer_matches(expected: str, header: str) -> bool:
+    """Is ``header`` (an ``Authorization`` value) ``Bearer <expected>``? Compared in constant time."""
+    scheme, _, given = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(expected.encode(), given.strip().encode("utf-8", "replace"))
+
+
 def hmac_sha256_hex(secret: str, data: bytes) -> str:
     """Hex HMAC-SHA256 of ``data`` keyed with ``secret``."""
     return hmac.new(secret.encode("utf-8"), data, hashlib.sha256).hexdigest()
@@ -136,7 +144,7 @@ def _write_address(ctx: ConnectorContext, server: HttpServer) -> Path:
 
 async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path: str,
                      max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                     methods: tuple[str, ...] = ("POST",)) -> None:
+                     methods: tuple[str, ...] = ("POST",), extra_paths: tuple[str, ...] = ()) -> None:
     """Run an :class:`HttpServer` for ``handler`` until cancelled.
 
     The bound address is logged and written to ``<state_dir>/address.json`` (atomically; removed
@@ -148,7 +156,7 @@ async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path
         raise config_error(ctx, f"path {path!r} must start with '/'", "write the path as /hooks")
     connections = config_int(ctx, "MAX_CONNECTIONS", default=DEFAULT_MAX_CONNECTIONS, minimum=1)
     per_ip = config_int(ctx, "MAX_CONNECTIONS_PER_IP", default=DEFAULT_MAX_CONNECTIONS_PER_IP, minimum=1)
-    server = HttpServer(handler, host=host, port=port, path=path, methods=methods,
+    server = HttpServer(handler, host=host, port=port, path=path, extra_paths=extra_paths, methods=methods,
                         max_body_bytes=max_body_bytes,
                         max_connections=connections, max_connections_per_ip=per_ip, logger=ctx.logger)
     address = Path(ctx.state_dir) / ADDRESS_FILE
