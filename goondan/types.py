@@ -229,9 +229,9 @@ class ToolCallResult:
 
 @dataclass
 class ToolSource:
-    """Where a catalog item came from: config, extension or mcp (docs/tools.md)."""
+    """Where a catalog item came from: config, extension, mcp or a2a (docs/tools.md)."""
 
-    type: Literal["config", "extension", "mcp"]
+    type: Literal["config", "extension", "mcp", "a2a"]
     name: str
     mcp: JsonObject | None = None
 

@@ -113,6 +113,14 @@ def tool_source_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> Non
     """
     has_entry, has_mcp = "entry" in value, "mcp" in value
     exports = value.get("exports")
+    if "a2a" in value:  # a remote A2A agent (goondan/config/a2a.py)
+        if has_entry or has_mcp:
+            ck.error("a Tool gives one of 'entry', 'mcp' and 'a2a' (a remote A2A agent)", path,
+                     "keep one of them; declare the others as more Tools", code="E_CONFIG_A2A")
+        elif isinstance(exports, list) and any(not isinstance(e, str) for e in exports):
+            ck.error("exports of an a2a Tool are skill ids of the agent's card (strings)",
+                     (*path, "exports"), "write exports: [assistant]", code="E_CONFIG_A2A")
+        return
     if not has_entry and not has_mcp:
         ck.error("a Tool needs 'entry' (a Python module); the one exception is an MCP server "
                  "Tool, which gives 'mcp' instead", path,

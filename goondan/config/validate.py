@@ -272,6 +272,12 @@ class _Validator:
                          "use a path relative to the bundle root, inside it", code="E_CONFIG_PATH_ESCAPE")
 
     def _check_tool(self, res: Resource, ck: Checker) -> None:
+        if isinstance(res.spec.get("a2a"), dict):  # a remote A2A agent: its headers must resolve
+            headers = res.spec["a2a"].get("headers")
+            for key, value in (headers.items() if isinstance(headers, dict) else ()):
+                self._env(res, ck, value, ("spec", "a2a", "headers", key), secret=True,
+                          field_name=f"headers.{key}")
+            return
         block = res.spec.get("mcp")
         if not isinstance(block, dict):
             self._entry(res, ck)
@@ -303,8 +309,8 @@ class _Validator:
         open_prefixes: set[str] = set()
         for tool, _ in tools:
             exports = tool.spec.get("exports")
-            if "mcp" in tool.spec:
-                # Server tools are known only at run time; an allow-list names them.
+            if "mcp" in tool.spec or "a2a" in tool.spec:
+                # Server tools (card skills) are known only at run time; an allow-list names them.
                 if isinstance(exports, list):
                     names.update(f"{tool.name}__{sanitize_export_name(e)}"
                                  for e in exports if isinstance(e, str))

@@ -188,6 +188,10 @@ class AgentInstance:
                 # Lazy: each server starts when the first step builds its catalog (docs/mcp.md).
                 for server in spec.mcp_servers:
                     await tools.add_provider(McpToolProvider(server, env=env, logger=log))
+            for remote in spec.a2a_agents:  # lazy too: the card is read at the first catalog
+                from goondan.a2a.provider import A2aToolProvider
+
+                await tools.add_provider(A2aToolProvider(remote, env=env, logger=log))
             extensions = await load_extensions(
                 list(spec.extensions),
                 pipeline=pipeline,
