@@ -106,7 +106,7 @@ class A2aToolProvider:
         return {**headers, "A2A-Version": "1.0"}
 
     def _request(self, method: str, url: str, timeout_s: float, **kwargs: Any) -> Any:
-        from goondan import http
+        import goondan.http as http
 
         if self._pool is None:
             self._pool = http.new_pool(maxsize=8)
@@ -175,7 +175,7 @@ class A2aToolProvider:
             raise ToolFailure(f"A2A agent {self.spec.name!r} offers no tool {name!r}", code="E_A2A_NO_TOOL")
         text, context_id = args.get("message"), args.get("contextId")
         if not isinstance(text, str) or not text.strip():
-            raise ToolFailure("message must be a non-empty string", code="E_TOOL_INPUT")
+            raise ToolFailure("message must be a non-empty string", code="E_TOOL_INVALID_ARGS")
         message: JsonObject = {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}],
                                "metadata": {"skill": skill}}
         if isinstance(context_id, str) and context_id:
@@ -209,7 +209,7 @@ class A2aToolProvider:
         except A2aError:
             raise
         except Exception as exc:  # the stream broke off or timed out while reading
-            from goondan import http
+            import goondan.http as http
 
             failure = http.failure_of(exc)
             if failure is None:

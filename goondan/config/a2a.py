@@ -41,10 +41,6 @@ def _a2a_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> None:
     if "url" not in value:
         ck.error("a2a needs 'url' (the remote agent's address)", path,
                  "write a2a: {url: http://127.0.0.1:8100/a2a}", code="E_CONFIG_A2A")
-    timeout = value.get("timeoutMs")
-    if isinstance(timeout, int) and timeout < 1:
-        ck.error(f"a2a.timeoutMs must be at least 1, got {timeout}", (*path, "timeoutMs"),
-                 "write timeoutMs: 120000", code="E_CONFIG_A2A")
 
 
 A2A_SCHEMA = Obj({
