@@ -1,4 +1,4 @@
-"""Benchmark of a swarm served over MCP (docs/serving.md). Prints p50/p99 in milliseconds.
+"""Benchmark of a swarm served over MCP and A2A (docs/serving.md). Prints p50/p99 in milliseconds.
 
     python scripts/bench_serve.py [--quick]
 
@@ -11,6 +11,9 @@ at once: everything measured is goondan's overhead plus one loopback model reque
   process, IPC to the orchestrator, the durable inbox append, routing, the agent's Turn (one
   model request), the answer back the same way. Sequential (one session: one conversation), then
   20 concurrent clients (a session each, so 20 agent processes; each warmed by one call first).
+* **A2A request → answer**: a ``SendMessage`` POSTed to the ``a2a`` connector on a keep-alive
+  connection until the completed Task arrived (same path as MCP); sequential in one context,
+  then 20 concurrent clients (a context each, so 20 agent processes; each warmed first).
 * **webhook request → 200** beside it, same swarm, same client code: a POST to the ``webhook``
   connector answered once the event is durable (it does not wait for the Turn, which runs
   afterwards and competes for the CPU as it would).
@@ -88,6 +91,16 @@ spec:
 ---
 apiVersion: goondan.ai/v1
 kind: Connection
+metadata: {{name: a2a-in}}
+spec:
+  connectorRef: {{kind: Connector, name: a2a, package: "@goondan/base"}}
+  config:
+    PORT: {{value: "0"}}
+  secrets:
+    AUTH_TOKEN: {{valueFrom: {{env: BENCH_MCP_TOKEN}}}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
 metadata: {{name: hook-in}}
 spec:
   connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
@@ -146,6 +159,31 @@ class McpClient:
         return elapsed
 
 
+class A2aClient:
+    """One A2A context on one keep-alive connection (``SendMessage``, answered once the Task
+    ended)."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.context = f"bench-{id(self)}"
+        self.ids = 0
+
+    def ask(self, text: str) -> float:
+        """One message; its latency in ms (raises unless the Task completed)."""
+        self.ids += 1
+        body = json.dumps({"jsonrpc": "2.0", "id": self.ids, "method": "SendMessage", "params": {
+            "message": {"messageId": f"m{self.ids}", "contextId": self.context, "role": "ROLE_USER",
+                        "parts": [{"text": text}]}}})
+        start = time.perf_counter()
+        self.conn.request("POST", "/a2a", body=body, headers={
+            "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        data = json.loads(self.conn.getresponse().read())
+        elapsed = (time.perf_counter() - start) * 1000
+        if data.get("result", {}).get("task", {}).get("status", {}).get("state") != "TASK_STATE_COMPLETED":
+            raise RuntimeError(f"message failed: {data}")
+        return elapsed
+
+
 def _webhook(port: int, n: int) -> list[float]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     out = []
@@ -199,7 +237,7 @@ def main() -> None:
     with FakeProvider() as fake, tempfile.TemporaryDirectory() as tmp:
         # every model request gets an instant reply (webhook Turns included)
         fake.enqueue(*[FakeReply.reply("ok", chunks=1) for _ in range(
-            2 * sequential + clients * (per_client + 1) + 2 * (sequential + clients * per_client) + 100)])
+            3 * (2 * sequential + clients * (per_client + 1)) + 100)])
         root = Path(tmp)
         (root / "bundle").mkdir()
         (root / "bundle" / "goondan.yaml").write_text(
@@ -213,6 +251,7 @@ def main() -> None:
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             mcp_port, hook_port = _port(state_root, "mcp-in", proc), _port(state_root, "hook-in", proc)
+            a2a_port = _port(state_root, "a2a-in", proc)
             client = McpClient(mcp_port)
             client.ask("warm up")
             seq = [client.ask(f"question {i}") for i in range(sequential)]
@@ -223,6 +262,16 @@ def main() -> None:
                 return lambda: [own.ask(f"q{index}-{i}") for i in range(per_client)]
 
             conc = _concurrent(mcp_worker, clients)
+            a2a = A2aClient(a2a_port)
+            a2a.ask("warm up")
+            a2a_seq = [a2a.ask(f"question {i}") for i in range(sequential)]
+
+            def a2a_worker(index: int) -> Any:
+                own = A2aClient(a2a_port)
+                own.ask("warm up")
+                return lambda: [own.ask(f"q{index}-{i}") for i in range(per_client)]
+
+            a2a_conc = _concurrent(a2a_worker, clients)
             _webhook(hook_port, 10)  # warm
             hook_seq = _webhook(hook_port, sequential)
             hook_conc = _concurrent(lambda index: lambda: _webhook(hook_port, per_client), clients)
@@ -236,6 +285,9 @@ def main() -> None:
     print("MCP tools/call → answer (instant fake model; includes the Turn and its model request)")
     print(_line("sequential, one session", seq))
     print(_line(f"{clients} concurrent sessions", conc))
+    print("A2A SendMessage → completed Task (same path)")
+    print(_line("sequential, one context", a2a_seq))
+    print(_line(f"{clients} concurrent contexts", a2a_conc))
     print("webhook POST → 200 (durable append; the Turn runs afterwards)")
     print(_line("sequential", hook_seq))
     print(_line(f"{clients} concurrent clients", hook_conc))
