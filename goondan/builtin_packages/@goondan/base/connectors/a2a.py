@@ -196,6 +196,8 @@ class A2aHandler:
             return error_response(rid, TASK_NOT_CANCELABLE, f"task is {record.state}")
         record.runner.cancel()
         await asyncio.wait([record.runner])
+        if record.state not in TERMINAL_STATES:  # cancelled before its Turn was handed over
+            self._set(record, "TASK_STATE_CANCELED", "cancelled")
         return result_response(rid, record.to_dict())
 
     def _start(self, params: dict[str, Any]) -> TaskRecord | str:
