@@ -9,7 +9,8 @@ tools out of that catalog (logged at WARNING); the next step tries again.
 Each skill of the card (or of ``exports``) is a tool ``<Tool>__<skill>`` taking ``message``
 and an optional ``contextId`` (continue a conversation an earlier answer started). A call
 sends ``SendStreamingMessage`` (``SendMessage`` when the card does not stream) with the skill
-in ``message.metadata.skill`` and reads the stream to the Task's end; its result is
+in ``message.metadata.skill`` and reads the stream to the Task's end (a cancelled call sends
+``CancelTask``, which ends the stream); its result is
 ``{answer, contextId, taskId}``. A Task that fails, is cancelled or rejected, or waits for
 input, and an HTTP, JSON-RPC or connection error, is a failed tool result (``E_A2A_…``).
 """
@@ -20,6 +21,7 @@ import asyncio
 import json
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -180,8 +182,12 @@ class A2aToolProvider:
                                "metadata": {"skill": skill}}
         if isinstance(context_id, str) and context_id:
             message["contextId"] = context_id
+        seen = _Seen()
         try:
-            task = await asyncio.to_thread(self._send, message)
+            task = await asyncio.to_thread(self._send, message, seen)
+        except asyncio.CancelledError:  # the Turn was cancelled: so is the remote Task
+            await asyncio.shield(asyncio.to_thread(self._cancel_quietly, seen))
+            raise
         except A2aError as exc:
             raise ToolFailure(f"A2A agent {self.spec.name!r}: {exc.message}", code=exc.code) from None
         state = str((task.get("status") or {}).get("state"))
@@ -193,7 +199,28 @@ class A2aToolProvider:
             raise ToolFailure(f"A2A agent {self.spec.name!r}: task {state}: {answer}".rstrip(": "), code=code)
         return {"answer": answer, "contextId": task.get("contextId"), "taskId": task.get("id")}
 
-    def _send(self, message: JsonObject) -> JsonObject:
+    def _cancel_quietly(self, seen: _Seen) -> None:
+        """``CancelTask`` once the Task's id is known (best effort: the remote Task may have
+        ended meanwhile, or never started)."""
+        if not seen.known.wait(CARD_TIMEOUT_S) or seen.task_id is None:
+            return
+        task_id = seen.task_id
+        body = json.dumps({"jsonrpc": "2.0", "id": new_id(), "method": "CancelTask", "params": {"id": task_id}})
+        try:
+            response = self._request("POST", self._endpoint, CARD_TIMEOUT_S, body=body.encode(),
+                                     headers={**self._headers(), "Content-Type": "application/json"})
+            response.read()
+            response.release_conn()
+        except A2aError as exc:
+            self._log.info("A2A agent %s: cancel of task %s not sent: %s", self.spec.name, task_id, exc.message)
+
+    def _send(self, message: JsonObject, seen: _Seen) -> JsonObject:
+        try:
+            return self._exchange(message, seen)
+        finally:
+            seen.known.set()  # ended without a Task id: nothing to cancel
+
+    def _exchange(self, message: JsonObject, seen: _Seen) -> JsonObject:
         method = "SendStreamingMessage" if self._streaming else "SendMessage"
         body = json.dumps({"jsonrpc": "2.0", "id": new_id(), "method": method,
                            "params": {"message": message}}).encode()
@@ -205,7 +232,7 @@ class A2aToolProvider:
                 raise A2aError(f"HTTP {response.status}", "E_A2A_HTTP")
             if "text/event-stream" not in (response.headers.get("content-type") or ""):
                 return _task_of(_result(response.read()))
-            return _read_stream(response)
+            return _read_stream(response, seen)
         except A2aError:
             raise
         except Exception as exc:  # the stream broke off or timed out while reading
@@ -250,8 +277,17 @@ def _task_of(result: Any) -> JsonObject:
     raise A2aError("answer holds neither a task nor a message", "E_A2A_PROTOCOL")
 
 
-def _read_stream(response: Any) -> JsonObject:
-    """Fold a ``SendStreamingMessage`` event stream into the final Task."""
+class _Seen:
+    """The id of a call's Task, as soon as the stream told it (from the reading thread)."""
+
+    def __init__(self) -> None:
+        self.task_id: str | None = None
+        self.known = threading.Event()
+
+
+def _read_stream(response: Any, seen: _Seen) -> JsonObject:
+    """Fold a ``SendStreamingMessage`` event stream into the final Task (its id goes to
+    ``seen`` as soon as it is known, so a cancelled call can cancel it)."""
     task: JsonObject = {}
     buffer = b""
     for chunk in response.stream(8192):
@@ -273,6 +309,9 @@ def _read_stream(response: Any) -> JsonObject:
             elif isinstance(result.get("artifactUpdate"), dict):
                 artifacts = [*(task.get("artifacts") or []), result["artifactUpdate"].get("artifact")]
                 task = {**task, "artifacts": artifacts}
+            if isinstance(task.get("id"), str) and seen.task_id is None:
+                seen.task_id = str(task["id"])
+                seen.known.set()
             state = (task.get("status") or {}).get("state")
             if state in TERMINAL_STATES or state in ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"):
                 return task

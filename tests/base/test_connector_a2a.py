@@ -191,3 +191,21 @@ def test_the_a2a_tool_provider_lists_card_skills_and_maps_answers_and_errors(tmp
         gone = A2aToolProvider(A2aAgentSpec("peer", None, url + "/a2a"), env={})
         assert await gone.list_tools() == []  # nothing listens any more
     asyncio.run(body())
+
+
+def test_a_cancelled_a2a_tool_call_cancels_the_remote_task(tmp_path: Path) -> None:
+    async def body() -> None:
+        asker = Asker()
+        asker.hang = True
+        async with running(a2a, context(tmp_path, asker)) as url:
+            spec = A2aAgentSpec("peer", None, url + "/a2a", headers={"Authorization": {"value": f"Bearer {TOKEN}"}})
+            provider = A2aToolProvider(spec, env={})
+            await provider.list_tools()
+            call = asyncio.ensure_future(provider.call("peer__assistant", _tool_context(), {"message": "slow"}))
+            await asyncio.wait_for(asker.started.wait(), 10)
+            call.cancel()
+            await asyncio.wait([call], timeout=20)
+            assert call.cancelled()
+            await asyncio.wait_for(asker.cancelled.wait(), 10)  # the remote Turn was cancelled
+            await provider.aclose()
+    asyncio.run(body())
