@@ -16,6 +16,7 @@ __all__ = [
     "defer_gc",
     "find_running",
     "get_globals",
+    "instance_key_option",
     "register_bundle_secrets",
     "running_swarm_options",
     "startup_done",
@@ -165,6 +166,33 @@ def _bundle_env(root: Path) -> dict[str, str]:
         if root.is_dir():
             load_env_files(root, None, env)
     return env
+
+
+class HiddenAliasOption(click.Option):
+    """An option whose old spellings (``hidden_aliases``) still work but are not in ``--help``."""
+
+    def __init__(self, *args: Any, hidden_aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden_aliases = frozenset(hidden_aliases)
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown = self.opts
+        self.opts = [opt for opt in shown if opt not in self.hidden_aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def instance_key_option(func: Any) -> Any:
+    """``-k/--instance-key``: the conversation a user talks to an agent in, the same on ``repl``,
+    ``run`` and ``send``. Its default (None) means the Swarm's ``instanceKey``, so the three
+    commands continue one conversation per agent (docs/cli.md "Conversations").
+    ``-i``/``--instance`` (the old ``repl`` and ``run`` spellings) are hidden aliases."""
+    return click.option("-k", "--instance-key", "-i", "--instance", "instance_key", default=None,
+                        cls=HiddenAliasOption, hidden_aliases=("-i", "--instance"),
+                        help="Conversation key; the same key continues the same conversation "
+                        "[default: the Swarm's instanceKey, as on repl, run and send].")(func)
 
 
 def running_swarm_options(func: Any) -> Any:

@@ -17,6 +17,7 @@ import click
 from goondan.commands.common import (
     find_running,
     get_globals,
+    instance_key_option,
     register_bundle_secrets,
     running_swarm_options,
 )
@@ -28,7 +29,7 @@ __all__ = ["send"]
 @click.argument("text")
 @running_swarm_options
 @click.option("-a", "--agent", default=None, help="Agent to ask [default: the entry agent].")
-@click.option("-k", "--instance-key", default=None, help="Conversation key [default: control].")
+@instance_key_option
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float,
               help="Seconds to wait for the answer.")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the answer as JSON.")
@@ -56,8 +57,8 @@ def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, in
     request: dict[str, object] = {"command": "request", "input": text}
     if agent:
         request["agent"] = agent
-    if instance_key:
-        request["instanceKey"] = instance_key
+    # the conversation repl and run use too (docs/cli.md "Conversations")
+    request["instanceKey"] = instance_key or active.instance_key
     answer = asyncio.run(send_control(Path(active.control_socket), request, timeout_s=timeout_s))
     if as_json:
         click.echo(mask(json.dumps(answer, ensure_ascii=False)))
