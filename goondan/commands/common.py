@@ -201,13 +201,45 @@ def running_swarm_options(func: Any) -> Any:
                         help="Swarm of the bundle [env: GOONDAN_SWARM; default: as run].")(func)
     return click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(file_okay=True, dir_okay=True),
                         help="Bundle whose running swarm to address [default: the current directory's "
-                        "bundle, else the most recently started swarm].")(func)
+                        "bundle, else the only running swarm].")(func)
 
 
 def find_running(bundle: str | None, swarm: str | None) -> Any:
     """The :class:`~goondan.ipc.state.ActiveRuntime` of the running swarm (``E_RUN_NOT_RUNNING``
-    when none); ``bundle`` falls back to the global ``--bundle``."""
+    when none); ``bundle`` falls back to the global ``--bundle``, then to the current
+    directory's bundle. Without any, the only running swarm (said on stderr); with several,
+    ``E_RUN_SWARM_AMBIGUOUS`` lists them: the command never picks one silently."""
     from goondan.ipc.daemon import locate_running
 
     options = get_globals()
-    return locate_running(options.resolve_state_root(), bundle or options.bundle, swarm)
+    state_root = options.resolve_state_root()
+    bundle = bundle or options.bundle
+    if bundle is not None or (Path.cwd() / "goondan.yaml").is_file():
+        return locate_running(state_root, bundle, swarm)
+    return _only_running(state_root, swarm, quiet=options.quiet)
+
+
+def _only_running(state_root: Path, swarm: str | None, *, quiet: bool) -> Any:
+    from goondan.errors import UsageError
+    from goondan.ipc.daemon import locate_running
+    from goondan.ipc.state import running_records
+
+    found = [r for r in running_records(state_root)
+             if r.control_socket and (swarm is None or r.swarm == swarm)]
+    if not found:
+        return locate_running(state_root, None, swarm)  # E_RUN_NOT_RUNNING, as before
+    if len(found) == 1:
+        (active,) = found
+        if not quiet:
+            click.echo(f"Using swarm {active.swarm} of {Path(active.bundle_path).parent} "
+                       f"(instanceKey={active.instance_key}, pid={active.pid}), the only one running",
+                       err=True)
+        return active
+    rows = "".join(f"\n  {Path(r.bundle_path).parent}  swarm {r.swarm}  instanceKey={r.instance_key}  "
+                   f"pid={r.pid}  started {r.started_at}" for r in found)
+    raise UsageError(
+        f"{len(found)} swarms are running under {state_root}; say which one:{rows}",
+        code="E_RUN_SWARM_AMBIGUOUS",
+        suggestion=f"pass its bundle, e.g. --bundle {Path(found[0].bundle_path).parent} "
+                   "(or run the command in that bundle's directory)",
+    )

@@ -7,7 +7,7 @@ orchestrator queues it on (agent, instanceKey) like any event and the answer is 
 control line may be up to 16 MiB (:data:`goondan.ipc.controlwire.MAX_CONTROL_BYTES`); a larger
 message fails with ``E_RUN_MESSAGE_TOO_LARGE`` (exit 2) before anything is sent.
 The swarm is found from ``--bundle`` (default: the current directory's bundle, else the
-most recently started swarm).
+only running swarm: :func:`goondan.commands.common.find_running`).
 """
 
 from __future__ import annotations
