@@ -22,6 +22,7 @@ __all__ = [
     "startup_done",
     "style",
     "use_color",
+    "workspace_bundle",
 ]
 
 _gc_deferred = False
@@ -109,9 +110,14 @@ def style(text: str, enabled: bool, **kwargs: Any) -> str:
 
 
 def register_bundle_secrets(state_root: Path | None, *, bundles: tuple[Path, ...] = ()) -> int:
-    """Register for masking the secrets of every bundle this command can find: ``bundles``,
-    the current directory's bundle, those of running orchestrators (``runtime/*.json``) and
-    those recorded for the state root's workspaces (``workspaces/*/workspace.json``).
+    """Register for masking the secrets of every bundle this command can find: ``bundles``
+    (else the current directory's bundle), those of running orchestrators (``runtime/*.json``)
+    and those recorded for the state root's workspaces (``workspaces/*/workspace.json``).
+
+    Only secrets are registered (Model keys, Connection ``secrets``, MCP headers and the MCP
+    ``env`` values read from variables), never settings such as a Connection's ``config``. A
+    command about a given bundle passes it as ``bundles``, so what it shows does not depend on
+    the current directory.
 
     A bundle that loads has every secret resolved (:mod:`goondan.config.secretsources`)
     against the environment plus its ``.env`` files; a recorded workspace also has the variables
@@ -126,7 +132,7 @@ def register_bundle_secrets(state_root: Path | None, *, bundles: tuple[Path, ...
     from goondan.config.secretsources import register_env_secrets
     from goondan.workspace.record import iter_workspace_records
 
-    candidates: list[Path] = [*bundles, Path.cwd()]
+    candidates: list[Path] = [*bundles] if bundles else [Path.cwd()]
     if state_root is not None:
         runtime = Path(state_root) / "runtime"
         records = [runtime / "active.json", *sorted((runtime / "orchestrators").glob("*.json"))]
@@ -202,6 +208,14 @@ def running_swarm_options(func: Any) -> Any:
     return click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(file_okay=True, dir_okay=True),
                         help="Bundle whose running swarm to address [default: the current directory's "
                         "bundle, else the only running swarm].")(func)
+
+
+def workspace_bundle(state_root: Path, workspace_id: str) -> Path | None:
+    """The bundle directory recorded for ``workspace_id`` (None when it has no record)."""
+    from goondan.workspace.record import iter_workspace_records
+
+    return next((Path(r["bundleRoot"]) for r in iter_workspace_records(state_root)
+                 if r["workspaceId"] == workspace_id), None)
 
 
 def find_running(bundle: str | None, swarm: str | None) -> Any:

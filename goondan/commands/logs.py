@@ -119,13 +119,17 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
     options = get_globals()
     as_json = as_json or options.json_errors
     state_root = options.resolve_state_root()
-    register_bundle_secrets(state_root)  # process output may hold a key a tool printed
     for name in (process, agent):
         if name is not None and not valid_process_name(name):
             raise UsageError(f"invalid process name {name!r}", code="E_USAGE",
                              suggestion="process names match [A-Za-z0-9._-]+")
     since_at = parse_since(since) if since is not None else None
     key, directory = _log_dir(state_root, bundle or options.bundle, swarm, instance_key)
+    # process output may hold a key a tool printed: the secrets of the bundle whose logs these
+    # are (its workspace record names it) are masked wherever this runs
+    given = bundle or options.bundle
+    own = _bundle_of(state_root, directory)
+    register_bundle_secrets(state_root, bundles=tuple(Path(p) for p in (given, own) if p is not None))
     names = sorted({p.name.rsplit(".", 2)[0] for p in directory.glob("*.log")}) if directory.is_dir() else []
     if list_processes:
         if as_json:
@@ -180,6 +184,26 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
         except KeyboardInterrupt:
             return 0
     return 0
+
+
+def _instance_key_of(state_root: Path, log_dir: Path) -> str:
+    """The Swarm's instanceKey of a log folder ``<instanceKey>.<workspaceId>`` (its whole name
+    when no workspace record tells where the key ends)."""
+    from goondan.workspace.record import iter_workspace_records
+
+    for record in iter_workspace_records(state_root):
+        suffix = "." + record["workspaceId"]
+        if log_dir.name.endswith(suffix):
+            return log_dir.name[: -len(suffix)]
+    return log_dir.name
+
+
+def _bundle_of(state_root: Path, log_dir: Path) -> Path | None:
+    """The bundle recorded for the workspace of a log folder (``<instanceKey>.<workspaceId>``)."""
+    from goondan.workspace.record import iter_workspace_records
+
+    return next((Path(r["bundleRoot"]) for r in iter_workspace_records(state_root)
+                 if log_dir.name.endswith("." + r["workspaceId"])), None)
 
 
 def _merged(files: dict[str, Path], count: int, *, trace: str | None,
@@ -242,7 +266,7 @@ def _log_dir(state_root: Path, bundle: str | None, swarm: str | None,
         raise ConfigError("no swarm has been started under this state root", code="E_RUN_NOT_RUNNING",
                           suggestion="pass --bundle or --instance-key, or start one with 'goondan run'")
     newest = max(dirs, key=_last_write)
-    return newest.name, newest
+    return _instance_key_of(state_root, newest), newest
 
 
 def _last_write(directory: Path) -> float:
