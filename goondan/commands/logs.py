@@ -182,7 +182,7 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
             for label, line in follow_lines(chosen):
                 show(label, line)
         except KeyboardInterrupt:
-            return 0
+            return 130  # interrupted, as every command (docs/cli.md "Exit codes")
     return 0
 
 

@@ -266,19 +266,26 @@ def _headless(service: object, *, quiet: bool = False) -> int:
 
     assert isinstance(service, SwarmService)
 
+    got: list[int] = []  # the signal that stopped it
+
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def stop_on(sig: int) -> None:
+            got.append(sig)
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop_on, sig)
         async with service:
-            if quiet:
-                await stop.wait()
-                return 0
-            click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})", err=True)
-            click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
+            if not quiet:
+                click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})",
+                           err=True)
+                click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
             await stop.wait()
-        return 0
+        # SIGTERM is the service manager's normal stop (0); Ctrl-C is an interruption (130)
+        return 130 if got and got[0] == signal.SIGINT else 0
 
     return asyncio.run(main())
 
