@@ -51,7 +51,8 @@ def run_checks(bundle: Path | None, state_root: Path) -> list[Check]:
     checks: list[Check] = []
     version = ".".join(map(str, sys.version_info[:3]))
     ok = sys.version_info >= (3, 11)
-    checks.append(Check("System", "Python", "ok" if ok else "fail", version,
+    # the interpreter too: an MCP server's `python` on PATH may be another one (docs/mcp.md)
+    checks.append(Check("System", "Python", "ok" if ok else "fail", f"{version} ({sys.executable})",
                         None if ok else "goondan needs Python 3.11 or newer"))
     for dist in DEPENDENCIES:
         try:
