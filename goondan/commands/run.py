@@ -57,7 +57,7 @@ __all__ = ["run"]
 @instance_key_option
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where agent instances run: local processes, or Ray host actors (docs/scaling.md; "
-                   "needs pip install 'goondan[ray]').")
+                   "needs pip install 'pygoondan[ray]').")
 @click.option("--ray-address", default=None, metavar="auto|ray://HOST:PORT",
               help="With --engine ray: the cluster to join (default: start a local Ray).")
 @click.option("--no-install", is_flag=True, default=False,
