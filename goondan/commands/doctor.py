@@ -60,7 +60,7 @@ def _other_distribution() -> Check | None:
         dist = importlib.metadata.distribution(OTHER_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return None
-    summary = (dist.metadata["Summary"] if "Summary" in dist.metadata else "") or ""
+    summary = dist.metadata["Summary"] or ""  # None when absent (Python 3.11)
     where = f"{dist.version} at {dist.locate_file('')}"
     if summary.startswith(_OUR_SUMMARY):
         return Check("Goondan", OTHER_DISTRIBUTION, "warn",
