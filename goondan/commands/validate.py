@@ -151,11 +151,11 @@ def render_text(report: ValidationReport, target: str, *, color: bool, quiet: bo
     return mask("\n".join(lines_out))
 
 
-def _check_mcp(report: ValidationReport) -> list[Any]:
+def _check_mcp(report: ValidationReport, env: dict[str, str]) -> list[Any]:
     """Start every MCP server; a failure becomes an error of the report (docs/mcp.md)."""
     from goondan.mcp.check import check_servers_sync, servers_of
 
-    servers = check_servers_sync(servers_of(report.bundle))
+    servers = check_servers_sync(servers_of(report.bundle), env)
     for server in servers:
         if not server.ok:
             report.errors.append(Diagnostic(
@@ -225,19 +225,21 @@ def render_github(report: ValidationReport, target: str) -> str:
     return mask("\n".join(out))
 
 
-def _load_env_files(path: Path) -> None:
-    """Fill ``os.environ`` from the bundle's ``.env.local`` and ``.env`` as ``run`` does (the
+def _run_env(path: Path) -> dict[str, str]:
+    """``os.environ`` plus the bundle's ``.env.local`` and ``.env`` as ``run`` reads them (the
     real environment wins), so a key put in ``.env`` is not reported unset."""
     import os
 
     from goondan.config.dotenv import load_env_files
 
+    env = dict(os.environ)
     root = path.parent if path.is_file() else path
     try:
         if root.is_dir():
-            load_env_files(root.resolve(), None, os.environ)
+            load_env_files(root.resolve(), None, env)
     except GoondanError:  # a broken .env is run's error to report (E_RUN_ENV_FILE)
         pass
+    return env
 
 
 def _check_scripts(report: ValidationReport) -> None:
@@ -286,11 +288,11 @@ def validate(path: str | None, fmt: str, strict: bool, no_color: bool, as_json: 
     state_root = Path(options.state_root).expanduser() if options.state_root else None
     servers: list[Any] = []
     try:
-        _load_env_files(Path(path))  # the environment `run` and `repl` see (and MCP servers get)
-        report = validate_bundle(path, state_root=state_root, strict=strict)
+        env = _run_env(Path(path))  # the environment `run` and `repl` see (and MCP servers get)
+        report = validate_bundle(path, state_root=state_root, strict=strict, env=env)
         _check_scripts(report)
         if check_mcp and report.bundle is not None and not report.unreadable:
-            servers = _check_mcp(report)
+            servers = _check_mcp(report, env)
     except Exception as exc:
         if fmt != "json":
             raise
