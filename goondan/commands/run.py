@@ -32,7 +32,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, startup_done
+from goondan.commands.common import get_globals, instance_key_option, startup_done
 
 __all__ = ["run"]
 
@@ -54,11 +54,10 @@ __all__ = ["run"]
 @click.option("-d", "--detach", is_flag=True, default=False,
               help="Run headless in the background; return once the swarm is ready (stop: goondan stop).")
 @click.option("--env-file", default=None, help="Extra .env file read before .env.local and .env.")
-@click.option("--instance", "conversation", default="cli", show_default=True,
-              help="Conversation key of the chat with the entry agent.")
+@instance_key_option
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where agent instances run: local processes, or Ray host actors (docs/scaling.md; "
-                   "needs pip install 'goondan[ray]').")
+                   "needs pip install 'pygoondan[ray]').")
 @click.option("--ray-address", default=None, metavar="auto|ray://HOST:PORT",
               help="With --engine ray: the cluster to join (default: start a local Ray).")
 @click.option("--no-install", is_flag=True, default=False,
@@ -66,7 +65,8 @@ __all__ = ["run"]
 @click.option("--lock-fd", "lock_fd", type=int, default=None, hidden=True)  # from `run --detach`
 def run(
     path: str | None, bundle: str | None, swarm: str | None, watch: bool, input_text: str | None,
-    foreground: bool, detach: bool, env_file: str | None, conversation: str, input_file: str | None = None,
+    foreground: bool, detach: bool, env_file: str | None, instance_key: str | None,
+    input_file: str | None = None,
     engine: str = "local", ray_address: str | None = None, no_install: bool = False,
     lock_fd: int | None = None,
 ) -> int:
@@ -126,7 +126,7 @@ def run(
 
         while (found := claim_or_attach(service)) is not None:  # None: this process runs it
             try:
-                return _attach(service, found, lines, conversation, foreground=foreground, detach=detach,
+                return _attach(service, found, lines, instance_key or found[0].instance_key, foreground=foreground, detach=detach,
                                as_json=options.json_errors, color=options.color, quiet=options.quiet)
             except SwarmGone as gone:  # it stopped before taking a line: start it here instead
                 lines = gone.lines
@@ -134,7 +134,7 @@ def run(
         return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet)
     if foreground:
         return _headless(service, quiet=options.quiet)
-    return _chat(service, lines, conversation, color=options.color, quiet=options.quiet)
+    return _chat(service, lines, instance_key or service.instance_key, color=options.color, quiet=options.quiet)
 
 
 def _input_lines(input_text: str | None, input_file: str | None) -> Iterable[str] | None:
@@ -266,19 +266,26 @@ def _headless(service: object, *, quiet: bool = False) -> int:
 
     assert isinstance(service, SwarmService)
 
+    got: list[int] = []  # the signal that stopped it
+
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def stop_on(sig: int) -> None:
+            got.append(sig)
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop_on, sig)
         async with service:
-            if quiet:
-                await stop.wait()
-                return 0
-            click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})", err=True)
-            click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
+            if not quiet:
+                click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})",
+                           err=True)
+                click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
             await stop.wait()
-        return 0
+        # SIGTERM is the service manager's normal stop (0); Ctrl-C is an interruption (130)
+        return 130 if got and got[0] == signal.SIGINT else 0
 
     return asyncio.run(main())
 
