@@ -67,8 +67,6 @@ from goondan.ipc.matcher import RequestMatcher, new_correlation_id
 from goondan.ipc.protocol import (
     CONTROL_PREFIX,
     ORCHESTRATOR,
-    START_MARKER_KEY,
-    STREAM_KEY,
     IpcMessage,
 )
 from goondan.ipc.queries import answer_inspect
@@ -206,8 +204,7 @@ class AgentWorker:
         await self._flush_stream()  # every streamed event reaches the front-end before the answer
         correlation = str(event.metadata.get("inReplyTo"))
         pending = self._replies.take(correlation)  # answered: _answer will not answer again
-        target = (pending.route if pending is not None else None) or str(
-            event.metadata.get("replyTarget") or ORCHESTRATOR)
+        target = (pending.route if pending is not None else None) or event.reply_target or ORCHESTRATOR
         with contextlib.suppress(IpcError):
             await self.transport.send(IpcMessage.event(self.agent_name, target, event))
 
@@ -335,8 +332,8 @@ class AgentWorker:
         """Reserve a connector event's start (``metadata.__goondanStartMarker``); True otherwise.
         A reservation left by a process that died is taken over unless the handler's
         ``input_written`` finds the event's input in the conversation (docs/connectors.md)."""
-        marker = event.metadata.get(START_MARKER_KEY)
-        if not isinstance(marker, dict) or not isinstance(marker.get("path"), str):
+        marker = event.start_marker
+        if marker is None or not isinstance(marker.get("path"), str):
             return True
         check = getattr(handler, "input_written", None)
         written = bool(check(event)) if callable(check) else False
@@ -344,8 +341,8 @@ class AgentWorker:
 
     async def _confirm(self, event: AgentEvent) -> None:
         """The claimed Turn ran (or ended): its start is final, the event is never run again."""
-        marker = event.metadata.get(START_MARKER_KEY)
-        if isinstance(marker, dict) and isinstance(marker.get("path"), str):
+        marker = event.start_marker
+        if marker is not None and isinstance(marker.get("path"), str):
             await asyncio.to_thread(confirm_start, Path(marker["path"]), str(marker.get("id")))
 
     async def _run_turn(self, handler: TurnHandler, event: AgentEvent) -> None:
@@ -362,7 +359,7 @@ class AgentWorker:
         error: JsonObject | None
         text: str | None = None
         cancelled = False
-        streamed = bool(event.metadata.get(STREAM_KEY))
+        streamed = event.stream
         self._turn_event = event.id
         restart: dict[str, Any] = {}
         try:
