@@ -78,8 +78,7 @@ class AgentsApiFactory(Protocol):
 
 
 def _parent_span(event: AgentEvent) -> str | None:
-    value = event.metadata.get("parentSpanId", event.extra.get("parentSpanId"))
-    return value if isinstance(value, str) and value else None
+    return event.parent_span_id
 
 
 class AgentInstance:
@@ -503,7 +502,7 @@ class AgentInstance:
             error=error,
         )
         answer.trace_id = trace_id
-        answer.metadata["replyTarget"] = event.reply_to.target
+        answer.reply_target = event.reply_to.target
         answer.metadata["finishReason"] = result.finish_reason
         return answer
 

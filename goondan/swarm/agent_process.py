@@ -11,9 +11,10 @@
 2. each ``event`` without ``metadata.inReplyTo`` is one Turn, run in arrival order, bracketed
    by ``runtime.turnStarted``/``runtime.turnFinished`` reports (the orchestrator's crash
    accounting and per-instance flow control rely on them); after a Turn whose event had
-   ``replyTo`` the answer goes back with ``metadata.inReplyTo``. Every Turn's runtime events
+   ``replyTo`` the answer goes back with ``metadata.inReplyTo``, by one path whatever the Turn's
+   end (finished, failed, cancelled): :meth:`AgentWorker._answer`. Every Turn's runtime events
    go to the orchestrator as ``runtime.delta`` reports before the answer (its event sinks get
-   them); when the event carries ``metadata.__goondanStream`` the Turn is streamed: the model
+   them); when the event has ``stream`` set the Turn is streamed: the model
    is asked for text deltas, and the orchestrator passes the events on to the requester;
 3. events with ``metadata.inReplyTo`` answer this instance's own requests
    (:class:`IpcAgentRouter`);
@@ -67,8 +68,6 @@ from goondan.ipc.matcher import RequestMatcher, new_correlation_id
 from goondan.ipc.protocol import (
     CONTROL_PREFIX,
     ORCHESTRATOR,
-    START_MARKER_KEY,
-    STREAM_KEY,
     IpcMessage,
 )
 from goondan.ipc.queries import answer_inspect
@@ -165,8 +164,6 @@ class AgentWorker:
         self._wakeup = asyncio.Event()
         self._draining = False
         self._shutdown_requested = False
-        # Requests this instance must answer: correlation id → reply target (None: unknown).
-        self._replies: RequestMatcher[None, str | None] = RequestMatcher()
         self._turn_event: str | None = None  # id of the event whose Turn is running
         self._stream_sends: list[asyncio.Task[None]] = []
         self._running: tuple[str, asyncio.Task[TurnResult] | None] | None = None
@@ -201,15 +198,6 @@ class AgentWorker:
         if sends:
             await asyncio.gather(*sends, return_exceptions=True)
 
-    async def on_outgoing(self, event: AgentEvent) -> None:
-        """The ``on_outgoing`` hook: send a Turn's answer back to the requester."""
-        await self._flush_stream()  # every streamed event reaches the front-end before the answer
-        correlation = str(event.metadata.get("inReplyTo"))
-        pending = self._replies.take(correlation)  # answered: _answer will not answer again
-        target = (pending.route if pending is not None else None) or str(
-            event.metadata.get("replyTarget") or ORCHESTRATOR)
-        with contextlib.suppress(IpcError):
-            await self.transport.send(IpcMessage.event(self.agent_name, target, event))
 
     def request_drain(self) -> None:
         """Stop after the running Turn (SIGTERM in the child, or tests)."""
@@ -281,21 +269,21 @@ class AgentWorker:
         return True
 
     async def _finish_cancelled(self, event: AgentEvent) -> None:
-        if event.reply_to is not None:  # never started: not tracked yet
-            self._replies.track(event.reply_to.correlation_id, None)
-        await self._answer(event, None, cancelled_error())
+        await self._answer(event, None, cancelled_error(), "error")
         await self.report(TurnFinished(event.id, "error", ok=False, cancelled=True))
 
-    async def _answer(self, event: AgentEvent, text: str | None, error: JsonObject | None) -> None:
-        """Answer ``event``'s request unless the Turn already did (``on_outgoing``)."""
-        correlation = event.reply_to.correlation_id if event.reply_to else None
-        if correlation is not None and correlation in self._replies:
-            answer = response_event(
-                event, agent_name=self.agent_name, instance_key=self.instance_key, text=text, error=error
-            )
-            await self.on_outgoing(answer)
-        if correlation is not None:
-            self._replies.forget(correlation)
+    async def _answer(self, event: AgentEvent, text: str | None, error: JsonObject | None, finish: str) -> None:
+        """The one way an answer leaves an agent process: after ``event``'s Turn (finished,
+        failed or cancelled) and before its ``turnFinished``, when ``event`` is a request."""
+        if event.reply_to is None:
+            return
+        answer = response_event(event, agent_name=self.agent_name, instance_key=self.instance_key,
+                                text=text, error=error)
+        answer.reply_target = event.reply_to.target
+        answer.metadata["finishReason"] = finish
+        await self._flush_stream()  # every streamed event reaches the front-end before the answer
+        with contextlib.suppress(IpcError):
+            await self.transport.send(IpcMessage.event(self.agent_name, event.reply_to.target or ORCHESTRATOR, answer))
 
     async def _next_event(self) -> AgentEvent | None:
         while True:
@@ -335,8 +323,8 @@ class AgentWorker:
         """Reserve a connector event's start (``metadata.__goondanStartMarker``); True otherwise.
         A reservation left by a process that died is taken over unless the handler's
         ``input_written`` finds the event's input in the conversation (docs/connectors.md)."""
-        marker = event.metadata.get(START_MARKER_KEY)
-        if not isinstance(marker, dict) or not isinstance(marker.get("path"), str):
+        marker = event.start_marker
+        if marker is None or not isinstance(marker.get("path"), str):
             return True
         check = getattr(handler, "input_written", None)
         written = bool(check(event)) if callable(check) else False
@@ -344,13 +332,11 @@ class AgentWorker:
 
     async def _confirm(self, event: AgentEvent) -> None:
         """The claimed Turn ran (or ended): its start is final, the event is never run again."""
-        marker = event.metadata.get(START_MARKER_KEY)
-        if isinstance(marker, dict) and isinstance(marker.get("path"), str):
+        marker = event.start_marker
+        if marker is not None and isinstance(marker.get("path"), str):
             await asyncio.to_thread(confirm_start, Path(marker["path"]), str(marker.get("id")))
 
     async def _run_turn(self, handler: TurnHandler, event: AgentEvent) -> None:
-        if event.reply_to is not None:
-            self._replies.track(event.reply_to.correlation_id, event.reply_to.target)
         self._running = (event.id, None)
         if not await self._claim(handler, event):
             # Already started by another process (one orphaned by a killed orchestrator).
@@ -362,7 +348,7 @@ class AgentWorker:
         error: JsonObject | None
         text: str | None = None
         cancelled = False
-        streamed = bool(event.metadata.get(STREAM_KEY))
+        streamed = event.stream
         self._turn_event = event.id
         restart: dict[str, Any] = {}
         try:
@@ -393,7 +379,7 @@ class AgentWorker:
         await self._confirm(event)
         await self._flush_stream()
         self.turns += 1
-        await self._answer(event, text, error)
+        await self._answer(event, text, error, finish)
         await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart))
 
 
@@ -516,8 +502,7 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
         instance_key=args.instance_key,
         max_steps_per_turn=getattr(swarm, "max_steps_per_turn", None),
         workdir=Path(args.workdir) if args.workdir else None,
-        agents_factory=factory,
-        on_outgoing=worker.on_outgoing,
+        agents_factory=factory,  # no on_outgoing: the worker answers (AgentWorker._answer)
         stream=False,
     )
     return instance

@@ -57,8 +57,6 @@ from goondan.ipc.control import (
 from goondan.ipc.matcher import RequestMatcher, new_correlation_id
 from goondan.ipc.protocol import (
     ORCHESTRATOR,
-    START_MARKER_KEY,
-    STREAM_KEY,
     STREAMED_EVENT_TYPES,
     IpcMessage,
     ShutdownReason,
@@ -196,7 +194,7 @@ class Orchestrator(ProcessSupervisor):
         event.reply_to = ReplyChannel(target=ORCHESTRATOR, correlation_id=correlation)
         future = self._pending.expect(correlation, _Route(None, (agent, event.instance_key), event_id=event.id))
         if on_event is not None:
-            event.metadata[STREAM_KEY] = True
+            event.stream = True
             self._stream_listeners[event.id] = on_event
         try:
             await self.submit(agent, event)
@@ -596,7 +594,7 @@ class Orchestrator(ProcessSupervisor):
         interrupted = current.event
         if current.cancel_requested:
             self._fail_request(interrupted, rec, "E_TURN_CANCELLED", "the request was cancelled")
-        elif current.started and START_MARKER_KEY not in interrupted.metadata:
+        elif current.started and interrupted.start_marker is None:
             what = ended.describe()
             self.logger.warning(
                 "%s exited (%s) during a turn; event %s was interrupted", rec.name, what, interrupted.id,
