@@ -117,6 +117,8 @@ def run(
         raise click.UsageError("--detach runs the local engine only; run --engine ray with --foreground")
     service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
                            env_file=env_file, real_env=real_env, engine=engine, ray_address=ray_address)
+    if engine == "ray" and not options.quiet:  # starting Ray takes seconds: say so (docs/scaling.md)
+        service.spawner.progress = lambda text: click.echo(text, err=True)  # type: ignore[attr-defined]
     # --lock-fd: the orchestrator `run --detach` starts; its parent took the lock
     if lock_fd is not None and not service.lock.adopt(lock_fd):
         from goondan.errors import ConfigError
