@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,7 +70,6 @@ class ConnectorRecord(WorkerRecord):
     status: ProcessStatus = field(default="pending", kw_only=True)
     emitted: int = 0
     reported_error: str | None = None  # what this process reported (startError / connectorError)
-    last_error: str | None = None  # the cause of the last crash, kept for ``status``
     timer: asyncio.TimerHandle | None = None
     replacing: bool = False  # stopped for a configuration change: neither a crash nor completed
 
@@ -79,23 +77,14 @@ class ConnectorRecord(WorkerRecord):
     def name(self) -> str:
         return self.spec.name
 
-    def shown_status(self, crash_threshold: int) -> ProcessStatus:
-        """The status ``status`` shows: ``crashLoopBackOff`` for as long as the crash count is
-        over the threshold — also while the next attempt is being started, so a connector that
-        keeps failing never looks ``running`` between its crashes — until it has run for
-        :data:`STABLE_AFTER_S` (its next crash would start a new count)."""
-        looping = self.consecutive_crashes > crash_threshold and not (
-            self.handle is not None and self.started_monotonic is not None
-            and time.monotonic() - self.started_monotonic > STABLE_AFTER_S)
-        return "crashLoopBackOff" if looping and self.status not in ("completed", "terminated") else self.status
-
-    def to_dict(self, crash_threshold: int = 5) -> JsonObject:
-        """A row of the status document."""
+    def to_dict(self) -> JsonObject:
+        """A row of the status document (a crash-looping connector shows ``crashLoopBackOff``
+        until it has run for :data:`STABLE_AFTER_S`: its next crash would start a new count)."""
         handle = self.handle
         return {
             "process": SpawnRequest.connector(self.spec.name, self.spec.connector).process_name,
             "kind": "connector", "connection": self.spec.name, "connector": self.spec.connector,
-            "status": self.shown_status(crash_threshold), "pid": handle.pid if handle is not None else None,
+            "status": self.shown_status(STABLE_AFTER_S), "pid": handle.pid if handle is not None else None,
             "startedAt": self.started_at if handle is not None else None,
             "emitted": self.emitted, "consecutiveCrashes": self.consecutive_crashes,
             "restarts": max(0, self.spawn_count - 1), "lastExitCode": self.last_exit_code,
@@ -136,7 +125,7 @@ class ConnectorSupervisor:
 
     def snapshot(self) -> list[JsonObject]:
         """One status row per Connection."""
-        return [rec.to_dict(self.crash_threshold) for rec in self.records.values()]
+        return [rec.to_dict() for rec in self.records.values()]
 
     def _ensure_running(self, rec: ConnectorRecord) -> None:
         if self._stopping or rec.handle is not None or rec.status == "spawning":
@@ -227,8 +216,7 @@ class ConnectorSupervisor:
         rec.exited.set()
 
     def _crashed(self, rec: ConnectorRecord, code: int | None, cause: str) -> None:
-        rec.last_error = cause
-        delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S)
+        delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S, cause=cause)
         self.logger.error(
             "[E_CONNECTOR] Connection %s (connector %s) failed: %s; restarting in %d ms (%d in a row)",
             rec.name, rec.spec.connector, cause, delay, rec.consecutive_crashes,
@@ -260,7 +248,7 @@ class ConnectorSupervisor:
         await self._stop_for_change(rec)
         rec.spec = spec
         rec.reset_crashes()
-        rec.reported_error = rec.last_error = None
+        rec.reported_error = None
         self._ensure_running(rec)
 
     async def remove(self, name: str) -> None:
