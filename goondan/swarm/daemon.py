@@ -2,7 +2,8 @@
 
 ``goondan run --detach`` starts ``goondan run --foreground`` in its own session (stdin closed,
 stdout/stderr appended to the swarm's ``orchestrator.{stdout,stderr}.log``) and returns once
-the swarm answers on its control socket. ``goondan stop`` asks the orchestrator to stop over
+the swarm answers on its control socket and its connector (and agent) processes run; when one
+crashes meanwhile it stops the swarm and fails with the reason (``E_RUN_START_FAILED``). ``goondan stop`` asks the orchestrator to stop over
 the control socket (a graceful stop: running Turns finish and are folded), then sends SIGTERM
 and finally SIGKILL — to the orchestrator and to the agent and connector processes it had —
 when the grace period passes. ``status``, ``send``, ``logs`` and ``restart`` find the swarm the
@@ -127,7 +128,7 @@ def detached_argv(state_root: Path, bundle: Path, swarm: str, *, watch: bool = F
     return argv
 
 
-def start_failure(doc: JsonObject) -> str | None:
+def _start_failure(doc: JsonObject) -> str | None:
     """Why the swarm of status document ``doc`` failed to start: the first agent or connector
     process that crashed since it started (its last error), else None."""
     for row in _rows(doc):
@@ -140,7 +141,7 @@ def start_failure(doc: JsonObject) -> str | None:
     return None
 
 
-def workers_up(doc: JsonObject) -> dict[str, Any] | None:
+def _workers_up(doc: JsonObject) -> dict[str, Any] | None:
     """The pid of every agent and connector process of status document ``doc`` while none is
     still starting (None while one is)."""
     up: dict[str, Any] = {}
@@ -168,10 +169,10 @@ def _await_workers(active: ActiveRuntime, child: subprocess.Popen[bytes], deadli
         if child.poll() is not None:
             return f"exited with code {child.returncode}"
         if doc is not None:
-            failure = start_failure(doc)
+            failure = _start_failure(doc)
             if failure is not None:
                 return failure
-            up = workers_up(doc)
+            up = _workers_up(doc)
             now = time.monotonic()
             if up is None or steady is None or steady[0] != up:
                 steady = (up, now) if up is not None else None
