@@ -267,6 +267,9 @@ class SwarmService:
         private_dirs(self.log_dir)
         if self._log_to_file:
             self._install_log_file()
+        engine_start = getattr(self.spawner, "start", None)  # an engine with a cluster to join (Ray):
+        if engine_start is not None:  # joined now, saying so, rather than silently at the first event
+            await engine_start()
         await self.orchestrator.start()
         await self.connections.start()
         private_dirs(self.socket_path.parent)

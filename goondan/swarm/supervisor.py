@@ -329,7 +329,8 @@ class ProcessSupervisor(abc.ABC):
             self._ensure_running(rec)
 
     def _on_crash(self, rec: InstanceRecord, code: int | None) -> None:
-        delay = rec.count_crash(self.crash_threshold)
+        delay = rec.count_crash(self.crash_threshold, cause=f"exited with code {code}" if code is None or code >= 0
+                                else f"killed by signal {-code}")
         self.logger.warning(
             "%s crashed (exit %s, %d in a row)", rec.name, code, rec.consecutive_crashes,
             extra={"event": "orchestrator.agentCrashed", "agentName": rec.agent_name,
