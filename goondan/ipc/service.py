@@ -14,7 +14,8 @@ Control protocol (unix socket ``runtime/control/<key>.sock``; wire format and cl
 plus ``connections`` (one row per connector process);
 ``{"command": "request", "input": …, "agent"?, "instanceKey"?, "cli"?, "stream"?}`` →
 ``{"ok", "response"}`` (``cli``: routed by the Swarm's ``cli`` Connection when it has one;
-``stream``: ``{"event"}`` lines first, and closing the connection cancels the Turn);
+``stream``: ``{"event"}`` lines first, and closing the connection cancels the Turn; ``ack``: first
+``{"accepted": {"id", "agent", "instanceKey"}}`` once the message is in the Swarm's durable inbox);
 ``{"command": "inspect", "agent"?, "instanceKey", "what"}`` → ``{"ok", "result"}`` (a
 :mod:`goondan.ipc.queries` query; ``result`` null when the process is not running);
 ``{"command": "stop"}`` → ``{"ok": true, "pid"}``, then the process stops as on SIGTERM.
@@ -191,6 +192,7 @@ class SwarmService:
         self.active: ActiveRuntime | None = None
         self.lock = SwarmLock(self.state_root, self.key)
         self._control_tasks: set[asyncio.Task[None]] = set()
+        self.inbox: Any = None  # goondan.ipc.durable_inputs.SwarmInbox, opened by start()
         spawner = self._make_spawner(engine, ray_address)
         self.spawner = spawner
         self.orchestrator = Orchestrator(
@@ -268,6 +270,13 @@ class SwarmService:
         if self._log_to_file:
             self._install_log_file()
         await self.orchestrator.start()
+        from goondan.ipc.durable_inputs import SwarmInbox, inputs_dir
+
+        # Inputs accepted before a crash whose Turn had not started run first, in order.
+        self.inbox = SwarmInbox(inputs_dir(self.state_root, self.bundle.root, self.bundle.package_name,
+                                           self.swarm.name))
+        await self.inbox.open(self.orchestrator)
+        self.orchestrator.store_input = self.inbox.record
         await self.connections.start()
         private_dirs(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):
@@ -317,6 +326,8 @@ class SwarmService:
             await asyncio.wait(set(self._control_tasks), timeout=self.swarm.shutdown_grace_ms / 1000)
         await self.connections.stop()
         await self.orchestrator.shutdown()
+        if self.inbox is not None:
+            self.inbox.close()
         if self.event_log is not None:
             await asyncio.to_thread(self.event_log.close)
         if self.exporter is not None:  # the shutdown flush
@@ -397,11 +408,12 @@ class SwarmService:
         what += "".join(f"; Connections {kind}: {', '.join(names)}" for kind, names in connections.items() if names)
         _log.info("bundle reloaded%s", what, extra={"event": "orchestrator.bundleReloaded"})
 
-    async def _control_request(self, request: JsonObject,
-                               on_event: Callable[[JsonObject], None] | None = None) -> JsonObject:
+    async def _control_request(self, request: JsonObject, on_event: Callable[[JsonObject], None] | None = None,
+                               on_accepted: Callable[[JsonObject], None] | None = None) -> JsonObject:
         """``{"command": "request", "input", "agent"?, "instanceKey"?, "timeoutMs"?, "cli"?}``: one
         message to an agent (default: the entry agent), for scripts, headless runs and a
-        ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it)."""
+        ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it).
+        ``on_accepted`` gets ``{"id", "agent", "instanceKey"}`` once the message is durable."""
         from goondan.types import AgentEvent
 
         text = str(request.get("input") or "")
@@ -415,6 +427,10 @@ class SwarmService:
                 return {"ok": True, "agent": None, "instanceKey": key, "response": None}
             agent, event = routed
             key = event.instance_key or key
+        if self.inbox is not None and agent in self.orchestrator.agents:
+            self.inbox.record(agent, event)  # durable (not again when queued), then acknowledged
+            if on_accepted is not None:
+                on_accepted({"id": event.id, "agent": agent, "instanceKey": key})
         timeout = request.get("timeoutMs")
         answer = await self.orchestrator.request(
             agent, event, instance_key=key, timeout_ms=int(timeout) if timeout else None, on_event=on_event,
@@ -430,8 +446,8 @@ class SwarmService:
             return {"ok": False, "code": error.get("code"), "message": error.get("message"), **extra}
         return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or "", **extra}
 
-    async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter) -> JsonObject | None:
+    async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                on_accepted: Callable[[JsonObject], None] | None = None) -> JsonObject | None:
         """A ``stream`` request: runtime events as ``{"event"}`` lines, then the answer; the
         client closing the connection cancels the Turn (None: nobody to answer)."""
 
@@ -441,7 +457,7 @@ class SwarmService:
             while await reader.read(65536):
                 pass
 
-        work = asyncio.ensure_future(self._control_request(request, events.put))
+        work = asyncio.ensure_future(self._control_request(request, events.put, on_accepted))
         closed = asyncio.ensure_future(hang_up())
         try:
             await asyncio.wait({work, closed}, return_when=asyncio.FIRST_COMPLETED)
@@ -476,9 +492,13 @@ class SwarmService:
             asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
             return {"ok": True, "pid": os.getpid()}
         if command == "request":
+            def accepted(info: JsonObject) -> None:  # the ack ("ack": true): durable from here on
+                writer.write(encode_line({"accepted": info}))
+
+            ack = accepted if request.get("ack") else None
             if request.get("stream"):
-                return await self._streamed_request(request, reader, writer)
-            return await self._control_request(request)
+                return await self._streamed_request(request, reader, writer, ack)
+            return await self._control_request(request, on_accepted=ack)
         if command == "inspect":
             from goondan.ipc.queries import inspect_agent
 

@@ -23,8 +23,8 @@ from goondan.types import AgentEvent, JsonObject
 if TYPE_CHECKING:
     from goondan.config import ModelBinding
 
-__all__ = ["CONNECTOR_EVENT_KEY", "UnavailableAgents", "connector_input_written", "input_text",
-           "model_spec_for"]
+__all__ = ["CONNECTOR_EVENT_KEY", "INPUT_ID_KEY", "UnavailableAgents", "connector_input_written", "input_tag",
+           "input_text", "model_spec_for"]
 
 CONTEXT_OPEN = "[goondan_context]"
 CONTEXT_CLOSE = "[/goondan_context]"
@@ -33,13 +33,32 @@ CONTEXT_CLOSE = "[/goondan_context]"
 CONNECTOR_EVENT_KEY = "connectorEventId"
 
 
-def connector_input_written(messages: Any, event: AgentEvent) -> bool:
-    """True when ``messages`` hold the input of ``event``'s connector event (a Turn started
-    for it, in this or an earlier process)."""
+# The id of a durably stored input (any source, docs/orchestrator.md "Durable inputs"): the
+# ``id`` of the event's start marker, ``goondan.ipc.protocol.START_MARKER_KEY``.
+INPUT_ID_KEY = "inputId"
+START_MARKER_KEY = "__goondanStartMarker"
+
+
+def input_tag(event: AgentEvent) -> dict[str, str] | None:
+    """The metadata that ties a Turn's user message to its durable input: the connector event's
+    id, else the stored input's id (None: the input was not stored, e.g. the embedding API)."""
     source = event.metadata.get(CONNECTOR_EVENT_KEY)
-    if not isinstance(source, str):
+    if isinstance(source, str):
+        return {CONNECTOR_EVENT_KEY: source}
+    marker = event.metadata.get(START_MARKER_KEY)
+    if isinstance(marker, dict) and isinstance(marker.get("id"), str):
+        return {INPUT_ID_KEY: marker["id"]}
+    return None
+
+
+def connector_input_written(messages: Any, event: AgentEvent) -> bool:
+    """True when ``messages`` hold the input of ``event`` (its :func:`input_tag`): a Turn
+    started for it, in this or an earlier process."""
+    tag = input_tag(event)
+    if tag is None:
         return False
-    return any(m.role == "user" and m.metadata.get(CONNECTOR_EVENT_KEY) == source for m in messages)
+    (key, value), = tag.items()
+    return any(m.role == "user" and m.metadata.get(key) == value for m in messages)
 
 
 def _properties(event: AgentEvent) -> JsonObject:

@@ -255,8 +255,9 @@ class AgentInstance:
         return self.env.catalog()
 
     def input_written(self, event: AgentEvent) -> bool:
-        """True when the conversation holds the input of ``event``'s connector event: a Turn
-        for it started (in an earlier process that died) — the claim check of an agent process."""
+        """True when the conversation holds the input of ``event`` (a connector event or a stored
+        input, :func:`~goondan.runtime.inputs.input_tag`): a Turn for it started (in an earlier
+        process that died) — the claim check of an agent process."""
         return connector_input_written(self.state.next_messages, event)
 
     def submit(self, event: AgentEvent | str) -> asyncio.Task[TurnResult]:

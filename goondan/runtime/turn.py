@@ -61,7 +61,7 @@ from goondan.runtime.events import (
     span_ids,
 )
 from goondan.runtime.failed_turns import input_events
-from goondan.runtime.inputs import CONNECTOR_EVENT_KEY, input_text
+from goondan.runtime.inputs import input_tag, input_text
 from goondan.runtime.ledger import Budget, Pricing, cost_of
 from goondan.runtime.observe import RuntimeObserver
 from goondan.runtime.outcomes import StepFailed, StepOutcome, ToolsRan, TurnOutcome, classify_step
@@ -213,10 +213,8 @@ class TurnRunner:
         text = input_text(self.event)
         if text:
             # One append, or a failed turn's input reused (docs/conversations.md "When a turn
-            # fails"); a connector event's id tags it (inputs.connector_input_written).
-            source = self.event.metadata.get(CONNECTOR_EVENT_KEY)
-            tag = {CONNECTOR_EVENT_KEY: source} if isinstance(source, str) else None
-            for event in input_events(self.state.next_messages, text, tag):
+            # fails"); a durable input's id tags it (inputs.connector_input_written).
+            for event in input_events(self.state.next_messages, text, input_tag(self.event)):
                 self.emit(event)
         ctx = TurnContext(
             agent_name=self.env.spec.name,
