@@ -554,7 +554,7 @@ class Orchestrator(ProcessSupervisor):
                 rec.inbox.current.started = True
             rec.transition("turnStarted")
         elif isinstance(control, TurnFinished):
-            rec.inbox.finish()
+            rec.inbox.finish(control.steered)
             rec.consecutive_crashes = 0  # A completed Turn resets the crash count (docs/orchestrator.md "Supervision")
             rec.processed += 1
             rec.transition("turnFinished")

@@ -156,6 +156,16 @@ def already_running(swarm: str, root: Path, instance_key: str, pid: int | None) 
     )
 
 
+def steering_agents(bundle: Any, swarm: Any) -> set[str]:
+    """The agents of ``swarm`` whose ``inputPolicy`` is ``steer`` (docs/orchestrator.md "Steering")."""
+    agents: set[str] = set()
+    for name in swarm.agents:
+        with contextlib.suppress(GoondanError):  # reported when the agent's process starts
+            if bundle.agent_spec(name, swarm=swarm.name).input_policy == "steer":
+                agents.add(name)
+    return agents
+
+
 def _trace_budgets(bundle: Any, swarm: Any) -> TraceBudgets:
     """The trace budgets of every agent of ``swarm`` (Swarm policy merged with Agent spec)."""
     budgets: dict[str, Budget] = {}
@@ -223,6 +233,7 @@ class SwarmService:
         self.ledger = UsageLedger()
         self.orchestrator.add_event_sink(self.ledger)
         self.budgets = _trace_budgets(bundle, self.swarm)
+        self.orchestrator.steering = steering_agents(bundle, self.swarm)
         if self.budgets.active:
             self.orchestrator.admit = self.budgets.admit
             self.orchestrator.add_event_sink(self.budgets)  # llm.completed costs per trace
@@ -392,6 +403,7 @@ class SwarmService:
         swarm = bundle.swarm_spec(self.swarm.name)
         self.swarm = swarm
         await self.orchestrator.update_agents(swarm.agents, entry_agent=swarm.entry_agent)
+        self.orchestrator.steering = steering_agents(bundle, swarm)
         changed: list[str] = []
         processes: list[str] = []
         for agent in changed_agents:

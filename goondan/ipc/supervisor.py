@@ -102,6 +102,7 @@ class ProcessSupervisor(abc.ABC):
         self.spawner = spawner
         self.idle_timeout_ms = idle_timeout_ms  # policy.idleTimeoutMs (docs/scaling.md)
         self.released = 0  # idle workers released so far
+        self.steering: set[str] = set()  # agents whose inputPolicy is steer (docs/orchestrator.md)
         self.swarm_name = swarm_name
         self.agents = list(agents)
         self.grace_period_ms = grace_period_ms
@@ -222,6 +223,7 @@ class ProcessSupervisor(abc.ABC):
         rec = self.records.get(key)
         if rec is None:
             rec = InstanceRecord(agent, instance_key)
+            rec.inbox.steer = lambda: agent in self.steering
             self.records[key] = rec
         return rec
 

@@ -72,8 +72,9 @@ def _properties(event: AgentEvent) -> JsonObject:
 _SPAN_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
 
 
-def input_text(event: AgentEvent) -> str:
-    """The user-message text for ``event`` (header only for agent / connector-with-properties).
+def input_text(event: AgentEvent, *, header: bool = False) -> str:
+    """The user-message text for ``event`` (header only for agent / connector-with-properties,
+    or always with ``header``: a steered input, goondan.runtime.steering).
 
     The header is the reference's (runtime.md §8): ``{"source": {kind, name}, "event",
     "instanceKey", "properties", "metadata"}``, ``properties`` and ``metadata`` always present.
@@ -86,21 +87,21 @@ def input_text(event: AgentEvent) -> str:
         caller_key = event.metadata.get("callerInstanceKey")
         if caller_key is not None:
             properties.setdefault("from_instance", caller_key)
-    elif not properties:
+    elif not properties and not header:
         return text
     # Internal bookkeeping (call stacks, hop counts, span ids) is not the model's business.
     metadata = {
         k: v for k, v in event.metadata.items()
         if not k.startswith("__") and k != "properties" and k not in _SPAN_KEYS
     }
-    header: JsonObject = {
+    context: JsonObject = {
         "source": {"kind": kind, "name": event.source.get("name")},
         "event": event.type,
         "instanceKey": event.instance_key,
         "properties": properties,
         "metadata": metadata,
     }
-    body = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=str)
+    body = json.dumps(context, ensure_ascii=False, separators=(",", ":"), default=str)
     lines = [CONTEXT_OPEN, body, CONTEXT_CLOSE]
     if text:
         lines.append(text)
