@@ -1,0 +1,74 @@
+"""Issue 31 item 4, orchestrator side: the per-instance queue hands input to a started Turn of a
+steering agent, and gets back what that Turn did not take (or, after a crash, all of it)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from goondan.ipc.instance_queue import InstanceQueue
+from goondan.ipc.orchestrator import Orchestrator
+from goondan.ipc.protocol import STEER_KEY, WAS_STEERED_KEY
+from goondan.ipc.spawner import InProcessSpawner
+from goondan.types import AgentEvent
+from tests.support.ipc_agents import in_process_worker
+
+
+def _event(text: str) -> AgentEvent:
+    return AgentEvent(type="message", input=text, instance_key="k")
+
+
+def test_a_started_turn_of_a_steering_agent_takes_the_waiting_input_at_once() -> None:
+    steering = [False]
+    queue = InstanceQueue(steer=lambda: steering[0])
+    first, second, third = _event("1"), _event("2"), _event("3")
+    queue.push(first)
+    assert queue.take_next() is first
+    queue.push(second)
+    assert queue.take_next() is None  # not started yet
+    assert queue.current is not None
+    queue.current.started = True
+    assert queue.take_next() is None  # started, but the agent queues (inputPolicy: queue)
+    steering[0] = True
+    assert queue.take_next() is second and second.metadata[STEER_KEY] == first.id
+    queue.push(third)
+    assert queue.take_next() is third and len(queue) == 3
+    queue.finish(taken=[second.id])  # the Turn took "2"; "3" reached it too late
+    assert list(queue.waiting) == [third] and STEER_KEY not in third.metadata
+    assert WAS_STEERED_KEY not in third.metadata
+
+
+def test_after_a_crash_every_steered_input_goes_back_behind_the_interrupted_one() -> None:
+    queue = InstanceQueue(steer=lambda: True)
+    first, second = _event("1"), _event("2")
+    queue.push(first)
+    queue.take_next()
+    assert queue.current is not None
+    queue.current.started = True
+    queue.push(second)
+    assert queue.take_next() is second
+    queue.finish()  # the process died
+    assert list(queue.waiting) == [second] and second.metadata.get(WAS_STEERED_KEY) is True
+
+
+def test_input_a_worker_cannot_steer_runs_as_its_own_turn_exactly_once(tmp_path: Path) -> None:
+    """The scripted agents have no ``steer``: the steered input comes back and runs next."""
+    record: list[str] = []
+    gate = tmp_path / "gate"
+
+    async def main() -> None:
+        orch = Orchestrator(InProcessSpawner(in_process_worker(["a"], record)), swarm_name="s",
+                            entry_agent="a", agents=["a"], reconcile_interval_s=0)
+        orch.steering = {"a"}
+        async with orch:
+            first = asyncio.ensure_future(orch.request("a", f"block:{gate}:one", instance_key="k"))
+            await orch.wait_until(lambda: Path(f"{gate}.started").exists(), 30, poll_s=0.01)
+            await orch.wait_until(lambda: orch.records[("a", "k")].status == "processing", 30)
+            second = asyncio.ensure_future(orch.request("a", "echo:two", instance_key="k"))
+            await orch.wait_until(lambda: len(orch.records[("a", "k")].inbox.waiting) == 0, 30)
+            gate.touch()
+            answers = await asyncio.wait_for(asyncio.gather(first, second), 30)
+            assert [a.input for a in answers] == ["one", "two"]
+
+    asyncio.run(main())
+    assert record == [f"a@k block:{gate}:one", "a@k echo:two"]
