@@ -64,7 +64,8 @@ class SwarmInbox(DurableInbox):
         if START_MARKER_KEY in event.metadata:
             return
         wire = event.to_dict()
-        wire.setdefault("metadata", {}).pop(STREAM_KEY, None)  # nobody streams a redelivery
+        # nobody streams a redelivery (a copy: to_dict shares the live event's metadata)
+        wire["metadata"] = {k: v for k, v in event.metadata.items() if k != STREAM_KEY}
         self.append_entry(wire, agent, event.instance_key or "default")
         self._mark(agent, event)
 

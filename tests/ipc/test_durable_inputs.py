@@ -15,7 +15,7 @@ from typing import Any
 
 from goondan.ipc.durable_inputs import SwarmInbox
 from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.protocol import START_MARKER_KEY
+from goondan.ipc.protocol import START_MARKER_KEY, STREAM_KEY
 from goondan.ipc.spawner import InProcessSpawner
 from goondan.runtime import inputs
 from goondan.types import AgentEvent
@@ -108,3 +108,16 @@ def test_the_runtime_knows_the_start_marker_key_of_the_wire() -> None:
     assert inputs.START_MARKER_KEY == START_MARKER_KEY
     event = AgentEvent(type="message", input="x", metadata={START_MARKER_KEY: {"path": "p", "id": "evt-1"}})
     assert inputs.input_tag(event) == {"inputId": "evt-1"}
+
+
+def test_storing_an_input_leaves_the_live_event_streamed(tmp_path: Path) -> None:
+    """The stored copy drops the stream flag (nobody streams a redelivery); the event being
+    queued keeps it, or the chat would show no streamed text (tests/e2e/test_run_pty.py)."""
+    inbox = SwarmInbox(tmp_path / "inputs")
+    inbox.open_entries()
+    event = AgentEvent(type="message", input="hi", instance_key="k", metadata={STREAM_KEY: True})
+    inbox.record("a", event)
+    inbox.close()
+    assert event.metadata[STREAM_KEY] is True and START_MARKER_KEY in event.metadata
+    (line,) = (tmp_path / "inputs" / "inbox.jsonl").read_text().splitlines()
+    assert json.loads(line)["event"]["metadata"] == {}
