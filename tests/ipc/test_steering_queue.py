@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+from goondan.ipc.agent_process import AgentWorker
+from goondan.ipc.channel import Transport
+from goondan.ipc.durable_inputs import SwarmInbox
 from goondan.ipc.instance_queue import InstanceQueue
 from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.protocol import STEER_KEY, WAS_STEERED_KEY
-from goondan.ipc.spawner import InProcessSpawner
+from goondan.ipc.spawner import InProcessSpawner, SpawnRequest
+from goondan.runtime.agents import AgentsFactory
 from goondan.types import AgentEvent
-from tests.support.ipc_agents import in_process_worker
+from tests.support.ipc_agents import ScriptHandler, catalog_of, in_process_worker
+
+
+def _status(orch: Orchestrator) -> str | None:
+    rec = orch.records.get(("a", "k"))
+    return rec.status if rec is not None else None
 
 
 def _event(text: str) -> AgentEvent:
@@ -63,7 +73,7 @@ def test_input_a_worker_cannot_steer_runs_as_its_own_turn_exactly_once(tmp_path:
         async with orch:
             first = asyncio.ensure_future(orch.request("a", f"block:{gate}:one", instance_key="k"))
             await orch.wait_until(lambda: Path(f"{gate}.started").exists(), 30, poll_s=0.01)
-            await orch.wait_until(lambda: orch.records[("a", "k")].status == "processing", 30)
+            await orch.wait_until(lambda: _status(orch) == "processing", 30)
             second = asyncio.ensure_future(orch.request("a", "echo:two", instance_key="k"))
             await orch.wait_until(lambda: len(orch.records[("a", "k")].inbox.waiting) == 0, 30)
             gate.touch()
@@ -72,3 +82,65 @@ def test_input_a_worker_cannot_steer_runs_as_its_own_turn_exactly_once(tmp_path:
 
     asyncio.run(main())
     assert record == [f"a@k block:{gate}:one", "a@k echo:two"]
+
+
+class _SteeringScript(ScriptHandler):
+    """A scripted agent that takes steered input into its running (blocked) turn."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.running = False
+        self.steered: list[str] = []
+
+    def can_steer(self) -> bool:
+        return self.running
+
+    def steer(self, event: AgentEvent) -> bool:
+        self.steered.append(event.input or "")
+        return True
+
+    async def run(self, event: AgentEvent) -> Any:
+        self.running = True
+        try:
+            return await super().run(event)
+        finally:
+            self.running = False
+
+
+def test_a_steered_request_whose_turn_was_interrupted_is_answered_not_left_waiting(tmp_path: Path) -> None:
+    """The process dies during a Turn that took a steered request: both callers are answered
+    ``E_AGENT_CRASHED`` (the steered input goes back to the queue; its claim says it joined)."""
+    record: list[str] = []
+    gate = tmp_path / "gate"
+    handlers: list[_SteeringScript] = []
+
+    async def worker(request: SpawnRequest, transport: Transport) -> int:
+        w = AgentWorker(transport, agent_name=request.agent_name, instance_key=request.instance_key)
+        factory = AgentsFactory(w.router, catalog_of(["a"]), agent_name=request.agent_name,
+                                instance_key=request.instance_key)
+        handlers.append(_SteeringScript(request.agent_name, request.instance_key, factory, record))
+        return await w.serve(handlers[-1])
+
+    async def main() -> None:
+        inbox = SwarmInbox(tmp_path / "inputs")
+        orch = Orchestrator(InProcessSpawner(worker), swarm_name="s", entry_agent="a", agents=["a"],
+                            reconcile_interval_s=0)
+        orch.steering = {"a"}
+        async with orch:
+            await inbox.open(orch)
+            orch.store_input = inbox.record
+            first = asyncio.ensure_future(orch.request("a", f"block:{gate}:one", instance_key="k"))
+            await orch.wait_until(lambda: _status(orch) == "processing", 30)
+            second = asyncio.ensure_future(orch.request("a", "echo:two", instance_key="k"))
+            await orch.wait_until(lambda: bool(handlers and handlers[0].steered), 30, poll_s=0.01)
+            handle = orch.records[("a", "k")].handle
+            assert handle is not None
+            handle.kill()
+            answers = await asyncio.wait_for(asyncio.gather(first, second), 30)
+            codes = [a.metadata.get("error", {}).get("code") for a in answers]
+            assert codes == ["E_AGENT_CRASHED", "E_AGENT_CRASHED"]
+        inbox.close()
+
+    asyncio.run(main())
+    assert handlers[0].steered == ["echo:two"]
+    assert record == [f"a@k block:{gate}:one"]  # "two" joined the interrupted turn: not run again
