@@ -146,6 +146,8 @@ class AgentSpec:
     budget: dict[str, Any] = field(default_factory=dict)
     # Tool resources with spec.mcp: MCP servers started by the instance (docs/mcp.md).
     mcp_servers: list[McpServerSpec] = field(default_factory=list)
+    # spec.inputPolicy: "steer" appends input that arrives mid-turn to the running turn.
+    input_policy: str = "queue"
 
 
 def _silent() -> Checker:
@@ -302,6 +304,7 @@ class Bundle:
             max_tool_output_bytes=spec.get("maxToolOutputBytes"),
             spill_tool_output=bool(spec.get("spillToolOutput", False)),
             mcp_servers=mcp_servers,
+            input_policy=str(spec.get("inputPolicy") or "queue"),
         )
 
     def system_prompt(self, agent: Resource) -> str:

@@ -68,6 +68,8 @@ from goondan.ipc.matcher import RequestMatcher, new_correlation_id
 from goondan.ipc.protocol import (
     CONTROL_PREFIX,
     ORCHESTRATOR,
+    STEER_KEY,
+    WAS_STEERED_KEY,
     IpcMessage,
 )
 from goondan.ipc.queries import answer_inspect
@@ -170,6 +172,10 @@ class AgentWorker:
         self._cancelled: set[str] = set()  # ids of running Turns asked to cancel
         self._tasks: set[asyncio.Task[None]] = set()
         self._handler: Any = None  # set by serve(); answers runtime.inspect queries
+        # Events sent to join the running Turn (inputPolicy: steer): joined it, or already
+        # started elsewhere; reported in its turnFinished (docs/orchestrator.md "Steering").
+        self._steered: list[AgentEvent] = []
+        self._steer_skipped: list[str] = []
         self.turns = 0
 
     def __repr__(self) -> str:
@@ -234,9 +240,28 @@ class AgentWorker:
                         self.logger.debug("dropping late answer %s", event.metadata.get("inReplyTo"))
                 elif event.type.startswith(CONTROL_PREFIX):  # known or not, never a Turn
                     self.logger.debug("ignoring control event %s", event.type)
+                elif STEER_KEY in event.metadata:
+                    self._steer(event)
                 else:
                     self._queue.append(event)
                     self._wakeup.set()
+
+    def _steer(self, event: AgentEvent) -> None:
+        """Hand ``event`` to the running Turn it was sent to join, its start claimed first (no
+        ``await`` in between: the Turn cannot end meanwhile). Not running any more: dropped here,
+        the orchestrator queues it again (it is not in the Turn's ``turnFinished.steered``)."""
+        handler, running = self._handler, self._running
+        can_steer = getattr(handler, "can_steer", None)
+        if running is None or running[0] != event.metadata.get(STEER_KEY) or not callable(can_steer) or not can_steer():
+            return
+        marker = event.start_marker
+        if marker is not None and isinstance(marker.get("path"), str):
+            written = bool(handler.input_written(event)) if hasattr(handler, "input_written") else False
+            if not claim_start(Path(marker["path"]), str(marker.get("id")), written):
+                self._steer_skipped.append(event.id)  # started by another process
+                return
+        handler.steer(event)
+        self._steered.append(event)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
@@ -342,6 +367,11 @@ class AgentWorker:
             # Already started by another process (one orphaned by a killed orchestrator).
             self.logger.info("event %s already had its turn; not run again", event.id)
             self._running = None
+            if event.metadata.get(WAS_STEERED_KEY) and event.reply_to is not None:
+                # it joined a Turn whose process died: that Turn's caller is answered, not this one
+                await self._answer(event, None, {"code": "E_AGENT_CRASHED", "message": "the turn this input "
+                                                 "joined was interrupted; the input is in the conversation"},
+                                   "error")
             await self.report(TurnFinished(event.id, "error", ok=True, cancelled=False, duplicate=True))
             return
         await self.report(TurnStarted(event.id))
@@ -376,11 +406,16 @@ class AgentWorker:
             self._running = None
             self._cancelled.discard(event.id)
             self._turn_event = None
-        await self._confirm(event)
+        steered, skipped = self._steered, self._steer_skipped
+        self._steered, self._steer_skipped = [], []
+        for joined in (event, *steered):
+            await self._confirm(joined)
         await self._flush_stream()
         self.turns += 1
-        await self._answer(event, text, error, finish)
-        await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart))
+        for joined in (event, *steered):  # the Turn's answer is the answer of every input it took
+            await self._answer(joined, text, error, finish)
+        await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart,
+                                       steered=(*(e.id for e in steered), *skipped)))
 
 
 def claim_start(path: Path, event_id: str, written: bool = False) -> bool:
