@@ -170,7 +170,7 @@ def main() -> int:
             import ray
             from ray.cluster_utils import Cluster
         except ImportError:
-            print("ray not installed (pip install 'goondan[ray]'): Ray figures skipped")
+            print("ray not installed (pip install 'pygoondan[ray]'): Ray figures skipped")
             ray = None
         if ray is not None:
             # Loopback only, as tests/engines/conftest.py does it (see the notes there).

@@ -32,7 +32,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, startup_done
+from goondan.commands.common import get_globals, instance_key_option, startup_done
 
 __all__ = ["run"]
 
@@ -53,12 +53,15 @@ __all__ = ["run"]
               help="Run headless until SIGTERM/SIGINT (no stdin chat).")
 @click.option("-d", "--detach", is_flag=True, default=False,
               help="Run headless in the background; return once the swarm is ready (stop: goondan stop).")
+@click.option("--ready-timeout", "ready_timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              envvar="GOONDAN_READY_TIMEOUT", metavar="SECONDS",
+              help="With --detach: how long to wait for the agents and connectors to run before failing "
+                   "[env: GOONDAN_READY_TIMEOUT].")
 @click.option("--env-file", default=None, help="Extra .env file read before .env.local and .env.")
-@click.option("--instance", "conversation", default="cli", show_default=True,
-              help="Conversation key of the chat with the entry agent.")
+@instance_key_option
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where agent instances run: local processes, or Ray host actors (docs/scaling.md; "
-                   "needs pip install 'goondan[ray]').")
+                   "needs pip install 'pygoondan[ray]').")
 @click.option("--ray-address", default=None, metavar="auto|ray://HOST:PORT",
               help="With --engine ray: the cluster to join (default: start a local Ray).")
 @click.option("--no-install", is_flag=True, default=False,
@@ -66,9 +69,10 @@ __all__ = ["run"]
 @click.option("--lock-fd", "lock_fd", type=int, default=None, hidden=True)  # from `run --detach`
 def run(
     path: str | None, bundle: str | None, swarm: str | None, watch: bool, input_text: str | None,
-    foreground: bool, detach: bool, env_file: str | None, conversation: str, input_file: str | None = None,
+    foreground: bool, detach: bool, env_file: str | None, instance_key: str | None,
+    input_file: str | None = None,
     engine: str = "local", ray_address: str | None = None, no_install: bool = False,
-    lock_fd: int | None = None,
+    lock_fd: int | None = None, ready_timeout: float = 60.0,
 ) -> int:
     """Run a swarm: one supervised process per agent instance, agents spawned on demand.
 
@@ -113,6 +117,8 @@ def run(
         raise click.UsageError("--detach runs the local engine only; run --engine ray with --foreground")
     service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
                            env_file=env_file, real_env=real_env, engine=engine, ray_address=ray_address)
+    if engine == "ray" and not options.quiet:  # starting Ray takes seconds: say so (docs/scaling.md)
+        service.spawner.progress = lambda text: click.echo(text, err=True)  # type: ignore[attr-defined]
     # --lock-fd: the orchestrator `run --detach` starts; its parent took the lock
     if lock_fd is not None and not service.lock.adopt(lock_fd):
         from goondan.errors import ConfigError
@@ -126,15 +132,16 @@ def run(
 
         while (found := claim_or_attach(service)) is not None:  # None: this process runs it
             try:
-                return _attach(service, found, lines, conversation, foreground=foreground, detach=detach,
+                return _attach(service, found, lines, instance_key or found[0].instance_key, foreground=foreground, detach=detach,
                                as_json=options.json_errors, color=options.color, quiet=options.quiet)
             except SwarmGone as gone:  # it stopped before taking a line: start it here instead
                 lines = gone.lines
     if detach:
-        return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet)
+        return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet,
+                       ready_timeout=ready_timeout)
     if foreground:
         return _headless(service, quiet=options.quiet)
-    return _chat(service, lines, conversation, color=options.color, quiet=options.quiet)
+    return _chat(service, lines, instance_key or service.instance_key, color=options.color, quiet=options.quiet)
 
 
 def _input_lines(input_text: str | None, input_file: str | None) -> Iterable[str] | None:
@@ -228,8 +235,9 @@ def _send_lines(backend: Any, runner: Any, input_lines: Iterable[str] | None) ->
 
 
 def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, as_json: bool,
-            quiet: bool) -> int:
-    """Start ``goondan run --foreground`` in its own session and wait until it is ready."""
+            quiet: bool, ready_timeout: float = 60.0) -> int:
+    """Start ``goondan run --foreground`` in its own session and wait until it is ready: its
+    agents and connectors run (``E_RUN_START_FAILED`` with the reason otherwise)."""
     import json
 
     from goondan.swarm.daemon import detached_argv, start_detached
@@ -242,7 +250,8 @@ def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, 
     assert lock_fd is not None  # claim_or_attach took it: the child adopts it (no gap without a holder)
     try:
         active = start_detached([*argv, "--lock-fd", str(lock_fd)], state_root=service.state_root, key=service.key,
-                                log_dir=service.log_dir, env=real_env, cwd=Path.cwd(), pass_fds=(lock_fd,))
+                                log_dir=service.log_dir, env=real_env, cwd=Path.cwd(), pass_fds=(lock_fd,),
+                                timeout_s=ready_timeout)
     finally:
         service.lock.release()  # the orchestrator holds it now (or it exited, releasing it)
     if as_json:
@@ -266,19 +275,26 @@ def _headless(service: object, *, quiet: bool = False) -> int:
 
     assert isinstance(service, SwarmService)
 
+    got: list[int] = []  # the signal that stopped it
+
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def stop_on(sig: int) -> None:
+            got.append(sig)
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop_on, sig)
         async with service:
-            if quiet:
-                await stop.wait()
-                return 0
-            click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})", err=True)
-            click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
+            if not quiet:
+                click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})",
+                           err=True)
+                click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
             await stop.wait()
-        return 0
+        # SIGTERM is the service manager's normal stop (0); Ctrl-C is an interruption (130)
+        return 130 if got and got[0] == signal.SIGINT else 0
 
     return asyncio.run(main())
 

@@ -124,6 +124,10 @@ def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool)
             cells = {**proc, "uptime": format_uptime(proc.get("uptimeSeconds")),
                      "pid": proc.get("pid") or "-", "queued": "-" if proc.get("queued") is None else proc["queued"]}
             click.echo("  " + _line(cells))
+        for proc in doc["processes"]:
+            if proc.get("lastError") and proc.get("consecutiveCrashes"):
+                click.echo(f"  {proc['process']}: last error ({proc['consecutiveCrashes']} crashes in a row): "
+                           f"{proc['lastError']}")
     return 0
 
 

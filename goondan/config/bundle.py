@@ -148,6 +148,8 @@ class AgentSpec:
     # Tool resources with spec.mcp: MCP servers started by the instance (docs/mcp.md).
     mcp_servers: list[McpServerSpec] = field(default_factory=list)
     a2a_agents: list[A2aAgentSpec] = field(default_factory=list)   # Tool resources with spec.a2a
+    # spec.inputPolicy: "steer" appends input that arrives mid-turn to the running turn.
+    input_policy: str = "queue"
 
 
 def _silent() -> Checker:
@@ -310,6 +312,7 @@ class Bundle:
             spill_tool_output=bool(spec.get("spillToolOutput", False)),
             mcp_servers=mcp_servers,
             a2a_agents=a2a_agents,
+            input_policy=str(spec.get("inputPolicy") or "queue"),
         )
 
     def system_prompt(self, agent: Resource) -> str:

@@ -178,7 +178,9 @@ class McpServerSpec:
         return " ".join(self.command) if self.command else str(self.url)
 
     def resolve_env(self, env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-        """(variables to add to the process environment, names left unset)."""
+        """(variables to add to the process environment, names left unset). A value read from a
+        variable is registered as a secret; a literal one (``TZ: {value: UTC}``) is a setting
+        and is not, as in :mod:`goondan.config.secretsources`."""
         return _resolve_map(self.env, env, "env")
 
     def resolve_headers(self, env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -191,7 +193,8 @@ def _resolve_map(values: dict[str, Any], env: Mapping[str, str],
     out: dict[str, str] = {}
     unset: list[str] = []
     for key, source in values.items():
-        value = resolve_value(source, env, field=f"{what}.{key}")
+        secret = what == "headers" or (isinstance(source, dict) and "valueFrom" in source)
+        value = resolve_value(source, env, field=f"{what}.{key}", secret=secret)
         if value is None:
             unset.append(key)
         else:

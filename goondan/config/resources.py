@@ -247,6 +247,8 @@ KIND_SCHEMAS: dict[str, Obj] = {
         "maxToolOutputBytes": Int(),
         "spillToolOutput": Bool(),
         "budget": _BUDGET,
+        # docs/configuration.md "Agent": input for a running turn waits (queue) or joins it (steer).
+        "inputPolicy": Str(choices=("queue", "steer")),
     }, rules=(_required_tools_rule, _agent_prompt_rule), hints={
         # Forms found in some of the reference's tutorials (docs/compatibility.md).
         "system": 'the system prompt goes under prompt: write prompt: {system: "..."}',

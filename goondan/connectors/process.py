@@ -295,9 +295,15 @@ async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigter
         with contextlib.suppress(asyncio.CancelledError):
             await task
     except Exception as exc:  # run(ctx) raised: a crash of this connector
-        _log.exception("connection %s: connector %s failed", args.connection_name, args.connector_name)
-        await worker.report_quietly(control.ConnectorError(
-            code="E_CONNECTOR", message=mask(f"{type(exc).__name__}: {exc}")))
+        if isinstance(exc, GoondanError):  # a reported failure (a port taken): its message, no traceback
+            message = exc.message
+            _log.error("connection %s: connector %s failed: %s", args.connection_name, args.connector_name,
+                       mask(message))
+            _log.debug("connection %s: traceback of the failure", args.connection_name, exc_info=True)
+        else:
+            message = f"{type(exc).__name__}: {exc}"
+            _log.exception("connection %s: connector %s failed", args.connection_name, args.connector_name)
+        await worker.report_quietly(control.ConnectorError(code="E_CONNECTOR", message=mask(message)))
         code = 1
     finally:
         stop.cancel()

@@ -6,7 +6,7 @@ The orchestrator talks to its workers only through :class:`~goondan.swarm.spawne
 * ``local`` (default) — :class:`~goondan.swarm.spawner.ProcessSpawner`, one OS process per
   (agent, instanceKey) on this machine;
 * ``ray`` — :class:`goondan.engines.ray.RaySpawner`, many instances per Ray host actor across a
-  Ray cluster. Ray is an optional extra (``pip install 'goondan[ray]'``) and is imported only
+  Ray cluster. Ray is an optional extra (``pip install 'pygoondan[ray]'``) and is imported only
   when this engine is chosen: ``import goondan`` never imports it.
 """
 

@@ -144,6 +144,7 @@ class TurnFinished(Control):
     duplicate: bool = False  # the start marker said another process already ran it
     restart_requested: bool = False  # a tool asked for a restart (base ``self-restart``)
     restart_reason: str | None = None
+    steered: tuple[str, ...] = ()  # the steered events this Turn took (inputPolicy: steer)
 
 
 @dataclass(frozen=True)

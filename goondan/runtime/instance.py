@@ -78,8 +78,7 @@ class AgentsApiFactory(Protocol):
 
 
 def _parent_span(event: AgentEvent) -> str | None:
-    value = event.metadata.get("parentSpanId", event.extra.get("parentSpanId"))
-    return value if isinstance(value, str) and value else None
+    return event.parent_span_id
 
 
 class AgentInstance:
@@ -139,6 +138,7 @@ class AgentInstance:
         self._accepting = True
         self._status_write: asyncio.Future[None] | None = None
         self._status_timer: asyncio.TimerHandle | None = None
+        self._runner: TurnRunner | None = None  # the running turn (steer() hands it input)
         # runtime-events.jsonl (docs/observability.md); attached by open().
         self.event_log: RuntimeEventLog | None = None
 
@@ -259,9 +259,20 @@ class AgentInstance:
         return self.env.catalog()
 
     def input_written(self, event: AgentEvent) -> bool:
-        """True when the conversation holds the input of ``event``'s connector event: a Turn
-        for it started (in an earlier process that died) — the claim check of an agent process."""
+        """True when the conversation holds the input of ``event`` (a connector event or a stored
+        input, :func:`~goondan.runtime.inputs.input_tag`): a Turn for it started (in an earlier
+        process that died) — the claim check of an agent process."""
         return connector_input_written(self.state.next_messages, event)
+
+    def steer(self, event: AgentEvent) -> bool:
+        """Hand ``event`` to the running turn: it joins that turn's conversation before the
+        next model request (goondan.runtime.steering) and the turn's answer is its answer. False
+        when no turn runs or it is past taking input: run ``event`` as its own turn instead."""
+        return self._runner is not None and self._runner.steering.put(event)
+
+    def can_steer(self) -> bool:
+        """True while :meth:`steer` would take an event (a turn runs and takes input)."""
+        return self._runner is not None and self._runner.steering.open
 
     def submit(self, event: AgentEvent | str) -> asyncio.Task[TurnResult]:
         """Queue ``event`` (FIFO) and return the task that resolves to its TurnResult."""
@@ -383,16 +394,19 @@ class AgentInstance:
             agents=agents,
             tool_runtime=agents if self.agents_factory is not None else None,
         )
+        self._runner = runner
         try:
             result = await runner.run(stream=stream)
         except asyncio.CancelledError:
             # Ctrl-C / shutdown: keep what was emitted, make it provider-valid, fold, re-raise.
             cancelled = TurnResult(turn_id, "error", error=dict(CANCELLED_ERROR))
+            self._runner = None
             await self._finalize(runner.outcome(cancelled, cancelled=True))
             raise
         except Exception as exc:
             result = TurnResult(turn_id, "error", error=error_dict(exc))
             self.logger.debug("turn %s failed", turn_id, exc_info=exc)
+        self._runner = None
         await self._finalize(runner.outcome(result))
         if event.reply_to is not None and self.on_outgoing is not None:
             await self.on_outgoing(self._response_event(event, result, span.trace_id))
@@ -507,7 +521,7 @@ class AgentInstance:
             error=error,
         )
         answer.trace_id = trace_id
-        answer.metadata["replyTarget"] = event.reply_to.target
+        answer.reply_target = event.reply_to.target
         answer.metadata["finishReason"] = result.finish_reason
         return answer
 

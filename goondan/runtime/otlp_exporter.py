@@ -6,8 +6,12 @@ daemon thread turns each into its span — the event's payload through the one m
 :class:`~goondan.runtime.traces.SpanAssembler` and :func:`to_otlp_span` (the OpenTelemetry GenAI
 semantic conventions) — and POSTs batches through the HTTP layer (``goondan/http/``, retried
 on connection failures, 429, 502, 503 and 504): ``http/protobuf`` by default, ``http/json`` on
-request. :meth:`close` exports what is left (the shutdown flush). Configuration
-comes from the environment (:meth:`OtlpConfig.from_env`); see docs/observability.md "OTLP export".
+request. :meth:`close` exports what is left (the shutdown flush), bounded by
+:data:`CLOSE_TIMEOUT_S`: an endpoint that accepts connections and never answers (a blackhole)
+costs the exit that much, then the request in flight is cut. Connecting waits at most
+:data:`CONNECT_TIMEOUT_S`; a batch at most the export timeout. A failing endpoint is warned
+about once (until an export succeeds again). Configuration comes from the environment
+(:meth:`OtlpConfig.from_env`); see docs/observability.md "OTLP export".
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ __all__ = ["OtlpConfig", "OtlpExporter", "event_span", "exporter_from_env", "to_
 
 _log = logging.getLogger("goondan.otlp")
 _PROTOCOLS = ("http/protobuf", "http/json")
+CLOSE_TIMEOUT_S = 2.0  # the shutdown flush, in all
+CONNECT_TIMEOUT_S = 2.0
 
 
 def _parse_headers(raw: str) -> dict[str, str]:
@@ -196,6 +202,8 @@ class OtlpExporter(EventSink):
         self.failed_batches = 0
         self.undelivered = 0  # spans a batch failed to deliver
         self._pool: Any = None  # the HTTP layer's pool, made at the first post
+        self._abort: Any = None  # its AbortHandle: close() cuts the request in flight
+        self._warned = False  # a failure was warned about (until an export succeeds)
         self._batcher = BackgroundBatcher("goondan-otlp", self._export, limit=queue_limit,
                                           interval_s=interval_s)
 
@@ -222,10 +230,18 @@ class OtlpExporter(EventSink):
             self._batcher.start()
             self._batcher.put(event)
 
-    def close(self, timeout_s: float = 15.0) -> None:
-        """Export everything queued (spans still open are dropped), then stop the thread."""
-        self._batcher.close(timeout_s)
-        if self._pool is not None:
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Export everything queued (spans still open are dropped), then stop the thread; after
+        ``timeout_s`` (most of it) the request in flight is cut and what is left is dropped."""
+        self._batcher.close(timeout_s * 0.8)
+        if self._batcher.running and self._abort is not None:
+            warned, self._warned = self._warned, True  # the thread's failure below is not warned again
+            self._abort.abort()  # the thread's request (and any retry) fails at once
+            self._batcher.close(timeout_s * 0.2)
+            if not warned:
+                _log.warning("OTLP export to %s did not answer within %.1f s at exit; the spans not "
+                             "sent are dropped", self.config.endpoint, timeout_s)
+        if self._pool is not None and not self._batcher.running:
             self._pool.clear()
             self._pool = None
 
@@ -255,29 +271,38 @@ class OtlpExporter(EventSink):
                 body, content_type = encode_protobuf(spans, self.resource), "application/x-protobuf"
             status = self._post(body, content_type)
         except Exception as exc:  # the exporter must never take a turn down
-            _log.warning("OTLP export to %s failed: %s", self.config.endpoint, _reason(exc))
-            status = None
-        if status is not None and 200 <= status < 300:
+            self._failed(f"failed: {_reason(exc)}", len(spans))
+            return
+        if 200 <= status < 300:
             self.exported += len(spans)
+            self._warned = False
         else:
-            self.failed_batches += 1
-            self.undelivered += len(spans)
-            if status is not None:
-                _log.warning("OTLP export to %s answered HTTP %s; %d span(s) dropped",
-                             self.config.endpoint, status, len(spans))
+            self._failed(f"answered HTTP {status}", len(spans))
+
+    def _failed(self, what: str, spans: int) -> None:
+        """A batch was not delivered: counted; warned about once while the endpoint fails."""
+        self.failed_batches += 1
+        self.undelivered += spans
+        level = logging.DEBUG if self._warned else logging.WARNING
+        self._warned = True
+        _log.log(level, "OTLP export to %s %s; %d span(s) dropped (later failures are logged at debug "
+                 "level until an export succeeds)", self.config.endpoint, what, spans)
 
     def _post(self, body: bytes, content_type: str) -> int:
         import goondan.http as http  # urllib3 only once something is exported
 
         if self._pool is None:
-            self._pool = http.new_pool()
+            self._pool, self._abort = http.new_pool(abortable=True), http.AbortHandle()
         # Any batch is re-sent, POST or not: at worst a backend sees spans with the same ids twice.
         policy = http.RetryPolicy(max_retries=2, base_delay=0.2, retry_server_errors=False,
                                   retry_statuses=frozenset({429, 502, 503, 504}),
                                   retry_non_idempotent=True)
-        response = http.send(self._pool, "POST", self.config.endpoint, body=body, policy=policy,
-                             headers={**self.config.headers, "Content-Type": content_type},
-                             timeout=http.timeout(total_s=self.config.timeout_s))
+        limit = self.config.timeout_s
+        with http.abortable(self._abort):
+            response = http.send(self._pool, "POST", self.config.endpoint, body=body, policy=policy,
+                                 headers={**self.config.headers, "Content-Type": content_type},
+                                 timeout=http.timeout(limit, connect_s=min(limit, CONNECT_TIMEOUT_S),
+                                                      total_s=limit))
         return int(response.status)
 
 

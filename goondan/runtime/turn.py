@@ -61,10 +61,11 @@ from goondan.runtime.events import (
     span_ids,
 )
 from goondan.runtime.failed_turns import input_events
-from goondan.runtime.inputs import CONNECTOR_EVENT_KEY, input_text
+from goondan.runtime.inputs import input_tag, input_text
 from goondan.runtime.ledger import Budget, Pricing, cost_of
 from goondan.runtime.observe import RuntimeObserver
 from goondan.runtime.outcomes import StepFailed, StepOutcome, ToolsRan, TurnOutcome, classify_step
+from goondan.runtime.steering import SteerQueue
 from goondan.tools.context import ToolContext
 from goondan.types import (
     AgentEvent,
@@ -185,6 +186,7 @@ class TurnRunner:
         self._step_span: Span | None = None
         self._stream = True
         self.restart_reason: str | None = None  # set when a tool output asked for a restart
+        self.steering = SteerQueue()  # input that joins this turn (inputPolicy: steer)
 
     @property
     def turn_id(self) -> str:
@@ -213,10 +215,8 @@ class TurnRunner:
         text = input_text(self.event)
         if text:
             # One append, or a failed turn's input reused (docs/conversations.md "When a turn
-            # fails"); a connector event's id tags it (inputs.connector_input_written).
-            source = self.event.metadata.get(CONNECTOR_EVENT_KEY)
-            tag = {CONNECTOR_EVENT_KEY: source} if isinstance(source, str) else None
-            for event in input_events(self.state.next_messages, text, tag):
+            # fails"); a durable input's id tags it (inputs.connector_input_written).
+            for event in input_events(self.state.next_messages, text, input_tag(self.event)):
                 self.emit(event)
         ctx = TurnContext(
             agent_name=self.env.spec.name,
@@ -230,7 +230,10 @@ class TurnRunner:
             span_id=self.span.span_id,
             parent_span_id=self.span.parent_span_id,
         )
-        result = await self.env.pipeline.run_turn(ctx, self._turn_core)
+        try:
+            result = await self.env.pipeline.run_turn(ctx, self._turn_core)
+        finally:
+            self.steering.close(self.emit)  # what it took and did not show the model: recorded
         self.turn.status = "failed" if result.finish_reason == "error" else "completed"
         if self.restart_reason is not None:
             result.metadata["restartRequested"] = True
@@ -243,6 +246,7 @@ class TurnRunner:
         limit = self.env.max_steps_per_turn
         index = 0
         while True:
+            self.steering.drain(self.emit)  # steered input, before the next model request
             if index >= limit:
                 return self._finish_max_steps(limit, required if not satisfied else [])
             step = Step(id=f"{self.turn_id}-step-{index}", index=index)
@@ -261,7 +265,7 @@ class TurnRunner:
                 r.ok and r.tool_name in required for r in outcome.tool_results
             ):
                 satisfied = True
-            if isinstance(outcome, ToolsRan):
+            if isinstance(outcome, ToolsRan) or self.steering.pending:  # steered: answer it too
                 continue
             if not satisfied:
                 reminder = Message.create(

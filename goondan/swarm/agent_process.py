@@ -11,9 +11,10 @@
 2. each ``event`` without ``metadata.inReplyTo`` is one Turn, run in arrival order, bracketed
    by ``runtime.turnStarted``/``runtime.turnFinished`` reports (the orchestrator's crash
    accounting and per-instance flow control rely on them); after a Turn whose event had
-   ``replyTo`` the answer goes back with ``metadata.inReplyTo``. Every Turn's runtime events
+   ``replyTo`` the answer goes back with ``metadata.inReplyTo``, by one path whatever the Turn's
+   end (finished, failed, cancelled): :meth:`AgentWorker._answer`. Every Turn's runtime events
    go to the orchestrator as ``runtime.delta`` reports before the answer (its event sinks get
-   them); when the event carries ``metadata.__goondanStream`` the Turn is streamed: the model
+   them); when the event has ``stream`` set the Turn is streamed: the model
    is asked for text deltas, and the orchestrator passes the events on to the requester;
 3. events with ``metadata.inReplyTo`` answer this instance's own requests
    (:class:`IpcAgentRouter`);
@@ -67,8 +68,8 @@ from goondan.ipc.matcher import RequestMatcher, new_correlation_id
 from goondan.ipc.protocol import (
     CONTROL_PREFIX,
     ORCHESTRATOR,
-    START_MARKER_KEY,
-    STREAM_KEY,
+    STEER_KEY,
+    WAS_STEERED_KEY,
     IpcMessage,
 )
 from goondan.ipc.queries import answer_inspect
@@ -165,14 +166,16 @@ class AgentWorker:
         self._wakeup = asyncio.Event()
         self._draining = False
         self._shutdown_requested = False
-        # Requests this instance must answer: correlation id → reply target (None: unknown).
-        self._replies: RequestMatcher[None, str | None] = RequestMatcher()
         self._turn_event: str | None = None  # id of the event whose Turn is running
         self._stream_sends: list[asyncio.Task[None]] = []
         self._running: tuple[str, asyncio.Task[TurnResult] | None] | None = None
         self._cancelled: set[str] = set()  # ids of running Turns asked to cancel
         self._tasks: set[asyncio.Task[None]] = set()
         self._handler: Any = None  # set by serve(); answers runtime.inspect queries
+        # Events sent to join the running Turn (inputPolicy: steer): joined it, or already
+        # started elsewhere; reported in its turnFinished (docs/orchestrator.md "Steering").
+        self._steered: list[AgentEvent] = []
+        self._steer_skipped: list[str] = []
         self.turns = 0
 
     def __repr__(self) -> str:
@@ -201,15 +204,6 @@ class AgentWorker:
         if sends:
             await asyncio.gather(*sends, return_exceptions=True)
 
-    async def on_outgoing(self, event: AgentEvent) -> None:
-        """The ``on_outgoing`` hook: send a Turn's answer back to the requester."""
-        await self._flush_stream()  # every streamed event reaches the front-end before the answer
-        correlation = str(event.metadata.get("inReplyTo"))
-        pending = self._replies.take(correlation)  # answered: _answer will not answer again
-        target = (pending.route if pending is not None else None) or str(
-            event.metadata.get("replyTarget") or ORCHESTRATOR)
-        with contextlib.suppress(IpcError):
-            await self.transport.send(IpcMessage.event(self.agent_name, target, event))
 
     def request_drain(self) -> None:
         """Stop after the running Turn (SIGTERM in the child, or tests)."""
@@ -246,9 +240,28 @@ class AgentWorker:
                         self.logger.debug("dropping late answer %s", event.metadata.get("inReplyTo"))
                 elif event.type.startswith(CONTROL_PREFIX):  # known or not, never a Turn
                     self.logger.debug("ignoring control event %s", event.type)
+                elif STEER_KEY in event.metadata:
+                    self._steer(event)
                 else:
                     self._queue.append(event)
                     self._wakeup.set()
+
+    def _steer(self, event: AgentEvent) -> None:
+        """Hand ``event`` to the running Turn it was sent to join, its start claimed first (no
+        ``await`` in between: the Turn cannot end meanwhile). Not running any more: dropped here,
+        the orchestrator queues it again (it is not in the Turn's ``turnFinished.steered``)."""
+        handler, running = self._handler, self._running
+        can_steer = getattr(handler, "can_steer", None)
+        if running is None or running[0] != event.metadata.get(STEER_KEY) or not callable(can_steer) or not can_steer():
+            return
+        marker = event.start_marker
+        if marker is not None and isinstance(marker.get("path"), str):
+            written = bool(handler.input_written(event)) if hasattr(handler, "input_written") else False
+            if not claim_start(Path(marker["path"]), str(marker.get("id")), written):
+                self._steer_skipped.append(event.id)  # started by another process
+                return
+        handler.steer(event)
+        self._steered.append(event)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
@@ -281,21 +294,21 @@ class AgentWorker:
         return True
 
     async def _finish_cancelled(self, event: AgentEvent) -> None:
-        if event.reply_to is not None:  # never started: not tracked yet
-            self._replies.track(event.reply_to.correlation_id, None)
-        await self._answer(event, None, cancelled_error())
+        await self._answer(event, None, cancelled_error(), "error")
         await self.report(TurnFinished(event.id, "error", ok=False, cancelled=True))
 
-    async def _answer(self, event: AgentEvent, text: str | None, error: JsonObject | None) -> None:
-        """Answer ``event``'s request unless the Turn already did (``on_outgoing``)."""
-        correlation = event.reply_to.correlation_id if event.reply_to else None
-        if correlation is not None and correlation in self._replies:
-            answer = response_event(
-                event, agent_name=self.agent_name, instance_key=self.instance_key, text=text, error=error
-            )
-            await self.on_outgoing(answer)
-        if correlation is not None:
-            self._replies.forget(correlation)
+    async def _answer(self, event: AgentEvent, text: str | None, error: JsonObject | None, finish: str) -> None:
+        """The one way an answer leaves an agent process: after ``event``'s Turn (finished,
+        failed or cancelled) and before its ``turnFinished``, when ``event`` is a request."""
+        if event.reply_to is None:
+            return
+        answer = response_event(event, agent_name=self.agent_name, instance_key=self.instance_key,
+                                text=text, error=error)
+        answer.reply_target = event.reply_to.target
+        answer.metadata["finishReason"] = finish
+        await self._flush_stream()  # every streamed event reaches the front-end before the answer
+        with contextlib.suppress(IpcError):
+            await self.transport.send(IpcMessage.event(self.agent_name, event.reply_to.target or ORCHESTRATOR, answer))
 
     async def _next_event(self) -> AgentEvent | None:
         while True:
@@ -335,8 +348,8 @@ class AgentWorker:
         """Reserve a connector event's start (``metadata.__goondanStartMarker``); True otherwise.
         A reservation left by a process that died is taken over unless the handler's
         ``input_written`` finds the event's input in the conversation (docs/connectors.md)."""
-        marker = event.metadata.get(START_MARKER_KEY)
-        if not isinstance(marker, dict) or not isinstance(marker.get("path"), str):
+        marker = event.start_marker
+        if marker is None or not isinstance(marker.get("path"), str):
             return True
         check = getattr(handler, "input_written", None)
         written = bool(check(event)) if callable(check) else False
@@ -344,25 +357,28 @@ class AgentWorker:
 
     async def _confirm(self, event: AgentEvent) -> None:
         """The claimed Turn ran (or ended): its start is final, the event is never run again."""
-        marker = event.metadata.get(START_MARKER_KEY)
-        if isinstance(marker, dict) and isinstance(marker.get("path"), str):
+        marker = event.start_marker
+        if marker is not None and isinstance(marker.get("path"), str):
             await asyncio.to_thread(confirm_start, Path(marker["path"]), str(marker.get("id")))
 
     async def _run_turn(self, handler: TurnHandler, event: AgentEvent) -> None:
-        if event.reply_to is not None:
-            self._replies.track(event.reply_to.correlation_id, event.reply_to.target)
         self._running = (event.id, None)
         if not await self._claim(handler, event):
             # Already started by another process (one orphaned by a killed orchestrator).
             self.logger.info("event %s already had its turn; not run again", event.id)
             self._running = None
+            if event.metadata.get(WAS_STEERED_KEY) and event.reply_to is not None:
+                # it joined a Turn whose process died: that Turn's caller is answered, not this one
+                await self._answer(event, None, {"code": "E_AGENT_CRASHED", "message": "the turn this input "
+                                                 "joined was interrupted; the input is in the conversation"},
+                                   "error")
             await self.report(TurnFinished(event.id, "error", ok=True, cancelled=False, duplicate=True))
             return
         await self.report(TurnStarted(event.id))
         error: JsonObject | None
         text: str | None = None
         cancelled = False
-        streamed = bool(event.metadata.get(STREAM_KEY))
+        streamed = event.stream
         self._turn_event = event.id
         restart: dict[str, Any] = {}
         try:
@@ -390,11 +406,16 @@ class AgentWorker:
             self._running = None
             self._cancelled.discard(event.id)
             self._turn_event = None
-        await self._confirm(event)
+        steered, skipped = self._steered, self._steer_skipped
+        self._steered, self._steer_skipped = [], []
+        for joined in (event, *steered):
+            await self._confirm(joined)
         await self._flush_stream()
         self.turns += 1
-        await self._answer(event, text, error)
-        await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart))
+        for joined in (event, *steered):  # the Turn's answer is the answer of every input it took
+            await self._answer(joined, text, error, finish)
+        await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart,
+                                       steered=(*(e.id for e in steered), *skipped)))
 
 
 def claim_start(path: Path, event_id: str, written: bool = False) -> bool:
@@ -516,8 +537,7 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
         instance_key=args.instance_key,
         max_steps_per_turn=getattr(swarm, "max_steps_per_turn", None),
         workdir=Path(args.workdir) if args.workdir else None,
-        agents_factory=factory,
-        on_outgoing=worker.on_outgoing,
+        agents_factory=factory,  # no on_outgoing: the worker answers (AgentWorker._answer)
         stream=False,
     )
     return instance

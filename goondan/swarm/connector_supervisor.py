@@ -77,7 +77,7 @@ class ConnectorRecord(WorkerRecord):
     spec: ConnectionSpec
     status: ProcessStatus = field(default="pending", kw_only=True)
     emitted: int = 0
-    last_error: str | None = None
+    reported_error: str | None = None  # what this process reported (startError / connectorError)
     timer: asyncio.TimerHandle | None = None
     replacing: bool = False  # stopped for a configuration change: neither a crash nor completed
 
@@ -86,15 +86,17 @@ class ConnectorRecord(WorkerRecord):
         return self.spec.name
 
     def to_dict(self) -> JsonObject:
-        """A row of the status document."""
+        """A row of the status document (a crash-looping connector shows ``crashLoopBackOff``
+        until it has run for :data:`STABLE_AFTER_S`: its next crash would start a new count)."""
         handle = self.handle
         return {
             "process": SpawnRequest.connector(self.spec.name, self.spec.connector).process_name,
             "kind": "connector", "connection": self.spec.name, "connector": self.spec.connector,
-            "status": self.status, "pid": handle.pid if handle is not None else None,
+            "status": self.shown_status(STABLE_AFTER_S), "pid": handle.pid if handle is not None else None,
             "startedAt": self.started_at if handle is not None else None,
             "emitted": self.emitted, "consecutiveCrashes": self.consecutive_crashes,
             "restarts": max(0, self.spawn_count - 1), "lastExitCode": self.last_exit_code,
+            "lastError": self.last_error,
         }
 
 
@@ -176,7 +178,7 @@ class ConnectorSupervisor:
         elif isinstance(control, Ready):
             rec.transition("run")
         elif isinstance(control, (StartError, ConnectorError)):
-            rec.last_error = str(control.message)
+            rec.reported_error = str(control.message)
         elif isinstance(control, Completed):
             rec.transition("done")
 
@@ -258,12 +260,12 @@ class ConnectorSupervisor:
             self.logger.info("connector of Connection %s finished (run returned); not restarted", rec.name,
                              extra={"event": "connector.completed", "connection": rec.name})
         else:
-            self._crashed(rec, ended.status_code, rec.last_error or ended.describe())
-        rec.last_error = None
+            self._crashed(rec, ended.status_code, rec.reported_error or ended.describe())
+        rec.reported_error = None
         rec.exited.set()
 
     def _crashed(self, rec: ConnectorRecord, code: int | None, cause: str) -> None:
-        delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S)
+        delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S, cause=cause)
         self.logger.error(
             "[E_CONNECTOR] Connection %s (connector %s) failed: %s; restarting in %d ms (%d in a row)",
             rec.name, rec.spec.connector, cause, delay, rec.consecutive_crashes,
@@ -295,7 +297,7 @@ class ConnectorSupervisor:
         await self._stop_for_change(rec)
         rec.spec = spec
         rec.reset_crashes()
-        rec.last_error = None
+        rec.reported_error = None
         self._ensure_running(rec)
 
     async def remove(self, name: str) -> None:

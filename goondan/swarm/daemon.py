@@ -2,7 +2,8 @@
 
 ``goondan run --detach`` starts ``goondan run --foreground`` in its own session (stdin closed,
 stdout/stderr appended to the swarm's ``orchestrator.{stdout,stderr}.log``) and returns once
-the swarm answers on its control socket. ``goondan stop`` asks the orchestrator to stop over
+the swarm answers on its control socket and its connector (and agent) processes run; when one
+crashes meanwhile it stops the swarm and fails with the reason (``E_RUN_START_FAILED``). ``goondan stop`` asks the orchestrator to stop over
 the control socket (a graceful stop: running Turns finish and are folded), then sends SIGTERM
 and finally SIGKILL — to the orchestrator and to the agent and connector processes it had —
 when the grace period passes. ``status``, ``send``, ``logs`` and ``restart`` find the swarm the
@@ -47,7 +48,11 @@ __all__ = [
 ]
 
 READY_TIMEOUT_S = 60.0
+# A connector reports ``ready`` before its ``run(ctx)`` starts, and a start failure in ``run``
+# (its port taken) comes a moment later: ready means every connector kept running this long.
+SETTLE_S = 1.0
 _POLL_S = 0.05
+_STARTING = ("pending", "spawning", "crashed", "crashLoopBackOff")
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, *, poll_s: float = _POLL_S) -> bool:
@@ -123,13 +128,72 @@ def detached_argv(state_root: Path, bundle: Path, swarm: str, *, watch: bool = F
     return argv
 
 
+def _start_failure(doc: JsonObject) -> str | None:
+    """Why the swarm of status document ``doc`` failed to start: the first agent or connector
+    process that crashed since it started (its last error), else None."""
+    for row in _rows(doc):
+        if not row.get("consecutiveCrashes"):
+            continue
+        what = (f"Connection {row.get('connection')} (connector {row.get('connector')})" if "connection" in row
+                else f"agent process {row.get('process')}")
+        cause = row.get("lastError") or f"exited with code {row.get('lastExitCode')}"
+        return f"{what} failed: {cause}"
+    return None
+
+
+def _workers_up(doc: JsonObject) -> dict[str, Any] | None:
+    """The pid of every agent and connector process of status document ``doc`` while none is
+    still starting (None while one is)."""
+    up: dict[str, Any] = {}
+    for row in _rows(doc):
+        if row.get("status") in _STARTING:
+            return None
+        up[str(row.get("process"))] = row.get("pid")
+    return up
+
+
+def _rows(doc: JsonObject) -> list[JsonObject]:
+    """The connector and agent process rows of a status document."""
+    rows = [*(doc.get("connections") or []), *(doc.get("processes") or [])]
+    return [row for row in rows if isinstance(row, dict)]
+
+
+def _await_workers(active: ActiveRuntime, child: subprocess.Popen[bytes], deadline: float) -> str | None:
+    """Wait until every agent and connector process of the swarm runs and kept running for
+    :data:`SETTLE_S`; returns why it will not (a crash, the orchestrator's exit, the deadline)."""
+    steady: tuple[dict[str, Any], float] | None = None
+    while True:
+        doc: JsonObject | None = None
+        with contextlib.suppress(GoondanError, OSError, ValueError):
+            doc = query_status(active, timeout_s=5.0)
+        if child.poll() is not None:
+            return f"exited with code {child.returncode}"
+        if doc is not None:
+            failure = _start_failure(doc)
+            if failure is not None:
+                return failure
+            up = _workers_up(doc)
+            now = time.monotonic()
+            if up is None or steady is None or steady[0] != up:
+                steady = (up, now) if up is not None else None
+            elif now - steady[1] >= SETTLE_S:
+                return None
+        if time.monotonic() >= deadline:
+            starting = ", ".join(str(row.get("process")) for row in _rows(doc or {})
+                                 if row.get("status") in _STARTING)
+            return "was not ready in time" + (f" (still starting: {starting})" if starting else "")
+        time.sleep(_POLL_S * 2)
+
+
 def start_detached(
     argv: Sequence[str], *, state_root: Path, key: str, log_dir: Path, env: Mapping[str, str],
     cwd: Path, timeout_s: float = READY_TIMEOUT_S, pass_fds: Sequence[int] = (),
 ) -> ActiveRuntime:
     """Start ``argv`` (a ``goondan run --foreground``) in its own session and wait until its
-    control socket answers. Raises ``E_RUN_START_FAILED`` (with the log path) if it exits or
-    does not become ready before ``timeout_s``."""
+    control socket answers and its agent and connector processes run (:func:`_await_workers`).
+    Raises ``E_RUN_START_FAILED`` (with the reason and the log path) if it exits, a process
+    crashes, or it is not ready before ``timeout_s``; nothing of it is left running then."""
+    deadline = time.monotonic() + timeout_s
     private_dirs(log_dir)
     out_path, err_path = log_dir / "orchestrator.stdout.log", log_dir / "orchestrator.stderr.log"
     with open(out_path, "ab", opener=private_opener) as out, open(err_path, "ab", opener=private_opener) as err:
@@ -151,11 +215,16 @@ def start_detached(
 
     wait_for(ready, timeout_s)
     if found:
-        return found[0]
+        failure = _await_workers(found[0], child, deadline)
+        if failure is None:
+            return found[0]
+        stop_running(found[0], grace_s=5.0)  # the processes it started go too
+        _kill_session(child)
+        raise ConfigError(f"the swarm did not start: {failure}", code="E_RUN_START_FAILED",
+                          suggestion=f"fix the cause and start it again (the processes' logs: {log_dir}; "
+                          "'goondan logs --process NAME' shows one)")
     if child.poll() is None:  # alive but never ready: do not leave it behind
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        _kill_session(child)
         what = f"did not become ready within {timeout_s:.0f} s"
     else:
         what = f"exited with code {child.returncode}"
@@ -164,6 +233,13 @@ def start_detached(
     raise ConfigError(f"the swarm {what} (log: {err_path}){detail}", code="E_RUN_START_FAILED",
                       suggestion="run it in the foreground ('goondan run --foreground') to see the problem, "
                       f"or read {err_path}")
+
+
+def _kill_session(child: subprocess.Popen[bytes]) -> None:
+    """SIGKILL what is left of the session ``run --detach`` started, and reap its leader."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 @dataclass

@@ -31,7 +31,6 @@ from goondan.connectors.inbox import ConnectionInbox, InboxRecord
 from goondan.connectors.routing import route_event
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import AgentError, ConnectorEventError, IpcError
-from goondan.ipc.protocol import START_MARKER_KEY
 from goondan.runtime.events import IngressReceived
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.types import AgentEvent, new_span_id, new_trace_id
@@ -57,10 +56,7 @@ def agent_event_for(record: InboxRecord, spec: ConnectionSpec, marker: Path | No
     properties = {**event.properties, "connection_name": spec.name, "connector_name": spec.connector}
     # The ingress span (an ``ingress.received`` event) is the parent of the turn it starts:
     # the trace's tree begins where the event entered the swarm (docs/observability.md).
-    metadata: dict[str, object] = {"properties": properties, "connectorEventId": event.id,
-                                   "parentSpanId": new_span_id()}
-    if marker is not None:
-        metadata[START_MARKER_KEY] = {"path": str(marker), "id": event.id}
+    metadata: dict[str, object] = {"properties": properties, "connectorEventId": event.id}
     return AgentEvent(
         type=event.name,
         input=event_text(event),
@@ -68,6 +64,8 @@ def agent_event_for(record: InboxRecord, spec: ConnectionSpec, marker: Path | No
         source={"kind": "connector", "name": spec.connector},
         trace_id=new_trace_id(),
         metadata=metadata,
+        parent_span_id=new_span_id(),
+        start_marker={"path": str(marker), "id": event.id} if marker is not None else None,
     )
 
 
@@ -179,9 +177,8 @@ class Ingress:
 
     def _received(self, spec: ConnectionSpec, record: InboxRecord, event: AgentEvent) -> None:
         """Report ``ingress.received`` to the orchestrator's event sinks (the trace's root span)."""
-        parent = event.metadata.get("parentSpanId")
         self.orchestrator.publish_event(IngressReceived(
-            trace_id=event.trace_id or "", span_id=parent if isinstance(parent, str) else "",
+            trace_id=event.trace_id or "", span_id=event.parent_span_id or "",
             agent_name=record.agent, instance_key=record.instance_key,
             source=spec.name, event_id=record.event.id, event_type=record.event.name,
             target=record.agent,

@@ -2,12 +2,11 @@
 
 Responsibilities (docs/orchestrator.md):
 
-* **Routing.** Every event goes through :meth:`Orchestrator.submit`/:meth:`request` or arrives
-  from an agent process as an ``event`` IPC message addressed to another agent. It is queued on
-  the target (agent, instanceKey) — the process is spawned on demand — and dispatched **one at a
-  time**: the next event is sent only after the process reported ``runtime.turnFinished``. The
-  queue lives here, so a crash loses at most the Turn that was running, a restart loses nothing,
-  and per-instance order is the order of arrival.
+* **Routing.** Every event (:meth:`Orchestrator.submit`/:meth:`request`, or an agent's ``event``
+  IPC message) is stored durably (``store_input``: :mod:`goondan.swarm.durable_inputs`), queued on
+  the target (agent, instanceKey) — spawned on demand — and dispatched **one at a time**, the
+  next after ``runtime.turnFinished``: per-instance order is the order of arrival, and a crash
+  of any process loses no input.
 * **Requests.** An event with ``replyTo`` is remembered by correlation id (one
   :class:`~goondan.ipc.matcher.RequestMatcher`); the callee's answer
   (``metadata.inReplyTo``) is forwarded to the process that asked (or resolves a local future
@@ -57,8 +56,6 @@ from goondan.ipc.control import (
 from goondan.ipc.matcher import RequestMatcher, new_correlation_id
 from goondan.ipc.protocol import (
     ORCHESTRATOR,
-    START_MARKER_KEY,
-    STREAM_KEY,
     STREAMED_EVENT_TYPES,
     IpcMessage,
     ShutdownReason,
@@ -139,6 +136,7 @@ class Orchestrator(ProcessSupervisor):
         # admit(caller, target, event) raises AgentError to refuse an agent-to-agent event
         # (trace budgets, docs/observability.md "Budgets").
         self.admit: Callable[[str, str, AgentEvent], None] | None = None
+        self.store_input: Callable[[str, AgentEvent], None] | None = None  # SwarmInbox.record
 
     def __repr__(self) -> str:
         live = sum(1 for r in self.records.values() if r.alive)
@@ -196,7 +194,7 @@ class Orchestrator(ProcessSupervisor):
         event.reply_to = ReplyChannel(target=ORCHESTRATOR, correlation_id=correlation)
         future = self._pending.expect(correlation, _Route(None, (agent, event.instance_key), event_id=event.id))
         if on_event is not None:
-            event.metadata[STREAM_KEY] = True
+            event.stream = True
             self._stream_listeners[event.id] = on_event
         try:
             await self.submit(agent, event)
@@ -366,6 +364,8 @@ class Orchestrator(ProcessSupervisor):
     def _enqueue(self, agent: str, event: AgentEvent) -> None:
         key = event.instance_key or "default"
         event.instance_key = key
+        if self.store_input is not None:  # durable before it is queued (docs/orchestrator.md)
+            self.store_input(agent, event)
         rec = self.record(agent, key)
         rec.inbox.push(event)
         self._mark_changed()
@@ -549,6 +549,7 @@ class Orchestrator(ProcessSupervisor):
                 rec.inbox.current.started = True
             rec.transition("turnStarted")
         elif isinstance(control, TurnFinished):
+            rec.inbox.finish(control.steered)
             rec.turn_finished()  # a completed Turn also resets the crash count
             if control.restart_requested and rec.stop_mode is None:
                 # A tool asked for it (base `self-restart`): the Turn is folded, so replace this
@@ -588,15 +589,15 @@ class Orchestrator(ProcessSupervisor):
 
     def _release_in_flight(self, rec: InstanceRecord, ended: WorkerExit) -> None:
         """The process of ``rec`` ended with an event in flight: a cancelled one is answered
-        ``E_TURN_CANCELLED``, a started one ``E_AGENT_CRASHED``; one that never started, or a
-        connector event (its claim file tells if it started), goes back to the queue's front."""
+        ``E_TURN_CANCELLED``, a started request ``E_AGENT_CRASHED``; one that never started, or a
+        stored event nobody waits for (its claim tells if it started), goes back to the front."""
         current = rec.inbox.finish()
         if current is None:
             return
         interrupted = current.event
         if current.cancel_requested:
             self._fail_request(interrupted, rec, "E_TURN_CANCELLED", "the request was cancelled")
-        elif current.started and START_MARKER_KEY not in interrupted.metadata:
+        elif current.started and (interrupted.reply_to or interrupted.start_marker is None):
             what = ended.describe()
             self.logger.warning(
                 "%s exited (%s) during a turn; event %s was interrupted", rec.name, what, interrupted.id,

@@ -14,7 +14,8 @@ Control protocol (unix socket ``runtime/control/<key>.sock``; wire format and cl
 plus ``connections`` (one row per connector process);
 ``{"command": "request", "input": …, "agent"?, "instanceKey"?, "cli"?, "stream"?}`` →
 ``{"ok", "response"}`` (``cli``: routed by the Swarm's ``cli`` Connection when it has one;
-``stream``: ``{"event"}`` lines first, and closing the connection cancels the Turn);
+``stream``: ``{"event"}`` lines first, and closing the connection cancels the Turn; ``ack``: first
+``{"accepted": {"id", "agent", "instanceKey"}}`` once the message is in the Swarm's durable inbox);
 ``{"command": "inspect", "agent"?, "instanceKey", "what"}`` → ``{"ok", "result"}`` (a
 :mod:`goondan.ipc.queries` query; ``result`` null when the process is not running);
 ``{"command": "stop"}`` → ``{"ok": true, "pid"}``, then the process stops as on SIGTERM.
@@ -155,6 +156,16 @@ def already_running(swarm: str, root: Path, instance_key: str, pid: int | None) 
     )
 
 
+def steering_agents(bundle: Any, swarm: Any) -> set[str]:
+    """The agents of ``swarm`` whose ``inputPolicy`` is ``steer`` (docs/orchestrator.md "Steering")."""
+    agents: set[str] = set()
+    for name in swarm.agents:
+        with contextlib.suppress(GoondanError):  # reported when the agent's process starts
+            if bundle.agent_spec(name, swarm=swarm.name).input_policy == "steer":
+                agents.add(name)
+    return agents
+
+
 def _trace_budgets(bundle: Any, swarm: Any) -> TraceBudgets:
     """The trace budgets of every agent of ``swarm`` (Swarm policy merged with Agent spec)."""
     budgets: dict[str, Budget] = {}
@@ -191,6 +202,7 @@ class SwarmService:
         self.active: ActiveRuntime | None = None
         self.lock = SwarmLock(self.state_root, self.key)
         self._control_tasks: set[asyncio.Task[None]] = set()
+        self.inbox: Any = None  # goondan.swarm.durable_inputs.SwarmInbox, opened by start()
         spawner = self._make_spawner(engine, ray_address)
         self.spawner = spawner
         self.orchestrator = Orchestrator(
@@ -221,6 +233,7 @@ class SwarmService:
         self.ledger = UsageLedger()
         self.orchestrator.add_event_sink(self.ledger)
         self.budgets = _trace_budgets(bundle, self.swarm)
+        self.orchestrator.steering = steering_agents(bundle, self.swarm)
         if self.budgets.active:
             self.orchestrator.admit = self.budgets.admit
             self.orchestrator.add_event_sink(self.budgets)  # llm.completed costs per trace
@@ -267,7 +280,17 @@ class SwarmService:
         private_dirs(self.log_dir)
         if self._log_to_file:
             self._install_log_file()
+        engine_start = getattr(self.spawner, "start", None)  # an engine with a cluster to join (Ray):
+        if engine_start is not None:  # joined now, saying so, rather than silently at the first event
+            await engine_start()
         await self.orchestrator.start()
+        from goondan.swarm.durable_inputs import SwarmInbox, inputs_dir
+
+        # Inputs accepted before a crash whose Turn had not started run first, in order.
+        self.inbox = SwarmInbox(inputs_dir(self.state_root, self.bundle.root, self.bundle.package_name,
+                                           self.swarm.name))
+        await self.inbox.open(self.orchestrator)
+        self.orchestrator.store_input = self.inbox.record
         await self.connections.start()
         private_dirs(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):
@@ -317,6 +340,8 @@ class SwarmService:
             await asyncio.wait(set(self._control_tasks), timeout=self.swarm.shutdown_grace_ms / 1000)
         await self.connections.stop()
         await self.orchestrator.shutdown()
+        if self.inbox is not None:
+            self.inbox.close()
         if self.event_log is not None:
             await asyncio.to_thread(self.event_log.close)
         if self.exporter is not None:  # the shutdown flush
@@ -381,6 +406,7 @@ class SwarmService:
         swarm = bundle.swarm_spec(self.swarm.name)
         self.swarm = swarm
         await self.orchestrator.update_agents(swarm.agents, entry_agent=swarm.entry_agent)
+        self.orchestrator.steering = steering_agents(bundle, swarm)
         changed: list[str] = []
         processes: list[str] = []
         for agent in changed_agents:
@@ -397,11 +423,12 @@ class SwarmService:
         what += "".join(f"; Connections {kind}: {', '.join(names)}" for kind, names in connections.items() if names)
         _log.info("bundle reloaded%s", what, extra={"event": "orchestrator.bundleReloaded"})
 
-    async def _control_request(self, request: JsonObject,
-                               on_event: Callable[[JsonObject], None] | None = None) -> JsonObject:
+    async def _control_request(self, request: JsonObject, on_event: Callable[[JsonObject], None] | None = None,
+                               on_accepted: Callable[[JsonObject], None] | None = None) -> JsonObject:
         """``{"command": "request", "input", "agent"?, "instanceKey"?, "timeoutMs"?, "cli"?}``: one
         message to an agent (default: the entry agent), for scripts, headless runs and a
-        ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it)."""
+        ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it).
+        ``on_accepted`` gets ``{"id", "agent", "instanceKey"}`` once the message is durable."""
         from goondan.types import AgentEvent
 
         text = str(request.get("input") or "")
@@ -415,6 +442,10 @@ class SwarmService:
                 return {"ok": True, "agent": None, "instanceKey": key, "response": None}
             agent, event = routed
             key = event.instance_key or key
+        if self.inbox is not None and agent in self.orchestrator.agents:
+            self.inbox.record(agent, event)  # durable (not again when queued), then acknowledged
+            if on_accepted is not None:
+                on_accepted({"id": event.id, "agent": agent, "instanceKey": key})
         timeout = request.get("timeoutMs")
         answer = await self.orchestrator.request(
             agent, event, instance_key=key, timeout_ms=int(timeout) if timeout else None, on_event=on_event,
@@ -430,8 +461,8 @@ class SwarmService:
             return {"ok": False, "code": error.get("code"), "message": error.get("message"), **extra}
         return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or "", **extra}
 
-    async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter) -> JsonObject | None:
+    async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                on_accepted: Callable[[JsonObject], None] | None = None) -> JsonObject | None:
         """A ``stream`` request: runtime events as ``{"event"}`` lines, then the answer; the
         client closing the connection cancels the Turn (None: nobody to answer)."""
 
@@ -441,7 +472,7 @@ class SwarmService:
             while await reader.read(65536):
                 pass
 
-        work = asyncio.ensure_future(self._control_request(request, events.put))
+        work = asyncio.ensure_future(self._control_request(request, events.put, on_accepted))
         closed = asyncio.ensure_future(hang_up())
         try:
             await asyncio.wait({work, closed}, return_when=asyncio.FIRST_COMPLETED)
@@ -476,9 +507,13 @@ class SwarmService:
             asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
             return {"ok": True, "pid": os.getpid()}
         if command == "request":
+            def accepted(info: JsonObject) -> None:  # the ack ("ack": true): durable from here on
+                writer.write(encode_line({"accepted": info}))
+
+            ack = accepted if request.get("ack") else None
             if request.get("stream"):
-                return await self._streamed_request(request, reader, writer)
-            return await self._control_request(request)
+                return await self._streamed_request(request, reader, writer, ack)
+            return await self._control_request(request, on_accepted=ack)
         if command == "inspect":
             from goondan.ipc.queries import inspect_agent
 

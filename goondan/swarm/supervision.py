@@ -97,6 +97,8 @@ class WorkerRecord:
     total_crashes: int = 0
     spawn_count: int = 0
     last_exit_code: int | None = None
+    last_error: str | None = None  # the cause of the last crash (``status`` shows it)
+    crash_looping: bool = False  # the last crash was over the threshold (a backoff applied)
     started_at: str | None = None
     started_monotonic: float | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
@@ -126,21 +128,39 @@ class WorkerRecord:
         self.last_exit_code = exit_code
 
     def reset_crashes(self) -> None:
-        """A fresh start (a finished turn, a restart, a new spec): the crash count starts over."""
+        """A fresh start (a restart, a new spec): the crash count and last error start over."""
         self.consecutive_crashes = 0
+        self.crash_looping = False
+        self.last_error = None
 
-    def count_crash(self, threshold: int, *, stable_after_s: float | None = None) -> int:
-        """Count one crash and move to ``crashed`` (respawn at once) or ``crashLoopBackOff``;
-        returns the backoff in ms (:func:`backoff_ms`). A worker that had run longer than
-        ``stable_after_s`` before this crash starts a new count."""
+    def count_crash(self, threshold: int, *, stable_after_s: float | None = None,
+                    cause: str | None = None) -> int:
+        """Count one crash (``cause``: why, kept as :attr:`last_error`) and move to ``crashed``
+        (respawn at once) or ``crashLoopBackOff``; returns the backoff in ms
+        (:func:`backoff_ms`). A worker that had run longer than ``stable_after_s`` before this
+        crash starts a new count."""
         if (stable_after_s is not None and self.started_monotonic
                 and time.monotonic() - self.started_monotonic > stable_after_s):
             self.consecutive_crashes = 0
         self.consecutive_crashes += 1
         self.total_crashes += 1
+        if cause is not None:
+            self.last_error = cause
         delay = backoff_ms(self.consecutive_crashes, threshold)
+        self.crash_looping = delay > 0
         self.transition("backoff" if delay > 0 else "crash")
         return delay
+
+    def shown_status(self, stable_after_s: float | None = None) -> ProcessStatus:
+        """The status ``status`` shows: ``crashLoopBackOff`` while the worker is crash-looping —
+        also while its next attempt starts and runs, so one that keeps failing never looks
+        ``running``/``idle`` between its crashes — until the count starts over (a finished
+        turn, a restart) or it has run for ``stable_after_s``."""
+        stable = (stable_after_s is not None and self.handle is not None and self.started_monotonic is not None
+                  and time.monotonic() - self.started_monotonic > stable_after_s)
+        if self.crash_looping and not stable and self.status not in ("completed", "terminated"):
+            return "crashLoopBackOff"
+        return self.status
 
     def notify(self) -> None:
         """Wake the waiters of :meth:`wait_for` (the record changed)."""
@@ -218,8 +238,9 @@ class InstanceRecord(WorkerRecord):
         super().ended(exit_code)
         self.ready_signal.set()
 
-    def count_crash(self, threshold: int, *, stable_after_s: float | None = None) -> int:
-        delay = super().count_crash(threshold, stable_after_s=stable_after_s)
+    def count_crash(self, threshold: int, *, stable_after_s: float | None = None,
+                    cause: str | None = None) -> int:
+        delay = super().count_crash(threshold, stable_after_s=stable_after_s, cause=cause)
         self.next_spawn_at = time.monotonic() + delay / 1000
         return delay
 
@@ -231,6 +252,7 @@ class InstanceRecord(WorkerRecord):
         """The turn in flight finished: it leaves the queue, the crash count starts over."""
         self.inbox.finish()
         self.consecutive_crashes = 0  # docs/orchestrator.md "Supervision"
+        self.crash_looping = False
         self.processed += 1
         self.transition("turnFinished")
 
@@ -277,7 +299,7 @@ class InstanceRecord(WorkerRecord):
             "process": self.name,
             "agentName": self.agent_name,
             "instanceKey": self.instance_key,
-            "status": self.status,
+            "status": self.shown_status(),
             "pid": handle.pid if handle is not None else None,
             "startedAt": self.started_at if handle is not None else None,
             "queued": len(self.inbox),
@@ -285,6 +307,7 @@ class InstanceRecord(WorkerRecord):
             "consecutiveCrashes": self.consecutive_crashes,
             "restarts": max(0, self.spawn_count - 1),
             "lastExitCode": self.last_exit_code,
+            "lastError": self.last_error,
         }
 
 

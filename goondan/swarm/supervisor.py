@@ -101,6 +101,7 @@ class ProcessSupervisor(abc.ABC):
         self.spawner = spawner
         self.idle_timeout_ms = idle_timeout_ms  # policy.idleTimeoutMs (docs/scaling.md)
         self.released = 0  # idle workers released so far
+        self.steering: set[str] = set()  # agents whose inputPolicy is steer (docs/orchestrator.md)
         self.swarm_name = swarm_name
         self.agents = list(agents)
         self.grace_period_ms = grace_period_ms
@@ -224,6 +225,7 @@ class ProcessSupervisor(abc.ABC):
         rec = self.records.get(key)
         if rec is None:
             rec = InstanceRecord(agent, instance_key, workdir=workdir, owner=owner)
+            rec.inbox.steer = lambda: agent in self.steering
             self.records[key] = rec
         return rec
 
@@ -329,7 +331,8 @@ class ProcessSupervisor(abc.ABC):
             self._ensure_running(rec)
 
     def _on_crash(self, rec: InstanceRecord, code: int | None) -> None:
-        delay = rec.count_crash(self.crash_threshold)
+        delay = rec.count_crash(self.crash_threshold, cause=f"exited with code {code}" if code is None or code >= 0
+                                else f"killed by signal {-code}")
         self.logger.warning(
             "%s crashed (exit %s, %d in a row)", rec.name, code, rec.consecutive_crashes,
             extra={"event": "orchestrator.agentCrashed", "agentName": rec.agent_name,

@@ -243,7 +243,7 @@ def test_an_accepted_event_is_an_ingress_span_parent_of_its_turn(tmp_path: Path)
         assert accepted.event is not None and duplicate.receipt.duplicate
         [received] = [e for e in recorder.events if isinstance(e, IngressReceived)]  # not the duplicate
         assert received.trace_id == accepted.event.trace_id
-        assert received.span_id == accepted.event.metadata["parentSpanId"]  # the turn's parent
+        assert received.span_id == accepted.event.parent_span_id  # the turn's parent
         assert (received.source, received.event_id, received.event_type, received.target) == ("conn", "e1", "msg", "a")
 
     run(main)

@@ -202,15 +202,8 @@ def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str, cras
     os._exit(0)
 
 
-def _records(record_dir: Path) -> str:
-    return "".join(p.read_text() for p in record_dir.glob("*.log"))
-
-
-def _lost_and_duplicated(record_dir: Path, trials: int) -> tuple[list[int], list[int]]:
-    """The trials whose event's turn is missing from the records, and those recorded twice."""
-    text = _records(record_dir)
-    counts = [text.count(f"<<p-{i}>>\n") for i in range(trials)]
-    return [i for i, c in enumerate(counts) if c == 0], [i for i, c in enumerate(counts) if c > 1]
+_records = soak.records
+_lost_and_duplicated = soak.lost_and_duplicated
 
 
 class _Trials:
