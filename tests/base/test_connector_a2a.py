@@ -209,3 +209,32 @@ def test_a_cancelled_a2a_tool_call_cancels_the_remote_task(tmp_path: Path) -> No
             await asyncio.wait_for(asker.cancelled.wait(), 10)  # the remote Turn was cancelled
             await provider.aclose()
     asyncio.run(body())
+
+
+def test_methods_paths_and_a_dropped_stream_leave_the_task_running(tmp_path: Path) -> None:
+    async def body() -> None:
+        asker = Asker()
+        asker.hang = True
+        async with running(a2a, context(tmp_path, asker)) as url:
+            get = await asyncio.to_thread(_pool.request, "GET", url + "/a2a", headers=AUTH, timeout=10.0)
+            post_card = await asyncio.to_thread(_pool.request, "POST", url + "/.well-known/agent-card.json",
+                                                body=b"{}", headers=AUTH, timeout=10.0)
+            other = await asyncio.to_thread(_pool.request, "GET", url + "/elsewhere", headers=AUTH, timeout=10.0)
+            assert (get.status, post_card.status, other.status) == (405, 405, 404)
+            # a streaming client that goes away does not cancel its Task (A2A: tasks outlive streams)
+            own_pool = urllib3.PoolManager(retries=False)  # its connection is dropped below
+            stream = await asyncio.to_thread(
+                own_pool.request, "POST", url + "/a2a", preload_content=False, timeout=10.0, headers=AUTH,
+                body=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                                 "params": message("stream me")}).encode())
+            assert stream.headers["Content-Type"].startswith("text/event-stream")
+            first = await asyncio.to_thread(stream.readline)
+            task = json.loads(first.removeprefix(b"data: "))["result"]["task"]
+            await asyncio.wait_for(asker.started.wait(), 10)
+            stream.close()
+            own_pool.clear()
+            got = (await rpc(url, "GetTask", {"id": task["id"]}))["result"]
+            assert got["status"]["state"] == "TASK_STATE_WORKING" and not asker.cancelled.is_set()
+            await rpc(url, "CancelTask", {"id": task["id"]})
+            assert asker.cancelled.is_set()
+    asyncio.run(body())
