@@ -97,8 +97,9 @@ class TaskRecord:
         return status
 
     def to_dict(self, history_length: int | None = None) -> dict[str, Any]:
-        history = self.history if history_length is None else self.history[len(self.history) - history_length:] \
-            if history_length > 0 else []
+        history = self.history
+        if history_length is not None:  # the last historyLength messages
+            history = history[-history_length:] if history_length > 0 else []
         task: dict[str, Any] = {"id": self.id, "contextId": self.context_id, "status": self.status(),
                                 "history": history}
         if self.artifacts:
