@@ -77,5 +77,8 @@ def test_a_swarm_calls_another_swarms_agent_over_a2a_as_a_tool(tmp_path: Path) -
                 [sys.executable, "-m", "goondan", "--state-root", str(state_a), "inspect", "trace", "--last"],
                 capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
             assert trace.returncode == 0, trace.stderr
-            assert "peer__assistant" in trace.stdout
+            # the tool call's span, under A's first step: "    peer__assistant  599.0 ms"
+            lines = [line.strip() for line in trace.stdout.splitlines()]
+            assert any(line.startswith("peer__assistant ") and line.endswith(" ms") for line in
+                       lines[lines.index(next(x for x in lines if x.startswith("step 0"))):]), trace.stdout
     assert TOKEN not in run.stdout + run.stderr + trace.stdout
