@@ -150,9 +150,11 @@ def test_without_a_token_it_does_not_start_unless_unauthenticated_is_allowed(tmp
             async with running(a2a, ctx):
                 pass
         assert err.value.code == "E_CONNECTOR_UNSIGNED"
-        async with running(a2a, context(tmp_path, Asker(), ALLOW_UNAUTHENTICATED="true")) as url:
+        async with running(a2a, context(tmp_path, Asker(), ALLOW_UNAUTHENTICATED="true",
+                                        PUBLIC_URL="https://agents.example/a2a")) as url:
             card = await asyncio.to_thread(_pool.request, "GET", url + "/.well-known/agent-card.json", timeout=10.0)
             assert card.status == 200 and "securitySchemes" not in json.loads(card.data)
+            assert json.loads(card.data)["supportedInterfaces"][0]["url"] == "https://agents.example/a2a"
     asyncio.run(body())
 
 
@@ -221,6 +223,12 @@ def test_methods_paths_and_a_dropped_stream_leave_the_task_running(tmp_path: Pat
                                                 body=b"{}", headers=AUTH, timeout=10.0)
             other = await asyncio.to_thread(_pool.request, "GET", url + "/elsewhere", headers=AUTH, timeout=10.0)
             assert (get.status, post_card.status, other.status) == (405, 405, 404)
+            # a browser page of another site is refused (DNS rebinding); a loopback page is not
+            foreign = await asyncio.to_thread(_pool.request, "GET", url + "/.well-known/agent-card.json",
+                                              headers={**AUTH, "Origin": "http://evil.example"}, timeout=10.0)
+            local = await asyncio.to_thread(_pool.request, "GET", url + "/.well-known/agent-card.json",
+                                            headers={**AUTH, "Origin": "http://localhost:3000"}, timeout=10.0)
+            assert (foreign.status, local.status) == (403, 200)
             # a streaming client that goes away does not cancel its Task (A2A: tasks outlive streams)
             own_pool = urllib3.PoolManager(retries=False)  # its connection is dropped below
             stream = await asyncio.to_thread(

@@ -21,7 +21,7 @@ from ._http import Handler, HttpServer, Response
 
 __all__ = [
     "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "bearer_matches", "config_bool", "config_error", "config_int",
-    "emit_and_answer", "hmac_sha256_hex", "parse_json_body", "serve_http", "setting",
+    "emit_and_answer", "hmac_sha256_hex", "origin_allowed", "parse_json_body", "serve_http", "setting",
     "signature_matches", "timestamp_skew",
 ]
 
@@ -107,6 +107,20 @@ def bearer_matches(expected: str, header: str) -> bool:
     if scheme.lower() != "bearer":
         return False
     return hmac.compare_digest(expected.encode(), given.strip().encode("utf-8", "replace"))
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    """Is a request with this ``Origin`` header acceptable: none (not a browser), one of
+    ``allowed``, or a loopback page? A foreign page must not reach a local server through the
+    user's browser (DNS rebinding)."""
+    if not origin or origin in allowed:
+        return True
+    host = origin.split("://", 1)[-1].rsplit(":", 1)[0] if "]" not in origin else \
+        origin.split("://", 1)[-1].split("]")[0] + "]"
+    return host in LOOPBACK_HOSTS
 
 
 def hmac_sha256_hex(secret: str, data: bytes) -> str:

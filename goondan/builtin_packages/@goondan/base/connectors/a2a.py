@@ -6,7 +6,9 @@ Config: ``PORT`` (required; 0 picks a free port, see ``address.json``), ``HOST``
 the card's skills; default the Swarm's entry agent; the first answers messages that name no
 skill), ``DESCRIPTION_<agent>`` (a skill's description; default the Agent's
 ``spec.description``), ``NAME`` and ``DESCRIPTION`` (the card's; default the Connection's name
-and the first skill's description), ``ALLOW_UNAUTHENTICATED`` (``"false"``), ``MAX_BODY_BYTES``
+and the first skill's description), ``PUBLIC_URL`` (the JSON-RPC URL the card names; default
+``http://<Host header><PATH>``), ``ALLOWED_ORIGINS`` (as ``mcp-server``: a browser request
+from another origin is answered 403), ``ALLOW_UNAUTHENTICATED`` (``"false"``), ``MAX_BODY_BYTES``
 (1 MiB), ``MAX_CONNECTIONS``, ``MAX_CONNECTIONS_PER_IP``. Secret ``AUTH_TOKEN``: every request,
 the card's included, needs ``Authorization: Bearer <AUTH_TOKEN>`` (constant-time compare; 401
 otherwise), required unless ``ALLOW_UNAUTHENTICATED`` is ``"true"``.
@@ -62,6 +64,7 @@ from ._settings import (
     bearer_matches,
     config_error,
     config_int,
+    origin_allowed,
     parse_json_body,
     serve_http,
     setting,
@@ -126,12 +129,16 @@ class A2aHandler:
         self.path = path
         self.skills = _skills(ctx)
         self.tasks: dict[str, TaskRecord] = {}
+        self.allowed_origins = tuple(o.strip() for o in (setting(ctx, "ALLOWED_ORIGINS") or "").split(",") if o.strip())
+        self.public_url = setting(ctx, "PUBLIC_URL")
 
     async def __call__(self, request: Request) -> Response:
         if self.token is not None and not bearer_matches(self.token, request.header("authorization")):
             self.ctx.logger.warning("A2A request refused: missing or wrong bearer token")
             return Response(401, b'{"ok":false,"error":"unauthorized"}',
                             headers={"WWW-Authenticate": 'Bearer realm="goondan"'})
+        if not origin_allowed(request.header("origin"), self.allowed_origins):
+            return Response.error(403, "origin_not_allowed")
         if request.path == CARD_PATH:
             if request.method != "GET":
                 return Response(405, b'{"ok":false,"error":"method_not_allowed"}', headers={"Allow": "GET"})
@@ -162,7 +169,7 @@ class A2aHandler:
         card: dict[str, Any] = {
             "name": setting(self.ctx, "NAME") or self.ctx.connection_name,
             "description": setting(self.ctx, "DESCRIPTION") or self.skills[first],
-            "supportedInterfaces": [{"url": f"http://{host or '127.0.0.1'}{self.path}",
+            "supportedInterfaces": [{"url": self.public_url or f"http://{host or '127.0.0.1'}{self.path}",
                                      "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION}],
             "version": "1.0.0",
             "capabilities": {"streaming": True, "pushNotifications": False},

@@ -27,7 +27,6 @@ the agent's final text.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -52,8 +51,10 @@ from ._http import Request, Response
 from ._settings import (
     DEFAULT_MAX_BODY_BYTES,
     BadBody,
+    bearer_matches,
     config_error,
     config_int,
+    origin_allowed,
     parse_json_body,
     serve_http,
     setting,
@@ -63,7 +64,6 @@ __all__ = ["EVENT_NAME", "McpHttpHandler", "exposed_agents", "run"]
 
 EVENT_NAME = "mcp_tool_call"
 SESSION_HEADER = "Mcp-Session-Id"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 SSE = "text/event-stream"
 MAX_SESSIONS = 10_000
 
@@ -97,21 +97,6 @@ def make_ask(ctx: ConnectorContext) -> Any:
     return ask
 
 
-def _token_matches(expected: str, header: str) -> bool:
-    scheme, _, given = header.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(expected.encode(), given.strip().encode("utf-8", "replace"))
-
-
-def _origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
-    if not origin or origin in allowed:
-        return True
-    host = origin.split("://", 1)[-1].rsplit(":", 1)[0] if "]" not in origin else \
-        origin.split("://", 1)[-1].split("]")[0] + "]"
-    return host in LOOPBACK_HOSTS
-
-
 def _sse(message: dict[str, Any]) -> bytes:
     return b"event: message\ndata: " + json.dumps(message, ensure_ascii=False).encode() + b"\n\n"
 
@@ -128,11 +113,11 @@ class McpHttpHandler:
         self.sessions: dict[str, McpSession] = {}
 
     async def __call__(self, request: Request) -> Response:
-        if self.token is not None and not _token_matches(self.token, request.header("authorization")):
+        if self.token is not None and not bearer_matches(self.token, request.header("authorization")):
             self.ctx.logger.warning("MCP request refused: missing or wrong bearer token")
             return Response(401, b'{"ok":false,"error":"unauthorized"}',
                             headers={"WWW-Authenticate": 'Bearer realm="goondan"'})
-        if not _origin_allowed(request.header("origin"), self.allowed_origins):
+        if not origin_allowed(request.header("origin"), self.allowed_origins):
             return Response.error(403, "origin_not_allowed")
         if request.method == "GET":
             return Response(405, b'{"ok":false,"error":"method_not_allowed"}', headers={"Allow": "POST, DELETE"})
