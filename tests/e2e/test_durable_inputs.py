@@ -106,8 +106,8 @@ def test_a_run_input_line_survives_a_sigkill_of_goondan_run(state_root: Path, tm
     assert "<<first>>" in _inbox_text(state_root)
     second = _goondan(state_root, "run", "--bundle", str(bundle), "--input", "<<second>>")
     assert second.returncode == 0, second.stderr
-    wait_for(lambda: _count(conversation_texts(state_root, "cli"), "<<first>>") >= 1, 60, "the first line's turn")
-    texts = conversation_texts(state_root, "cli")
+    wait_for(lambda: _count(conversation_texts(state_root, "default"), "<<first>>") >= 1, 60, "the first line's turn")
+    texts = conversation_texts(state_root, "default")
     assert (_count(texts, "<<first>>"), _count(texts, "<<second>>")) == (1, 1)
 
 
