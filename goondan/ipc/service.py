@@ -17,7 +17,8 @@ plus ``connections`` (one row per connector process);
 ``stream``: ``{"event"}`` lines first, and closing the connection cancels the Turn);
 ``{"command": "inspect", "agent"?, "instanceKey", "what"}`` → ``{"ok", "result"}`` (a
 :mod:`goondan.ipc.queries` query; ``result`` null when the process is not running);
-``{"command": "stop"}`` → ``{"ok": true, "pid"}``, then the process stops as on SIGTERM.
+``{"command": "stop"}`` → ``{"ok": true, "pid"}``, then the process stops as on SIGTERM;
+``{"command": "approval", "id"}`` → ``{"ok", "applied"}`` (a stored decision resumes its turn).
 Every answer of ``status`` carries the orchestrator's ``pid`` and ``token`` (its runtime record's).
 A failed request is answered with ``{"ok": false, "code", "message", "suggestion"?}`` (a bug:
 ``E_INTERNAL``, traceback in the log only). Streamed events are sent as fast as the client reads
@@ -479,6 +480,8 @@ class SwarmService:
             if request.get("stream"):
                 return await self._streamed_request(request, reader, writer)
             return await self._control_request(request)
+        if command == "approval":
+            return await self._approval_decided(str(request.get("id") or ""))
         if command == "inspect":
             from goondan.ipc.queries import inspect_agent
 
@@ -496,6 +499,26 @@ class SwarmService:
                     "swarm": self.swarm.name, "entryAgent": self.swarm.entry_agent,
                     "cliConnection": self.connections.cli.name if self.connections.cli is not None else None}
         return {"ok": False, "code": "E_RUN_CONTROL", "message": f"unknown command {command!r}"}
+
+    async def _approval_decided(self, approval: str) -> JsonObject:
+        """``{"command": "approval", "id"}``: a decision was stored (``goondan approvals``); the
+        instance of a decided approval gets an ``approval.decided`` event, which resumes its
+        parked turn (spawning it if needed). ``applied`` is false for an approval of another
+        workspace or swarm, or one still pending."""
+        from goondan.runtime.approvals import APPROVAL_DECIDED_EVENT
+        from goondan.types import AgentEvent
+        from goondan.workspace.approvals import ApprovalStore
+        from goondan.workspace.paths import workspace_id_for
+
+        store = ApprovalStore(self.state_root, workspace_id_for(self.bundle.root, self.bundle.package_name))
+        found = await asyncio.to_thread(store.get, approval)
+        agent = str(found.request.get("agent")) if found is not None else ""
+        if found is None or found.status == "pending" or agent not in self.swarm.agents:
+            return {"ok": True, "applied": False}
+        key = str(found.request.get("instanceKey"))
+        await self.orchestrator.submit(agent, AgentEvent(
+            type=APPROVAL_DECIDED_EVENT, instance_key=key, metadata={"approvalId": approval}))
+        return {"ok": True, "applied": True, "status": found.status}
 
     async def _on_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 # How a turn ended; not the model's own stop reason (``goondan.llm.base.FinishReason``).
-TurnFinishReason = Literal["text_response", "max_steps", "error"]
+# ``approval_pending``: the turn parked until a person decides (docs/approvals.md).
+TurnFinishReason = Literal["text_response", "max_steps", "error", "approval_pending"]
 
 
 @dataclass

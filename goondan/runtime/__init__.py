@@ -121,6 +121,9 @@ class Runtime:
 
             self.exporter = exporter_from_env(self.env, resource_attributes={"goondan.swarm": self.swarm.name})
         self._listeners: list[EventListener] = []
+        from goondan.runtime.approvals import RuntimeApprovals
+
+        self.approvals = RuntimeApprovals(self)  # docs/approvals.md "Embedding"
         self._runner: asyncio.Runner | None = None
         self._closed = False
 

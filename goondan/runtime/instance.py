@@ -34,6 +34,16 @@ from goondan.errors import AgentError, GoondanError
 from goondan.llm.base import LanguageModel, ModelSpec
 from goondan.pipeline.context import TurnResult
 from goondan.pipeline.tracing import Span, start_span
+from goondan.runtime.approvals import (
+    APPROVAL_DECIDED_EVENT,
+    APPROVAL_PENDING,
+    WAITING_STATUS,
+    ApprovalGate,
+    answers,
+    any_decided,
+    approval_rules,
+    parked_turn_of,
+)
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.failed_turns import failed_turn_events
 from goondan.runtime.inputs import UnavailableAgents, connector_input_written, model_spec_for
@@ -42,6 +52,7 @@ from goondan.runtime.observe import EventListener, RuntimeObserver, TracedAgentC
 from goondan.runtime.outcomes import CANCELLED_ERROR, TurnOutcome, turn_started
 from goondan.runtime.turn import TurnEnv, TurnRunner, error_dict
 from goondan.types import AgentEvent, TokenUsage, ToolCatalogItem, new_id
+from goondan.workspace.approvals import ApprovalStore
 
 if TYPE_CHECKING:
     from goondan.config import AgentSpec
@@ -50,6 +61,7 @@ if TYPE_CHECKING:
     from goondan.pipeline.registry import PipelineRegistry
     from goondan.tools.executor import ToolExecutor
     from goondan.tools.registry import ToolRegistry
+    from goondan.workspace.journal import OpenTurn
     from goondan.workspace.store import ConversationStore
 
 __all__ = [
@@ -136,9 +148,13 @@ class AgentInstance:
         self.usage = TokenUsage()
         self.turn_count = 0
         self._lock = asyncio.Lock()
+        self._parked_changed = asyncio.Event()
+        self._rest_status: Any = "idle"  # the status a committed turn leaves (idle, waitingForApproval)
         self._accepting = True
         self._status_write: asyncio.Future[None] | None = None
         self._status_timer: asyncio.TimerHandle | None = None
+        # The open turn parked on approvals (docs/approvals.md): no new turn starts meanwhile.
+        self.parked: OpenTurn | None = None
         # runtime-events.jsonl (docs/observability.md); attached by open().
         self.event_log: RuntimeEventLog | None = None
 
@@ -177,7 +193,9 @@ class AgentInstance:
         pipeline = PipelineRegistry()
         tools = ToolRegistry()
         try:
-            state = await asyncio.to_thread(store.load)
+            # A turn parked on an approval keeps its pending calls unanswered (docs/approvals.md).
+            parked = await asyncio.to_thread(parked_turn_of, store)
+            state = await asyncio.to_thread(store.load, keep_open_calls=parked is not None)
             for diagnostic in store.recovery_diagnostics:
                 log.warning("%s: %s", diagnostic.code, diagnostic.message)
             bus = EventBus(logger=log)
@@ -225,6 +243,10 @@ class AgentInstance:
             stream=stream,
             logger=log,
         )
+        instance.env.approvals = ApprovalGate(
+            rules=approval_rules(spec), store=ApprovalStore(state_root, workspace_id),
+            journal=getattr(store, "journal", None), agent=spec.name, instance_key=instance_key)
+        instance.parked = parked
         max_bytes = max_bytes_from_env(os.environ if env is None else env)
         if max_bytes:
             instance.event_log = RuntimeEventLog(store.paths.dir, max_bytes=max_bytes)
@@ -272,9 +294,18 @@ class AgentInstance:
         self._check_accepting()
         if isinstance(event, str):
             event = AgentEvent(type="message", input=event, instance_key=self.instance_key)
-        async with self._lock:
-            self._check_accepting()
-            return await self._execute(event, stream=self.stream if stream is None else stream)
+        stream = self.stream if stream is None else stream
+        if event.type == APPROVAL_DECIDED_EVENT:  # a decision: the parked turn goes on
+            async with self._lock:
+                return await self._resume_parked(stream=stream)
+        while True:
+            if self.parked is not None:  # new input waits for the parked turn to end
+                await self._parked_changed.wait()
+            async with self._lock:
+                self._check_accepting()
+                if self.parked is None:
+                    return await self._execute(event, stream=stream)
+                self._parked_changed.clear()
 
     async def apply_message_events(self, events: list[MessageEvent]) -> None:
         """Record message events outside any turn (``/clear``), durably, then fold-commit."""
@@ -295,6 +326,7 @@ class AgentInstance:
         """Stop taking events and wait for the running turn (including its fold) to finish."""
         if self._accepting:
             self._accepting = False
+            self._parked_changed.set()  # inputs waiting on a parked turn fail with E_AGENT_DRAINING
             if self.status == "idle":
                 self.status = "draining"
         async with self._lock:
@@ -354,8 +386,20 @@ class AgentInstance:
         # agent.* events reach typed sinks only; without one the API is used as it is.
         return TracedAgentCalls(api, self.observer.emit, span) if self.observer.traced else api
 
-    async def _execute(self, event: AgentEvent, *, stream: bool) -> TurnResult:
-        turn_id = new_id("turn")
+    async def _resume_parked(self, *, stream: bool) -> TurnResult:
+        """Resume the parked turn once a decision is stored (docs/approvals.md)."""
+        gate = self.env.approvals
+        parked = self.parked = await asyncio.to_thread(parked_turn_of, self.store)
+        if gate is None or parked is None:
+            return TurnResult(parked.turn_id if parked else "", "text_response")
+        if not await asyncio.to_thread(any_decided, gate, parked):
+            return TurnResult(parked.turn_id, "approval_pending")
+        gate.mark("turn.resumed", parked.turn_id, attempt=parked.resumes + 1, cause="decision")
+        return await self._execute(AgentEvent.from_dict(parked.input), stream=stream, turn_id=parked.turn_id)
+
+    async def _execute(self, event: AgentEvent, *, stream: bool, turn_id: str | None = None) -> TurnResult:
+        resume = turn_id is not None
+        turn_id = turn_id or new_id("turn")
         span = start_span(
             "turn", "turn", trace_id=event.trace_id or None, parent_span_id=_parent_span(event)
         )
@@ -379,8 +423,10 @@ class AgentInstance:
             agents=agents,
             tool_runtime=agents if self.agents_factory is not None else None,
         )
+        if self.env.approvals is not None:
+            self.env.approvals.reset(event)
         try:
-            result = await runner.run(stream=stream)
+            result = await runner.run(stream=stream, resume=resume)
         except asyncio.CancelledError:
             # Ctrl-C / shutdown: keep what was emitted, make it provider-valid, fold, re-raise.
             cancelled = TurnResult(turn_id, "error", error=dict(CANCELLED_ERROR))
@@ -390,7 +436,7 @@ class AgentInstance:
             result = TurnResult(turn_id, "error", error=error_dict(exc))
             self.logger.debug("turn %s failed", turn_id, exc_info=exc)
         await self._finalize(runner.outcome(result))
-        if event.reply_to is not None and self.on_outgoing is not None:
+        if event.reply_to is not None and self.on_outgoing is not None and answers(event, result, resume):
             await self.on_outgoing(self._response_event(event, result, span.trace_id))
         return result
 
@@ -405,6 +451,8 @@ class AgentInstance:
         if outcome.needs_repair:
             self._repair(outcome.turn_id)
         outcome.result.metadata.update(outcome.metadata())
+        parks = outcome.result.finish_reason == APPROVAL_PENDING
+        self._rest_status = WAITING_STATUS if parks else "idle"
         try:
             work = asyncio.ensure_future(self._commit())
             try:
@@ -414,6 +462,7 @@ class AgentInstance:
                 raise
             finally:
                 self.status = "idle" if self._accepting else "draining"
+            await asyncio.to_thread(self._journal_end, outcome.turn_id, outcome.result.finish_reason, parks)
             if not outcome.cancelled and self.bus is not None:
                 await self.bus.drain()
         finally:
@@ -425,6 +474,15 @@ class AgentInstance:
             ended = outcome.ended()
             ended.cost = cost_of(outcome.usage, self.env.pricing)
             self.observer.emit(ended)
+
+    def _journal_end(self, turn_id: str, finish_reason: str, parks: bool) -> None:
+        gate = self.env.approvals
+        if gate is not None and parks:
+            gate.mark("turn.parked", turn_id, reason=APPROVAL_PENDING)
+        elif gate is not None:
+            gate.end(turn_id, finish_reason)
+        self.parked = parked_turn_of(self.store) if parks else None
+        self._parked_changed.set()
 
     async def _commit(self) -> None:
         """Fold the pending events into the store, record ``idle``, save extension state."""
@@ -461,7 +519,7 @@ class AgentInstance:
         # One worker-thread hop instead of two: the status is advisory, so recording "idle"
         # before the extension states are flushed changes nothing a reader could rely on.
         committed = self.store.commit(self.state)
-        self.store.set_status("idle")
+        self.store.set_status(self._rest_status)
         return committed
 
     async def _flush_extension_state(self) -> None:
@@ -505,6 +563,8 @@ class AgentInstance:
         answer.trace_id = trace_id
         answer.metadata["replyTarget"] = event.reply_to.target
         answer.metadata["finishReason"] = result.finish_reason
+        if result.finish_reason == APPROVAL_PENDING:
+            answer.metadata["approvals"] = result.metadata.get("approvals") or []
         return answer
 
 

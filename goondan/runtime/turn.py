@@ -49,6 +49,7 @@ from goondan.pipeline.context import (
     TurnResult,
 )
 from goondan.pipeline.tracing import CURRENT_SPAN, Span, elapsed_ms
+from goondan.runtime.approvals import park_call, parked_turn, resume_open_calls
 from goondan.runtime.budget import TRACE_COST_KEY
 from goondan.runtime.events import (
     LlmCallEnded,
@@ -64,7 +65,16 @@ from goondan.runtime.failed_turns import input_events
 from goondan.runtime.inputs import CONNECTOR_EVENT_KEY, input_text
 from goondan.runtime.ledger import Budget, Pricing, cost_of
 from goondan.runtime.observe import RuntimeObserver
-from goondan.runtime.outcomes import StepFailed, StepOutcome, ToolsRan, TurnOutcome, classify_step
+from goondan.runtime.outcomes import (
+    StepFailed,
+    StepOutcome,
+    ToolsRan,
+    TurnOutcome,
+    classify_step,
+    first_error,
+    settle_result,
+    usage_delta,
+)
 from goondan.tools.context import ToolContext
 from goondan.types import (
     AgentEvent,
@@ -73,7 +83,6 @@ from goondan.types import (
     ToolCall,
     ToolCallResult,
     ToolCatalogItem,
-    ToolError,
     new_id,
     new_span_id,
 )
@@ -82,6 +91,7 @@ if TYPE_CHECKING:
     from goondan.config import AgentSpec
     from goondan.conversation.state import ConversationState
     from goondan.pipeline.registry import PipelineRegistry
+    from goondan.runtime.approvals import ApprovalGate
     from goondan.tools.executor import ToolExecutor
     from goondan.tools.registry import ToolRegistry
 
@@ -129,6 +139,7 @@ class TurnEnv:
     max_steps_per_turn: int
     workdir: Path
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("goondan.runtime"))
+    approvals: ApprovalGate | None = None  # docs/approvals.md; None: no call ever waits
 
     @functools.cached_property
     def pricing(self) -> Pricing | None:
@@ -185,6 +196,7 @@ class TurnRunner:
         self._step_span: Span | None = None
         self._stream = True
         self.restart_reason: str | None = None  # set when a tool output asked for a restart
+        self.first_step = 0  # a resumed turn goes on after the steps it took before
 
     @property
     def turn_id(self) -> str:
@@ -205,12 +217,13 @@ class TurnRunner:
         )
 
     # -- turn ------------------------------------------------------------------------------------
-    async def run(self, *, stream: bool = True) -> TurnResult:
+    async def run(self, *, stream: bool = True, resume: bool = False) -> TurnResult:
         """Append the input as a user message, then run the turn chain around the step loop.
 
-        ``stream`` asks the model for incremental output (``llm.delta`` events)."""
+        ``stream`` asks the model for incremental output (``llm.delta`` events). ``resume`` goes
+        on with a parked turn instead (its input is in the conversation already)."""
         self._stream = stream
-        text = input_text(self.event)
+        text = input_text(self.event) if not resume else ""
         if text:
             # One append, or a failed turn's input reused (docs/conversations.md "When a turn
             # fails"); a connector event's id tags it (inputs.connector_input_written).
@@ -230,7 +243,7 @@ class TurnRunner:
             span_id=self.span.span_id,
             parent_span_id=self.span.parent_span_id,
         )
-        result = await self.env.pipeline.run_turn(ctx, self._turn_core)
+        result = await self.env.pipeline.run_turn(ctx, self._turn_core if not resume else self._resume_core)
         self.turn.status = "failed" if result.finish_reason == "error" else "completed"
         if self.restart_reason is not None:
             result.metadata["restartRequested"] = True
@@ -241,7 +254,8 @@ class TurnRunner:
         required = list(self.env.spec.required_tools or ())
         satisfied = not required
         limit = self.env.max_steps_per_turn
-        index = 0
+        index = self.first_step
+        gate = self.env.approvals
         while True:
             if index >= limit:
                 return self._finish_max_steps(limit, required if not satisfied else [])
@@ -251,6 +265,8 @@ class TurnRunner:
             index += 1
             if isinstance(outcome, StepFailed):
                 return TurnResult(self.turn_id, "error", error=dict(outcome.error))
+            if gate is not None and gate.pending:  # parks: the decision resumes it
+                return parked_turn(self.turn_id, gate)
             refused = next((r.error for r in outcome.tool_results
                             if r.error is not None and r.error.code == BudgetExceededError.code), None)
             if refused is not None:
@@ -273,6 +289,12 @@ class TurnRunner:
                 self.emit(MessageEvent.append(reminder))
                 continue
             return TurnResult(self.turn_id, "text_response", response_message=outcome.message)
+
+    async def _resume_core(self, ctx: TurnContext) -> TurnResult:
+        """The calls of the turn's last step that have no result get one (decided approvals:
+        :mod:`goondan.runtime.approvals`), then the step loop goes on (docs/approvals.md)."""
+        result = await resume_open_calls(self)
+        return result if result is not None else await self._turn_core(ctx)
 
     def _finish_max_steps(self, limit: int, unmet: list[str]) -> TurnResult:
         # Like the reference runtime: close the turn with an assistant message so the user sees
@@ -333,7 +355,7 @@ class TurnRunner:
         if failure is not None:
             self.error_count += 1
         latency = span.finish(error=failure).duration_ms
-        delta = _usage_delta(self.usage, usage_before)
+        delta = usage_delta(self.usage, usage_before)
         self.env.observer.emit(StepEnded(
             **span_ids(span), **where, failed=failure is not None,
             tool_call_count=len(result.tool_calls),
@@ -390,8 +412,8 @@ class TurnRunner:
                 for task in tasks:
                     if task.done() and not task.cancelled() and task.exception() is None:
                         self.emit(MessageEvent.append(Message.tool_result(task.result())))
-                raise _first_error(failure) from None
-            results = [t.result() for t in tasks]
+                raise first_error(failure) from None
+            results = [t.result() for t in tasks if not self._parked(t.result())]
             for result in results:
                 self.emit(MessageEvent.append(Message.tool_result(result)))
         else:
@@ -399,10 +421,15 @@ class TurnRunner:
             for call in calls:
                 # Appended one by one so a crash mid-step keeps every finished result.
                 result = await self._run_tool_call(ctx, step, span, call, assistant, catalog)
-                self.emit(MessageEvent.append(Message.tool_result(result)))
-                results.append(result)
+                if not self._parked(result):  # a parked call gets its result when decided
+                    self.emit(MessageEvent.append(Message.tool_result(result)))
+                    results.append(result)
         step.tool_results = results
         return StepResult("completed", True, calls, results, metadata)
+
+    def _parked(self, result: ToolCallResult) -> bool:
+        gate = self.env.approvals
+        return gate is not None and result.tool_call_id in gate.pending
 
     def _check_budget(self) -> None:
         """End the turn when it passed ``maxTokensPerTurn``, or its cost took the trace past
@@ -512,6 +539,8 @@ class TurnRunner:
     ) -> ToolCallResult:
         env = self.env
         span = step_span.child(call.name, "toolCall")
+        gate = env.approvals
+        approved = gate.approved.get(call.id) if gate is not None else None
         ctx = ToolCallContext(
             agent_name=env.spec.name,
             instance_key=env.instance_key,
@@ -522,15 +551,19 @@ class TurnRunner:
             tool_call_id=call.id,
             # A deep copy: middleware may edit nested values in place, while the assistant
             # message (already recorded) must keep the model's own arguments.
-            args=copy.deepcopy(call.args),
+            args=copy.deepcopy(approved.args if approved is not None else call.args),
             span_id=span.span_id,
             parent_span_id=span.parent_span_id,
+            approved=approved is not None,
         )
         where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id, "step_index": step.index,
                  "tool_call_id": call.id, "tool_name": call.name}
         env.observer.emit(ToolCalled(**span_ids(span), **where, args=call.args))
 
         async def core(c: ToolCallContext) -> ToolCallResult:
+            rule = gate.needed(c) if gate is not None else None
+            if gate is not None and rule is not None:  # not run: the request is durable first
+                return await park_call(gate, c, rule, env.observer, span)
             tool_context = ToolContext(
                 agent_name=env.spec.name,
                 instance_key=env.instance_key,
@@ -560,7 +593,7 @@ class TurnRunner:
             raise
         finally:
             CURRENT_SPAN.reset(token)
-        result = _settle(result, call)
+        result = settle_result(result, call)
         output = result.output
         if result.ok and isinstance(output, dict) and any(output.get(k) is True for k in RESTART_FLAGS):
             reason = output.get("restartReason")
@@ -577,35 +610,3 @@ class TurnRunner:
         ))
         return result
 
-
-def _settle(result: ToolCallResult, call: ToolCall) -> ToolCallResult:
-    """The result as the answer to ``call``: a toolCall middleware may build its own result, but
-    the recorded tool message must pair with the call, and an error needs an error object."""
-    if result.tool_call_id != call.id or result.tool_name != call.name:
-        result = dataclasses.replace(result, tool_call_id=call.id, tool_name=call.name)
-    if not result.ok and result.error is None:
-        result = dataclasses.replace(
-            result, error=ToolError("the tool call failed (no error details)", code="E_TOOL")
-        )
-    return result
-
-
-def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first leaf exception of a (possibly nested) exception group."""
-    first = group.exceptions[0]
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first
-
-
-def _usage_delta(after: TokenUsage, before: TokenUsage) -> TokenUsage:
-    cached: int | None = None
-    if after.cached_tokens is not None:
-        cached = after.cached_tokens - (before.cached_tokens or 0)
-    return TokenUsage(
-        after.input_tokens - before.input_tokens,
-        after.output_tokens - before.output_tokens,
-        after.total_tokens - before.total_tokens,
-        cached,
-        after.unknown_calls - before.unknown_calls,
-    )

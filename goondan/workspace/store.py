@@ -96,7 +96,7 @@ __all__ = [
     "read_metadata",
 ]
 
-Status = Literal["idle", "processing"]
+Status = Literal["idle", "processing", "waitingForApproval"]
 COMMIT_COMPLETED = "W_WORKSPACE_COMMIT_COMPLETED"
 METADATA_REBUILT = "W_WORKSPACE_METADATA_REBUILT"
 
@@ -521,8 +521,8 @@ class InstanceStore:
         Atomic (readers see the old or the new file) but not fsync-ed: the status is advisory and
         the two fsyncs of a durable replace cost more than the rest of a step on a real disk.
         """
-        if status not in ("idle", "processing"):
-            raise ValueError(f"status must be 'idle' or 'processing', not {status!r}")
+        if status not in ("idle", "processing", "waitingForApproval"):
+            raise ValueError(f"status must be 'idle', 'processing' or 'waitingForApproval', not {status!r}")
         self._require_open()
         self._metadata = {**self._metadata, "status": status, "updatedAt": now_iso()}
         atomic_write(self.paths.metadata, _json_bytes(self._metadata), fsync=False)
