@@ -74,6 +74,7 @@ from goondan.ipc.protocol import (
 from goondan.ipc.queries import answer_inspect
 from goondan.pipeline.context import TurnResult
 from goondan.runtime.agents import TurnHandler, response_event, turn_error
+from goondan.runtime.approvals import APPROVAL_DECIDED_EVENT, APPROVAL_PENDING, WAIT_KEY
 from goondan.types import AgentEvent, JsonObject
 from goondan.workspace.files import private_dirs
 
@@ -247,6 +248,9 @@ class AgentWorker:
                         self.logger.debug("dropping late answer %s", event.metadata.get("inReplyTo"))
                 elif event.type.startswith(CONTROL_PREFIX):  # known or not, never a Turn
                     self.logger.debug("ignoring control event %s", event.type)
+                elif event.type == APPROVAL_DECIDED_EVENT:
+                    # Beside the queue: inputs queued behind a parked turn wait for this one.
+                    self._track(asyncio.ensure_future(self._resume_parked(event)))
                 else:
                     self._queue.append(event)
                     self._wakeup.set()
@@ -298,11 +302,20 @@ class AgentWorker:
         if correlation is not None:
             self._replies.forget(correlation)
 
+    async def _resume_parked(self, event: AgentEvent) -> None:
+        """A decision was stored: the instance resumes its parked turn (docs/approvals.md)."""
+        try:
+            await self._handler.run(event)
+        except Exception as exc:  # the process stays up; the decision stays stored
+            self.logger.error("resuming the parked turn failed: %s", exc)
+        finally:
+            self._wakeup.set()  # queued inputs may run now
+
     async def _next_event(self) -> AgentEvent | None:
         while True:
             if self._draining:
                 return None
-            if self._queue:
+            if self._queue and getattr(self._handler, "parked", None) is None:
                 return self._queue.popleft()
             self._wakeup.clear()
             await self._wakeup.wait()
@@ -394,7 +407,10 @@ class AgentWorker:
         await self._confirm(event)
         await self._flush_stream()
         self.turns += 1
-        await self._answer(event, text, error)
+        if finish == APPROVAL_PENDING and event.metadata.get(WAIT_KEY) and event.reply_to is not None:
+            self._replies.forget(event.reply_to.correlation_id)  # answered when the turn ends
+        else:
+            await self._answer(event, text, error)
         await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart))
 
 

@@ -212,6 +212,7 @@ class SwarmService:
                                              state_root=self.state_root)
         self._server: asyncio.AbstractServer | None = None
         self._watcher: Any = None
+        self._approvals_task: asyncio.Future[None] | None = None  # _watch_approvals
         self._log_handler: logging.Handler | None = None
         self._log_to_file = log_to_file
         # Ingress events happen here, not in an agent process: they get the orchestrator's own
@@ -292,6 +293,7 @@ class SwarmService:
         await asyncio.to_thread(write_active, self.state_root, self.active)
         # inspect from another directory masks this bundle's secrets (docs/security.md).
         await asyncio.to_thread(record_bundle_workspace, self.bundle, self.state_root)
+        self._approvals_task = asyncio.ensure_future(self._watch_approvals())
         _log.info("orchestrator started (swarm=%s, instanceKey=%s)", self.swarm.name, self.key,
                   extra={"event": "orchestrator.started"})
 
@@ -310,6 +312,8 @@ class SwarmService:
 
     async def stop(self) -> None:
         """Graceful shutdown of every agent process, then remove the runtime records."""
+        if self._approvals_task is not None:
+            self._approvals_task.cancel()
         if self._watcher is not None:
             await self._watcher.stop()
         if self._server is not None:
@@ -403,6 +407,7 @@ class SwarmService:
         """``{"command": "request", "input", "agent"?, "instanceKey"?, "timeoutMs"?, "cli"?}``: one
         message to an agent (default: the entry agent), for scripts, headless runs and a
         ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it)."""
+        from goondan.runtime.approvals import APPROVAL_PENDING, WAIT_KEY
         from goondan.types import AgentEvent
 
         text = str(request.get("input") or "")
@@ -410,6 +415,8 @@ class SwarmService:
         key = str(request.get("instanceKey") or "control")
         event = AgentEvent(type="message", input=text, instance_key=key,
                            source={"kind": "connector", "name": "control"})
+        if request.get("waitForApproval"):  # send --wait: answered by the turn's final answer
+            event.metadata[WAIT_KEY] = True
         if request.get("cli") and self.connections.cli is not None:
             routed = await self.connections.cli_event(text)
             if routed is None:
@@ -429,6 +436,9 @@ class SwarmService:
             if request.get("cli"):
                 extra = {"error": error}
             return {"ok": False, "code": error.get("code"), "message": error.get("message"), **extra}
+        if answer.metadata.get("finishReason") == APPROVAL_PENDING:
+            return {"ok": True, "agent": agent, "instanceKey": key, "status": "waitingForApproval",
+                    "approvals": answer.metadata.get("approvals") or [], "response": None, **extra}
         return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or "", **extra}
 
     async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader,
@@ -500,7 +510,29 @@ class SwarmService:
                     "cliConnection": self.connections.cli.name if self.connections.cli is not None else None}
         return {"ok": False, "code": "E_RUN_CONTROL", "message": f"unknown command {command!r}"}
 
-    async def _approval_decided(self, approval: str) -> JsonObject:
+    async def _watch_approvals(self) -> None:
+        """Resume parked turns whose approvals were decided while the swarm was stopped, and
+        those whose approvals expire while it runs (docs/approvals.md)."""
+        from goondan.runtime.approvals import approvals_due
+        from goondan.workspace.paths import workspace_id_for
+
+        workspace = workspace_id_for(self.bundle.root, self.bundle.package_name)
+        woken: set[str] = set()
+        startup = True
+        while True:
+            try:
+                due, wait = await asyncio.to_thread(approvals_due, self.state_root, workspace, startup=startup)
+                startup = False
+                for found in due:
+                    if found.id not in woken:
+                        woken.add(found.id)
+                        await self._approval_decided(found.id, force=True)
+            except GoondanError as exc:
+                _log.warning("approvals: %s", exc.message, extra={"event": "orchestrator.approvalsFailed"})
+                wait = 5.0
+            await asyncio.sleep(wait)
+
+    async def _approval_decided(self, approval: str, *, force: bool = False) -> JsonObject:
         """``{"command": "approval", "id"}``: a decision was stored (``goondan approvals``); the
         instance of a decided approval gets an ``approval.decided`` event, which resumes its
         parked turn (spawning it if needed). ``applied`` is false for an approval of another
@@ -513,12 +545,12 @@ class SwarmService:
         store = ApprovalStore(self.state_root, workspace_id_for(self.bundle.root, self.bundle.package_name))
         found = await asyncio.to_thread(store.get, approval)
         agent = str(found.request.get("agent")) if found is not None else ""
-        if found is None or found.status == "pending" or agent not in self.swarm.agents:
+        if found is None or (found.status == "pending" and not force) or agent not in self.swarm.agents:
             return {"ok": True, "applied": False}
-        key = str(found.request.get("instanceKey"))
-        await self.orchestrator.submit(agent, AgentEvent(
-            type=APPROVAL_DECIDED_EVENT, instance_key=key, metadata={"approvalId": approval}))
-        return {"ok": True, "applied": True, "status": found.status}
+        event = AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=str(found.request.get("instanceKey")),
+                           metadata={"approvalId": approval})
+        applied = await self.orchestrator.deliver_now(agent, event)
+        return {"ok": True, "applied": applied, "status": found.status}
 
     async def _on_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -14,8 +14,10 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from goondan.errors import GoondanError
 from goondan.pipeline.context import ToolCallContext, TurnResult
 from goondan.runtime.events import ApprovalDecided, ApprovalRequested, span_ids
 from goondan.tools.catalog import attr
@@ -45,6 +47,7 @@ __all__ = [
     "answers",
     "any_decided",
     "approval_rules",
+    "approvals_due",
     "decision_result",
     "park_call",
     "parked_result",
@@ -371,3 +374,42 @@ class RuntimeApprovals:
         event = AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=key, metadata={"approvalId": approval})
         result: TurnResult = await self._runtime.run_event(agent, event)
         return result
+
+
+MAX_WATCH_S = 5.0  # how often the orchestrator looks for approvals that expired meanwhile
+
+
+def approvals_due(state_root: Path, workspace_id: str, *, startup: bool) -> tuple[list[Approval], float]:
+    """What an orchestrator must wake: approvals whose parked turn can go on, and the seconds
+    until it should look again (the next expiry, at most :data:`MAX_WATCH_S`).
+
+    At ``startup`` the parked turns of the workspace's instances are read (decisions taken while
+    the swarm was stopped); afterwards only pending approvals that expired are due."""
+    from datetime import UTC, datetime
+
+    from goondan.workspace.files import read_bytes
+    from goondan.workspace.journal import JOURNAL_FILE, open_turn_of, parse_records
+    from goondan.workspace.paths import StateLayout
+
+    store = ApprovalStore(state_root, workspace_id)
+    now = datetime.now(UTC)
+    due: list[Approval] = []
+    if startup:
+        instances = StateLayout(state_root).instances_dir(workspace_id)
+        for journal in sorted(instances.glob(f"*/{JOURNAL_FILE}")):
+            try:
+                opened = open_turn_of(parse_records(read_bytes(journal), str(journal)))
+            except GoondanError:
+                continue
+            if opened is None or not opened.parked:
+                continue
+            stored = [store.get(str(r.get("approvalId"))) for r in opened.approvals.values()]
+            ready = [a for a in stored if a is not None and a.status != "pending"]
+            due.extend(ready[:1])  # one event resumes the turn
+    wait = MAX_WATCH_S
+    for pending in store.list(status="pending", now=now):
+        expires = pending.request.get("expiresAt")
+        if isinstance(expires, str):
+            wait = min(wait, max((parse_time(expires) - now).total_seconds(), 0.01))
+    due.extend(a for a in store.list(status="expired", now=now) if a.decision is None)
+    return due, wait
