@@ -77,6 +77,7 @@ class ToolExport:
     name: str
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    idempotent: bool = False  # re-run after a crash instead of E_TOOL_OUTCOME_UNKNOWN (docs/tools.md)
 
 
 @dataclass
@@ -348,6 +349,7 @@ class Bundle:
                 name=e["name"],
                 description=e.get("description") or "",
                 parameters=dict(e.get("parameters") or {"type": "object", "properties": {}}),
+                idempotent=e.get("idempotent") is True,
             )
             for e in spec.get("exports") or []
         ]

@@ -212,6 +212,8 @@ KIND_SCHEMAS: dict[str, Obj] = {
             "name*": Custom(_export_name),
             "description": Str(non_empty=False),
             "parameters": Custom(_json_schema_object),
+            # Safe to run again after a crash with the same arguments (docs/tools.md "Idempotency").
+            "idempotent": Bool(),
         }), min_items=1)),
     }, rules=(tool_source_rule, _unique("exports", "export"))),
     "Extension": Obj({

@@ -15,7 +15,11 @@ Per turn (docs/runtime.md "Errors and cancellation", "Persistence", "Tracing"):
   ``turn.failed`` emitted;
 * an exception ends the turn with ``finishReason: error`` and a structured error; the instance
   stays usable. Cancellation (Ctrl-C) aborts the model request, repairs, commits what was
-  emitted and re-raises :class:`asyncio.CancelledError`.
+  emitted and re-raises :class:`asyncio.CancelledError`;
+* the turn journal (``turn.jsonl``, :mod:`goondan.runtime.resume`) holds ``turn.started`` from
+  before the first message event until the answer is committed and handed to ``on_outgoing``.
+  An instance that opens with a turn still open resumes it (:meth:`AgentInstance.resume`, and
+  before any other event) unless opened with ``resume_interrupted=False``.
 """
 
 from __future__ import annotations
@@ -40,8 +44,15 @@ from goondan.runtime.inputs import UnavailableAgents, connector_input_written, m
 from goondan.runtime.ledger import cost_of
 from goondan.runtime.observe import EventListener, RuntimeObserver, TracedAgentCalls
 from goondan.runtime.outcomes import CANCELLED_ERROR, TurnOutcome, turn_started
+from goondan.runtime.resume import (
+    ResumePoint,
+    TurnRecorder,
+    interrupted_error,
+    plan_resume,
+    resume_mode,
+)
 from goondan.runtime.turn import TurnEnv, TurnRunner, error_dict
-from goondan.types import AgentEvent, TokenUsage, ToolCatalogItem, new_id
+from goondan.types import AgentEvent, TokenUsage, ToolCatalogItem, new_id, new_trace_id
 
 if TYPE_CHECKING:
     from goondan.config import AgentSpec
@@ -50,6 +61,7 @@ if TYPE_CHECKING:
     from goondan.pipeline.registry import PipelineRegistry
     from goondan.tools.executor import ToolExecutor
     from goondan.tools.registry import ToolRegistry
+    from goondan.workspace.journal import OpenTurn
     from goondan.workspace.store import ConversationStore
 
 __all__ = [
@@ -104,6 +116,7 @@ class AgentInstance:
         on_outgoing: OutgoingHandler | None = None,
         stream: bool = True,
         logger: logging.Logger | None = None,
+        interrupted: OpenTurn | None = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -141,6 +154,10 @@ class AgentInstance:
         self._status_timer: asyncio.TimerHandle | None = None
         # runtime-events.jsonl (docs/observability.md); attached by open().
         self.event_log: RuntimeEventLog | None = None
+        # The turn journal (absent from stores without one) and the turn left open in it, which
+        # resume() — or the next run() — finishes first (docs/conversations.md "Durability").
+        self.recorder = TurnRecorder(getattr(store, "journal", None), spec.name, instance_key)
+        self.interrupted = interrupted
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -160,8 +177,13 @@ class AgentInstance:
         on_outgoing: OutgoingHandler | None = None,
         stream: bool = True,
         logger: logging.Logger | None = None,
+        resume_interrupted: bool = True,
     ) -> AgentInstance:
-        """Open (or create) the instance's storage, recover it, load tools and extensions."""
+        """Open (or create) the instance's storage, recover it, load tools and extensions.
+
+        A turn left open by a process that died is resumed by :meth:`resume` (and before any
+        other event); ``resume_interrupted=False`` closes it with ``E_TURN_INTERRUPTED`` tool
+        results instead, without answering it."""
         from goondan.extensions import load_extensions
         from goondan.pipeline.events import EventBus
         from goondan.pipeline.registry import PipelineRegistry
@@ -177,7 +199,14 @@ class AgentInstance:
         pipeline = PipelineRegistry()
         tools = ToolRegistry()
         try:
-            state = await asyncio.to_thread(store.load)
+            interrupted = await asyncio.to_thread(store.journal.open_turn)
+            mode = resume_mode(interrupted, resume_interrupted=resume_interrupted)
+            state = await asyncio.to_thread(store.load, keep_open_calls=mode in ("resume", "parked"))
+            if mode == "drop":
+                assert interrupted is not None
+                await asyncio.to_thread(TurnRecorder(store.journal, spec.name, instance_key).turn_ended,
+                                        interrupted.turn_id, "error")
+                interrupted = None
             for diagnostic in store.recovery_diagnostics:
                 log.warning("%s: %s", diagnostic.code, diagnostic.message)
             bus = EventBus(logger=log)
@@ -224,6 +253,7 @@ class AgentInstance:
             on_outgoing=on_outgoing,
             stream=stream,
             logger=log,
+            interrupted=interrupted if mode in ("resume", "guard") else None,
         )
         max_bytes = max_bytes_from_env(os.environ if env is None else env)
         if max_bytes:
@@ -274,12 +304,44 @@ class AgentInstance:
             event = AgentEvent(type="message", input=event, instance_key=self.instance_key)
         async with self._lock:
             self._check_accepting()
+            resumed = await self._resume_locked()
+            if resumed is not None and resumed[0].id == event.id:
+                return resumed[1]  # this event's turn was the interrupted one
             return await self._execute(event, stream=self.stream if stream is None else stream)
+
+    async def resume(self) -> TurnResult | None:
+        """Finish the turn a dead process left open (None when there is none).
+
+        Same ``turnId`` and input event, so its answer reaches the original ``replyTo``
+        through ``on_outgoing``; see :mod:`goondan.runtime.resume` for what each tool call of
+        the interrupted step gets. After three crash resumes the turn ends with
+        ``E_TURN_INTERRUPTED`` instead (the crash-loop guard)."""
+        async with self._lock:
+            resumed = await self._resume_locked()
+            return resumed[1] if resumed is not None else None
+
+    async def _resume_locked(self) -> tuple[AgentEvent, TurnResult] | None:
+        turn, self.interrupted = self.interrupted, None
+        if turn is None:
+            return None
+        if resume_mode(turn, resume_interrupted=True) == "guard":
+            event = AgentEvent.from_dict(turn.input)
+            result = TurnResult(turn.turn_id, "error", error=interrupted_error(turn))
+            self.logger.warning("[E_TURN_INTERRUPTED] turn %s was interrupted %d times; it is not "
+                                "resumed again", turn.turn_id, turn.crash_resumes + 1)
+            await self._answer(event, result, event.trace_id or new_trace_id())
+            self.recorder.turn_ended(turn.turn_id, "error")
+            return event, result
+        point = plan_resume(self.state.next_messages, turn)
+        self.recorder.turn_resumed(turn.turn_id, turn.resumes + 1)
+        self.logger.info("resuming turn %s (interrupted %d time(s))", turn.turn_id, turn.crash_resumes + 1)
+        return point.event, await self._execute(point.event, stream=self.stream, resume=point)
 
     async def apply_message_events(self, events: list[MessageEvent]) -> None:
         """Record message events outside any turn (``/clear``), durably, then fold-commit."""
         async with self._lock:
             self._check_accepting()
+            await self._resume_locked()  # an edit never lands in the middle of a turn
             turn_id = new_id("edit")
             for event in events:
                 self._emit(turn_id, event)
@@ -354,8 +416,9 @@ class AgentInstance:
         # agent.* events reach typed sinks only; without one the API is used as it is.
         return TracedAgentCalls(api, self.observer.emit, span) if self.observer.traced else api
 
-    async def _execute(self, event: AgentEvent, *, stream: bool) -> TurnResult:
-        turn_id = new_id("turn")
+    async def _execute(self, event: AgentEvent, *, stream: bool,
+                       resume: ResumePoint | None = None) -> TurnResult:
+        turn_id = resume.turn.turn_id if resume is not None else new_id("turn")
         span = start_span(
             "turn", "turn", trace_id=event.trace_id or None, parent_span_id=_parent_span(event)
         )
@@ -378,6 +441,8 @@ class AgentInstance:
             span=span,
             agents=agents,
             tool_runtime=agents if self.agents_factory is not None else None,
+            recorder=self.recorder,
+            resume=resume,
         )
         try:
             result = await runner.run(stream=stream)
@@ -385,14 +450,21 @@ class AgentInstance:
             # Ctrl-C / shutdown: keep what was emitted, make it provider-valid, fold, re-raise.
             cancelled = TurnResult(turn_id, "error", error=dict(CANCELLED_ERROR))
             await self._finalize(runner.outcome(cancelled, cancelled=True))
+            self.recorder.turn_ended(turn_id, "error")
             raise
         except Exception as exc:
             result = TurnResult(turn_id, "error", error=error_dict(exc))
             self.logger.debug("turn %s failed", turn_id, exc_info=exc)
         await self._finalize(runner.outcome(result))
-        if event.reply_to is not None and self.on_outgoing is not None:
-            await self.on_outgoing(self._response_event(event, result, span.trace_id))
+        # The turn stays open in the journal until its answer is handed over: a crash before
+        # this point resumes it, and a resumed turn whose answer is written just sends it.
+        await self._answer(event, result, span.trace_id)
+        self.recorder.turn_ended(turn_id, result.finish_reason)
         return result
+
+    async def _answer(self, event: AgentEvent, result: TurnResult, trace_id: str) -> None:
+        if event.reply_to is not None and self.on_outgoing is not None:
+            await self.on_outgoing(self._response_event(event, result, trace_id))
 
     async def _finalize(self, outcome: TurnOutcome) -> None:
         """End a turn from its outcome: repair, fold-commit, go idle, report ``turn.*``.

@@ -156,3 +156,24 @@ class TurnOutcome:
             error_code=error.get("code") if error is not None else None,
             error_message=message,
         )
+
+
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf exception of a (possibly nested) exception group."""
+    first = group.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
+
+
+def usage_delta(after: TokenUsage, before: TokenUsage) -> TokenUsage:
+    cached: int | None = None
+    if after.cached_tokens is not None:
+        cached = after.cached_tokens - (before.cached_tokens or 0)
+    return TokenUsage(
+        after.input_tokens - before.input_tokens,
+        after.output_tokens - before.output_tokens,
+        after.total_tokens - before.total_tokens,
+        cached,
+        after.unknown_calls - before.unknown_calls,
+    )

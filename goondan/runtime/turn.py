@@ -60,11 +60,18 @@ from goondan.runtime.events import (
     ToolEnded,
     span_ids,
 )
-from goondan.runtime.failed_turns import input_events
-from goondan.runtime.inputs import CONNECTOR_EVENT_KEY, input_text
 from goondan.runtime.ledger import Budget, Pricing, cost_of
 from goondan.runtime.observe import RuntimeObserver
-from goondan.runtime.outcomes import StepFailed, StepOutcome, ToolsRan, TurnOutcome, classify_step
+from goondan.runtime.outcomes import (
+    StepFailed,
+    StepOutcome,
+    ToolsRan,
+    TurnOutcome,
+    classify_step,
+    first_error,
+    usage_delta,
+)
+from goondan.runtime.resume import ResumePoint, TurnRecorder, finish_interrupted_step, turn_input
 from goondan.tools.context import ToolContext
 from goondan.types import (
     AgentEvent,
@@ -163,8 +170,13 @@ class TurnRunner:
         span: Span,
         agents: MiddlewareAgentsApi,
         tool_runtime: Any = None,
+        recorder: TurnRecorder | None = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         self.env = env
+        # The turn journal (docs/conversations.md "Durability"), and where a resumed turn goes on.
+        self.recorder = recorder or TurnRecorder(None, env.spec.name, env.instance_key)
+        self.resume = resume
         self.state = state
         self.emit = emit
         self.event = event
@@ -210,14 +222,12 @@ class TurnRunner:
 
         ``stream`` asks the model for incremental output (``llm.delta`` events)."""
         self._stream = stream
-        text = input_text(self.event)
-        if text:
-            # One append, or a failed turn's input reused (docs/conversations.md "When a turn
-            # fails"); a connector event's id tags it (inputs.connector_input_written).
-            source = self.event.metadata.get(CONNECTOR_EVENT_KEY)
-            tag = {CONNECTOR_EVENT_KEY: source} if isinstance(source, str) else None
-            for event in input_events(self.state.next_messages, text, tag):
-                self.emit(event)
+        # One append, or a failed turn's input reused (docs/conversations.md "When a turn fails").
+        events, input_id = turn_input(self.state.next_messages, self.event, self.resume)
+        if self.resume is None:
+            self.recorder.turn_started(self.turn_id, self.event, input_id)
+        for event in events:
+            self.emit(event)
         ctx = TurnContext(
             agent_name=self.env.spec.name,
             instance_key=self.env.instance_key,
@@ -242,6 +252,13 @@ class TurnRunner:
         satisfied = not required
         limit = self.env.max_steps_per_turn
         index = 0
+        resume = self.resume
+        if resume is not None:  # steps already taken count toward the limit
+            index, satisfied = resume.steps_taken, satisfied or bool(resume.tools_ok & set(required))
+            if resume.final is not None:  # the answer was written before the crash
+                return TurnResult(self.turn_id, "text_response", response_message=resume.final)
+            if resume.calls:
+                await finish_interrupted_step(self, resume)
         while True:
             if index >= limit:
                 return self._finish_max_steps(limit, required if not satisfied else [])
@@ -333,7 +350,7 @@ class TurnRunner:
         if failure is not None:
             self.error_count += 1
         latency = span.finish(error=failure).duration_ms
-        delta = _usage_delta(self.usage, usage_before)
+        delta = usage_delta(self.usage, usage_before)
         self.env.observer.emit(StepEnded(
             **span_ids(span), **where, failed=failure is not None,
             tool_call_count=len(result.tool_calls),
@@ -382,7 +399,7 @@ class TurnRunner:
                 async with asyncio.TaskGroup() as group:
                     for call in calls:
                         tasks.append(group.create_task(
-                            self._run_tool_call(ctx, step, span, call, assistant, catalog)
+                            self.run_tool_call(step, span, call, assistant, catalog)
                         ))
             except BaseExceptionGroup as failure:
                 # Keep the results that finished (the rest are repaired), and fail the turn with
@@ -390,7 +407,7 @@ class TurnRunner:
                 for task in tasks:
                     if task.done() and not task.cancelled() and task.exception() is None:
                         self.emit(MessageEvent.append(Message.tool_result(task.result())))
-                raise _first_error(failure) from None
+                raise first_error(failure) from None
             results = [t.result() for t in tasks]
             for result in results:
                 self.emit(MessageEvent.append(Message.tool_result(result)))
@@ -398,7 +415,7 @@ class TurnRunner:
             results = []
             for call in calls:
                 # Appended one by one so a crash mid-step keeps every finished result.
-                result = await self._run_tool_call(ctx, step, span, call, assistant, catalog)
+                result = await self.run_tool_call(step, span, call, assistant, catalog)
                 self.emit(MessageEvent.append(Message.tool_result(result)))
                 results.append(result)
         step.tool_results = results
@@ -501,9 +518,8 @@ class TurnRunner:
         self.env.observer.emit(event)
 
     # -- tool call -------------------------------------------------------------------------------
-    async def _run_tool_call(
+    async def run_tool_call(
         self,
-        step_ctx: StepContext,
         step: Step,
         step_span: Span,
         call: ToolCall,
@@ -541,9 +557,15 @@ class TurnRunner:
                 workdir=env.workdir,
                 logger=env.logger,
                 runtime=self.tool_runtime,
+                idempotency_key=self.recorder.key(self.turn_id, call.id),
             )
             actual = dataclasses.replace(call, args=c.args)  # keeps invalid_args
-            return await env.executor.execute(actual, catalog=catalog, context=tool_context)
+
+            def started(tool: Any) -> None:  # the ledger: durable before the handler runs
+                self.recorder.call_started(self.turn_id, call.id, call.name, tool.idempotent)
+
+            return await env.executor.execute(actual, catalog=catalog, context=tool_context,
+                                              on_start=started)
 
         token = CURRENT_SPAN.set(span)
         try:
@@ -588,24 +610,3 @@ def _settle(result: ToolCallResult, call: ToolCall) -> ToolCallResult:
             result, error=ToolError("the tool call failed (no error details)", code="E_TOOL")
         )
     return result
-
-
-def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first leaf exception of a (possibly nested) exception group."""
-    first = group.exceptions[0]
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first
-
-
-def _usage_delta(after: TokenUsage, before: TokenUsage) -> TokenUsage:
-    cached: int | None = None
-    if after.cached_tokens is not None:
-        cached = after.cached_tokens - (before.cached_tokens or 0)
-    return TokenUsage(
-        after.input_tokens - before.input_tokens,
-        after.output_tokens - before.output_tokens,
-        after.total_tokens - before.total_tokens,
-        cached,
-        after.unknown_calls - before.unknown_calls,
-    )
