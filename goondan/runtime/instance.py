@@ -158,6 +158,7 @@ class AgentInstance:
         # resume() — or the next run() — finishes first (docs/conversations.md "Durability").
         self.recorder = TurnRecorder(getattr(store, "journal", None), spec.name, instance_key)
         self.interrupted = interrupted
+        self.resumed: TurnResult | None = None  # the result of that turn, once resumed
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -317,8 +318,8 @@ class AgentInstance:
         the interrupted step gets. After three crash resumes the turn ends with
         ``E_TURN_INTERRUPTED`` instead (the crash-loop guard)."""
         async with self._lock:
-            resumed = await self._resume_locked()
-            return resumed[1] if resumed is not None else None
+            await self._resume_locked()
+            return self.resumed
 
     async def _resume_locked(self) -> tuple[AgentEvent, TurnResult] | None:
         turn, self.interrupted = self.interrupted, None
@@ -331,11 +332,13 @@ class AgentInstance:
                                 "resumed again", turn.turn_id, turn.crash_resumes + 1)
             await self._answer(event, result, event.trace_id or new_trace_id())
             self.recorder.turn_ended(turn.turn_id, "error")
+            self.resumed = result
             return event, result
         point = plan_resume(self.state.next_messages, turn)
         self.recorder.turn_resumed(turn.turn_id, turn.resumes + 1)
         self.logger.info("resuming turn %s (interrupted %d time(s))", turn.turn_id, turn.crash_resumes + 1)
-        return point.event, await self._execute(point.event, stream=self.stream, resume=point)
+        self.resumed = await self._execute(point.event, stream=self.stream, resume=point)
+        return point.event, self.resumed
 
     async def apply_message_events(self, events: list[MessageEvent]) -> None:
         """Record message events outside any turn (``/clear``), durably, then fold-commit."""
