@@ -81,6 +81,7 @@ class ToolExport:
     # overrides it for every export of the Tool.
     approval: str = "never"
     approval_timeout_ms: int | None = None
+    idempotent: bool = False  # re-run after a crash instead of E_TOOL_OUTCOME_UNKNOWN (docs/tools.md)
 
 
 @dataclass
@@ -360,6 +361,7 @@ class Bundle:
                 parameters=dict(e.get("parameters") or {"type": "object", "properties": {}}),
                 approval=approval or e.get("approval") or "never",
                 approval_timeout_ms=approval_timeout_ms or e.get("approvalTimeoutMs"),
+                idempotent=e.get("idempotent") is True,
             )
             for e in spec.get("exports") or []
         ]

@@ -216,6 +216,8 @@ KIND_SCHEMAS: dict[str, Obj] = {
             # Human approval before a call runs (docs/approvals.md); expiry = denial.
             "approval": APPROVAL,
             "approvalTimeoutMs": Int(),
+            # Safe to run again after a crash with the same arguments (docs/tools.md "Idempotency").
+            "idempotent": Bool(),
         }), min_items=1)),
     }, rules=(tool_source_rule, _unique("exports", "export"))),
     "Extension": Obj({

@@ -11,11 +11,11 @@ it into what the call gets (run with the approved arguments, or an error result 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from goondan.errors import GoondanError
 from goondan.pipeline.context import ToolCallContext, TurnResult
@@ -32,7 +32,12 @@ from goondan.workspace.approvals import (
 )
 
 if TYPE_CHECKING:
+    from goondan.conversation.messages import Message
+    from goondan.pipeline.context import Step
+    from goondan.pipeline.tracing import Span
+    from goondan.runtime.resume import ResumePoint
     from goondan.runtime.turn import TurnRunner
+    from goondan.types import ToolCall, ToolCatalogItem
     from goondan.workspace.journal import OpenTurn
 
 __all__ = [
@@ -48,12 +53,14 @@ __all__ = [
     "any_decided",
     "approval_rules",
     "approvals_due",
+    "decided_call",
     "decision_result",
+    "park",
     "park_call",
     "parked_result",
     "parked_turn",
     "parked_turn_of",
-    "resume_open_calls",
+    "resumable",
 ]
 
 APPROVAL_PENDING = "approval_pending"  # the turn's finish reason while it is parked
@@ -143,42 +150,24 @@ class ApprovalGate:
         self.instance_key = instance_key
         self.pending: dict[str, Approval] = {}  # toolCallId -> requested in this run of the turn
         self.approved: dict[str, Approval] = {}  # toolCallId -> approved, run by the resumed turn
-        self.input: AgentEvent | None = None  # the running turn's input event
 
     def __repr__(self) -> str:
         return f"<ApprovalGate {self.agent}@{self.instance_key} pending={len(self.pending)}>"
 
-    def reset(self, event: AgentEvent) -> None:
-        """A turn (or its resumption) for input ``event`` starts: forget the last one's calls."""
+    def reset(self) -> None:
+        """A turn (or its resumption) starts: forget the last one's calls."""
         self.pending.clear()
         self.approved.clear()
-        self.input = event
 
     # -- the turn journal's records of a parked turn (docs/approvals.md "Durability") ------------
     def open_turn(self) -> OpenTurn | None:
         """The journal's open turn, if any."""
         return self.journal.open_turn() if self.journal is not None else None
 
-    def _ensure_started(self, turn_id: str) -> None:
-        opened = self.journal.open_turn()
-        if opened is None or opened.turn_id != turn_id:
-            event = self.input.to_dict() if self.input is not None else {}
-            self.journal.append({"type": "turn.started", "turnId": turn_id, "input": event, "at": now_iso()})
-
     def mark(self, kind: str, turn_id: str, **fields: Any) -> None:
         """Append ``turn.parked`` / ``turn.resumed`` for the open turn ``turn_id``."""
         if self.journal is not None:
             self.journal.append({"type": kind, "turnId": turn_id, **fields, "at": now_iso()})
-
-    def end(self, turn_id: str, finish_reason: str) -> None:
-        """The turn ``turn_id`` ended and is committed: ``turn.ended``, then the journal is emptied."""
-        if self.journal is None:
-            return
-        opened = self.journal.open_turn()
-        if opened is not None and opened.turn_id == turn_id:
-            self.journal.append({"type": "turn.ended", "turnId": turn_id, "finishReason": finish_reason,
-                                 "at": now_iso()})
-            self.journal.clear()
 
     def needed(self, ctx: ToolCallContext) -> ApprovalRule | None:
         """The rule that makes this call wait; None when it runs now."""
@@ -197,7 +186,6 @@ class ApprovalGate:
         expires = format_time(parse_time(at) + timedelta(milliseconds=timeout)) if timeout else None
         reason = ctx.approval_reason
         if self.journal is not None:
-            self._ensure_started(ctx.turn_id)
             self.journal.append({
                 "type": "approval.requested", "turnId": ctx.turn_id, "approvalId": ident,
                 "toolCallId": ctx.tool_call_id, "toolName": ctx.tool_name, "args": ctx.args,
@@ -255,58 +243,39 @@ def parked_turn(turn_id: str, gate: ApprovalGate) -> TurnResult:
                       metadata={"approvals": [a.to_dict() for a in gate.pending.values()]})
 
 
-async def resume_open_calls(runner: TurnRunner) -> TurnResult | None:
-    """Give each call of the turn's last assistant message without a result its result: a
-    decided approval decides (approved: it runs, with the approver's arguments; denied or
-    expired: an error result), a call without one runs. Returns the parked result when an
-    approval is still pending, else None (the step loop goes on)."""
-    from goondan.conversation.messages import Message, MessageEvent
-    from goondan.pipeline.context import Step
+async def decided_call(runner: TurnRunner, step: Step, span: Span, call: ToolCall, assistant: Message,
+                       catalog: list[ToolCatalogItem], record: JsonObject) -> ToolCallResult | None:
+    """The result of a resumed call that asked for approval (``record``: its journal
+    ``approval.requested``): approved → it runs (with the approver's arguments); denied or
+    expired → an error result; None while still pending (the turn parks again)."""
+    gate = runner.env.approvals
+    if gate is None:
+        raise GoondanError(f"tool call {call.id} waits for an approval decision that this runtime "
+                           "cannot apply", code="E_TURN_FAILED", suggestion="decide the approval, "
+                           "or cancel the turn")
+    found = gate.settle(await asyncio.to_thread(gate.lookup, record))
+    if found.status == "pending":
+        gate.pending[call.id] = found
+        return None
+    decision = found.decision or {}
+    runner.env.observer.emit(ApprovalDecided(
+        **span_ids(span), turn_id=runner.turn_id, approval_id=found.id, tool_call_id=call.id,
+        tool_name=call.name, status=found.status, decided_by=decision.get("decidedBy"),
+        via=decision.get("via")))
+    denied = decision_result(found.status, call.id, call.name, decision.get("reason"))
+    if denied is not None:
+        return denied
+    gate.approved[call.id] = found
+    return await runner.run_tool_call(step, span, call, assistant, catalog)
 
-    gate, messages = runner.env.approvals, runner.state.next_messages
-    last_index = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
-    prefix = f"{runner.turn_id}-step-"
-    runner.first_step = sum(1 for m in messages if m.role == "assistant" and m.source is not None
-                            and (m.source.step_id or "").startswith(prefix))
-    if last_index is None:
+
+def park(gate: ApprovalGate | None, store: Any, turn_id: str, parks: bool) -> OpenTurn | None:
+    """After the fold-commit: a parking turn writes ``turn.parked`` and is the instance's parked
+    turn (returned); any other turn leaves none (blocking: call it in a thread)."""
+    if gate is None or not parks:
         return None
-    last = messages[last_index]
-    answered = {m.source.tool_call_id for m in messages[last_index + 1:]
-                if m.role == "tool" and m.source is not None}
-    open_calls = [c for c in last.tool_calls if c.id not in answered]
-    if not open_calls:
-        return None
-    journal = gate.journal if gate is not None else None
-    opened = await asyncio.to_thread(journal.open_turn) if journal is not None else None
-    records = opened.approvals if opened is not None and opened.turn_id == runner.turn_id else {}
-    index = max(runner.first_step - 1, 0)
-    step = Step(id=(last.source.step_id if last.source is not None else None) or f"{prefix}{index}",
-                index=index, status="tool_exec")
-    span = runner.span.child(f"step {step.index}", "step")
-    catalog = await runner.env.step_catalog(runner.turn_id)
-    for call in open_calls:
-        record = records.get(call.id)
-        if gate is not None and record is not None:
-            found = gate.settle(await asyncio.to_thread(gate.lookup, record))
-            if found.status == "pending":
-                gate.pending[call.id] = found
-                continue
-            decision = found.decision or {}
-            runner.env.observer.emit(ApprovalDecided(
-                **span_ids(span), turn_id=runner.turn_id, approval_id=found.id, tool_call_id=call.id,
-                tool_name=call.name, status=found.status, decided_by=decision.get("decidedBy"),
-                via=decision.get("via")))
-            denied = decision_result(found.status, call.id, call.name, decision.get("reason"))
-            if denied is not None:
-                runner.emit(MessageEvent.append(Message.tool_result(denied)))
-                continue
-            gate.approved[call.id] = found
-        runner.tool_call_count += 1
-        result = await runner._run_tool_call(cast(Any, None), step, span, call, last, catalog)
-        if not runner._parked(result):
-            runner.emit(MessageEvent.append(Message.tool_result(result)))
-    span.finish()
-    return parked_turn(runner.turn_id, gate) if gate is not None and gate.pending else None
+    gate.mark("turn.parked", turn_id, reason=APPROVAL_PENDING)
+    return parked_turn_of(store)
 
 
 def parked_turn_of(store: Any) -> OpenTurn | None:
@@ -319,6 +288,19 @@ def parked_turn_of(store: Any) -> OpenTurn | None:
 def any_decided(gate: ApprovalGate, parked: OpenTurn) -> bool:
     """True when an approval of the parked turn is decided (or expired): it can go on."""
     return any(gate.settle(gate.lookup(record)).status != "pending" for record in parked.approvals.values())
+
+
+async def resumable(gate: ApprovalGate | None, parked: OpenTurn | None,
+                    messages: Sequence[Message]) -> ResumePoint | TurnResult:
+    """Where a parked turn goes on after a decision, or the result to return when it cannot:
+    nothing is parked, or every approval of the turn is still pending."""
+    from goondan.runtime.resume import plan_resume
+
+    if gate is None or parked is None:
+        return TurnResult(parked.turn_id if parked else "", "text_response")
+    if not await asyncio.to_thread(any_decided, gate, parked):
+        return TurnResult(parked.turn_id, "approval_pending")
+    return plan_resume(messages, parked)
 
 
 def answers(event: AgentEvent, result: TurnResult, resumed: bool) -> bool:

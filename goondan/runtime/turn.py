@@ -49,7 +49,7 @@ from goondan.pipeline.context import (
     TurnResult,
 )
 from goondan.pipeline.tracing import CURRENT_SPAN, Span, elapsed_ms
-from goondan.runtime.approvals import park_call, parked_turn, resume_open_calls
+from goondan.runtime.approvals import park_call, parked_turn
 from goondan.runtime.budget import TRACE_COST_KEY
 from goondan.runtime.events import (
     LlmCallEnded,
@@ -61,8 +61,6 @@ from goondan.runtime.events import (
     ToolEnded,
     span_ids,
 )
-from goondan.runtime.failed_turns import input_events
-from goondan.runtime.inputs import CONNECTOR_EVENT_KEY, input_text
 from goondan.runtime.ledger import Budget, Pricing, cost_of
 from goondan.runtime.observe import RuntimeObserver
 from goondan.runtime.outcomes import (
@@ -75,6 +73,7 @@ from goondan.runtime.outcomes import (
     settle_result,
     usage_delta,
 )
+from goondan.runtime.resume import ResumePoint, TurnRecorder, finish_interrupted_step, turn_input
 from goondan.tools.context import ToolContext
 from goondan.types import (
     AgentEvent,
@@ -174,8 +173,13 @@ class TurnRunner:
         span: Span,
         agents: MiddlewareAgentsApi,
         tool_runtime: Any = None,
+        recorder: TurnRecorder | None = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         self.env = env
+        # The turn journal (docs/conversations.md "Durability"), and where a resumed turn goes on.
+        self.recorder = recorder or TurnRecorder(None, env.spec.name, env.instance_key)
+        self.resume = resume
         self.state = state
         self.emit = emit
         self.event = event
@@ -196,7 +200,6 @@ class TurnRunner:
         self._step_span: Span | None = None
         self._stream = True
         self.restart_reason: str | None = None  # set when a tool output asked for a restart
-        self.first_step = 0  # a resumed turn goes on after the steps it took before
 
     @property
     def turn_id(self) -> str:
@@ -217,20 +220,17 @@ class TurnRunner:
         )
 
     # -- turn ------------------------------------------------------------------------------------
-    async def run(self, *, stream: bool = True, resume: bool = False) -> TurnResult:
+    async def run(self, *, stream: bool = True) -> TurnResult:
         """Append the input as a user message, then run the turn chain around the step loop.
 
-        ``stream`` asks the model for incremental output (``llm.delta`` events). ``resume`` goes
-        on with a parked turn instead (its input is in the conversation already)."""
+        ``stream`` asks the model for incremental output (``llm.delta`` events)."""
         self._stream = stream
-        text = input_text(self.event) if not resume else ""
-        if text:
-            # One append, or a failed turn's input reused (docs/conversations.md "When a turn
-            # fails"); a connector event's id tags it (inputs.connector_input_written).
-            source = self.event.metadata.get(CONNECTOR_EVENT_KEY)
-            tag = {CONNECTOR_EVENT_KEY: source} if isinstance(source, str) else None
-            for event in input_events(self.state.next_messages, text, tag):
-                self.emit(event)
+        # One append, or a failed turn's input reused (docs/conversations.md "When a turn fails").
+        events, input_id = turn_input(self.state.next_messages, self.event, self.resume)
+        if self.resume is None:
+            self.recorder.turn_started(self.turn_id, self.event, input_id)
+        for event in events:
+            self.emit(event)
         ctx = TurnContext(
             agent_name=self.env.spec.name,
             instance_key=self.env.instance_key,
@@ -243,7 +243,7 @@ class TurnRunner:
             span_id=self.span.span_id,
             parent_span_id=self.span.parent_span_id,
         )
-        result = await self.env.pipeline.run_turn(ctx, self._turn_core if not resume else self._resume_core)
+        result = await self.env.pipeline.run_turn(ctx, self._turn_core)
         self.turn.status = "failed" if result.finish_reason == "error" else "completed"
         if self.restart_reason is not None:
             result.metadata["restartRequested"] = True
@@ -254,8 +254,17 @@ class TurnRunner:
         required = list(self.env.spec.required_tools or ())
         satisfied = not required
         limit = self.env.max_steps_per_turn
-        index = self.first_step
+        index = 0
+        resume = self.resume
         gate = self.env.approvals
+        if resume is not None:  # steps already taken count toward the limit
+            index, satisfied = resume.steps_taken, satisfied or bool(resume.tools_ok & set(required))
+            if resume.final is not None:  # the answer was written before the crash
+                return TurnResult(self.turn_id, "text_response", response_message=resume.final)
+            if resume.calls:
+                await finish_interrupted_step(self, resume)
+                if gate is not None and gate.pending:  # an approval of the step still waits
+                    return parked_turn(self.turn_id, gate)
         while True:
             if index >= limit:
                 return self._finish_max_steps(limit, required if not satisfied else [])
@@ -289,12 +298,6 @@ class TurnRunner:
                 self.emit(MessageEvent.append(reminder))
                 continue
             return TurnResult(self.turn_id, "text_response", response_message=outcome.message)
-
-    async def _resume_core(self, ctx: TurnContext) -> TurnResult:
-        """The calls of the turn's last step that have no result get one (decided approvals:
-        :mod:`goondan.runtime.approvals`), then the step loop goes on (docs/approvals.md)."""
-        result = await resume_open_calls(self)
-        return result if result is not None else await self._turn_core(ctx)
 
     def _finish_max_steps(self, limit: int, unmet: list[str]) -> TurnResult:
         # Like the reference runtime: close the turn with an assistant message so the user sees
@@ -404,7 +407,7 @@ class TurnRunner:
                 async with asyncio.TaskGroup() as group:
                     for call in calls:
                         tasks.append(group.create_task(
-                            self._run_tool_call(ctx, step, span, call, assistant, catalog)
+                            self.run_tool_call(step, span, call, assistant, catalog)
                         ))
             except BaseExceptionGroup as failure:
                 # Keep the results that finished (the rest are repaired), and fail the turn with
@@ -420,7 +423,7 @@ class TurnRunner:
             results = []
             for call in calls:
                 # Appended one by one so a crash mid-step keeps every finished result.
-                result = await self._run_tool_call(ctx, step, span, call, assistant, catalog)
+                result = await self.run_tool_call(step, span, call, assistant, catalog)
                 if not self._parked(result):  # a parked call gets its result when decided
                     self.emit(MessageEvent.append(Message.tool_result(result)))
                     results.append(result)
@@ -528,9 +531,8 @@ class TurnRunner:
         self.env.observer.emit(event)
 
     # -- tool call -------------------------------------------------------------------------------
-    async def _run_tool_call(
+    async def run_tool_call(
         self,
-        step_ctx: StepContext,
         step: Step,
         step_span: Span,
         call: ToolCall,
@@ -574,9 +576,15 @@ class TurnRunner:
                 workdir=env.workdir,
                 logger=env.logger,
                 runtime=self.tool_runtime,
+                idempotency_key=self.recorder.key(self.turn_id, call.id),
             )
             actual = dataclasses.replace(call, args=c.args)  # keeps invalid_args
-            return await env.executor.execute(actual, catalog=catalog, context=tool_context)
+
+            def started(tool: Any) -> None:  # the ledger: durable before the handler runs
+                self.recorder.call_started(self.turn_id, call.id, call.name, tool.idempotent)
+
+            return await env.executor.execute(actual, catalog=catalog, context=tool_context,
+                                              on_start=started)
 
         token = CURRENT_SPAN.set(span)
         try:

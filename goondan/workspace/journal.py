@@ -8,7 +8,8 @@ A torn last line (the process died mid-write) is dropped on read and cut off at 
 
 Records (``type`` and fields):
 
-* ``turn.started`` — ``turnId``, ``input`` (the AgentEvent's wire dict), ``at``;
+* ``turn.started`` — ``turnId``, ``input`` (the AgentEvent's wire dict), ``inputMessageId``
+  (the message that holds the input, or null), ``at``;
 * ``toolCall.started`` — ``turnId``, ``toolCallId``, ``toolName``, ``idempotencyKey``,
   ``idempotent``, ``at``: written right before a tool handler runs;
 * ``approval.requested`` — ``turnId``, ``approvalId``, ``toolCallId``, ``toolName``, ``args``,
@@ -66,6 +67,9 @@ class OpenTurn:
     parked: bool = False
     crash_resumes: int = 0  # turn.resumed records with cause "crash"
     resumes: int = 0  # all turn.resumed records
+    # The id of the message holding the turn's input (``inputMessageId`` of turn.started), so a
+    # resume knows whether the input was written and where the turn's own messages begin.
+    input_message_id: str | None = None
 
 
 class TurnJournal:
@@ -216,9 +220,11 @@ def open_turn_of(records: list[JsonObject]) -> OpenTurn | None:
             resumes += 1
             if record.get("cause") == "crash":
                 crash_resumes += 1
+    message_id = first.get("inputMessageId")
     return OpenTurn(turn_id=turn_id, input=raw_input if isinstance(raw_input, dict) else {},
                     started_calls=started, approvals=approvals, parked=parked,
-                    crash_resumes=crash_resumes, resumes=resumes)
+                    crash_resumes=crash_resumes, resumes=resumes,
+                    input_message_id=message_id if isinstance(message_id, str) else None)
 
 
 def journal_bytes(records: list[JsonObject]) -> bytes:
