@@ -501,7 +501,13 @@ class SwarmService:
             return {"ok": True, "result": result}
         if command == "status":
             active = self.active
+            from goondan.workspace.approvals import ApprovalStore
+            from goondan.workspace.paths import workspace_id_for
+
+            store = ApprovalStore(self.state_root, workspace_id_for(self.bundle.root, self.bundle.package_name))
+            pending = await asyncio.to_thread(store.list, status="pending")
             return {"ok": True, **self.orchestrator.status_document(),
+                    "approvals": [a.to_dict() for a in pending if a.request.get("agent") in self.swarm.agents],
                     "connections": self.connections.snapshot(), "instanceKey": self.instance_key,
                     "runtimeKey": self.key, "bundle": str(self.bundle.root), "watch": self.watch,
                     "logDir": str(self.log_dir), "usage": self.ledger.to_dict(), "pid": os.getpid(),

@@ -317,9 +317,10 @@ def answers(event: AgentEvent, result: TurnResult, resumed: bool) -> bool:
 class RuntimeApprovals:
     """``Runtime.approvals``: list and decide the approvals of an embedded runtime's workspace.
 
-    A decision is stored first (first decision wins), then the parked turn resumes in this
-    process; ``approve``/``deny`` return the resumed turn's result (``approval_pending`` while
-    another approval of the turn still waits), or None when this decision was not the first."""
+    A decision is stored first (first decision wins; one taken elsewhere, by the CLI, stays),
+    then the parked turn resumes in this process; ``approve``/``deny`` return the resumed turn's
+    result (``approval_pending`` while another approval of the turn still waits), or None when
+    no turn was parked on it (already resumed)."""
 
     def __init__(self, runtime: Any) -> None:
         self._runtime = runtime
@@ -348,14 +349,12 @@ class RuntimeApprovals:
 
     async def _decide(self, approval: str, *, approve: bool, args: JsonObject | None, note: str | None,
                       reason: str | None, by: str) -> TurnResult | None:
-        found, mine = await asyncio.to_thread(self.store.decide, approval, approve=approve, by=by, via="api",
-                                              args=args, note=note, reason=reason)
-        if not mine and found.status != "expired":
-            return None
+        found, _ = await asyncio.to_thread(self.store.decide, approval, approve=approve, by=by, via="api",
+                                           args=args, note=note, reason=reason)
         agent, key = str(found.request.get("agent")), str(found.request.get("instanceKey"))
         event = AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=key, metadata={"approvalId": approval})
         result: TurnResult = await self._runtime.run_event(agent, event)
-        return result
+        return result if result.turn_id else None  # "": no turn was parked on it
 
 
 MAX_WATCH_S = 5.0  # how often the orchestrator looks for approvals that expired meanwhile
