@@ -7,7 +7,9 @@
 
 :class:`AgentWorker` is transport-agnostic and also runs in process (tests, embedding):
 
-1. it reports ``runtime.ready`` and pumps the channel;
+1. it reports ``runtime.ready`` and pumps the channel; a Turn the instance left open when its
+   last process died (docs/conversations.md "Durability") runs first, reported in
+   ``runtime.ready`` (``resuming``) and bracketed by ``turnStarted``/``turnFinished`` like any;
 2. each ``event`` without ``metadata.inReplyTo`` is one Turn, run in arrival order, bracketed
    by ``runtime.turnStarted``/``runtime.turnFinished`` reports (the orchestrator's crash
    accounting and per-instance flow control rely on them); after a Turn whose event had
@@ -175,6 +177,7 @@ class AgentWorker:
         self._cancelled: set[str] = set()  # ids of running Turns asked to cancel
         self._tasks: set[asyncio.Task[None]] = set()
         self._handler: Any = None  # set by serve(); answers runtime.inspect queries
+        self._resuming: str | None = None  # id of the event whose interrupted Turn resumes
         self.turns = 0
 
     def __repr__(self) -> str:
@@ -327,7 +330,14 @@ class AgentWorker:
         if callable(subscribe):
             subscribe(self.on_runtime_event, everything=True)  # the orchestrator's sinks get all
         reader = asyncio.ensure_future(self._read_loop())
-        await self.report(Ready(os.getpid()))
+        interrupted = getattr(handler, "interrupted", None)  # AgentInstance: the journal's open turn
+        resuming: JsonObject | None = None
+        if interrupted is not None:
+            resumed = AgentEvent.from_dict(interrupted.input)
+            self._resuming, resuming = resumed.id, resumed.to_dict()
+            self._queue.appendleft(resumed)
+        await self.report(Ready(os.getpid(), journal=bool(getattr(handler, "journaled", False)),
+                                resuming=resuming))
         try:
             while (event := await self._next_event()) is not None:
                 await self._run_turn(handler, event)
@@ -366,7 +376,7 @@ class AgentWorker:
         if event.reply_to is not None:
             self._replies.track(event.reply_to.correlation_id, event.reply_to.target)
         self._running = (event.id, None)
-        if not await self._claim(handler, event):
+        if event.id != self._resuming and not await self._claim(handler, event):
             # Already started by another process (one orphaned by a killed orchestrator).
             self.logger.info("event %s already had its turn; not run again", event.id)
             self._running = None

@@ -182,7 +182,8 @@ class SwarmService:
 
         # Files are keyed by instanceKey *and* workspace: two bundles never collide.
         self.instance_key = self.swarm.instance_key
-        self.key = runtime_key(self.instance_key, workspace_id_for(bundle.root, bundle.package_name))
+        self.workspace_id = workspace_id_for(bundle.root, bundle.package_name)
+        self.key = runtime_key(self.instance_key, self.workspace_id)
         self.watch = watch
         self.env_file = env_file
         self.real_env = dict(real_env if real_env is not None else os.environ)
@@ -270,6 +271,7 @@ class SwarmService:
         if self._log_to_file:
             self._install_log_file()
         await self.orchestrator.start()
+        await self._resume_interrupted()
         await self.connections.start()
         private_dirs(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):
@@ -296,6 +298,18 @@ class SwarmService:
         self._approvals_task = asyncio.ensure_future(self._watch_approvals())
         _log.info("orchestrator started (swarm=%s, instanceKey=%s)", self.swarm.name, self.key,
                   extra={"event": "orchestrator.started"})
+
+    async def _resume_interrupted(self) -> None:
+        """Spawn every instance whose last Turn was cut short (every process killed): its new
+        process resumes the Turn (docs/orchestrator.md "Crashes")."""
+        from goondan.workspace.journal import interrupted_instances
+
+        found = await asyncio.to_thread(interrupted_instances, self.state_root, self.workspace_id)
+        for agent, key in found:
+            if agent in self.orchestrator.agents:
+                _log.info("resuming the interrupted turn of %s@%s", agent, key,
+                          extra={"event": "orchestrator.resumeAtStart", "agentName": agent, "instanceKey": key})
+                await self.orchestrator.spawn_instance(agent, key)
 
     def _install_log_file(self) -> None:
         path = log_files(self.log_dir, "orchestrator")["stderr"]

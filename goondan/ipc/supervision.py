@@ -96,6 +96,8 @@ class InstanceRecord:
     started_monotonic: float | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     ready_signal: asyncio.Event = field(default_factory=asyncio.Event)  # per process: ready or gone
+    # A started Turn whose process died, and how it exited (goondan/ipc/resumes.py).
+    interrupted: tuple[AgentEvent, str] | None = None
     _timer: asyncio.TimerHandle | None = None
     _idle_timer: asyncio.TimerHandle | None = None  # policy.idleTimeoutMs (docs/scaling.md)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)

@@ -288,6 +288,11 @@ class AgentInstance:
         return instance
 
     @property
+    def journaled(self) -> bool:
+        """True when turns are journaled: one cut short by a crash resumes at the next open."""
+        return self.recorder.journal is not None
+
+    @property
     def cost(self) -> float | None:
         """US dollars of this instance's turns so far (``None`` without the Model's ``spec.pricing``).
 

@@ -45,6 +45,7 @@ __all__ = [
     "OpenTurn",
     "TurnJournal",
     "idempotency_key",
+    "interrupted_instances",
 ]
 
 JOURNAL_FILE = "turn.jsonl"
@@ -225,6 +226,29 @@ def open_turn_of(records: list[JsonObject]) -> OpenTurn | None:
                     started_calls=started, approvals=approvals, parked=parked,
                     crash_resumes=crash_resumes, resumes=resumes,
                     input_message_id=message_id if isinstance(message_id, str) else None)
+
+
+def interrupted_instances(state_root: Path, workspace_id: str) -> list[tuple[str, str]]:
+    """(agent, instanceKey) of every instance of the workspace whose journal has an open turn
+    that is not parked: ``goondan run`` spawns them at start so those turns finish.
+
+    Read without the instance lock (nothing is written); an unreadable journal is skipped here
+    and reported when the instance opens."""
+    from goondan.errors import GoondanError
+    from goondan.workspace.catalog import iter_instances
+
+    found: list[tuple[str, str]] = []
+    for info in iter_instances(Path(state_root), workspace_id=workspace_id):
+        path = info.paths.dir / JOURNAL_FILE
+        if info.agent_name is None or not path.exists():
+            continue
+        try:
+            turn = open_turn_of(parse_records(read_bytes(path), str(path)))
+        except (GoondanError, OSError):
+            continue
+        if turn is not None and not turn.parked:
+            found.append((info.agent_name, info.instance_key))
+    return found
 
 
 def journal_bytes(records: list[JsonObject]) -> bytes:
