@@ -516,10 +516,8 @@ class SwarmService:
         if command == "status":
             active = self.active
             from goondan.workspace.approvals import ApprovalStore
-            from goondan.workspace.paths import workspace_id_for
 
-            store = ApprovalStore(self.state_root, workspace_id_for(self.bundle.root, self.bundle.package_name))
-            pending = await asyncio.to_thread(store.list, status="pending")
+            pending = await asyncio.to_thread(ApprovalStore(self.state_root, self.workspace_id).list, status="pending")
             return {"ok": True, **self.orchestrator.status_document(),
                     "approvals": [a.to_dict() for a in pending if a.request.get("agent") in self.swarm.agents],
                     "connections": self.connections.snapshot(), "instanceKey": self.instance_key,
@@ -534,9 +532,8 @@ class SwarmService:
         """Resume parked turns whose approvals were decided while the swarm was stopped, and
         those whose approvals expire while it runs (docs/approvals.md)."""
         from goondan.runtime.approvals import approvals_due
-        from goondan.workspace.paths import workspace_id_for
 
-        workspace = workspace_id_for(self.bundle.root, self.bundle.package_name)
+        workspace = self.workspace_id
         woken: set[str] = set()
         startup = True
         while True:
@@ -560,10 +557,8 @@ class SwarmService:
         from goondan.runtime.approvals import APPROVAL_DECIDED_EVENT
         from goondan.types import AgentEvent
         from goondan.workspace.approvals import ApprovalStore
-        from goondan.workspace.paths import workspace_id_for
 
-        store = ApprovalStore(self.state_root, workspace_id_for(self.bundle.root, self.bundle.package_name))
-        found = await asyncio.to_thread(store.get, approval)
+        found = await asyncio.to_thread(ApprovalStore(self.state_root, self.workspace_id).get, approval)
         agent = str(found.request.get("agent")) if found is not None else ""
         if found is None or (found.status == "pending" and not force) or agent not in self.swarm.agents:
             return {"ok": True, "applied": False}

@@ -154,6 +154,12 @@ class ApprovalGate:
     def __repr__(self) -> str:
         return f"<ApprovalGate {self.agent}@{self.instance_key} pending={len(self.pending)}>"
 
+    @classmethod
+    def of(cls, spec: Any, store: Any, approvals: ApprovalStore) -> ApprovalGate:
+        """The gate of an instance: ``spec``'s rules, ``store``'s journal, the workspace's index."""
+        return cls(rules=approval_rules(spec), store=approvals, journal=getattr(store, "journal", None),
+                   agent=spec.name, instance_key=store.instance_key)
+
     def reset(self) -> None:
         """A turn (or its resumption) starts: forget the last one's calls."""
         self.pending.clear()
@@ -290,17 +296,18 @@ def any_decided(gate: ApprovalGate, parked: OpenTurn) -> bool:
     return any(gate.settle(gate.lookup(record)).status != "pending" for record in parked.approvals.values())
 
 
-async def resumable(gate: ApprovalGate | None, parked: OpenTurn | None,
-                    messages: Sequence[Message]) -> ResumePoint | TurnResult:
-    """Where a parked turn goes on after a decision, or the result to return when it cannot:
-    nothing is parked, or every approval of the turn is still pending."""
+async def resumable(gate: ApprovalGate | None, store: Any,
+                    messages: Sequence[Message]) -> tuple[OpenTurn | None, ResumePoint | TurnResult]:
+    """The store's parked turn, and where it goes on after a decision — or the result to return
+    when it cannot: nothing is parked, or every approval of the turn is still pending."""
     from goondan.runtime.resume import plan_resume
 
+    parked = await asyncio.to_thread(parked_turn_of, store)
     if gate is None or parked is None:
-        return TurnResult(parked.turn_id if parked else "", "text_response")
+        return parked, TurnResult(parked.turn_id if parked else "", "text_response")
     if not await asyncio.to_thread(any_decided, gate, parked):
-        return TurnResult(parked.turn_id, "approval_pending")
-    return plan_resume(messages, parked)
+        return parked, TurnResult(parked.turn_id, "approval_pending")
+    return parked, plan_resume(messages, parked)
 
 
 def answers(event: AgentEvent, result: TurnResult, resumed: bool) -> bool:

@@ -45,9 +45,7 @@ from goondan.runtime.approvals import (
     WAITING_STATUS,
     ApprovalGate,
     answers,
-    approval_rules,
     park,
-    parked_turn_of,
     resumable,
 )
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
@@ -277,9 +275,7 @@ class AgentInstance:
             logger=log,
             interrupted=interrupted if mode in ("resume", "guard") else None,
         )
-        instance.env.approvals = ApprovalGate(
-            rules=approval_rules(spec), store=ApprovalStore(state_root, workspace_id),
-            journal=getattr(store, "journal", None), agent=spec.name, instance_key=instance_key)
+        instance.env.approvals = ApprovalGate.of(spec, store, ApprovalStore(state_root, workspace_id))
         instance.parked = interrupted if mode == "parked" else None
         max_bytes = max_bytes_from_env(os.environ if env is None else env)
         if max_bytes:
@@ -461,8 +457,7 @@ class AgentInstance:
 
     async def _resume_parked(self, *, stream: bool) -> TurnResult:
         """Resume the parked turn once a decision is stored (docs/approvals.md)."""
-        self.parked = await asyncio.to_thread(parked_turn_of, self.store)
-        point = await resumable(self.env.approvals, self.parked, self.state.next_messages)
+        self.parked, point = await resumable(self.env.approvals, self.store, self.state.next_messages)
         if not isinstance(point, ResumePoint):
             return point
         self.recorder.turn_resumed(point.turn.turn_id, point.turn.resumes + 1, cause="decision")
@@ -496,7 +491,7 @@ class AgentInstance:
             recorder=self.recorder,
             resume=resume,
         )
-        if self.env.approvals is not None:
+        if self.env.approvals is not None:  # this turn's approvals only
             self.env.approvals.reset()
         try:
             result = await runner.run(stream=stream)

@@ -153,12 +153,12 @@ def plan_resume(messages: Sequence[Message], turn: OpenTurn) -> ResumePoint:
         seen.add(call.id)
         started = turn.started_calls.get(call.id)
         action: CallAction
-        if call.id in turn.approvals:
-            action = "approval"
-        elif started is None:
-            action = "run"
-        else:
+        if started is not None:  # an approved call that started counts as started (never twice)
             action = "rerun" if started.get("idempotent") is True else "unknown"
+        elif call.id in turn.approvals:
+            action = "approval"
+        else:
+            action = "run"
         point.calls.append((call, action))
     return point
 
