@@ -171,3 +171,19 @@ def test_an_expired_approval_is_denied_with_e_approval_expired(bundle: Path, tmp
         assert (bundle / "work" / "old.txt").exists()
 
     run(main())
+
+
+def test_the_example_bundle_validates_and_its_demo_model_parks_then_finishes(bundle: Path, tmp_path: Path) -> None:
+    from goondan.config import validate_bundle
+
+    report = validate_bundle(EXAMPLE, env={})
+    assert not report.errors and not report.warnings
+
+    async def main() -> None:
+        async with Runtime.from_bundle(bundle, state_root=tmp_path / "s") as rt:
+            parked = await rt.run_turn(None, "delete old.txt", instance_key="demo")
+            [row] = parked.metadata["approvals"]
+            done = await rt.approvals.approve(row["id"])
+            assert done is not None and done.text == "Done: deleted old.txt"
+
+    run(main())
