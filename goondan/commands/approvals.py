@@ -61,7 +61,7 @@ def approvals(ctx: click.Context) -> None:
 
 
 @approvals.command("list")
-@click.option("-b", "--bundle", "bundle", default=None, type=click.Path(exists=True),
+@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(exists=True),
               help="Only this bundle's workspace [default: every workspace].")
 @click.option("--all", "show_all", is_flag=True, help="Also decided and expired approvals.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of approvals).")
@@ -181,7 +181,7 @@ def _notify(state_root: Path, approval: str) -> bool:
 
 
 _COMMON = [
-    click.option("-b", "--bundle", "bundle", default=None, type=click.Path(exists=True),
+    click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(exists=True),
                  help="Look only in this bundle's workspace [default: every workspace]."),
     click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON."),
     click.option("--state-root", type=click.Path(), default=None, help="State root to use."),
