@@ -132,6 +132,7 @@ def _check_conversation(state_root: Path, bundle: Path, trials: int) -> Counter[
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(soak.trials(120, 3600))
 def test_sigkill_of_the_agent_mid_turn_resumes_and_the_sender_gets_the_answer(
         state_root: Path, tmp_path: Path) -> None:
     bundle = _bundle(tmp_path)
@@ -158,6 +159,7 @@ def test_sigkill_of_the_agent_mid_turn_resumes_and_the_sender_gets_the_answer(
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(soak.trials(120, 3600))
 def test_every_process_killed_mid_turn_resumes_at_the_next_start(state_root: Path, tmp_path: Path) -> None:
     bundle = _bundle(tmp_path)
     trials = soak.trials(2, 200)
