@@ -338,6 +338,8 @@ class AgentWorker:
             self._queue.appendleft(resumed)
         await self.report(Ready(os.getpid(), journal=bool(getattr(handler, "journaled", False)),
                                 resuming=resuming))
+        if getattr(handler, "parked", None) is not None:  # decisions stored while no process ran
+            self._track(asyncio.ensure_future(self._resume_parked(AgentEvent(type=APPROVAL_DECIDED_EVENT))))
         try:
             while (event := await self._next_event()) is not None:
                 await self._run_turn(handler, event)

@@ -250,8 +250,9 @@ class Runtime:
             instance.observer.add_sink(self.budgets)
         if self.exporter is not None:
             instance.observer.add_sink(self.exporter)
-        if instance.interrupted is not None:
-            # Goes on now; the next turn of this instance waits for it (AgentInstance.run).
+        if instance.interrupted is not None or instance.parked is not None:
+            # Goes on now (a parked turn: if a decision was stored meanwhile, docs/approvals.md);
+            # the next turn of this instance waits for it (AgentInstance.run).
             task = asyncio.ensure_future(instance.resume())
             self._resuming.add(task)
             task.add_done_callback(self._resume_done)

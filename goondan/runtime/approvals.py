@@ -296,10 +296,11 @@ def any_decided(gate: ApprovalGate, parked: OpenTurn) -> bool:
     return any(gate.settle(gate.lookup(record)).status != "pending" for record in parked.approvals.values())
 
 
-async def resumable(gate: ApprovalGate | None, store: Any,
-                    messages: Sequence[Message]) -> tuple[OpenTurn | None, ResumePoint | TurnResult]:
-    """The store's parked turn, and where it goes on after a decision — or the result to return
-    when it cannot: nothing is parked, or every approval of the turn is still pending."""
+async def resumable(gate: ApprovalGate | None, store: Any, messages: Sequence[Message],
+                    recorder: Any) -> tuple[OpenTurn | None, ResumePoint | TurnResult]:
+    """The store's parked turn, and where it goes on after a decision (``turn.resumed`` is
+    written) — or the result to return when it cannot: nothing is parked, or every approval of
+    the turn is still pending."""
     from goondan.runtime.resume import plan_resume
 
     parked = await asyncio.to_thread(parked_turn_of, store)
@@ -307,6 +308,7 @@ async def resumable(gate: ApprovalGate | None, store: Any,
         return parked, TurnResult(parked.turn_id if parked else "", "text_response")
     if not await asyncio.to_thread(any_decided, gate, parked):
         return parked, TurnResult(parked.turn_id, "approval_pending")
+    recorder.turn_resumed(parked.turn_id, parked.resumes + 1, cause="decision")
     return parked, plan_resume(messages, parked)
 
 

@@ -38,16 +38,8 @@ from goondan.errors import AgentError, GoondanError
 from goondan.llm.base import LanguageModel, ModelSpec
 from goondan.pipeline.context import TurnResult
 from goondan.pipeline.tracing import Span, start_span
+from goondan.runtime import approvals
 from goondan.runtime.agents import turn_answer
-from goondan.runtime.approvals import (
-    APPROVAL_DECIDED_EVENT,
-    APPROVAL_PENDING,
-    WAITING_STATUS,
-    ApprovalGate,
-    answers,
-    park,
-    resumable,
-)
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.failed_turns import failed_turn_events
 from goondan.runtime.inputs import (
@@ -165,7 +157,7 @@ class AgentInstance:
         self.usage = TokenUsage()
         self.turn_count = 0
         self._lock = asyncio.Lock()
-        self._parked_changed = asyncio.Event()  # docs/approvals.md: set when a turn parks or ends
+        self._parked_changed = asyncio.Event()  # docs/approvals.md
         self._rest_status: Any = "idle"  # what a committed turn leaves: idle, waitingForApproval
         self._accepting = True
         self._status_write: asyncio.Future[None] | None = None
@@ -275,7 +267,8 @@ class AgentInstance:
             logger=log,
             interrupted=interrupted if mode in ("resume", "guard") else None,
         )
-        instance.env.approvals = ApprovalGate.of(spec, store, ApprovalStore(state_root, workspace_id))
+        instance.env.approvals = approvals.ApprovalGate.of(
+            spec, store, ApprovalStore(state_root, workspace_id))
         instance.parked = interrupted if mode == "parked" else None
         max_bytes = max_bytes_from_env(os.environ if env is None else env)
         if max_bytes:
@@ -330,7 +323,7 @@ class AgentInstance:
         if isinstance(event, str):
             event = AgentEvent(type="message", input=event, instance_key=self.instance_key)
         stream = self.stream if stream is None else stream
-        if event.type == APPROVAL_DECIDED_EVENT:  # a decision: the parked turn goes on
+        if event.type == approvals.APPROVAL_DECIDED_EVENT:  # a decision: the parked turn goes on
             async with self._lock:
                 return await self._resume_parked(stream=stream)
         while True:
@@ -351,9 +344,12 @@ class AgentInstance:
         Same ``turnId`` and input event, so its answer reaches the original ``replyTo``
         through ``on_outgoing``; see :mod:`goondan.runtime.resume` for what each tool call of
         the interrupted step gets. After three crash resumes the turn ends with
-        ``E_TURN_INTERRUPTED`` instead (the crash-loop guard)."""
+        ``E_TURN_INTERRUPTED`` instead (the crash-loop guard). A turn parked on approvals goes on
+        when a decision was stored meanwhile (docs/approvals.md)."""
         async with self._lock:
             await self._resume_locked()
+            if self.parked is not None:
+                self.resumed = await self._resume_parked(stream=self.stream)
             return self.resumed
 
     async def _resume_locked(self) -> tuple[AgentEvent, TurnResult] | None:
@@ -457,10 +453,10 @@ class AgentInstance:
 
     async def _resume_parked(self, *, stream: bool) -> TurnResult:
         """Resume the parked turn once a decision is stored (docs/approvals.md)."""
-        self.parked, point = await resumable(self.env.approvals, self.store, self.state.next_messages)
+        self.parked, point = await approvals.resumable(self.env.approvals, self.store,
+                                                       self.state.next_messages, self.recorder)
         if not isinstance(point, ResumePoint):
             return point
-        self.recorder.turn_resumed(point.turn.turn_id, point.turn.resumes + 1, cause="decision")
         return await self._execute(point.event, stream=stream, resume=point, after_park=True)
 
     async def _execute(self, event: AgentEvent, *, stream: bool,
@@ -507,9 +503,9 @@ class AgentInstance:
         await self._finalize(runner.outcome(result))
         # The turn stays open in the journal until its answer is handed over: a crash before
         # this point resumes it, and a resumed turn whose answer is written just sends it.
-        if answers(event, result, after_park):
+        if approvals.answers(event, result, after_park):
             await self._answer(event, result, span.trace_id)
-        if result.finish_reason != APPROVAL_PENDING:  # a parked turn stays open (turn.parked)
+        if result.finish_reason != approvals.APPROVAL_PENDING:  # a parked turn stays open (turn.parked)
             self.recorder.turn_ended(turn_id, result.finish_reason)
         return result
 
@@ -528,8 +524,8 @@ class AgentInstance:
         if outcome.needs_repair:
             self._repair(outcome.turn_id)
         outcome.result.metadata.update(outcome.metadata())
-        parks = outcome.result.finish_reason == APPROVAL_PENDING
-        self._rest_status = WAITING_STATUS if parks else "idle"
+        parks = outcome.result.finish_reason == approvals.APPROVAL_PENDING
+        self._rest_status = approvals.WAITING_STATUS if parks else "idle"
         try:
             work = asyncio.ensure_future(self._commit())
             try:
@@ -539,8 +535,9 @@ class AgentInstance:
                 raise
             finally:
                 self.status = "idle" if self._accepting else "draining"
-            self.parked = await asyncio.to_thread(park, self.env.approvals, self.store, outcome.turn_id, parks)
-            self._parked_changed.set()
+            self.parked = await asyncio.to_thread(approvals.park, self.env.approvals, self.store,
+                                                  outcome.turn_id, parks)
+            self._parked_changed.set()  # set when a turn parks or ends: waiting input looks again
             if not outcome.cancelled and self.bus is not None:
                 await self.bus.drain()
         finally:

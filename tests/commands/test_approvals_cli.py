@@ -99,3 +99,22 @@ def test_deleting_the_instance_removes_its_approvals(parked: tuple[Path, dict[st
     delete_instance(info)
     code, out, _ = run(capsys, "--state-root", str(state_root), "approvals", "list", "--all", "--json")
     assert code == 0 and json.loads(out) == []
+
+
+def test_a_decision_taken_while_stopped_is_applied_when_the_instance_opens(
+        parked: tuple[Path, dict[str, Any]], state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, row = parked
+    code, _, _ = run(capsys, "--state-root", str(state_root), "approvals", "deny", row["id"], "--reason", "keep")
+    assert code == 0
+
+    async def main() -> None:
+        model = ScriptedModel(["kept it"])
+        async with Runtime.from_bundle(root, state_root=state_root, models={"assistant": model}) as rt:
+            instance = await rt.instance(None, "k")
+            assert (await instance.resume()) is not None
+            assert instance.parked is None
+            assert instance.messages[-1].text == "kept it"
+            assert "E_APPROVAL_DENIED" in json.dumps(model.requests[0].messages)
+
+    run_async(main())
+    assert (root / "work" / "old.txt").exists()
