@@ -165,11 +165,6 @@ class ApprovalGate:
         self.pending.clear()
         self.approved.clear()
 
-    # -- the turn journal's records of a parked turn (docs/approvals.md "Durability") ------------
-    def open_turn(self) -> OpenTurn | None:
-        """The journal's open turn, if any."""
-        return self.journal.open_turn() if self.journal is not None else None
-
     def mark(self, kind: str, turn_id: str, **fields: Any) -> None:
         """Append ``turn.parked`` / ``turn.resumed`` for the open turn ``turn_id``."""
         if self.journal is not None:
