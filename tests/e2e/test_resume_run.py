@@ -143,9 +143,13 @@ def test_sigkill_of_the_agent_mid_turn_resumes_and_the_sender_gets_the_answer(
         for i in range(trials):
             sender = _send(state_root, bundle, f"go {i}")
             try:
-                _wait(lambda i=i: _journal_has(state_root, f"go {i}"), 60, f"turn {i}")
-                pid = _wait(lambda: _agent_pid(state_root, killed), 30, "the agent process")
-                time.sleep(rng.uniform(0, 0.7))  # the kill point: anywhere in the turn
+                if rng.random() < 0.8:  # mid-turn, anywhere in it
+                    _wait(lambda i=i: _journal_has(state_root, f"go {i}"), 60, f"turn {i}")
+                    pid = _wait(lambda: _agent_pid(state_root, killed), 30, "the agent process")
+                    time.sleep(rng.uniform(0, 0.7))  # the kill point
+                else:  # early: before, during or just after the event's dispatch
+                    pid = _wait(lambda: _agent_pid(state_root, killed), 30, "the agent process")
+                    time.sleep(rng.uniform(0, 0.4))
                 os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
                 out, err = sender.communicate(timeout=120)
