@@ -62,20 +62,25 @@ def _bundle(tmp_path: Path) -> Path:
 
 def _phase(root: Path, state: Path, phase: str, kill_after_s: float | None) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.Popen([sys.executable, "-m", "tests.support.approval_crash_child", str(root), str(state), phase],
-                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = root.parent / f"{phase}.stderr"
+    with errors.open("w") as stderr:
+        child = subprocess.Popen([sys.executable, "-m", "tests.support.approval_crash_child", str(root), str(state),
+                                  phase], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         assert child.stdout is not None
         line = child.stdout.readline()  # "ready": the runtime is open
         if kill_after_s is not None and line.strip() == "ready":
             time.sleep(kill_after_s)  # the random kill point, not a wait for a condition
             child.send_signal(signal.SIGKILL)
-        out, err = child.communicate(timeout=180)  # a loaded 2-core machine starts Python slowly
+        # read() and not communicate(): readline may already have buffered "done"
+        out = child.stdout.read()
+        child.wait(timeout=180)  # a loaded 2-core machine starts Python slowly
     finally:
         if child.poll() is None:
             child.kill()
+        child.stdout.close()  # type: ignore[union-attr]
     if kill_after_s is None:
-        assert child.returncode == 0 and "done" in line + out, f"{phase}: {line}{out}{err}"
+        assert child.returncode == 0 and "done" in line + out, f"{phase}: {line}{out}{errors.read_text()}"
 
 
 def _check(root: Path, state: Path) -> None:
