@@ -187,3 +187,33 @@ def test_the_example_bundle_validates_and_its_demo_model_parks_then_finishes(bun
             assert done is not None and done.text == "Done: deleted old.txt"
 
     run(main())
+
+
+def test_an_approved_call_that_started_before_a_crash_is_not_run_again(bundle: Path, tmp_path: Path) -> None:
+    from goondan.workspace.journal import TurnJournal
+
+    state = tmp_path / "state"
+
+    async def main() -> None:
+        first = ScriptedModel([{"toolCalls": [call("files__delete", path="old.txt")]}])
+        async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": first}) as rt:
+            parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
+            [row] = parked.metadata["approvals"]
+            rt.approvals.store.decide(row["id"], approve=True, by="alice", via="cli")
+        # The process applying the decision died while the handler ran: the journal says so.
+        [instance_dir] = [p.parent for p in state.rglob("turn.jsonl")]
+        with TurnJournal.open(instance_dir) as journal:
+            journal.append({"type": "turn.resumed", "turnId": row["turnId"], "attempt": 1,
+                            "cause": "decision", "at": "2026-01-01T00:00:00.000Z"})
+            journal.append({"type": "toolCall.started", "turnId": row["turnId"], "toolCallId": row["toolCallId"],
+                            "toolName": "files__delete", "idempotent": False, "at": "2026-01-01T00:00:00.000Z"})
+        second = ScriptedModel(["checked"])
+        async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": second}) as rt:
+            instance = await rt.instance(None, "k")
+            await instance.resume()
+            assert instance.messages[-1].text == "checked"
+        text = json.dumps(second.requests[0].messages)
+        assert "E_TOOL_OUTCOME_UNKNOWN" in text and "deleted old.txt" not in text
+
+    run(main())
+    assert (bundle / "work" / "old.txt").exists()  # the handler did not run (again)
