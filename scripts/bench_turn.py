@@ -128,20 +128,24 @@ async def measure(state_root: Path) -> dict[str, tuple[float, float]]:
     samples: dict[str, tuple[list[float], list[float]]] = {}
     async with Runtime.from_bundle(bundle(state_root), state_root=state_root, models={"plain": model}) as rt:
         instances = {}
-        for name, size in (("small", SMALL), ("large", LARGE), ("twenty", SMALL),
-                           ("small-nojournal", SMALL), ("twenty-nojournal", SMALL)):
+        for name, size in (("small", SMALL), ("large", LARGE), ("twenty", SMALL)):
             instances[name] = await rt.instance("plain", f"bench-{name}")
             await instances[name].apply_message_events(history(size))
             samples[name] = ([], [])
-            if name.endswith("-nojournal"):
-                instances[name].recorder.journal = None  # a turn as it was before the journal
+        samples["small-nojournal"], samples["twenty-nojournal"] = ([], []), ([], [])
 
         async def turn(name: str, steps: int) -> None:
+            # "-nojournal": the same instance with its journal switched off (a turn as before it)
+            instance = instances[name.removesuffix("-nojournal")]
+            journal = instance.recorder.journal
+            if name.endswith("-nojournal"):
+                instance.recorder.journal = None
             transport.plan = [_tool(s) for s in range(steps - 1)]
             started, started_cpu = time.perf_counter(), time.process_time()
-            result = await instances[name].run("hi", stream=False)
+            result = await instance.run("hi", stream=False)
             samples[name][0].append(time.perf_counter() - started)
             samples[name][1].append(time.process_time() - started_cpu)
+            instance.recorder.journal = journal
             assert result.text == "ok", result
 
         # Measured turns add 2 (or 40) messages each: the history grows a little during the run.

@@ -63,6 +63,6 @@ def settle_on_ready(rec: InstanceRecord, ready: Ready, pending: Container[str], 
     if held.reply_to is not None and held.reply_to.correlation_id in pending:
         rec.inbox.push_front([held])
         return "requeued"
-    logger.warning("%s: the turn of event %s was interrupted before it was journaled; it is not "
-                   "run again", rec.name, held.id)
+    logger.warning("%s: the turn of event %s is not resumed (it had ended, or was killed before "
+                   "its first journal record) and nobody waits for it: it is not run again", rec.name, held.id)
     return "dropped"

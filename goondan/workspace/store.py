@@ -284,7 +284,7 @@ class InstanceStore:
                     os.close(os.open(file, os.O_WRONLY | os.O_CREAT, FILE_MODE))
             # An instance written by an older version was 0644/0755: private from now on.
             tighten(paths.dir, paths.messages_dir, paths.extensions_dir, paths.base, paths.events,
-                    paths.metadata, paths.lock)
+                    paths.metadata, paths.lock, paths.journal)
             meta = read_metadata(paths)
             if meta is None:
                 if paths.metadata.exists():
