@@ -358,7 +358,11 @@ class RuntimeApprovals:
         agent, key = str(found.request.get("agent")), str(found.request.get("instanceKey"))
         event = AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=key, metadata={"approvalId": approval})
         result: TurnResult = await self._runtime.run_event(agent, event)
-        return result if result.turn_id else None  # "": no turn was parked on it
+        if result.turn_id:
+            return result
+        # Not parked any more: the runtime may have resumed it as the instance opened.
+        resumed = (await self._runtime.instance(agent, key)).resumed
+        return resumed if resumed is not None and resumed.turn_id == found.request.get("turnId") else None
 
 
 MAX_WATCH_S = 5.0  # how often the orchestrator looks for approvals that expired meanwhile
