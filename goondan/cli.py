@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("goondan.commands.serve", "serve", "Serve a swarm to agent clients (MCP over stdio)."),
     "status": ("goondan.commands.status", "status", "Show running swarms: processes, uptime, restarts, queues."),
     "stop": ("goondan.commands.stop", "stop", "Stop a running swarm gracefully (forced after the grace period)."),
+    "approvals": ("goondan.commands.approvals", "approvals", "List, approve or deny tool calls waiting for a person."),
     "instance": ("goondan.commands.instance", "instance", "List or delete instances."),
     "inspect": ("goondan.commands.inspect", "inspect", "Inspect workspaces, instances and conversations."),
     "fold": ("goondan.commands.fold", "fold", "Fold leftover conversation events into base.jsonl."),

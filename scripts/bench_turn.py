@@ -23,6 +23,12 @@ of all this"): what the turn's own thread pays for runtime events, ``runtime-eve
 OTLP export (target ≤ 5 % of the turn's overhead), and the background CPU of the writer and
 exporter threads (reported, not targeted: they run while a real turn awaits its model).
 
+And the **turn journal** (docs/conversations.md "Durability"): the cost of one
+``toolCall.started`` record per tool call, without and with an fsync (on the disk of the system
+temp directory, not tmpfs), and the K=0 / 20-step turns above against the same turns of an
+instance whose journal is switched off (what a turn cost before the journal; goal: at most 10 %
+more).
+
 Run: ``.venv/bin/python scripts/bench_turn.py`` (a few minutes). ``scripts/bench_cold.py``
 measures start-up.
 """
@@ -126,21 +132,33 @@ async def measure(state_root: Path) -> dict[str, tuple[float, float]]:
             instances[name] = await rt.instance("plain", f"bench-{name}")
             await instances[name].apply_message_events(history(size))
             samples[name] = ([], [])
+        samples["small-nojournal"], samples["twenty-nojournal"] = ([], []), ([], [])
 
         async def turn(name: str, steps: int) -> None:
+            # "-nojournal": the same instance with its journal switched off (a turn as before it)
+            instance = instances[name.removesuffix("-nojournal")]
+            journal = instance.recorder.journal
+            if name.endswith("-nojournal"):
+                instance.recorder.journal = None
             transport.plan = [_tool(s) for s in range(steps - 1)]
             started, started_cpu = time.perf_counter(), time.process_time()
-            result = await instances[name].run("hi", stream=False)
+            result = await instance.run("hi", stream=False)
             samples[name][0].append(time.perf_counter() - started)
             samples[name][1].append(time.process_time() - started_cpu)
+            instance.recorder.journal = journal
             assert result.text == "ok", result
 
         # Measured turns add 2 (or 40) messages each: the history grows a little during the run.
         for index in range(TURNS + 3):  # 3 warm-up turns each
-            await turn("small", 1)
+            # with and without the journal in turn, in both orders (garbage left by the turn
+            # before must not always land on the same one)
+            pair = ("", "-nojournal") if index % 2 == 0 else ("-nojournal", "")
+            for suffix in pair:
+                await turn("small" + suffix, 1)
             await turn("large", 1)
             if index % (TURNS // LONG_TURNS) == 0:
-                await turn("twenty", 20)
+                for suffix in pair:
+                    await turn("twenty" + suffix, 20)
     return {name: (statistics.median(wall[3:]) * 1000, statistics.median(cpu[3:]) * 1000)
             for name, (wall, cpu) in samples.items()}
 
@@ -175,8 +193,48 @@ def main() -> int:
     print(f"  per step: {twenty[0] / 20:6.3f} ms wall  {twenty[1] / 20:6.3f} ms CPU")
     ok = min(ratio, cpu_ratio) <= RATIO_GOAL and min(twenty) < TWENTY_GOAL_MS
     print("PASS" if ok else "OVER GOAL")
+    journal_overhead(figures)
     observability_overhead()
     return 0
+
+
+# -- turn journal ----------------------------------------------------------------------------------
+JOURNAL_GOAL = 0.10  # a turn with the journal at most 10 % above one without (issue 31)
+
+
+def journal_overhead(figures: dict[str, tuple[float, float]]) -> None:
+    """The journal's share of the turns above, and one ledger record's cost per tool call."""
+    print("turn journal (docs/conversations.md \"Durability\"): turns above against the same turns "
+          "with the journal off")
+    worst = 0.0
+    for name, label in (("small", "K=0 turn"), ("twenty", "20-step turn")):
+        on, off = figures[name], figures[f"{name}-nojournal"]
+        share = min(on[0] / off[0], on[1] / off[1]) - 1
+        worst = max(worst, share)
+        print(f"  {label:<12}: {on[0]:7.3f} ms wall {on[1]:7.3f} ms CPU with, {off[0]:7.3f} / {off[1]:7.3f} "
+              f"without: {share:+6.1%}")
+    print(f"  goal <= {JOURNAL_GOAL:.0%} -> {'PASS' if worst <= JOURNAL_GOAL else 'OVER GOAL'}")
+    for fsync in (False, True):
+        cost = ledger_record_us(fsync)
+        print(f"  one toolCall.started record {'with' if fsync else 'without'} fsync: {cost:8.1f} us a tool call")
+
+
+def ledger_record_us(fsync: bool, count: int = 2000) -> float:
+    """Median microseconds of one ``toolCall.started`` append (the cost a tool call pays),
+    in the system temp directory (a disk, normally: fsync is what is measured)."""
+    from goondan.runtime.resume import TurnRecorder
+    from goondan.workspace.journal import TurnJournal
+
+    samples: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, TurnJournal.open(Path(tmp), fsync=fsync) as journal:
+        recorder = TurnRecorder(journal, "plain", "bench")
+        for index in range(count if not fsync else count // 10):
+            started = time.perf_counter()
+            recorder.call_started("turn-bench", f"call_{index}", "calc__echo", False)
+            samples.append(time.perf_counter() - started)
+            if index % 200 == 199:
+                journal.clear()
+    return statistics.median(samples) * 1e6
 
 
 # -- observability overhead ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FRAGMENTS = ROOT / "docs" / "errors.d"
 TARGET = ROOT / "docs" / "errors.md"
-ORDER = ["cli", "config", "workspace", "pipeline", "llm", "mcp", "runtime", "ipc", "connectors"]
+ORDER = ["cli", "config", "workspace", "pipeline", "llm", "mcp", "runtime", "approvals", "ipc", "connectors"]
 
 HEADER = """# Error and warning codes
 

@@ -91,6 +91,13 @@ def repl(
     keep_signals_on_main_thread(runner)
     try:
         instance = runner.run(runtime.instance(agent, instance_key))
+        # The turn a killed repl left open goes on first (docs/conversations.md "Durability").
+        resumed = runner.run(instance.resume())
+        if resumed is not None and resumed.finish_reason == "approval_pending":  # docs/approvals.md
+            click.echo("a turn waits for approval: goondan approvals list, then approve|deny ID", err=True)
+        elif resumed is not None:
+            what = mask(resumed.text) if resumed.error is None else f"[{resumed.error.get('code')}]"
+            click.echo(f"resumed the interrupted turn: {what}", err=True)
         startup_done()
         backend = InstanceBackend(instance)
         stdin_tty = sys.stdin.isatty()

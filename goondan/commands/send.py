@@ -8,6 +8,8 @@ orchestrator stores it in the Swarm's durable inbox, acknowledges it (``"ack": t
 answer is printed; ``--no-wait`` exits at the acknowledgement and prints the message's id. A
 control line may be up to 16 MiB (:data:`goondan.ipc.controlwire.MAX_CONTROL_BYTES`); a larger
 message fails with ``E_RUN_MESSAGE_TOO_LARGE`` (exit 2) before anything is sent.
+When a tool call needs approval the turn parks and the answer is
+``{"status": "waitingForApproval", "approvals": [...]}`` (``--wait``: the final answer instead).
 The swarm is found from ``--bundle`` (default: the current directory's bundle, else the
 only running swarm: :func:`goondan.commands.common.find_running`).
 """
@@ -37,11 +39,16 @@ __all__ = ["send"]
 @click.option("--no-wait", "no_wait", is_flag=True, default=False,
               help="Exit once the message is stored durably (print its id); do not wait for the answer.")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the answer as JSON.")
+@click.option("--wait", "wait", is_flag=True, default=False,
+              help="When a tool call waits for approval, wait for the final answer instead of "
+              "returning.")
 def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, instance_key: str | None,
-         timeout_s: float, as_json: bool, no_wait: bool = False) -> int:
+         timeout_s: float, as_json: bool, wait: bool, no_wait: bool = False) -> int:
     """Send TEXT to a running swarm (goondan run --detach, or goondan run elsewhere) and print the answer.
 
-    TEXT '-' reads the message from stdin (up to 16 MiB, JSON-encoded)."""
+    TEXT '-' reads the message from stdin (up to 16 MiB, JSON-encoded). When a tool call needs
+    approval the turn parks: send prints the pending approvals and exits 0 (--wait: it waits
+    for the decision and the final answer)."""
     import json
 
     from goondan.errors import GoondanError
@@ -49,7 +56,7 @@ def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, in
 
     as_json = as_json or get_globals().json_errors
     try:
-        return _send(text, bundle, swarm, agent, instance_key, timeout_s, as_json, no_wait)
+        return _send(text, bundle, swarm, agent, instance_key, timeout_s, as_json, wait, no_wait)
     except GoondanError as err:
         # --json: stdout always holds one answer object, a failure before any answer too
         # (docs/cli.md); the error itself goes to stderr as every --json error does
@@ -62,7 +69,7 @@ def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, in
 
 
 def _send(text: str, bundle: str | None, swarm: str | None, agent: str | None, instance_key: str | None,
-          timeout_s: float, as_json: bool, no_wait: bool) -> int:
+          timeout_s: float, as_json: bool, wait: bool, no_wait: bool) -> int:
     import asyncio
     import json
     import sys
@@ -83,6 +90,8 @@ def _send(text: str, bundle: str | None, swarm: str | None, agent: str | None, i
         request["agent"] = agent
     # the conversation repl and run use too (docs/cli.md "Conversations")
     request["instanceKey"] = instance_key or active.instance_key
+    if wait:
+        request["waitForApproval"] = True
     accepted: list[dict[str, object]] = []
 
     def on_accepted(line: dict[str, object]) -> bool:
@@ -109,6 +118,14 @@ def _send(text: str, bundle: str | None, swarm: str | None, agent: str | None, i
                          suggestion=answer.get("suggestion"))
     if as_json:
         click.echo(mask(json.dumps(answer, ensure_ascii=False)))
+    elif answer.get("status") == "waitingForApproval":
+        approvals = answer.get("approvals") or []
+        click.echo(f"Waiting for approval ({len(approvals)}):")
+        for row in approvals:
+            args = json.dumps(row.get("args"), ensure_ascii=False)
+            click.echo(mask(f"  {row.get('id')}  {row.get('tool')} {args}"
+                            + (f"  ({row.get('reason')})" if row.get("reason") else "")))
+        click.echo("Decide with: goondan approvals approve ID | goondan approvals deny ID --reason TEXT")
     else:
         click.echo(mask(str(answer.get("response") or "")))
     return 0

@@ -57,6 +57,7 @@ def swarm_status(active: Any) -> JsonObject:
     out["processes"] = rows
     # Tokens and cost since the swarm started (docs/observability.md "Token and cost ledger").
     out["usage"] = doc.get("usage")
+    out["approvals"] = doc.get("approvals") or []  # pending ones (docs/approvals.md)
     return out
 
 
@@ -128,7 +129,20 @@ def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool)
             if proc.get("lastError") and proc.get("consecutiveCrashes"):
                 click.echo(f"  {proc['process']}: last error ({proc['consecutiveCrashes']} crashes in a row): "
                            f"{proc['lastError']}")
+        _approvals(doc.get("approvals") or [])
     return 0
+
+
+def _approvals(rows: list[JsonObject]) -> None:
+    """Pending approvals, per instance (``goondan approvals list`` shows their arguments)."""
+    from goondan.secrets import mask
+
+    by_instance: dict[str, list[JsonObject]] = {}
+    for row in rows:
+        by_instance.setdefault(f"{row.get('agent')}.{row.get('instanceKey')}", []).append(row)
+    for name, waiting in sorted(by_instance.items()):
+        click.echo(f"  {name} waits for approval: "
+                   + mask(", ".join(f"{r.get('id')} ({r.get('tool')})" for r in waiting)))
 
 
 def _line(cells: dict[str, Any]) -> str:

@@ -78,6 +78,11 @@ class ToolExport:
     name: str
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    # docs/approvals.md: "required" asks a person before each call; the Agent's reference
+    # overrides it for every export of the Tool.
+    approval: str = "never"
+    approval_timeout_ms: int | None = None
+    idempotent: bool = False  # re-run after a crash instead of E_TOOL_OUTCOME_UNKNOWN (docs/tools.md)
 
 
 @dataclass
@@ -287,9 +292,13 @@ class Bundle:
             elif "mcp" in t.spec:
                 from goondan.config.mcp import mcp_server_spec
 
-                mcp_servers.append(mcp_server_spec(t.name, t.package, t.spec, t.root))
+                server = mcp_server_spec(t.name, t.package, t.spec, t.root)
+                server.approval = item.approval or "never"
+                server.approval_timeout_ms = item.approval_timeout_ms
+                mcp_servers.append(server)
             else:
-                tools.append(self.tool_binding(t, item.config))
+                tools.append(self.tool_binding(t, item.config, approval=item.approval,
+                                               approval_timeout_ms=item.approval_timeout_ms))
         extensions = [
             self.extension_binding(e, item.config)
             for e, item in self.resolve_items(spec.get("extensions") or [], "Extension", res)
@@ -350,15 +359,20 @@ class Bundle:
         )
 
     @staticmethod
-    def tool_binding(res: Resource, agent_config: dict[str, Any] | None = None) -> ToolBinding:
+    def tool_binding(res: Resource, agent_config: dict[str, Any] | None = None, *,
+                     approval: str | None = None, approval_timeout_ms: int | None = None) -> ToolBinding:
         """The :class:`ToolBinding` of a Tool resource (entry made absolute, ``spec.config``
-        deep-merged with the Agent reference's ``config``)."""
+        deep-merged with the Agent reference's ``config``; the reference's ``approval`` and
+        ``approvalTimeoutMs``, when given, replace every export's)."""
         spec = res.spec
         exports = [
             ToolExport(
                 name=e["name"],
                 description=e.get("description") or "",
                 parameters=dict(e.get("parameters") or {"type": "object", "properties": {}}),
+                approval=approval or e.get("approval") or "never",
+                approval_timeout_ms=approval_timeout_ms or e.get("approvalTimeoutMs"),
+                idempotent=e.get("idempotent") is True,
             )
             for e in spec.get("exports") or []
         ]

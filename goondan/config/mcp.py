@@ -160,6 +160,9 @@ class McpServerSpec:
     root: Path = Path()
     cwd: Path | None = None
     max_output_bytes: int | None = None
+    # The Agent reference's approval for every tool of the server (docs/approvals.md).
+    approval: str = "never"
+    approval_timeout_ms: int | None = None
 
     @property
     def start_timeout_s(self) -> float:

@@ -56,6 +56,12 @@ class RefItem:
     ref: ObjectRef | None = None
     selector: Selector | None = None
     config: dict[str, Any] | None = None
+    # A Tool reference's approval override (docs/approvals.md): every export of that Tool.
+    approval: str | None = None
+    approval_timeout_ms: int | None = None
+
+
+TOOL_REF_APPROVAL = ("approval", "approvalTimeoutMs")
 
 
 def _bad_ref(ck: Checker, path: FieldPath, message: str, suggestion: str) -> None:
@@ -206,7 +212,9 @@ def parse_ref_item(value: Any, path: FieldPath, ck: Checker, kind: str,
         selector = _parse_selector(value, path, ck, kind)
         return RefItem(path, selector=selector) if selector else None
     if isinstance(value, dict) and "ref" in value:
-        allowed = ("ref", "config") if allow_config else ("ref",)
+        allowed: tuple[str, ...] = ("ref", "config") if allow_config else ("ref",)
+        if kind == "Tool":
+            allowed = (*allowed, *TOOL_REF_APPROVAL)
         ok = True
         for key in value:
             if key not in allowed and not key.startswith("x-"):
@@ -223,9 +231,18 @@ def parse_ref_item(value: Any, path: FieldPath, ck: Checker, kind: str,
             ck.error(f"config must be a mapping, got {type_name(config)}", (*path, "config"),
                      "write config: {key: value}")
             ok = False
+        approval, timeout = value.get("approval"), value.get("approvalTimeoutMs")
+        if approval is not None and approval not in ("required", "never"):
+            ck.error(f"approval must be 'required' or 'never', got {approval!r}", (*path, "approval"),
+                     "write approval: required (ask a person before each call) or approval: never")
+            ok = False
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
+            ck.error(f"approvalTimeoutMs must be a positive integer, got {timeout!r}",
+                     (*path, "approvalTimeoutMs"), "write approvalTimeoutMs: 3600000 (one hour)")
+            ok = False
         ref = parse_ref(value["ref"], (*path, "ref"), ck, (kind,), bare_name_kind=bare, wrapped=False)
         if ref is None or not ok:
             return None
-        return RefItem(path, ref=ref, config=config)
+        return RefItem(path, ref=ref, config=config, approval=approval, approval_timeout_ms=timeout)
     ref = parse_ref(value, path, ck, (kind,), bare_name_kind=bare)
     return RefItem(path, ref=ref) if ref else None

@@ -66,6 +66,7 @@ def _ref_list(kind: str, *, allow_config: bool = False, bare: bool = False, min_
 
 VALUE_SOURCE = Custom(check_value_source)
 ENTRY = Str()
+APPROVAL = Str(choices=("required", "never"))
 
 
 def _export_name(value: Any, path: FieldPath, ck: Checker) -> bool:
@@ -214,6 +215,11 @@ KIND_SCHEMAS: dict[str, Obj] = {
             "name*": Custom(_export_name),
             "description": Str(non_empty=False),
             "parameters": Custom(_json_schema_object),
+            # Human approval before a call runs (docs/approvals.md); expiry = denial.
+            "approval": APPROVAL,
+            "approvalTimeoutMs": Int(),
+            # Safe to run again after a crash with the same arguments (docs/tools.md "Idempotency").
+            "idempotent": Bool(),
         }), min_items=1)),
     }, rules=(tool_source_rule, _unique("exports", "export"))),
     "Extension": Obj({

@@ -8,6 +8,7 @@ on top of the orchestrator's IPC and reuse :class:`~goondan.console.session.Repl
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -116,6 +117,19 @@ class InstanceBackend:
         """US dollars of this session (``None`` without the Model's ``spec.pricing``)."""
         cost: float | None = self.instance.cost
         return cost
+
+    async def decide(self, approval_id: str, *, approve: bool, reason: str | None = None) -> TurnResult:
+        """Store a decision taken at the prompt (``via: cli``) and resume the parked turn."""
+        import getpass
+
+        from goondan.runtime.approvals import APPROVAL_DECIDED_EVENT
+
+        gate = self.instance.env.approvals
+        assert gate is not None
+        await asyncio.to_thread(gate.store.decide, approval_id, approve=approve, by=getpass.getuser(),
+                                via="cli", reason=reason)
+        return await self.instance.run(AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=self.instance_key,
+                                                  metadata={"approvalId": approval_id}))
 
     async def clear(self) -> None:
         await self.instance.apply_message_events([MessageEvent.truncate()])

@@ -162,6 +162,10 @@ def run_batch(
         result = runner.run(backend.run_turn(text))
         if as_json:
             out.write(result_json(result) + "\n")
+        elif result.finish_reason == "approval_pending":  # decided later: goondan approvals
+            for row in result.metadata.get("approvals") or []:
+                out.write(mask(f"waiting for approval {row.get('id')}: {row.get('tool')} "
+                               f"{json.dumps(row.get('args'), ensure_ascii=False)}") + "\n")
         elif result.error is None:
             out.write(mask(result.text) + "\n")
         if result.error is not None:
@@ -252,7 +256,48 @@ class ReplSession:
             self.renderer.cancelled()
             return _Turn(None, True)
         self.renderer.end_turn(result)
+        while result.finish_reason == "approval_pending" and hasattr(self.backend, "decide"):
+            decided = self._ask_approvals(result)  # docs/approvals.md: the repl asks inline
+            if decided is None:
+                break
+            result = decided
         return _Turn(result, False)
+
+    def _ask_approvals(self, result: TurnResult) -> TurnResult | None:
+        """Ask about each pending approval: approve, deny (with a reason) or show the arguments;
+        the decision resumes the turn. None: left undecided (Ctrl-C / Ctrl-D / empty answer)."""
+        for row in result.metadata.get("approvals") or []:
+            self.print(self.style.yellow(mask(f"{row.get('tool')} waits for approval ({row.get('id')})"
+                                             + (f": {row.get('reason')}" if row.get("reason") else ""))))
+            while True:
+                try:
+                    answer = self.reader.read("approve? [y]es / [n]o / [s]how args / [l]ater: ").strip().lower()
+                    if answer in ("s", "show"):
+                        self.print(mask(json.dumps(row.get("args"), ensure_ascii=False, indent=2)))
+                        continue
+                    if answer in ("y", "yes", "n", "no"):
+                        reason = None if answer.startswith("y") else self.reader.read("reason: ").strip() or None
+                        decide = self.backend.decide(str(row.get("id")), approve=answer.startswith("y"),  # type: ignore[attr-defined]
+                                                     reason=reason)
+                        return self._resumed(decide)
+                except (EOFError, KeyboardInterrupt):
+                    self.print()
+                self.print(self.style.dim("left pending: goondan approvals approve|deny " + str(row.get("id"))))
+                return None
+        return None
+
+    def _resumed(self, decide: Any) -> TurnResult | None:
+        self.renderer.start_turn()
+        unsubscribe = self.backend.subscribe(self.renderer.handle)
+        try:
+            result: TurnResult = self.runner.run(decide)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            self.renderer.cancelled()
+            return None
+        finally:
+            unsubscribe()
+        self.renderer.end_turn(result)
+        return result
 
     def _welcome(self) -> None:
         if self.quiet:

@@ -107,14 +107,20 @@ def count_tool_results(messages: Sequence[Message]) -> int:
     return sum(len(tool_result_ids(m)) for m in messages)
 
 
-def repair_tool_pairs(messages: Sequence[Message]) -> list[MessageEvent]:
+def repair_tool_pairs(messages: Sequence[Message], *, keep_open_calls: bool = False) -> list[MessageEvent]:
     """Events that make the tool pairs provider-valid; ``[]`` when nothing needs repair.
 
     Every assistant tool call gets exactly one result (a synthetic ``E_TURN_INTERRUPTED`` one
     when it has none), and orphan or duplicate results are dropped (see :func:`_valid_results`).
+    With ``keep_open_calls`` the calls of the last assistant message are left as they are: a
+    resumed turn gives them their results (docs/conversations.md "Durability").
     """
     changed, answered = _valid_results(messages)
     effective = [changed.get(i, m) for i, m in enumerate(messages)]
+    last_assistant = -1
+    if keep_open_calls:
+        last_assistant = max((i for i, m in enumerate(effective)
+                              if m is not None and m.role == "assistant"), default=-1)
 
     desired: list[Message] = []
     index = 0
@@ -126,7 +132,7 @@ def repair_tool_pairs(messages: Sequence[Message]) -> list[MessageEvent]:
         if message is None:
             continue
         desired.append(message)
-        if message.role != "assistant":
+        if message.role != "assistant" or position == last_assistant:
             continue
         # dict.fromkeys: a call id repeated within the message still gets a single result.
         missing = list(dict.fromkeys(

@@ -121,8 +121,10 @@ class ExtensionTools:
         *,
         error_message_limit: int = 1000,
         timeout_ms: float = 120_000,
+        idempotent: bool = False,
     ) -> RegisteredTool:
-        """Add a tool named ``{resource}__{export}`` whose ``handler(ctx, input)`` may be async."""
+        """Add a tool named ``{resource}__{export}`` whose ``handler(ctx, input)`` may be async;
+        ``idempotent``: safe to run again after a crash (docs/tools.md "Idempotency")."""
         coerced = ToolCatalogItem.coerce(item)
         if coerced.source is not None and coerced.source.type == "mcp":
             source = coerced.source
@@ -130,7 +132,7 @@ class ExtensionTools:
             source = ToolSource("extension", self._owner)
         tool = self._registry.register(
             coerced, handler, error_message_limit=error_message_limit,
-            timeout_ms=timeout_ms, source=source,
+            timeout_ms=timeout_ms, source=source, idempotent=idempotent,
         )
         self.registered.append(tool.name)
         return tool

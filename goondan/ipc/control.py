@@ -122,6 +122,10 @@ class Ready(Control):
 
     kind: ClassVar[str] = "ready"
     pid: int | None = None
+    # The process keeps a turn journal: a Turn it was running when it died resumes when it is
+    # respawned, and ``resuming`` is that Turn's input event (docs/conversations.md "Durability").
+    journal: bool = False
+    resuming: JsonObject | None = None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 # How a turn ended; not the model's own stop reason (``goondan.llm.base.FinishReason``).
-TurnFinishReason = Literal["text_response", "max_steps", "error"]
+# ``approval_pending``: the turn parked until a person decides (docs/approvals.md).
+TurnFinishReason = Literal["text_response", "max_steps", "error", "approval_pending"]
 
 
 @dataclass
@@ -193,6 +194,22 @@ class ToolCallContext(_ChainContext):
     metadata: JsonObject = field(default_factory=dict)
     span_id: str = ""
     parent_span_id: str | None = None
+    # Set by require_approval(); read by the core (docs/approvals.md). ``approved`` is true when
+    # the call runs after a person approved it: asking again then changes nothing.
+    approval_reason: str | None = None
+    approval_required: bool = False
+    approved: bool = False
+
+    def require_approval(self, reason: str | None = None) -> None:
+        """Ask a person before this call runs; call it before ``await ctx.next()``.
+
+        The core then does not run the tool: the turn parks until the approval is decided
+        (docs/approvals.md). A call that is already approved (the resumed turn) runs."""
+        if self.approved:
+            return
+        self.approval_required = True
+        if reason is not None:
+            self.approval_reason = str(reason)
 
     async def next(self) -> ToolCallResult:
         result: ToolCallResult = await super().next()

@@ -17,6 +17,10 @@ Everything runs in this process: no subprocess is spawned and nothing is written
 ``rt.subscribe(callback)`` receives every runtime event payload (``turn.started`` …
 ``tool.failed`` and ``llm.delta`` for streamed text) of every instance.
 
+An instance whose last turn was interrupted (the process died) resumes that turn when it is
+opened (docs/conversations.md "Durability"); ``resume_interrupted=False`` repairs it with
+``E_TURN_INTERRUPTED`` tool results instead, as before.
+
 Agent-to-agent calls (``agents__request`` and friends, ``ctx.agents``) run in process through an
 :class:`~goondan.runtime.local_router.InProcessAgentRouter`: the target (agent, instanceKey) is opened
 on first use as its own :class:`AgentInstance` (own store and lock), with the same call-stack
@@ -80,6 +84,7 @@ class Runtime:
         agents_factory: AgentsApiFactory | None = None,
         on_outgoing: OutgoingHandler | None = None,
         max_agent_depth: int = DEFAULT_MAX_DEPTH,
+        resume_interrupted: bool = True,
     ) -> None:
         from goondan.workspace.paths import workspace_id_for
         from goondan.workspace.record import record_bundle_workspace
@@ -121,6 +126,11 @@ class Runtime:
 
             self.exporter = exporter_from_env(self.env, resource_attributes={"goondan.swarm": self.swarm.name})
         self._listeners: list[EventListener] = []
+        self.resume_interrupted = resume_interrupted
+        self._resuming: set[asyncio.Task[TurnResult | None]] = set()  # interrupted turns going on
+        from goondan.runtime.approvals import RuntimeApprovals
+
+        self.approvals = RuntimeApprovals(self)  # docs/approvals.md "Embedding"
         self._runner: asyncio.Runner | None = None
         self._closed = False
 
@@ -136,12 +146,14 @@ class Runtime:
         env: Mapping[str, str] | None = None,
         stream: bool = True,
         max_agent_depth: int = DEFAULT_MAX_DEPTH,
+        resume_interrupted: bool = True,
     ) -> Runtime:
         """Load and validate the bundle at ``path`` (raises ``BundleError``/``ConfigError``).
 
         ``models`` maps an agent name (or a Model resource name) to a ready
         :class:`LanguageModel` — handy for tests with ``ScriptedModel``; ``model_factory``
-        replaces ``goondan.llm.create_model`` for every other agent.
+        replaces ``goondan.llm.create_model`` for every other agent. ``resume_interrupted``:
+        see the module docstring.
         """
         from goondan.config.cache import load_bundle_cached
         from goondan.workspace.paths import resolve_state_root
@@ -159,6 +171,7 @@ class Runtime:
             env=env,
             stream=stream,
             max_agent_depth=max_agent_depth,
+            resume_interrupted=resume_interrupted,
         )
 
     # -- instances ---------------------------------------------------------------------------------
@@ -230,13 +243,28 @@ class Runtime:
             agents_factory=agents_factory,
             on_outgoing=on_outgoing,
             stream=self.stream,
+            resume_interrupted=self.resume_interrupted,
         )
         instance.subscribe(self._dispatch)
         if self.budgets.active:
             instance.observer.add_sink(self.budgets)
         if self.exporter is not None:
             instance.observer.add_sink(self.exporter)
+        if instance.interrupted is not None or instance.parked is not None:
+            # Goes on now (a parked turn: if a decision was stored meanwhile, docs/approvals.md);
+            # the next turn of this instance waits for it (AgentInstance.run).
+            task = asyncio.ensure_future(instance.resume())
+            self._resuming.add(task)
+            task.add_done_callback(self._resume_done)
         return instance
+
+    def _resume_done(self, task: asyncio.Task[TurnResult | None]) -> None:
+        self._resuming.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            import logging
+
+            logging.getLogger("goondan.runtime").error("resuming an interrupted turn failed: %s",
+                                                       task.exception())
 
     def _agent_spec_or_none(self, agent: str) -> Any:
         try:
@@ -318,7 +346,10 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        # Fire-and-forget turns (agents__send) finish first; they may still call other agents.
+        # Fire-and-forget turns (agents__send) and resumed turns finish first; they may still
+        # call other agents.
+        while self._resuming:
+            await asyncio.gather(*self._resuming, return_exceptions=True)
         await self.router.drain_tasks()
         instances = list(self._instances.values())
         self._instances.clear()

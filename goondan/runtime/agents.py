@@ -170,6 +170,22 @@ def response_event(
     )
 
 
+def turn_answer(event: AgentEvent, result: TurnResult, trace_id: str, *, agent_name: str,
+                instance_key: str) -> AgentEvent:
+    """The answer to ``event`` of the turn that ended with ``result`` (``on_outgoing``): text or
+    error, ``finishReason``, and the pending approvals of a parked turn (docs/approvals.md)."""
+    assert event.reply_to is not None
+    error = turn_error(result)
+    answer = response_event(event, agent_name=agent_name, instance_key=instance_key,
+                            text=result.text if error is None else None, error=error)
+    answer.trace_id = trace_id
+    answer.reply_target = event.reply_to.target
+    answer.metadata["finishReason"] = result.finish_reason
+    if result.finish_reason == "approval_pending":
+        answer.metadata["approvals"] = result.metadata.get("approvals") or []
+    return answer
+
+
 def turn_error(result: TurnResult) -> JsonObject | None:
     """The error to send back for a failed Turn, else ``None``.
 

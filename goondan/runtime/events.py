@@ -30,6 +30,8 @@ __all__ = [
     "EVENT_TYPES",
     "AgentAnswered",
     "AgentRequested",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "IngressReceived",
     "LlmCallEnded",
     "LlmCallStarted",
@@ -376,6 +378,36 @@ class IngressReceived(RuntimeEvent):
     event_id: str | None = None
     event_type: str | None = None
     target: str | None = None
+
+
+# -- approvals (docs/approvals.md) -----------------------------------------------------------------
+@_register
+@dataclass(kw_only=True, eq=False, repr=False)
+class ApprovalRequested(RuntimeEvent):
+    """``approval.requested``: a tool call waits for a person (its span is the tool call's)."""
+
+    TYPES: ClassVar[tuple[str, ...]] = ("approval.requested",)
+    turn_id: str
+    approval_id: str
+    tool_call_id: str
+    tool_name: str
+    reason: str | None = None
+    expires_at: str | None = None
+
+
+@_register
+@dataclass(kw_only=True, eq=False, repr=False)
+class ApprovalDecided(RuntimeEvent):
+    """``approval.decided``: the resumed turn applies a decision (approved, denied, expired)."""
+
+    TYPES: ClassVar[tuple[str, ...]] = ("approval.decided",)
+    turn_id: str
+    approval_id: str
+    tool_call_id: str
+    tool_name: str
+    status: str
+    decided_by: str | None = None
+    via: str | None = None
 
 
 EVENT_TYPES: frozenset[str] = frozenset(_REGISTRY)

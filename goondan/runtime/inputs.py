@@ -7,24 +7,26 @@
 * :func:`model_spec_for` turns an Agent's ``ModelBinding`` into the adapter layer's
   :class:`ModelSpec`, resolving and registering the API key.
 * :class:`UnavailableAgents` is ``ctx.agents`` when no orchestrator is attached.
+* :func:`default_model_factory` builds an agent's model when none is given.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from goondan.errors import AgentError
-from goondan.llm.base import ModelSpec
+from goondan.llm.base import LanguageModel, ModelSpec
 from goondan.secrets import register_secret
 from goondan.types import AgentEvent, JsonObject
 
 if TYPE_CHECKING:
     from goondan.config import ModelBinding
 
-__all__ = ["CONNECTOR_EVENT_KEY", "INPUT_ID_KEY", "UnavailableAgents", "connector_input_written", "input_tag",
-           "input_text", "model_spec_for"]
+__all__ = ["CONNECTOR_EVENT_KEY", "INPUT_ID_KEY", "UnavailableAgents", "connector_input_written",
+           "default_model_factory", "input_tag", "input_text", "model_spec_for"]
 
 CONTEXT_OPEN = "[goondan_context]"
 CONTEXT_CLOSE = "[/goondan_context]"
@@ -146,3 +148,16 @@ class UnavailableAgents:
 
     def __repr__(self) -> str:
         return "UnavailableAgents()"
+
+
+def default_model_factory(spec: Any) -> Callable[[ModelSpec], LanguageModel]:
+    """``goondan.llm.create_model`` with scripted models' files resolved against the bundle."""
+    resource = getattr(spec, "resource", None)
+    root = getattr(resource, "root", None)
+
+    def factory(model_spec: ModelSpec) -> LanguageModel:
+        from goondan.llm import create_model
+
+        return create_model(model_spec, base_dir=Path(root) if root else None)
+
+    return factory

@@ -15,7 +15,11 @@ Per turn (docs/runtime.md "Errors and cancellation", "Persistence", "Tracing"):
   ``turn.failed`` emitted;
 * an exception ends the turn with ``finishReason: error`` and a structured error; the instance
   stays usable. Cancellation (Ctrl-C) aborts the model request, repairs, commits what was
-  emitted and re-raises :class:`asyncio.CancelledError`.
+  emitted and re-raises :class:`asyncio.CancelledError`;
+* the turn journal (``turn.jsonl``, :mod:`goondan.runtime.resume`) holds ``turn.started`` from
+  before the first message event until the answer is committed and handed to ``on_outgoing``.
+  An instance that opens with a turn still open resumes it (:meth:`AgentInstance.resume`, and
+  before any other event) unless opened with ``resume_interrupted=False``.
 """
 
 from __future__ import annotations
@@ -34,14 +38,29 @@ from goondan.errors import AgentError, GoondanError
 from goondan.llm.base import LanguageModel, ModelSpec
 from goondan.pipeline.context import TurnResult
 from goondan.pipeline.tracing import Span, start_span
+from goondan.runtime import approvals
+from goondan.runtime.agents import turn_answer
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.failed_turns import failed_turn_events
-from goondan.runtime.inputs import UnavailableAgents, connector_input_written, model_spec_for
+from goondan.runtime.inputs import (
+    UnavailableAgents,
+    connector_input_written,
+    default_model_factory,
+    model_spec_for,
+)
 from goondan.runtime.ledger import cost_of
 from goondan.runtime.observe import EventListener, RuntimeObserver, TracedAgentCalls
 from goondan.runtime.outcomes import CANCELLED_ERROR, TurnOutcome, turn_started
+from goondan.runtime.resume import (
+    ResumePoint,
+    TurnRecorder,
+    interrupted_error,
+    plan_resume,
+    resume_mode,
+)
 from goondan.runtime.turn import TurnEnv, TurnRunner, error_dict
-from goondan.types import AgentEvent, TokenUsage, ToolCatalogItem, new_id
+from goondan.types import AgentEvent, TokenUsage, ToolCatalogItem, new_id, new_trace_id
+from goondan.workspace.approvals import ApprovalStore
 
 if TYPE_CHECKING:
     from goondan.config import AgentSpec
@@ -50,6 +69,7 @@ if TYPE_CHECKING:
     from goondan.pipeline.registry import PipelineRegistry
     from goondan.tools.executor import ToolExecutor
     from goondan.tools.registry import ToolRegistry
+    from goondan.workspace.journal import OpenTurn
     from goondan.workspace.store import ConversationStore
 
 __all__ = [
@@ -103,6 +123,7 @@ class AgentInstance:
         on_outgoing: OutgoingHandler | None = None,
         stream: bool = True,
         logger: logging.Logger | None = None,
+        interrupted: OpenTurn | None = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -135,12 +156,20 @@ class AgentInstance:
         self.usage = TokenUsage()
         self.turn_count = 0
         self._lock = asyncio.Lock()
+        self._parked_changed = asyncio.Event()  # docs/approvals.md
+        self._rest_status: Any = "idle"  # what a committed turn leaves: idle, waitingForApproval
         self._accepting = True
         self._status_write: asyncio.Future[None] | None = None
         self._status_timer: asyncio.TimerHandle | None = None
         self._runner: TurnRunner | None = None  # the running turn (steer() hands it input)
+        self.parked: OpenTurn | None = None  # the turn parked on approvals: no new turn starts
         # runtime-events.jsonl (docs/observability.md); attached by open().
         self.event_log: RuntimeEventLog | None = None
+        # The turn journal (absent from stores without one) and the turn left open in it, which
+        # resume() — or the next run() — finishes first (docs/conversations.md "Durability").
+        self.recorder = TurnRecorder(getattr(store, "journal", None), spec.name, instance_key)
+        self.interrupted = interrupted
+        self.resumed: TurnResult | None = None  # the result of that turn, once resumed
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -160,8 +189,13 @@ class AgentInstance:
         on_outgoing: OutgoingHandler | None = None,
         stream: bool = True,
         logger: logging.Logger | None = None,
+        resume_interrupted: bool = True,
     ) -> AgentInstance:
-        """Open (or create) the instance's storage, recover it, load tools and extensions."""
+        """Open (or create) the instance's storage, recover it, load tools and extensions.
+
+        A turn left open by a process that died is resumed by :meth:`resume` (and before any
+        other event); ``resume_interrupted=False`` closes it with ``E_TURN_INTERRUPTED`` tool
+        results instead, without answering it."""
         from goondan.extensions import load_extensions
         from goondan.pipeline.events import EventBus
         from goondan.pipeline.registry import PipelineRegistry
@@ -177,7 +211,14 @@ class AgentInstance:
         pipeline = PipelineRegistry()
         tools = ToolRegistry()
         try:
-            state = await asyncio.to_thread(store.load)
+            interrupted = await asyncio.to_thread(store.journal.open_turn)
+            mode = resume_mode(interrupted, resume_interrupted=resume_interrupted)
+            state = await asyncio.to_thread(store.load, keep_open_calls=mode in ("resume", "parked"))
+            if mode == "drop":
+                assert interrupted is not None
+                await asyncio.to_thread(TurnRecorder(store.journal, spec.name, instance_key).turn_ended,
+                                        interrupted.turn_id, "error")
+                interrupted = None
             for diagnostic in store.recovery_diagnostics:
                 log.warning("%s: %s", diagnostic.code, diagnostic.message)
             bus = EventBus(logger=log)
@@ -228,12 +269,21 @@ class AgentInstance:
             on_outgoing=on_outgoing,
             stream=stream,
             logger=log,
+            interrupted=interrupted if mode in ("resume", "guard") else None,
         )
+        instance.env.approvals = approvals.ApprovalGate.of(
+            spec, store, ApprovalStore(state_root, workspace_id))
+        instance.parked = interrupted if mode == "parked" else None
         max_bytes = max_bytes_from_env(os.environ if env is None else env)
         if max_bytes:
             instance.event_log = RuntimeEventLog(store.paths.dir, max_bytes=max_bytes)
             instance.observer.add_sink(instance.event_log)
         return instance
+
+    @property
+    def journaled(self) -> bool:
+        """True when turns are journaled: one cut short by a crash resumes at the next open."""
+        return self.recorder.journal is not None
 
     @property
     def cost(self) -> float | None:
@@ -287,14 +337,60 @@ class AgentInstance:
         self._check_accepting()
         if isinstance(event, str):
             event = AgentEvent(type="message", input=event, instance_key=self.instance_key)
+        stream = self.stream if stream is None else stream
+        if event.type == approvals.APPROVAL_DECIDED_EVENT:  # a decision: the parked turn goes on
+            async with self._lock:
+                return await self._resume_parked(stream=stream)
+        while True:
+            if self.parked is not None:  # new input waits until the parked turn ends
+                await self._parked_changed.wait()
+            async with self._lock:
+                self._check_accepting()
+                resumed = await self._resume_locked()
+                if resumed is not None and resumed[0].id == event.id:
+                    return resumed[1]  # this event's turn was the interrupted one
+                if self.parked is None:
+                    return await self._execute(event, stream=stream)
+                self._parked_changed.clear()
+
+    async def resume(self) -> TurnResult | None:
+        """Finish the turn a dead process left open (None when there is none).
+
+        Same ``turnId`` and input event, so its answer reaches the original ``replyTo``
+        through ``on_outgoing``; see :mod:`goondan.runtime.resume` for what each tool call of
+        the interrupted step gets. After three crash resumes the turn ends with
+        ``E_TURN_INTERRUPTED`` instead (the crash-loop guard). A turn parked on approvals goes on
+        when a decision was stored meanwhile (docs/approvals.md)."""
         async with self._lock:
-            self._check_accepting()
-            return await self._execute(event, stream=self.stream if stream is None else stream)
+            await self._resume_locked()
+            if self.parked is not None:
+                self.resumed = await self._resume_parked(stream=self.stream)
+            return self.resumed
+
+    async def _resume_locked(self) -> tuple[AgentEvent, TurnResult] | None:
+        turn, self.interrupted = self.interrupted, None
+        if turn is None:
+            return None
+        if resume_mode(turn, resume_interrupted=True) == "guard":
+            event = AgentEvent.from_dict(turn.input)
+            result = TurnResult(turn.turn_id, "error", error=interrupted_error(turn))
+            self.logger.warning("[E_TURN_INTERRUPTED] turn %s was interrupted %d times; it is not "
+                                "resumed again", turn.turn_id, turn.crash_resumes + 1)
+            await self._answer(event, result, event.trace_id or new_trace_id())
+            self.recorder.turn_ended(turn.turn_id, "error")
+            self.resumed = result
+            return event, result
+        point = plan_resume(self.state.next_messages, turn)
+        self.recorder.turn_resumed(turn.turn_id, turn.resumes + 1)
+        self.logger.info("resuming turn %s (interrupted %d time(s))", turn.turn_id, turn.crash_resumes + 1)
+        self.resumed = await self._execute(point.event, stream=self.stream, resume=point)
+        return point.event, self.resumed
 
     async def apply_message_events(self, events: list[MessageEvent]) -> None:
         """Record message events outside any turn (``/clear``), durably, then fold-commit."""
         async with self._lock:
             self._check_accepting()
+            await self._resume_locked()  # an edit never lands in the middle of a turn
             turn_id = new_id("edit")
             for event in events:
                 self._emit(turn_id, event)
@@ -310,6 +406,7 @@ class AgentInstance:
         """Stop taking events and wait for the running turn (including its fold) to finish."""
         if self._accepting:
             self._accepting = False
+            self._parked_changed.set()  # inputs waiting on a parked turn fail with E_AGENT_DRAINING
             if self.status == "idle":
                 self.status = "draining"
         async with self._lock:
@@ -369,8 +466,17 @@ class AgentInstance:
         # agent.* events reach typed sinks only; without one the API is used as it is.
         return TracedAgentCalls(api, self.observer.emit, span) if self.observer.traced else api
 
-    async def _execute(self, event: AgentEvent, *, stream: bool) -> TurnResult:
-        turn_id = new_id("turn")
+    async def _resume_parked(self, *, stream: bool) -> TurnResult:
+        """Resume the parked turn once a decision is stored (docs/approvals.md)."""
+        self.parked, point = await approvals.resumable(self.env.approvals, self.store,
+                                                       self.state.next_messages, self.recorder)
+        if not isinstance(point, ResumePoint):
+            return point
+        return await self._execute(point.event, stream=stream, resume=point, after_park=True)
+
+    async def _execute(self, event: AgentEvent, *, stream: bool,
+                       resume: ResumePoint | None = None, after_park: bool = False) -> TurnResult:
+        turn_id = resume.turn.turn_id if resume is not None else new_id("turn")
         span = start_span(
             "turn", "turn", trace_id=event.trace_id or None, parent_span_id=_parent_span(event)
         )
@@ -393,8 +499,12 @@ class AgentInstance:
             span=span,
             agents=agents,
             tool_runtime=agents if self.agents_factory is not None else None,
+            recorder=self.recorder,
+            resume=resume,
         )
         self._runner = runner
+        if self.env.approvals is not None:  # this turn's approvals only
+            self.env.approvals.reset()
         try:
             result = await runner.run(stream=stream)
         except asyncio.CancelledError:
@@ -402,15 +512,24 @@ class AgentInstance:
             cancelled = TurnResult(turn_id, "error", error=dict(CANCELLED_ERROR))
             self._runner = None
             await self._finalize(runner.outcome(cancelled, cancelled=True))
+            self.recorder.turn_ended(turn_id, "error")
             raise
         except Exception as exc:
             result = TurnResult(turn_id, "error", error=error_dict(exc))
             self.logger.debug("turn %s failed", turn_id, exc_info=exc)
         self._runner = None
         await self._finalize(runner.outcome(result))
-        if event.reply_to is not None and self.on_outgoing is not None:
-            await self.on_outgoing(self._response_event(event, result, span.trace_id))
+        # The turn stays open in the journal until its answer is handed over: a crash before
+        # this point resumes it, and a resumed turn whose answer is written just sends it.
+        if approvals.answers(event, result, after_park):
+            await self._answer(event, result, span.trace_id)
+        if result.finish_reason != approvals.APPROVAL_PENDING:  # a parked turn stays open (turn.parked)
+            self.recorder.turn_ended(turn_id, result.finish_reason)
         return result
+
+    async def _answer(self, event: AgentEvent, result: TurnResult, trace_id: str) -> None:
+        if event.reply_to is not None and self.on_outgoing is not None:
+            await self.on_outgoing(turn_answer(event, result, trace_id, agent_name=self.name, instance_key=self.instance_key))
 
     async def _finalize(self, outcome: TurnOutcome) -> None:
         """End a turn from its outcome: repair, fold-commit, go idle, report ``turn.*``.
@@ -423,6 +542,8 @@ class AgentInstance:
         if outcome.needs_repair:
             self._repair(outcome.turn_id)
         outcome.result.metadata.update(outcome.metadata())
+        parks = outcome.result.finish_reason == approvals.APPROVAL_PENDING
+        self._rest_status = approvals.WAITING_STATUS if parks else "idle"
         try:
             work = asyncio.ensure_future(self._commit())
             try:
@@ -432,6 +553,9 @@ class AgentInstance:
                 raise
             finally:
                 self.status = "idle" if self._accepting else "draining"
+            self.parked = await asyncio.to_thread(approvals.park, self.env.approvals, self.store,
+                                                  outcome.turn_id, parks)
+            self._parked_changed.set()  # set when a turn parks or ends: waiting input looks again
             if not outcome.cancelled and self.bus is not None:
                 await self.bus.drain()
         finally:
@@ -479,7 +603,7 @@ class AgentInstance:
         # One worker-thread hop instead of two: the status is advisory, so recording "idle"
         # before the extension states are flushed changes nothing a reader could rely on.
         committed = self.store.commit(self.state)
-        self.store.set_status("idle")
+        self.store.set_status(self._rest_status)
         return committed
 
     async def _flush_extension_state(self) -> None:
@@ -508,32 +632,4 @@ class AgentInstance:
                 self.logger.warning("%s: %s", diagnostic.code, diagnostic.message)
         self.store.append_events(repairs, turn_id)
 
-    def _response_event(self, event: AgentEvent, result: TurnResult, trace_id: str) -> AgentEvent:
-        from goondan.runtime.agents import response_event, turn_error
 
-        assert event.reply_to is not None
-        error = turn_error(result)
-        answer = response_event(
-            event,
-            agent_name=self.name,
-            instance_key=self.instance_key,
-            text=result.text if error is None else None,
-            error=error,
-        )
-        answer.trace_id = trace_id
-        answer.reply_target = event.reply_to.target
-        answer.metadata["finishReason"] = result.finish_reason
-        return answer
-
-
-def default_model_factory(spec: AgentSpec) -> ModelFactory:
-    """``goondan.llm.create_model`` with scripted models' files resolved against the bundle."""
-    resource = getattr(spec, "resource", None)
-    root = getattr(resource, "root", None)
-
-    def factory(model_spec: ModelSpec) -> LanguageModel:
-        from goondan.llm import create_model
-
-        return create_model(model_spec, base_dir=Path(root) if root else None)
-
-    return factory

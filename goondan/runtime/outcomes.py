@@ -20,6 +20,7 @@ fold-commit, status, the ``turn.completed``/``turn.failed`` event). See docs/run
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from goondan.conversation.messages import Message
@@ -27,7 +28,7 @@ from goondan.errors import help_url
 from goondan.pipeline.context import StepResult, TurnResult
 from goondan.pipeline.tracing import Span
 from goondan.runtime.events import TurnEnded, TurnStarted, span_ids
-from goondan.types import AgentEvent, JsonObject, TokenUsage, ToolCallResult
+from goondan.types import AgentEvent, JsonObject, TokenUsage, ToolCall, ToolCallResult, ToolError
 
 __all__ = [
     "CANCELLED_ERROR",
@@ -37,7 +38,10 @@ __all__ = [
     "ToolsRan",
     "TurnOutcome",
     "classify_step",
+    "first_error",
+    "settle_result",
     "turn_started",
+    "usage_delta",
 ]
 
 CANCELLED_ERROR: JsonObject = {"code": "E_TURN_CANCELLED", "message": "the turn was cancelled",
@@ -156,3 +160,36 @@ class TurnOutcome:
             error_code=error.get("code") if error is not None else None,
             error_message=message,
         )
+
+
+def settle_result(result: ToolCallResult, call: ToolCall) -> ToolCallResult:
+    """The result as the answer to ``call``: a toolCall middleware may build its own result, but
+    the recorded tool message must pair with the call, and an error needs an error object."""
+    if result.tool_call_id != call.id or result.tool_name != call.name:
+        result = dataclasses.replace(result, tool_call_id=call.id, tool_name=call.name)
+    if not result.ok and result.error is None:
+        result = dataclasses.replace(
+            result, error=ToolError("the tool call failed (no error details)", code="E_TOOL")
+        )
+    return result
+
+
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf exception of a (possibly nested) exception group."""
+    first = group.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
+
+
+def usage_delta(after: TokenUsage, before: TokenUsage) -> TokenUsage:
+    cached: int | None = None
+    if after.cached_tokens is not None:
+        cached = after.cached_tokens - (before.cached_tokens or 0)
+    return TokenUsage(
+        after.input_tokens - before.input_tokens,
+        after.output_tokens - before.output_tokens,
+        after.total_tokens - before.total_tokens,
+        cached,
+        after.unknown_calls - before.unknown_calls,
+    )

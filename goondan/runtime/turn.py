@@ -49,6 +49,7 @@ from goondan.pipeline.context import (
     TurnResult,
 )
 from goondan.pipeline.tracing import CURRENT_SPAN, Span, elapsed_ms
+from goondan.runtime.approvals import park_call, parked_turn
 from goondan.runtime.budget import TRACE_COST_KEY
 from goondan.runtime.events import (
     LlmCallEnded,
@@ -60,11 +61,19 @@ from goondan.runtime.events import (
     ToolEnded,
     span_ids,
 )
-from goondan.runtime.failed_turns import input_events
-from goondan.runtime.inputs import input_tag, input_text
 from goondan.runtime.ledger import Budget, Pricing, cost_of
 from goondan.runtime.observe import RuntimeObserver
-from goondan.runtime.outcomes import StepFailed, StepOutcome, ToolsRan, TurnOutcome, classify_step
+from goondan.runtime.outcomes import (
+    StepFailed,
+    StepOutcome,
+    ToolsRan,
+    TurnOutcome,
+    classify_step,
+    first_error,
+    settle_result,
+    usage_delta,
+)
+from goondan.runtime.resume import ResumePoint, TurnRecorder, finish_interrupted_step, turn_input
 from goondan.runtime.steering import SteerQueue
 from goondan.tools.context import ToolContext
 from goondan.types import (
@@ -74,7 +83,6 @@ from goondan.types import (
     ToolCall,
     ToolCallResult,
     ToolCatalogItem,
-    ToolError,
     new_id,
     new_span_id,
 )
@@ -83,6 +91,7 @@ if TYPE_CHECKING:
     from goondan.config import AgentSpec
     from goondan.conversation.state import ConversationState
     from goondan.pipeline.registry import PipelineRegistry
+    from goondan.runtime.approvals import ApprovalGate
     from goondan.tools.executor import ToolExecutor
     from goondan.tools.registry import ToolRegistry
 
@@ -130,6 +139,7 @@ class TurnEnv:
     max_steps_per_turn: int
     workdir: Path
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("goondan.runtime"))
+    approvals: ApprovalGate | None = None  # docs/approvals.md; None: no call ever waits
 
     @functools.cached_property
     def pricing(self) -> Pricing | None:
@@ -164,8 +174,13 @@ class TurnRunner:
         span: Span,
         agents: MiddlewareAgentsApi,
         tool_runtime: Any = None,
+        recorder: TurnRecorder | None = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         self.env = env
+        # The turn journal (docs/conversations.md "Durability"), and where a resumed turn goes on.
+        self.recorder = recorder or TurnRecorder(None, env.spec.name, env.instance_key)
+        self.resume = resume
         self.state = state
         self.emit = emit
         self.event = event
@@ -212,12 +227,12 @@ class TurnRunner:
 
         ``stream`` asks the model for incremental output (``llm.delta`` events)."""
         self._stream = stream
-        text = input_text(self.event)
-        if text:
-            # One append, or a failed turn's input reused (docs/conversations.md "When a turn
-            # fails"); a durable input's id tags it (inputs.connector_input_written).
-            for event in input_events(self.state.next_messages, text, input_tag(self.event)):
-                self.emit(event)
+        # One append, or a failed turn's input reused (docs/conversations.md "When a turn fails").
+        events, input_id = turn_input(self.state.next_messages, self.event, self.resume)
+        if self.resume is None:
+            self.recorder.turn_started(self.turn_id, self.event, input_id)
+        for event in events:
+            self.emit(event)
         ctx = TurnContext(
             agent_name=self.env.spec.name,
             instance_key=self.env.instance_key,
@@ -245,6 +260,16 @@ class TurnRunner:
         satisfied = not required
         limit = self.env.max_steps_per_turn
         index = 0
+        resume = self.resume
+        gate = self.env.approvals
+        if resume is not None:  # steps already taken count toward the limit
+            index, satisfied = resume.steps_taken, satisfied or bool(resume.tools_ok & set(required))
+            if resume.final is not None:  # the answer was written before the crash
+                return TurnResult(self.turn_id, "text_response", response_message=resume.final)
+            if resume.calls:
+                await finish_interrupted_step(self, resume)
+                if gate is not None and gate.pending:  # an approval of the step still waits
+                    return parked_turn(self.turn_id, gate)
         while True:
             self.steering.drain(self.emit)  # steered input, before the next model request
             if index >= limit:
@@ -255,6 +280,8 @@ class TurnRunner:
             index += 1
             if isinstance(outcome, StepFailed):
                 return TurnResult(self.turn_id, "error", error=dict(outcome.error))
+            if gate is not None and gate.pending:  # parks: the decision resumes it
+                return parked_turn(self.turn_id, gate)
             refused = next((r.error for r in outcome.tool_results
                             if r.error is not None and r.error.code == BudgetExceededError.code), None)
             if refused is not None:
@@ -337,7 +364,7 @@ class TurnRunner:
         if failure is not None:
             self.error_count += 1
         latency = span.finish(error=failure).duration_ms
-        delta = _usage_delta(self.usage, usage_before)
+        delta = usage_delta(self.usage, usage_before)
         self.env.observer.emit(StepEnded(
             **span_ids(span), **where, failed=failure is not None,
             tool_call_count=len(result.tool_calls),
@@ -386,7 +413,7 @@ class TurnRunner:
                 async with asyncio.TaskGroup() as group:
                     for call in calls:
                         tasks.append(group.create_task(
-                            self._run_tool_call(ctx, step, span, call, assistant, catalog)
+                            self.run_tool_call(step, span, call, assistant, catalog)
                         ))
             except BaseExceptionGroup as failure:
                 # Keep the results that finished (the rest are repaired), and fail the turn with
@@ -394,19 +421,24 @@ class TurnRunner:
                 for task in tasks:
                     if task.done() and not task.cancelled() and task.exception() is None:
                         self.emit(MessageEvent.append(Message.tool_result(task.result())))
-                raise _first_error(failure) from None
-            results = [t.result() for t in tasks]
+                raise first_error(failure) from None
+            results = [t.result() for t in tasks if not self._parked(t.result())]
             for result in results:
                 self.emit(MessageEvent.append(Message.tool_result(result)))
         else:
             results = []
             for call in calls:
                 # Appended one by one so a crash mid-step keeps every finished result.
-                result = await self._run_tool_call(ctx, step, span, call, assistant, catalog)
-                self.emit(MessageEvent.append(Message.tool_result(result)))
-                results.append(result)
+                result = await self.run_tool_call(step, span, call, assistant, catalog)
+                if not self._parked(result):  # a parked call gets its result when decided
+                    self.emit(MessageEvent.append(Message.tool_result(result)))
+                    results.append(result)
         step.tool_results = results
         return StepResult("completed", True, calls, results, metadata)
+
+    def _parked(self, result: ToolCallResult) -> bool:
+        gate = self.env.approvals
+        return gate is not None and result.tool_call_id in gate.pending
 
     def _check_budget(self) -> None:
         """End the turn when it passed ``maxTokensPerTurn``, or its cost took the trace past
@@ -505,9 +537,8 @@ class TurnRunner:
         self.env.observer.emit(event)
 
     # -- tool call -------------------------------------------------------------------------------
-    async def _run_tool_call(
+    async def run_tool_call(
         self,
-        step_ctx: StepContext,
         step: Step,
         step_span: Span,
         call: ToolCall,
@@ -516,6 +547,8 @@ class TurnRunner:
     ) -> ToolCallResult:
         env = self.env
         span = step_span.child(call.name, "toolCall")
+        gate = env.approvals
+        approved = gate.approved.get(call.id) if gate is not None else None
         ctx = ToolCallContext(
             agent_name=env.spec.name,
             instance_key=env.instance_key,
@@ -526,15 +559,19 @@ class TurnRunner:
             tool_call_id=call.id,
             # A deep copy: middleware may edit nested values in place, while the assistant
             # message (already recorded) must keep the model's own arguments.
-            args=copy.deepcopy(call.args),
+            args=copy.deepcopy(approved.args if approved is not None else call.args),
             span_id=span.span_id,
             parent_span_id=span.parent_span_id,
+            approved=approved is not None,
         )
         where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id, "step_index": step.index,
                  "tool_call_id": call.id, "tool_name": call.name}
         env.observer.emit(ToolCalled(**span_ids(span), **where, args=call.args))
 
         async def core(c: ToolCallContext) -> ToolCallResult:
+            rule = gate.needed(c) if gate is not None else None
+            if gate is not None and rule is not None:  # not run: the request is durable first
+                return await park_call(gate, c, rule, env.observer, span)
             tool_context = ToolContext(
                 agent_name=env.spec.name,
                 instance_key=env.instance_key,
@@ -545,9 +582,15 @@ class TurnRunner:
                 workdir=env.workdir,
                 logger=env.logger,
                 runtime=self.tool_runtime,
+                idempotency_key=self.recorder.key(self.turn_id, call.id),
             )
             actual = dataclasses.replace(call, args=c.args)  # keeps invalid_args
-            return await env.executor.execute(actual, catalog=catalog, context=tool_context)
+
+            def started(tool: Any) -> None:  # the ledger: durable before the handler runs
+                self.recorder.call_started(self.turn_id, call.id, call.name, tool.idempotent)
+
+            return await env.executor.execute(actual, catalog=catalog, context=tool_context,
+                                              on_start=started)
 
         token = CURRENT_SPAN.set(span)
         try:
@@ -564,7 +607,7 @@ class TurnRunner:
             raise
         finally:
             CURRENT_SPAN.reset(token)
-        result = _settle(result, call)
+        result = settle_result(result, call)
         output = result.output
         if result.ok and isinstance(output, dict) and any(output.get(k) is True for k in RESTART_FLAGS):
             reason = output.get("restartReason")
@@ -581,35 +624,3 @@ class TurnRunner:
         ))
         return result
 
-
-def _settle(result: ToolCallResult, call: ToolCall) -> ToolCallResult:
-    """The result as the answer to ``call``: a toolCall middleware may build its own result, but
-    the recorded tool message must pair with the call, and an error needs an error object."""
-    if result.tool_call_id != call.id or result.tool_name != call.name:
-        result = dataclasses.replace(result, tool_call_id=call.id, tool_name=call.name)
-    if not result.ok and result.error is None:
-        result = dataclasses.replace(
-            result, error=ToolError("the tool call failed (no error details)", code="E_TOOL")
-        )
-    return result
-
-
-def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first leaf exception of a (possibly nested) exception group."""
-    first = group.exceptions[0]
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first
-
-
-def _usage_delta(after: TokenUsage, before: TokenUsage) -> TokenUsage:
-    cached: int | None = None
-    if after.cached_tokens is not None:
-        cached = after.cached_tokens - (before.cached_tokens or 0)
-    return TokenUsage(
-        after.input_tokens - before.input_tokens,
-        after.output_tokens - before.output_tokens,
-        after.total_tokens - before.total_tokens,
-        cached,
-        after.unknown_calls - before.unknown_calls,
-    )

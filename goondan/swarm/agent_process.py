@@ -7,7 +7,9 @@
 
 :class:`AgentWorker` is transport-agnostic and also runs in process (tests, embedding):
 
-1. it reports ``runtime.ready`` and pumps the channel;
+1. it reports ``runtime.ready`` and pumps the channel; a Turn the instance left open when its
+   last process died (docs/conversations.md "Durability") runs first, reported in
+   ``runtime.ready`` (``resuming``) and bracketed by ``turnStarted``/``turnFinished`` like any;
 2. each ``event`` without ``metadata.inReplyTo`` is one Turn, run in arrival order, bracketed
    by ``runtime.turnStarted``/``runtime.turnFinished`` reports (the orchestrator's crash
    accounting and per-instance flow control rely on them); after a Turn whose event had
@@ -43,7 +45,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from goondan.errors import AgentError, GoondanError, IpcError, TurnCancelled
 from goondan.ipc.channel import PipeTransport, Transport
@@ -74,7 +76,9 @@ from goondan.ipc.protocol import (
 )
 from goondan.ipc.queries import answer_inspect
 from goondan.pipeline.context import TurnResult
+from goondan.runtime import approvals
 from goondan.runtime.agents import TurnHandler, response_event, turn_error
+from goondan.runtime.approvals import APPROVAL_DECIDED_EVENT, APPROVAL_PENDING
 from goondan.types import AgentEvent, JsonObject
 
 __all__ = ["AgentWorker", "IpcAgentRouter", "TurnHandler", "cancelled_error", "parse_args", "process_main"]
@@ -176,6 +180,7 @@ class AgentWorker:
         # started elsewhere; reported in its turnFinished (docs/orchestrator.md "Steering").
         self._steered: list[AgentEvent] = []
         self._steer_skipped: list[str] = []
+        self._resuming: str | None = None  # id of the event whose interrupted Turn resumes
         self.turns = 0
 
     def __repr__(self) -> str:
@@ -240,6 +245,9 @@ class AgentWorker:
                         self.logger.debug("dropping late answer %s", event.metadata.get("inReplyTo"))
                 elif event.type.startswith(CONTROL_PREFIX):  # known or not, never a Turn
                     self.logger.debug("ignoring control event %s", event.type)
+                elif event.type == APPROVAL_DECIDED_EVENT:
+                    # Beside the queue: inputs queued behind a parked turn wait for this one.
+                    self._track(asyncio.ensure_future(self._resume_parked(event)))
                 elif STEER_KEY in event.metadata:
                     self._steer(event)
                 else:
@@ -297,24 +305,43 @@ class AgentWorker:
         await self._answer(event, None, cancelled_error(), "error")
         await self.report(TurnFinished(event.id, "error", ok=False, cancelled=True))
 
-    async def _answer(self, event: AgentEvent, text: str | None, error: JsonObject | None, finish: str) -> None:
+    async def _answer(self, event: AgentEvent, text: str | None, error: JsonObject | None, finish: str,
+                      approvals_pending: Any = None) -> None:
         """The one way an answer leaves an agent process: after ``event``'s Turn (finished,
-        failed or cancelled) and before its ``turnFinished``, when ``event`` is a request."""
+        failed, cancelled or parked on approvals) and before its ``turnFinished``, when ``event``
+        is a request."""
         if event.reply_to is None:
             return
         answer = response_event(event, agent_name=self.agent_name, instance_key=self.instance_key,
                                 text=text, error=error)
         answer.reply_target = event.reply_to.target
         answer.metadata["finishReason"] = finish
+        if finish == APPROVAL_PENDING:
+            answer.metadata["approvals"] = approvals_pending or []
         await self._flush_stream()  # every streamed event reaches the front-end before the answer
         with contextlib.suppress(IpcError):
             await self.transport.send(IpcMessage.event(self.agent_name, event.reply_to.target or ORCHESTRATOR, answer))
+
+    async def _resume_parked(self, event: AgentEvent) -> None:
+        """A decision was stored: the instance resumes its parked turn (docs/approvals.md); its
+        answer goes to a caller that waits for the final answer (``send --wait``), the others
+        were answered when it parked."""
+        parked = getattr(self._handler, "parked", None)
+        try:
+            result = await self._handler.run(event)
+            original = AgentEvent.from_dict(parked.input) if parked is not None else None
+            if original is not None and approvals.answers(original, result, True):
+                await self._answer(original, result.text, turn_error(result), result.finish_reason)
+        except Exception as exc:  # the process stays up; the decision stays stored
+            self.logger.error("resuming the parked turn failed: %s", exc)
+        finally:
+            self._wakeup.set()  # queued inputs may run now
 
     async def _next_event(self) -> AgentEvent | None:
         while True:
             if self._draining:
                 return None
-            if self._queue:
+            if self._queue and getattr(self._handler, "parked", None) is None:
                 return self._queue.popleft()
             self._wakeup.clear()
             await self._wakeup.wait()
@@ -326,7 +353,16 @@ class AgentWorker:
         if callable(subscribe):
             subscribe(self.on_runtime_event, everything=True)  # the orchestrator's sinks get all
         reader = asyncio.ensure_future(self._read_loop())
-        await self.report(Ready(os.getpid()))
+        interrupted = getattr(handler, "interrupted", None)  # AgentInstance: the journal's open turn
+        resuming: JsonObject | None = None
+        if interrupted is not None:
+            resumed = AgentEvent.from_dict(interrupted.input)
+            self._resuming, resuming = resumed.id, resumed.to_dict()
+            self._queue.appendleft(resumed)
+        await self.report(Ready(os.getpid(), journal=bool(getattr(handler, "journaled", False)),
+                                resuming=resuming))
+        if getattr(handler, "parked", None) is not None:  # decisions stored while no process ran
+            self._track(asyncio.ensure_future(self._resume_parked(AgentEvent(type=APPROVAL_DECIDED_EVENT))))
         try:
             while (event := await self._next_event()) is not None:
                 await self._run_turn(handler, event)
@@ -363,7 +399,7 @@ class AgentWorker:
 
     async def _run_turn(self, handler: TurnHandler, event: AgentEvent) -> None:
         self._running = (event.id, None)
-        if not await self._claim(handler, event):
+        if event.id != self._resuming and not await self._claim(handler, event):
             # Already started by another process (one orphaned by a killed orchestrator).
             self.logger.info("event %s already had its turn; not run again", event.id)
             self._running = None
@@ -381,6 +417,7 @@ class AgentWorker:
         streamed = event.stream
         self._turn_event = event.id
         restart: dict[str, Any] = {}
+        parked: Any = None  # a parked turn's pending approvals, sent with its answer
         try:
             if event.id in self._cancelled:  # cancelled while turnStarted was being sent
                 raise asyncio.CancelledError
@@ -390,6 +427,7 @@ class AgentWorker:
             self._running = (event.id, task)
             result = await task
             text, error, finish = result.text, turn_error(result), result.finish_reason
+            parked = result.metadata.get("approvals") if finish == APPROVAL_PENDING else None
             if result.metadata.get("restartRequested") is True:  # e.g. base tool self-restart
                 reason = result.metadata.get("restartReason")
                 restart = {"restart_requested": True, "restart_reason": str(reason) if reason is not None else None}
@@ -413,7 +451,10 @@ class AgentWorker:
         await self._flush_stream()
         self.turns += 1
         for joined in (event, *steered):  # the Turn's answer is the answer of every input it took
-            await self._answer(joined, text, error, finish)
+            # a park answers with its approvals, unless the caller waits for the final answer
+            # (``send --wait``): then the resumed turn answers it (_resume_parked)
+            if approvals.answers(joined, _result_of(text, error, finish), False):
+                await self._answer(joined, text, error, finish, parked)
         await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart,
                                        steered=(*(e.id for e in steered), *skipped)))
 
@@ -546,3 +587,8 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
 def process_main(conn: Connection, argv: list[str]) -> None:
     """Entry of a real agent process (``ProcessSpawner``'s default target)."""
     run_child(conn, argv, build_agent_instance)
+
+
+def _result_of(text: str | None, error: JsonObject | None, finish: str) -> TurnResult:
+    """The worker's view of a Turn's end as a :class:`TurnResult` (for ``approvals.answers``)."""
+    return TurnResult("", cast(Any, finish), error=error)

@@ -10,8 +10,8 @@ Responsibilities (docs/orchestrator.md):
 * **Requests.** An event with ``replyTo`` is remembered by correlation id (one
   :class:`~goondan.ipc.matcher.RequestMatcher`); the callee's answer
   (``metadata.inReplyTo``) is forwarded to the process that asked (or resolves a local future
-  for :meth:`request`). If the callee dies during that Turn the caller gets an error answer
-  (``E_AGENT_CRASHED``) instead of waiting for its timeout.
+  for :meth:`request`). If the callee dies during that Turn, the respawned process resumes it
+  and the caller gets its answer (:mod:`goondan.swarm.resumes`).
 * **Supervision** (:class:`~goondan.swarm.supervisor.ProcessSupervisor`, the base class): a
   non-zero exit is a crash: ``consecutiveCrashes += 1``; the first ``crash_threshold`` (5)
   respawn at once, then ``min(1 s · 2^(n-6), 300 s)`` in status ``crashLoopBackOff``; a finished
@@ -62,6 +62,7 @@ from goondan.ipc.protocol import (
 )
 from goondan.runtime.events import RuntimeEvent, event_from_dict
 from goondan.runtime.observe import EventSink
+from goondan.swarm.resumes import settle_on_ready
 from goondan.swarm.spawner import AgentHandle, Spawner, WorkerExit
 from goondan.swarm.state import pid_stopped
 from goondan.swarm.supervision import (
@@ -543,6 +544,7 @@ class Orchestrator(ProcessSupervisor):
             rec.transition("ready")
             rec.ready_signal.set()
             self.logger.info("%s ready (pid %s)", rec.name, handle.pid, extra={"event": "orchestrator.agentReady"})
+            settle_on_ready(rec, control, self._pending, self._fail_request, self.logger)
             self._dispatch(rec)
         elif isinstance(control, TurnStarted):
             if rec.inbox.current is not None:
@@ -589,8 +591,9 @@ class Orchestrator(ProcessSupervisor):
 
     def _release_in_flight(self, rec: InstanceRecord, ended: WorkerExit) -> None:
         """The process of ``rec`` ended with an event in flight: a cancelled one is answered
-        ``E_TURN_CANCELLED``, a started request ``E_AGENT_CRASHED``; one that never started, or a
-        stored event nobody waits for (its claim tells if it started), goes back to the front."""
+        ``E_TURN_CANCELLED``, a started one is held until the respawned process is ready (it
+        resumes the Turn, :mod:`goondan.swarm.resumes`); one that never started, or a connector
+        event (its claim file tells if it started), goes back to the queue's front."""
         current = rec.inbox.finish()
         if current is None:
             return
@@ -604,10 +607,6 @@ class Orchestrator(ProcessSupervisor):
                 extra={"event": "orchestrator.turnInterrupted", "agentName": rec.agent_name,
                        "instanceKey": rec.instance_key, "eventId": interrupted.id},
             )
-            self._fail_request(
-                interrupted, rec, "E_AGENT_CRASHED",
-                f"agent {rec.agent_name}@{rec.instance_key} exited ({what}) before answering; "
-                "it is respawned with its committed history",
-            )
+            rec.interrupted = (interrupted, what)
         else:
             rec.inbox.push_front([interrupted])

@@ -18,7 +18,8 @@ plus ``connections`` (one row per connector process);
 ``{"accepted": {"id", "agent", "instanceKey"}}`` once the message is in the Swarm's durable inbox);
 ``{"command": "inspect", "agent"?, "instanceKey", "what"}`` → ``{"ok", "result"}`` (a
 :mod:`goondan.ipc.queries` query; ``result`` null when the process is not running);
-``{"command": "stop"}`` → ``{"ok": true, "pid"}``, then the process stops as on SIGTERM.
+``{"command": "stop"}`` → ``{"ok": true, "pid"}``, then the process stops as on SIGTERM;
+``{"command": "approval", "id"}`` → ``{"ok", "applied"}`` (a stored decision resumes its turn).
 Every answer of ``status`` carries the orchestrator's ``pid`` and ``token`` (its runtime record's).
 A failed request is answered with ``{"ok": false, "code", "message", "suggestion"?}`` (a bug:
 ``E_INTERNAL``, traceback in the log only). Streamed events are sent as fast as the client reads
@@ -192,7 +193,8 @@ class SwarmService:
 
         # Files are keyed by instanceKey *and* workspace: two bundles never collide.
         self.instance_key = self.swarm.instance_key
-        self.key = runtime_key(self.instance_key, workspace_id_for(bundle.root, bundle.package_name))
+        self.workspace_id = workspace_id_for(bundle.root, bundle.package_name)
+        self.key = runtime_key(self.instance_key, self.workspace_id)
         self.watch = watch
         self.env_file = env_file
         self.real_env = dict(real_env if real_env is not None else os.environ)
@@ -223,6 +225,7 @@ class SwarmService:
                                              state_root=self.state_root)
         self._server: asyncio.AbstractServer | None = None
         self._watcher: Any = None
+        self._approvals_task: asyncio.Future[None] | None = None  # _watch_approvals
         self._log_handler: logging.Handler | None = None
         self._log_to_file = log_to_file
         # Ingress events happen here, not in an agent process: they get the orchestrator's own
@@ -291,6 +294,7 @@ class SwarmService:
                                            self.swarm.name))
         await self.inbox.open(self.orchestrator)
         self.orchestrator.store_input = self.inbox.record
+        await self._resume_interrupted()
         await self.connections.start()
         private_dirs(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):
@@ -314,8 +318,21 @@ class SwarmService:
         await asyncio.to_thread(write_active, self.state_root, self.active)
         # inspect from another directory masks this bundle's secrets (docs/security.md).
         await asyncio.to_thread(record_bundle_workspace, self.bundle, self.state_root)
+        self._approvals_task = asyncio.ensure_future(self._watch_approvals())
         _log.info("orchestrator started (swarm=%s, instanceKey=%s)", self.swarm.name, self.key,
                   extra={"event": "orchestrator.started"})
+
+    async def _resume_interrupted(self) -> None:
+        """Spawn every instance whose last Turn was cut short (every process killed): its new
+        process resumes the Turn (docs/orchestrator.md "Crashes")."""
+        from goondan.workspace.journal import interrupted_instances
+
+        found = await asyncio.to_thread(interrupted_instances, self.state_root, self.workspace_id)
+        for agent, key in found:
+            if agent in self.orchestrator.agents:
+                _log.info("resuming the interrupted turn of %s@%s", agent, key,
+                          extra={"event": "orchestrator.resumeAtStart", "agentName": agent, "instanceKey": key})
+                await self.orchestrator.spawn_instance(agent, key)
 
     def _install_log_file(self) -> None:
         path = log_files(self.log_dir, "orchestrator")["stderr"]
@@ -332,6 +349,8 @@ class SwarmService:
 
     async def stop(self) -> None:
         """Graceful shutdown of every agent process, then remove the runtime records."""
+        if self._approvals_task is not None:
+            self._approvals_task.cancel()
         if self._watcher is not None:
             await self._watcher.stop()
         if self._server is not None:
@@ -429,6 +448,7 @@ class SwarmService:
         message to an agent (default: the entry agent), for scripts, headless runs and a
         ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it).
         ``on_accepted`` gets ``{"id", "agent", "instanceKey"}`` once the message is durable."""
+        from goondan.runtime.approvals import APPROVAL_PENDING, WAIT_KEY
         from goondan.types import AgentEvent
 
         text = str(request.get("input") or "")
@@ -436,6 +456,8 @@ class SwarmService:
         key = str(request.get("instanceKey") or "control")
         event = AgentEvent(type="message", input=text, instance_key=key,
                            source={"kind": "connector", "name": "control"})
+        if request.get("waitForApproval"):  # send --wait: answered by the turn's final answer
+            event.metadata[WAIT_KEY] = True
         if request.get("cli") and self.connections.cli is not None:
             routed = await self.connections.cli_event(text)
             if routed is None:
@@ -459,6 +481,9 @@ class SwarmService:
             if request.get("cli"):
                 extra = {"error": error}
             return {"ok": False, "code": error.get("code"), "message": error.get("message"), **extra}
+        if answer.metadata.get("finishReason") == APPROVAL_PENDING:
+            return {"ok": True, "agent": agent, "instanceKey": key, "status": "waitingForApproval",
+                    "approvals": answer.metadata.get("approvals") or [], "response": None, **extra}
         return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or "", **extra}
 
     async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -514,6 +539,8 @@ class SwarmService:
             if request.get("stream"):
                 return await self._streamed_request(request, reader, writer, ack)
             return await self._control_request(request, on_accepted=ack)
+        if command == "approval":
+            return await self._approval_decided(str(request.get("id") or ""))
         if command == "inspect":
             from goondan.ipc.queries import inspect_agent
 
@@ -523,7 +550,11 @@ class SwarmService:
             return {"ok": True, "result": result}
         if command == "status":
             active = self.active
+            from goondan.workspace.approvals import ApprovalStore
+
+            pending = await asyncio.to_thread(ApprovalStore(self.state_root, self.workspace_id).list, status="pending")
             return {"ok": True, **self.orchestrator.status_document(),
+                    "approvals": [a.to_dict() for a in pending if a.request.get("agent") in self.swarm.agents],
                     "connections": self.connections.snapshot(), "instanceKey": self.instance_key,
                     "runtimeKey": self.key, "bundle": str(self.bundle.root), "watch": self.watch,
                     "logDir": str(self.log_dir), "usage": self.ledger.to_dict(), "pid": os.getpid(),
@@ -531,6 +562,45 @@ class SwarmService:
                     "swarm": self.swarm.name, "entryAgent": self.swarm.entry_agent,
                     "cliConnection": self.connections.cli.name if self.connections.cli is not None else None}
         return {"ok": False, "code": "E_RUN_CONTROL", "message": f"unknown command {command!r}"}
+
+    async def _watch_approvals(self) -> None:
+        """Resume parked turns whose approvals were decided while the swarm was stopped, and
+        those whose approvals expire while it runs (docs/approvals.md)."""
+        from goondan.runtime.approvals import approvals_due
+
+        workspace = self.workspace_id
+        woken: set[str] = set()
+        startup = True
+        while True:
+            try:
+                due, wait = await asyncio.to_thread(approvals_due, self.state_root, workspace, startup=startup)
+                startup = False
+                for found in due:
+                    if found.id not in woken:
+                        woken.add(found.id)
+                        await self._approval_decided(found.id, force=True)
+            except GoondanError as exc:
+                _log.warning("approvals: %s", exc.message, extra={"event": "orchestrator.approvalsFailed"})
+                wait = 5.0
+            await asyncio.sleep(wait)
+
+    async def _approval_decided(self, approval: str, *, force: bool = False) -> JsonObject:
+        """``{"command": "approval", "id"}``: a decision was stored (``goondan approvals``); the
+        instance of a decided approval gets an ``approval.decided`` event, which resumes its
+        parked turn (spawning it if needed). ``applied`` is false for an approval of another
+        workspace or swarm, or one still pending."""
+        from goondan.runtime.approvals import APPROVAL_DECIDED_EVENT
+        from goondan.types import AgentEvent
+        from goondan.workspace.approvals import ApprovalStore
+
+        found = await asyncio.to_thread(ApprovalStore(self.state_root, self.workspace_id).get, approval)
+        agent = str(found.request.get("agent")) if found is not None else ""
+        if found is None or (found.status == "pending" and not force) or agent not in self.swarm.agents:
+            return {"ok": True, "applied": False}
+        event = AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=str(found.request.get("instanceKey")),
+                           metadata={"approvalId": approval})
+        applied = await self.orchestrator.deliver_now(agent, event)
+        return {"ok": True, "applied": applied, "status": found.status}
 
     async def _on_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

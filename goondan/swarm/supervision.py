@@ -188,6 +188,8 @@ class InstanceRecord(WorkerRecord):
     processed: int = 0
     next_spawn_at: float = 0.0  # time.monotonic()
     ready_signal: asyncio.Event = field(default_factory=asyncio.Event)  # per process: ready or gone
+    # A started Turn whose process died, and how it exited (goondan/swarm/resumes.py).
+    interrupted: tuple[AgentEvent, str] | None = None
     _timer: asyncio.TimerHandle | None = None  # the respawn after a backoff
     _idle_timer: asyncio.TimerHandle | None = None  # policy.idleTimeoutMs (docs/scaling.md)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from goondan.errors import IpcError
 from goondan.ipc.control import Shutdown
-from goondan.ipc.protocol import IpcMessage, ShutdownReason
+from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, ShutdownReason
 from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest, WorkerExit
 from goondan.swarm.supervision import (
     InstanceRecord,
@@ -243,6 +243,20 @@ class ProcessSupervisor(abc.ABC):
             self._unsendable(rec, message, exc)
         except Exception as exc:  # never unobserved: a spawned task's error would hang the chat
             self._unsendable(rec, message, exc)
+
+    async def deliver_now(self, agent: str, event: AgentEvent, *, timeout_s: float = 60.0) -> bool:
+        """Send ``event`` to the process of (agent, ``event.instance_key``) beside its queue,
+        starting it if needed (an approval decision: the queue may hold input that waits for
+        the parked turn, docs/approvals.md). False when the process did not become ready."""
+        rec = self.record(agent, event.instance_key or "default")
+        deadline = time.monotonic() + timeout_s
+        while rec.handle is None or not rec.ready:
+            if self._stopping or time.monotonic() > deadline:
+                return False
+            self._ensure_running(rec)
+            await asyncio.sleep(0.05)
+        await self._send(rec, rec.handle, IpcMessage.event(ORCHESTRATOR, rec.agent_name, event))
+        return True
 
     # -- supervision -------------------------------------------------------------------------------
     def _ensure_running(self, rec: InstanceRecord) -> None:

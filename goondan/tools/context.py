@@ -6,7 +6,9 @@ tools resolve relative paths against it. ``message`` is the assistant message th
 call. ``runtime`` is the optional agent-to-agent API (``request``/``send``/``spawn``/``list``/
 ``catalog``), ``None`` when the runtime provides none. ``config`` is the Tool's ``spec.config``
 merged with the Agent reference's ``config``; ``max_output_bytes`` is the cap the executor applies
-to the result (a tool that produces a lot should stop reading there, docs/tools.md). The v1 interfaces ``swarmBundle`` and
+to the result (a tool that produces a lot should stop reading there, docs/tools.md).
+``idempotency_key`` is stable for this call across crashes and resumes (``gdn_`` + 40 hex; send it
+as an ``Idempotency-Key`` header, docs/tools.md "Idempotency"). The v1 interfaces ``swarmBundle`` and
 ``oauth`` deliberately do not exist.
 """
 
@@ -45,6 +47,7 @@ class ToolContext:
     runtime: Any = None
     config: Mapping[str, Any] = field(default_factory=dict)
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    idempotency_key: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.workdir, Path):

@@ -35,7 +35,7 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from goondan.errors import help_url
@@ -114,12 +114,19 @@ class ToolExecutor:
         *,
         catalog: Iterable[ToolCatalogItem | dict[str, Any] | str],
         context: ToolContext,
+        on_start: Callable[[RegisteredTool], None] | None = None,
     ) -> ToolCallResult:
-        """Run ``call`` and return its result; failures are results, never exceptions."""
+        """Run ``call`` and return its result; failures are results, never exceptions.
+
+        ``on_start(tool)`` is called right before the handler runs, after every check (the
+        turn's ``toolCall.started`` journal record); an exception from it propagates (the
+        handler does not run), like a failed write of the turn's events."""
         try:
-            return await self._execute(call, catalog, context)
+            return await self._execute(call, catalog, context, on_start)
         except asyncio.CancelledError:
             raise
+        except _StartFailed as failed:
+            raise failed.error from None
         except Exception as exc:  # pragma: no cover - defensive: a bug here must not kill the turn
             self._log.exception("tool executor failed on %s", call.name)
             return self._fail(call, None, f"internal error while running the tool: {exc}",
@@ -130,6 +137,7 @@ class ToolExecutor:
         call: ToolCall,
         catalog: Iterable[ToolCatalogItem | dict[str, Any] | str],
         context: ToolContext,
+        on_start: Callable[[RegisteredTool], None] | None = None,
     ) -> ToolCallResult:
         name = call.name
         if not self.allow_registry_calls:
@@ -174,6 +182,11 @@ class ToolExecutor:
         resource = source.name if source is not None and source.type == "config" else None
         limit = self.settings.limit_for(resource)
         context = _for_call(context, call.id, self.settings.config_for(resource), limit)
+        if on_start is not None:
+            try:
+                on_start(tool)  # durable before the handler can have any effect
+            except Exception as exc:
+                raise _StartFailed(exc) from exc
         deadline = asyncio.timeout(tool.timeout_ms / 1000.0)
         try:
             async with deadline:
@@ -240,6 +253,14 @@ class ToolExecutor:
             suggestion=mask(clean_text(suggestion)) if suggestion else None,
             help_url=help or help_url(code),
         )
+
+
+class _StartFailed(Exception):
+    """``on_start`` failed: not a tool failure but the turn's (see :meth:`ToolExecutor.execute`)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _ms(value: float) -> str:

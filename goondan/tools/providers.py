@@ -210,6 +210,8 @@ class EntryModuleProvider:
         limit = attr(binding, "error_message_limit", None) or DEFAULT_ERROR_MESSAGE_LIMIT
         timeout = attr(binding, "timeout_ms", None) or DEFAULT_TIMEOUT_MS
         tools: list[RegisteredTool] = []
+        idempotent = {str(attr(e, "name")): attr(e, "idempotent", False) is True
+                      for e in attr(binding, "exports", None) or ()}
         for item in binding_items(binding):
             export = item.name.split("__", 1)[1]
             handler = handlers.get(export)
@@ -222,8 +224,8 @@ class EntryModuleProvider:
                     suggestion=f"Add handlers[{export!r}] to the entry module.",
                     location=str(entry),
                 )
-            tools.append(build_tool(item, handler, error_message_limit=limit,
-                                    timeout_ms=timeout, source=item.source))
+            tools.append(build_tool(item, handler, error_message_limit=limit, timeout_ms=timeout,
+                                    source=item.source, idempotent=idempotent.get(export, False)))
         self._tools = tools
         return tools
 

@@ -61,6 +61,8 @@ class RegisteredTool:
     is_async: bool
     error_message_limit: int = DEFAULT_ERROR_MESSAGE_LIMIT
     timeout_ms: float = DEFAULT_TIMEOUT_MS
+    # The export may run again after a crash left its outcome unknown (docs/tools.md "Idempotency").
+    idempotent: bool = False
 
     @property
     def name(self) -> str:
@@ -88,6 +90,7 @@ def build_tool(
     error_message_limit: int = DEFAULT_ERROR_MESSAGE_LIMIT,
     timeout_ms: float = DEFAULT_TIMEOUT_MS,
     source: ToolSource | None = None,
+    idempotent: bool = False,
 ) -> RegisteredTool:
     """A checked :class:`RegisteredTool` (the checks of :meth:`ToolRegistry.register`)."""
     try:
@@ -114,7 +117,7 @@ def build_tool(
         parsed = parse_tool_name(name)
         source = coerced.source or ToolSource("config", parsed[0] if parsed else name)
     stored = ToolCatalogItem(name, coerced.description, parameters, source)
-    return RegisteredTool(stored, handler, _is_async(handler), limit, timeout)
+    return RegisteredTool(stored, handler, _is_async(handler), limit, timeout, idempotent is True)
 
 
 class ToolRegistry:
@@ -156,6 +159,7 @@ class ToolRegistry:
         error_message_limit: int = DEFAULT_ERROR_MESSAGE_LIMIT,
         timeout_ms: float = DEFAULT_TIMEOUT_MS,
         source: ToolSource | None = None,
+        idempotent: bool = False,
     ) -> RegisteredTool:
         """Add a tool; ``handler(ctx, input)`` may be sync or ``async``.
 
@@ -164,7 +168,7 @@ class ToolRegistry:
         ``E_TOOL_DUPLICATE`` (same name registered twice by the same kind of source).
         """
         tool = build_tool(item, handler, error_message_limit=error_message_limit,
-                          timeout_ms=timeout_ms, source=source)
+                          timeout_ms=timeout_ms, source=source, idempotent=idempotent)
         return self._add(tool, strict=True)
 
     def _add(self, tool: RegisteredTool, *, strict: bool) -> RegisteredTool:

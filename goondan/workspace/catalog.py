@@ -259,3 +259,9 @@ def delete_instance(info: InstanceInfo, *, force: bool = False) -> None:
         return
     except OSError as exc:
         raise io_error(exc, info.paths.dir, "delete") from exc
+    if info.agent_name:
+        # Its approvals go with it (docs/approvals.md): <root>/workspaces/<id>/instances/<dir>.
+        from goondan.workspace.approvals import ApprovalStore
+
+        parents = info.paths.dir.parents
+        ApprovalStore(parents[3], parents[1].name).remove_instance(info.agent_name, info.instance_key)

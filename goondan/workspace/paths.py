@@ -3,7 +3,7 @@
 System Root (docs/conversations.md "Where state lives")::
 
     <stateRoot>/workspaces/<workspaceId>/instances/<instanceDir>/
-        metadata.json  messages/base.jsonl  messages/events.jsonl  extensions/<name>.json  .lock
+        metadata.json  turn.jsonl  messages/base.jsonl  messages/events.jsonl  extensions/<name>.json  .lock
 
 * state root: ``--state-root`` > ``GOONDAN_STATE_ROOT`` > ``stateRoot`` in
   ``~/.goondan/config.toml`` > ``~/.goondan`` (resolving never creates anything, so a read-only
@@ -208,6 +208,11 @@ class InstancePaths:
     def base_prev(self) -> Path:
         """Hard link to the old base kept while a rewrite commits (see ``store.py``)."""
         return self.dir / "messages" / "base.jsonl.prev"
+
+    @property
+    def journal(self) -> Path:
+        """The turn journal (``goondan/workspace/journal.py``)."""
+        return self.dir / "turn.jsonl"
 
     @property
     def extensions_dir(self) -> Path:

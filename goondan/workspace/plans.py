@@ -100,8 +100,12 @@ class RecoveryPlan:
 
 
 def plan_recovery(base: list[Message], leftovers: list[MessageEvent], *, events_file: str = "",
-                  base_file: str = "") -> RecoveryPlan:
-    """Fold leftovers (minus an already-committed prefix) onto base, then repair tool pairs."""
+                  base_file: str = "", keep_open_calls: bool = False) -> RecoveryPlan:
+    """Fold leftovers (minus an already-committed prefix) onto base, then repair tool pairs.
+
+    ``keep_open_calls``: leave the last assistant message's unanswered calls unanswered (a
+    resumed turn decides them, docs/conversations.md "Durability").
+    """
     skip = _committed_prefix(base, leftovers)
     state = ConversationState(base)
     plan = RecoveryPlan(state, already_committed=skip, leftover_events=len(leftovers))
@@ -117,7 +121,7 @@ def plan_recovery(base: list[Message], leftovers: list[MessageEvent], *, events_
         for event in leftovers[skip:]:
             state.emit(event)
         plan.diagnostics.extend(state.diagnostics)
-    repairs = repair_tool_pairs(state.next_messages)
+    repairs = repair_tool_pairs(state.next_messages, keep_open_calls=keep_open_calls)
     if repairs:
         present = {m.id for m in state.next_messages}
         results_before = count_tool_results(state.next_messages)

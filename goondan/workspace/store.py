@@ -13,7 +13,11 @@ storage); :class:`InstanceStore` implements it on files. Write protocol (docs/co
   after the base write succeeded.
 * **At open** :meth:`InstanceStore.load` recovers: a torn last line is dropped (warning), leftover
   events are folded into base at once (warning ``W_WORKSPACE_RECOVERED``), and missing tool
-  results are filled in (:func:`goondan.conversation.repair_tool_pairs`).
+  results are filled in (:func:`goondan.conversation.repair_tool_pairs`) — except those of the
+  last assistant message when the caller resumes that turn (``load(keep_open_calls=True)``).
+* **The turn journal** ``turn.jsonl`` (:attr:`InstanceStore.journal`,
+  ``goondan/workspace/journal.py``) records a turn's durable points (started, tool calls
+  started, parked, resumed, ended) with the same write policy as ``events.jsonl``.
 * **Status** (:meth:`InstanceStore.set_status`, twice per Turn) is advisory: ``metadata.json`` is
   replaced atomically (temp file + rename) but not fsync-ed, since nothing depends on it for
   correctness. After a power loss it may be stale — a ``processing`` left by a dead holder is
@@ -62,6 +66,7 @@ from goondan.workspace.files import (
     tighten,
     write_all,
 )
+from goondan.workspace.journal import TurnJournal
 from goondan.workspace.locks import InstanceLock
 from goondan.workspace.paths import (
     InstancePaths,
@@ -91,7 +96,7 @@ __all__ = [
     "read_metadata",
 ]
 
-Status = Literal["idle", "processing"]
+Status = Literal["idle", "processing", "waitingForApproval"]
 COMMIT_COMPLETED = "W_WORKSPACE_COMMIT_COMPLETED"
 METADATA_REBUILT = "W_WORKSPACE_METADATA_REBUILT"
 
@@ -106,8 +111,11 @@ class ConversationStore(Protocol):
 
     recovery_diagnostics: list[Diagnostic]
 
-    def load(self) -> ConversationState:
-        """The conversation to continue from: leftovers folded, tool pairs repaired, no events."""
+    def load(self, *, keep_open_calls: bool = False) -> ConversationState:
+        """The conversation to continue from: leftovers folded, tool pairs repaired, no events.
+
+        ``keep_open_calls``: leave the last assistant message's unanswered calls unanswered.
+        """
         ...
 
     def append_event(self, event: MessageEvent, turn_id: str) -> None:
@@ -226,6 +234,7 @@ class InstanceStore:
         self._events_folded = False
         self._broken: str | None = None  # a write failed and could not be undone
         self._extension_cache: dict[str, bytes] = {}
+        self._journal: TurnJournal | None = None
 
     # -- opening ---------------------------------------------------------------------------------
     @classmethod
@@ -275,7 +284,7 @@ class InstanceStore:
                     os.close(os.open(file, os.O_WRONLY | os.O_CREAT, FILE_MODE))
             # An instance written by an older version was 0644/0755: private from now on.
             tighten(paths.dir, paths.messages_dir, paths.extensions_dir, paths.base, paths.events,
-                    paths.metadata, paths.lock)
+                    paths.metadata, paths.lock, paths.journal)
             meta = read_metadata(paths)
             if meta is None:
                 if paths.metadata.exists():
@@ -293,6 +302,7 @@ class InstanceStore:
             self._events_fd = os.open(paths.events, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:
             raise io_error(exc, paths.dir, "prepare") from exc
+        self._journal = TurnJournal.open(paths.dir, fsync=self._fsync_events)
 
     # -- properties ------------------------------------------------------------------------------
     @property
@@ -304,9 +314,23 @@ class InstanceStore:
     def status(self) -> str:
         return str(self._metadata.get("status", "idle"))
 
+    @property
+    def journal(self) -> TurnJournal:
+        """The instance's turn journal (``turn.jsonl``), open while the store is."""
+        if self._journal is None:
+            self._require_open()
+            raise WorkspaceError(f"instance {self.agent_name}:{self.instance_key} has no journal",
+                                 code="E_WORKSPACE_CLOSED", suggestion="open the instance again")
+        return self._journal
+
     # -- loading and recovery ------------------------------------------------------------------------
-    def load(self) -> ConversationState:
-        """The conversation with leftovers folded and tool pairs repaired; events are empty."""
+    def load(self, *, keep_open_calls: bool = False) -> ConversationState:
+        """The conversation with leftovers folded and tool pairs repaired; events are empty.
+
+        ``keep_open_calls``: the caller resumes the interrupted turn, so the tool calls of the
+        last assistant message that have no result are left without one (the runtime decides
+        what they get) instead of receiving synthetic ``E_TURN_INTERRUPTED`` results.
+        """
         if self._base is not None and not self._events_dirty:
             return ConversationState.adopt(self._base.to_list())
         first_load = self._base is None
@@ -334,7 +358,7 @@ class InstanceStore:
         self._base = MessagePrefix(base)
         self._events_folded = False
         plan = plan_recovery(base, leftovers, events_file=str(paths.events),
-                             base_file=str(paths.base))
+                             base_file=str(paths.base), keep_open_calls=keep_open_calls)
         diagnostics.extend(plan.diagnostics)
         self._events_dirty = bool(leftovers)
         if plan.repairs and all(e.type == "append" for e in plan.repairs):
@@ -497,8 +521,8 @@ class InstanceStore:
         Atomic (readers see the old or the new file) but not fsync-ed: the status is advisory and
         the two fsyncs of a durable replace cost more than the rest of a step on a real disk.
         """
-        if status not in ("idle", "processing"):
-            raise ValueError(f"status must be 'idle' or 'processing', not {status!r}")
+        if status not in ("idle", "processing", "waitingForApproval"):
+            raise ValueError(f"status must be 'idle', 'processing' or 'waitingForApproval', not {status!r}")
         self._require_open()
         self._metadata = {**self._metadata, "status": status, "updatedAt": now_iso()}
         atomic_write(self.paths.metadata, _json_bytes(self._metadata), fsync=False)
@@ -550,6 +574,8 @@ class InstanceStore:
         if self._events_fd is not None:
             fd, self._events_fd = self._events_fd, None
             os.close(fd)
+        if self._journal is not None:
+            self._journal.close()
         self._lock.release()
 
     @property

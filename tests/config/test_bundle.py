@@ -231,3 +231,17 @@ def test_literal_secret_never_in_repr(tmp_path: Path) -> None:
                          "spec: {provider: openai, model: gpt, apiKey: {value: sk-literal-zzz}}")
     bundle = load_bundle(write(tmp_path, {"goondan.yaml": text}))
     assert "sk-literal-zzz" not in repr(bundle.resources) + repr(bundle.agent_spec("a"))
+
+
+def test_tool_export_idempotent_is_a_boolean_defaulting_to_false(tmp_path: Path) -> None:
+    """docs/tools.md "Idempotency": ``idempotent: true`` lets a resumed turn run the call again."""
+    tool = ("kind: Tool\nmetadata: {name: t}\nspec:\n  entry: ./t.py\n"
+            "  exports: [{name: run, idempotent: true}, {name: other}]\n")
+    write(tmp_path, {"goondan.yaml": BASIC + "---\n" + HEADER + tool, "t.py": "handlers = {'run': print, 'other': print}\n"})
+    bundle = load_bundle(tmp_path)
+    binding = bundle.tool_binding(bundle.get("Tool", "t"))  # type: ignore[arg-type]
+    assert [(e.name, e.idempotent) for e in binding.exports] == [("run", True), ("other", False)]
+    write(tmp_path, {"goondan.yaml": BASIC + "---\n" + HEADER + tool.replace("idempotent: true", "idempotent: yes please")})
+    with pytest.raises(BundleError) as info:
+        load_bundle(tmp_path)
+    assert "idempotent" in str(info.value) or any("idempotent" in d.message for d in info.value.diagnostics)

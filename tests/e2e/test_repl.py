@@ -99,6 +99,7 @@ def test_sigkill_mid_turn_then_restart_continues(tmp_path: Path, state_root: Pat
             FakeReply.calls(FakeToolCall("calc__add", {"a": 1, "b": 2}),
                             FakeToolCall("calc__wait", {"marker": str(marker)}), text="working"),
             FakeReply.reply("continued after the crash"),
+            FakeReply.reply("the second answer"),
         )
         bundle = fake_provider_bundle(tmp_path, fake.base_url("openai"))
         env = {**os.environ, FAKE_KEY_ENV: "sk-e2e-secret-key"}
@@ -132,18 +133,21 @@ def test_sigkill_mid_turn_then_restart_continues(tmp_path: Path, state_root: Pat
 
         done = repl(*args, "--input", "second question", env=env)
         assert done.returncode == 0, done.stderr
-        assert done.stdout == "continued after the crash\n"
-        last_request = fake.requests[-1].json["messages"]
+        # The interrupted turn resumed first (docs/conversations.md "Durability"), then the new one.
+        assert "resumed the interrupted turn: continued after the crash" in done.stderr
+        assert done.stdout == "the second answer\n"
+        resumed_request = fake.requests[-2].json["messages"]
 
     base = _records(events_file.parent / "base.jsonl")
     summary = [(r["data"]["role"], r["source"].get("toolName")) for r in base]
     assert summary == [
         ("user", None), ("assistant", None), ("tool", "calc__add"), ("tool", "calc__wait"),
-        ("user", None), ("assistant", None),
+        ("assistant", None), ("user", None), ("assistant", None),
     ]
+    # calc__wait had started (journaled) and is not idempotent: not run again, its outcome unknown.
     interrupted = base[3]["data"]["content"][0]["output"]
-    assert interrupted["type"] == "error-json" and interrupted["value"]["code"] == "E_TURN_INTERRUPTED"
+    assert interrupted["type"] == "error-json" and interrupted["value"]["code"] == "E_TOOL_OUTCOME_UNKNOWN"
     assert base[2]["data"]["content"][0]["output"]["value"] == {"sum": 3}
     assert _records(events_file) == []
-    # The provider saw a valid history: both tool calls answered, then the new question.
-    assert [m["role"] for m in last_request] == ["system", "user", "assistant", "tool", "tool", "user"]
+    # The provider saw a valid history: both tool calls answered, in the resumed turn.
+    assert [m["role"] for m in resumed_request] == ["system", "user", "assistant", "tool", "tool"]

@@ -43,9 +43,10 @@ class MemoryStore:
         """The text of every committed message, in order (handy in assertions)."""
         return [m.text for m in self.base]
 
-    def load(self) -> ConversationState:
+    def load(self, *, keep_open_calls: bool = False) -> ConversationState:
         self._loaded = self.base  # what "the file" holds, as InstanceStore reads it at load
-        plan = plan_recovery(self.base, [event for _, event in self.events])
+        plan = plan_recovery(self.base, [event for _, event in self.events],
+                             keep_open_calls=keep_open_calls)
         self.recovery_diagnostics = list(plan.diagnostics)
         return self.commit(plan.state)
 

@@ -13,10 +13,11 @@ from tests.support.pipeline_harness import tool_context
 
 def test_fields_of_seed_002() -> None:
     """seed 002 §7.3: agentName, instanceKey, turnId, toolCallId, message, workdir, logger (+traceId, runtime,
-    and the Tool's config and output cap, docs/tools.md)."""
+    and the Tool's config, output cap and idempotency key, docs/tools.md)."""
     names = {f.name for f in dataclasses.fields(ToolContext)}
     assert names == {"agent_name", "instance_key", "turn_id", "trace_id", "tool_call_id",
-                     "message", "workdir", "logger", "runtime", "config", "max_output_bytes"}
+                     "message", "workdir", "logger", "runtime", "config", "max_output_bytes",
+                     "idempotency_key"}
 
 
 def test_no_v1_interfaces() -> None:

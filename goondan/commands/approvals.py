@@ -1,0 +1,217 @@
+"""``goondan approvals list|approve|deny``: answer the tool calls that wait for a person.
+
+The decision is written into the workspace's approval store
+(:class:`~goondan.workspace.approvals.ApprovalStore`), which works whether the swarm runs or
+not; a running orchestrator is then told over its control socket (``{"command": "approval",
+"id"}``) so the parked turn resumes now. A swarm that is stopped applies stored decisions when
+it starts (docs/approvals.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from goondan.commands.common import get_globals
+from goondan.secrets import mask
+
+__all__ = ["approvals"]
+
+_COLUMNS = (("ID", "id", 28), ("STATUS", "status", 9), ("AGENT", "agent", 14),
+            ("INSTANCE KEY", "instanceKey", 18), ("TOOL", "tool", 24), ("REQUESTED", "requestedAt", 0))
+
+
+def _stores(state_root: Path, bundle: str | None) -> list[Any]:
+    """The approval stores to look in: the bundle's workspace, else every workspace."""
+    from goondan.workspace.approvals import ApprovalStore
+    from goondan.workspace.paths import StateLayout
+
+    if bundle is not None:
+        from goondan.config.cache import load_bundle_cached
+        from goondan.workspace.paths import workspace_id_for
+
+        loaded = load_bundle_cached(Path(bundle), state_root=state_root)
+        return [ApprovalStore(state_root, workspace_id_for(loaded.root, loaded.package_name))]
+    workspaces = StateLayout(state_root).workspaces_dir
+    names = sorted(p.name for p in workspaces.iterdir() if p.is_dir()) if workspaces.is_dir() else []
+    return [ApprovalStore(state_root, name) for name in names]
+
+
+def _find(state_root: Path, bundle: str | None, approval: str) -> tuple[Any, str]:
+    """The store holding ``approval`` and its workspace id (``E_APPROVAL_NOT_FOUND`` if none)."""
+    from goondan.errors import UsageError
+
+    for store in _stores(state_root, bundle):
+        if store.get(approval) is not None:
+            return store, store.dir.parent.name
+    raise UsageError(f"no approval {approval!r} under {state_root}", code="E_APPROVAL_NOT_FOUND",
+                     suggestion="'goondan approvals list --all' shows every approval; check "
+                     "--state-root and --bundle")
+
+
+@click.group("approvals", invoke_without_command=True)
+@click.pass_context
+def approvals(ctx: click.Context) -> None:
+    """List and decide tool calls waiting for approval (bare `approvals` = list)."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(list_approvals)
+
+
+@approvals.command("list")
+@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(exists=True),
+              help="Only this bundle's workspace [default: every workspace].")
+@click.option("--all", "show_all", is_flag=True, help="Also decided and expired approvals.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of approvals).")
+@click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+def list_approvals(bundle: str | None = None, show_all: bool = False, as_json: bool = False,
+                   state_root: str | None = None) -> None:
+    """List approvals (pending ones unless --all), oldest first."""
+    options = get_globals()
+    root = options.resolve_state_root(state_root)
+    rows = [a.to_dict() for store in _stores(root, bundle or options.bundle)
+            for a in store.list(status=None if show_all else "pending")]
+    if as_json or options.json_errors:
+        click.echo(mask(json.dumps(rows, ensure_ascii=False, indent=2)))
+        return
+    if not rows:
+        click.echo("No approvals waiting." if not show_all else "No approvals.")
+        return
+    click.echo("  ".join(h.ljust(w) if w else h for h, _, w in _COLUMNS))
+    for row in rows:
+        cells = [str(row.get(k) if row.get(k) is not None else "-") for _, k, _ in _COLUMNS]
+        click.echo(mask("  ".join(c.ljust(w) if w else c for c, (_, _, w) in zip(cells, _COLUMNS, strict=True))))
+        args = json.dumps(row.get("args"), ensure_ascii=False)
+        click.echo(mask(f"    args: {args if len(args) <= 200 else args[:197] + '...'}"))
+        if row.get("reason"):
+            click.echo(mask(f"    reason: {row['reason']}"))
+
+
+def _decide(approval: str, *, approve: bool, args: str | None, note: str | None, reason: str | None,
+            bundle: str | None, state_root: str | None, as_json: bool) -> None:
+    import getpass
+
+    from goondan.errors import UsageError
+
+    options = get_globals()
+    root = options.resolve_state_root(state_root)
+    edited: dict[str, Any] | None = None
+    if args is not None:
+        try:
+            edited = json.loads(args)
+        except ValueError as exc:
+            raise UsageError(f"--args is not valid JSON: {exc}", code="E_APPROVAL_ARGS",
+                             suggestion="""pass a JSON object, e.g. --args '{"path": "a.txt"}'""") from None
+        if not isinstance(edited, dict):
+            raise UsageError("--args must be a JSON object (the tool's arguments)", code="E_APPROVAL_ARGS",
+                             suggestion="""pass a JSON object, e.g. --args '{"path": "a.txt"}'""")
+    store, workspace = _find(root, bundle or options.bundle, approval)
+    if edited is not None:
+        _check_args(root, workspace, store.get(approval), edited)
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    found, mine = store.decide(approval, approve=approve, by=user, via="cli", args=edited, note=note,
+                               reason=reason)
+    notified = _notify(root, approval)
+    row = found.to_dict()
+    if as_json or options.json_errors:
+        click.echo(mask(json.dumps({**row, "decided": mine, "notified": notified}, ensure_ascii=False)))
+        return
+    if mine:
+        click.echo(f"{approval}: {found.status}" + (" (the running swarm resumes the turn)" if notified
+                                                   else " (applied when the swarm runs)"))
+    else:
+        click.echo(f"{approval} was already {found.status}"
+                   + (f" by {row['decidedBy']} via {row['via']}" if row.get("decidedBy") else "")
+                   + "; nothing changed")
+
+
+def _check_args(state_root: Path, workspace: str, found: Any, edited: dict[str, Any]) -> None:
+    """Validate edited arguments against the tool's schema when the bundle can be read (the
+    tool executor checks them again before the call runs)."""
+    from goondan.errors import UsageError
+    from goondan.tools.schema import validate_args
+    from goondan.workspace.files import read_json_file
+    from goondan.workspace.paths import StateLayout
+    from goondan.workspace.record import RECORD_FILE
+
+    request = found.request if found is not None else {}
+    try:
+        record = read_json_file(StateLayout(state_root).workspace_dir(workspace) / RECORD_FILE)
+        from goondan.config.cache import load_bundle_cached
+
+        loaded = load_bundle_cached(Path(record["bundleRoot"]), state_root=state_root)
+        spec = loaded.agent_spec(str(request.get("agent")))
+    except Exception:  # no record, the bundle moved or no longer loads: the executor checks
+        return
+    schema = next((export.parameters for binding in spec.tools for export in binding.exports
+                   if f"{binding.name}__{export.name}" == request.get("tool")), None)
+    if schema is None:
+        return
+    problem = validate_args(schema, edited)
+    if problem is not None:
+        raise UsageError(f"--args does not match the parameters of {request.get('tool')}: {problem}",
+                         code="E_APPROVAL_ARGS", suggestion="'goondan approvals list' shows the "
+                         "arguments the model gave; edit those")
+
+
+def _notify(state_root: Path, approval: str) -> bool:
+    """Tell every running orchestrator; True when one of them holds the approval."""
+    import asyncio
+
+    from goondan.errors import GoondanError
+    from goondan.ipc.controlwire import send_control
+    from goondan.swarm.state import running_records
+
+    applied = False
+    for active in running_records(state_root):
+        if not active.control_socket:
+            continue
+        try:
+            answer = asyncio.run(send_control(Path(active.control_socket),
+                                              {"command": "approval", "id": approval}, timeout_s=10.0))
+        except GoondanError:
+            continue
+        applied = applied or bool(answer.get("ok") and answer.get("applied"))
+    return applied
+
+
+_COMMON = [
+    click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(exists=True),
+                 help="Look only in this bundle's workspace [default: every workspace]."),
+    click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON."),
+    click.option("--state-root", type=click.Path(), default=None, help="State root to use."),
+]
+
+
+def _with_common(func: Any) -> Any:
+    for option in reversed(_COMMON):
+        func = option(func)
+    return func
+
+
+@approvals.command("approve")
+@click.argument("approval_id")
+@click.option("--args", "args", default=None, help="Run with these arguments instead (a JSON object).")
+@click.option("--note", default=None, help="A note kept with the decision.")
+@_with_common
+def approve(approval_id: str, args: str | None, note: str | None, bundle: str | None, as_json: bool,
+            state_root: str | None) -> None:
+    """Approve APPROVAL_ID: the tool call runs (a second decision changes nothing)."""
+    _decide(approval_id, approve=True, args=args, note=note, reason=None, bundle=bundle,
+            state_root=state_root, as_json=as_json)
+
+
+@approvals.command("deny")
+@click.argument("approval_id")
+@click.option("--reason", default=None, help="Why; the model sees it with E_APPROVAL_DENIED.")
+@_with_common
+def deny(approval_id: str, reason: str | None, bundle: str | None, as_json: bool,
+         state_root: str | None) -> None:
+    """Deny APPROVAL_ID: the tool call does not run; the model gets E_APPROVAL_DENIED."""
+    _decide(approval_id, approve=False, args=None, note=None, reason=reason, bundle=bundle,
+            state_root=state_root, as_json=as_json)
