@@ -551,8 +551,7 @@ class Orchestrator(ProcessSupervisor):
                 rec.inbox.current.started = True
             rec.transition("turnStarted")
         elif isinstance(control, TurnFinished):
-            rec.inbox.finish(control.steered)
-            rec.turn_finished()  # a completed Turn also resets the crash count
+            rec.turn_finished(control.steered)  # a completed Turn also resets the crash count
             if control.restart_requested and rec.stop_mode is None:
                 # A tool asked for it (base `self-restart`): the Turn is folded, so replace this
                 # process like `goondan restart` would, keeping its queue (docs/orchestrator.md).
@@ -607,6 +606,6 @@ class Orchestrator(ProcessSupervisor):
                 extra={"event": "orchestrator.turnInterrupted", "agentName": rec.agent_name,
                        "instanceKey": rec.instance_key, "eventId": interrupted.id},
             )
-            rec.interrupted = (interrupted, what)
+            rec.hold_interrupted(interrupted, what)
         else:
             rec.inbox.push_front([interrupted])

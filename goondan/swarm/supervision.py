@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal, Self
@@ -250,13 +250,24 @@ class InstanceRecord(WorkerRecord):
         super().reset_crashes()
         self.next_spawn_at = 0.0
 
-    def turn_finished(self) -> None:
-        """The turn in flight finished: it leaves the queue, the crash count starts over."""
-        self.inbox.finish()
+    def turn_finished(self, steered: Collection[str] | None = None) -> None:
+        """The turn in flight finished (``steered``: the ids of the steered inputs it took): it
+        leaves the queue, the crash count starts over."""
+        self.inbox.finish(steered)
         self.consecutive_crashes = 0  # docs/orchestrator.md "Supervision"
         self.crash_looping = False
         self.processed += 1
         self.transition("turnFinished")
+
+    def hold_interrupted(self, event: AgentEvent, how: str) -> None:
+        """The process died during ``event``'s started Turn (``how``: its exit): held until the
+        next process is ready and says whether it resumes it (goondan/swarm/resumes.py)."""
+        self.interrupted = (event, how)
+
+    def take_interrupted(self) -> tuple[AgentEvent, str] | None:
+        """The held interrupted Turn (see :meth:`hold_interrupted`), released."""
+        held, self.interrupted = self.interrupted, None
+        return held
 
     def hold_dispatch(self, reason: ShutdownReason) -> None:
         """A stop or restart for ``reason`` is under way: nothing is sent to the process."""

@@ -163,7 +163,7 @@ def test_park_restart_approve_deny_and_expire_under_run_detach(tmp_path: Path, s
             status = json.loads(swarm.goondan("status", "--json").stdout)
             assert [a["id"] for a in status["swarms"][0]["approvals"]] == [row["id"]]
             text = swarm.goondan("status").stdout
-            assert f"assistant.control waits for approval: {row['id']} (files__delete)" in text
+            assert f"assistant.default waits for approval: {row['id']} (files__delete)" in text
             swarm.kill_all()
             swarm.start()
             assert [r["status"] for r in swarm.approvals()] == ["pending"]
