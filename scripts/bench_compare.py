@@ -58,6 +58,14 @@ COLD_ROWS = (("floor", 0, "python -c pass, wall"), ("floor", 2, "python -c pass,
              ("run", 2, "run --input, CPU"), ("run", 1, "run --input, 1st request"))
 
 
+def check_tree(tree: Path, env: dict[str, str]) -> None:
+    """A child with ``env`` (run in the current directory) imports goondan from ``tree``."""
+    done = subprocess.run([sys.executable, "-c", "import goondan; print(goondan.__file__)"],
+                          env=env, check=True, capture_output=True, text=True)
+    if not Path(done.stdout.strip()).is_relative_to(tree):
+        raise SystemExit(f"PYTHONPATH={tree} imports goondan from {done.stdout.strip()}")
+
+
 def turn_figures(tree: Path, turns: int) -> dict[str, list[float]]:
     """One child's medians: {size: [wall ms, CPU ms]}."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -85,6 +93,8 @@ def main() -> int:
         label: {"floor": [], "repl": [], "repl-cold": [], "run": []} for label in trees}
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(dir=shm) as tmp, FakeProvider() as fake:
+        # `python -m` and `-c` put the current directory first on the path: leave this checkout.
+        os.chdir(tmp)
         bundle = fake_provider_bundle(Path(tmp), fake.base_url("openai"))
         envs = {}
         for label, tree in trees.items():
@@ -93,6 +103,7 @@ def main() -> int:
             for key in ("PYTHONDONTWRITEBYTECODE", "GOONDAN_NO_CACHE"):
                 env.pop(key, None)
             envs[label] = env
+            check_tree(tree, env)
             # One untimed start writes the bundle cache entry the warm starts reuse.
             timed(goondan_cmd("repl", "--bundle", str(bundle), "--instance", "warmup", "--input", "hi"), env, fake)
         for index in range(args.rounds):
@@ -111,6 +122,7 @@ def main() -> int:
                 rows["run"].append(timed(goondan_cmd(
                     "run", "--bundle", str(bundle), "--instance", f"run-{tag}", "--input", "hi"), env, fake))
             print(f"round {index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+        os.chdir(ROOT)  # before the temporary directory goes
 
     print(f"before: {trees['before']}\nafter:  {trees['after']}\n"
           f"medians of {args.rounds} interleaved rounds; ms; after/before (> 1.05: more than 5 % worse)")
