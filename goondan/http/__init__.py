@@ -18,6 +18,13 @@ function that first needs it.
 
 from __future__ import annotations
 
+# urllib3 first, here rather than in failures.py: one frame shallower, so the regex compilation
+# at its import (urllib3.util.url) no longer straddles a 16 KiB frame-chunk boundary of CPython
+# 3.11, where each recursive call mapped and unmapped a chunk (about 1,400 mmap/munmap pairs in
+# `goondan repl`: +6 % CPU against e2d9217 in scripts/bench_compare.py). It depends on the call
+# depth: check the mmap count (strace) when the import chain changes.
+import urllib3  # noqa: F401
+
 from goondan.http.failures import Failure, failure_of, reason, safe_origin
 from goondan.http.pool import (
     CONNECT_TIMEOUT_S,

@@ -1,27 +1,11 @@
 """OTLP trace payloads for goondan's spans: ``http/protobuf`` and ``http/json``.
 
-The protobuf encoder writes the fixed part of ``ExportTraceServiceRequest`` goondan sends, with
-the standard library (no protobuf runtime at run time):
-
-    ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1; }
-    ResourceSpans  { Resource resource = 1; repeated ScopeSpans scope_spans = 2; }
-    Resource       { repeated KeyValue attributes = 1; }
-    ScopeSpans     { InstrumentationScope scope = 1; repeated Span spans = 2; }
-    InstrumentationScope { string name = 1; string version = 2; }
-    Span { bytes trace_id = 1; bytes span_id = 2; bytes parent_span_id = 4; string name = 5;
-           SpanKind kind = 6; fixed64 start_time_unix_nano = 7; fixed64 end_time_unix_nano = 8;
-           repeated KeyValue attributes = 9; Status status = 15; }
-    Status { string message = 2; StatusCode code = 3; }
-    KeyValue { string key = 1; AnyValue value = 2; }
-    AnyValue { oneof { string string_value = 1; bool bool_value = 2; int64 int_value = 3;
-                       double double_value = 4; ArrayValue array_value = 5; } }
-    ArrayValue { repeated AnyValue values = 1; }
-
-Fields are written in field-number order and proto3 defaults (0, "", empty bytes) are left
-out, as ``SerializeToString()`` of the official classes does; a message field that is set is
-written even when empty, and so is a ``oneof`` member. ``tests/otlp/test_encode.py`` proves the
-bytes identical to ``opentelemetry-proto``'s with a property test. The JSON form follows the
-OTLP/JSON rules: hex ids, enum numbers, 64-bit integers as decimal strings.
+The protobuf encoder writes, with the standard library, the part of opentelemetry-proto's
+``ExportTraceServiceRequest`` goondan sends (each message's field numbers are named where it is
+written): fields in field-number order, proto3 defaults (0, "", empty bytes) left out, a set
+message field or ``oneof`` member written even when empty — the bytes of ``SerializeToString()``
+(``tests/otlp/test_encode.py`` proves it). JSON follows OTLP/JSON: hex ids, enum numbers, 64-bit
+integers as decimal strings.
 """
 
 from __future__ import annotations
@@ -33,17 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["SPAN_KIND_CLIENT", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "STATUS_ERROR",
-           "STATUS_OK", "STATUS_UNSET", "AttributeValue", "OtlpSpan", "Resource", "encode_json",
-           "encode_protobuf", "encode_span"]
+           "AttributeValue", "OtlpSpan", "Resource", "encode_json", "encode_protobuf"]
 
 AttributeValue = str | bool | int | float | Sequence[str | bool | int | float]
 
-SPAN_KIND_INTERNAL = 1
-SPAN_KIND_SERVER = 2
-SPAN_KIND_CLIENT = 3
-STATUS_UNSET = 0
-STATUS_OK = 1
-STATUS_ERROR = 2
+SPAN_KIND_INTERNAL, SPAN_KIND_SERVER, SPAN_KIND_CLIENT = 1, 2, 3
+STATUS_ERROR = 2  # 0: unset (the default), 1: ok
 
 
 @dataclass
@@ -58,7 +37,7 @@ class OtlpSpan:
     parent_span_id: str | None = None
     kind: int = SPAN_KIND_INTERNAL
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
-    status_code: int = STATUS_UNSET
+    status_code: int = 0
     status_message: str = ""
 
 
@@ -76,8 +55,6 @@ _VARINT, _FIXED64, _LEN = 0, 1, 2  # wire types
 
 
 def _varint(value: int) -> bytes:
-    if 0 <= value < 0x80:  # tags, most lengths and small numbers: one byte
-        return bytes((value,))
     value &= (1 << 64) - 1  # a negative int64 is its ten-byte two's complement
     out = bytearray()
     while value > 0x7F:
@@ -96,13 +73,11 @@ def _message(number: int, payload: bytes) -> bytes:
     return _tag(number, _LEN) + _varint(len(payload)) + payload
 
 
-def _bytes(number: int, payload: bytes) -> bytes:
+def _bytes(number: int, payload: bytes | str) -> bytes:
     """A ``bytes`` or ``string`` field: left out when empty (its default)."""
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
     return _message(number, payload) if payload else b""
-
-
-def _string(number: int, text: str) -> bytes:
-    return _bytes(number, text.encode("utf-8"))
 
 
 def _uint(number: int, value: int) -> bytes:
@@ -114,6 +89,7 @@ def _fixed64(number: int, value: int) -> bytes:
 
 
 def _any_value(value: AttributeValue) -> bytes:
+    """``AnyValue``: string 1, bool 2, int64 3, double 4, ArrayValue 5 (``values = 1``)."""
     if isinstance(value, bool):
         return _tag(2, _VARINT) + _varint(int(value))
     if isinstance(value, int):
@@ -126,31 +102,34 @@ def _any_value(value: AttributeValue) -> bytes:
 
 
 def _attributes(number: int, attributes: Mapping[str, AttributeValue]) -> bytes:
-    return b"".join(_message(number, _string(1, key) + _message(2, _any_value(value)))
+    """Repeated ``KeyValue`` (``string key = 1; AnyValue value = 2``) as field ``number``."""
+    return b"".join(_message(number, _bytes(1, key) + _message(2, _any_value(value)))
                     for key, value in attributes.items())
 
 
-def encode_span(span: OtlpSpan) -> bytes:
-    """One ``Span`` message."""
+def _span(span: OtlpSpan) -> bytes:
+    """``Span``: the fields below by number; ``Status`` 15 is ``message = 2; code = 3``."""
     parts = [
         _bytes(1, bytes.fromhex(span.trace_id)),
         _bytes(2, bytes.fromhex(span.span_id)),
         _bytes(4, bytes.fromhex(span.parent_span_id or "")),
-        _string(5, span.name),
+        _bytes(5, span.name),
         _uint(6, span.kind),
         _fixed64(7, span.start_unix_nanos),
         _fixed64(8, span.end_unix_nanos),
         _attributes(9, span.attributes),
     ]
     if span.status_code or span.status_message:
-        parts.append(_message(15, _string(2, span.status_message) + _uint(3, span.status_code)))
+        parts.append(_message(15, _bytes(2, span.status_message) + _uint(3, span.status_code)))
     return b"".join(parts)
 
 
 def encode_protobuf(spans: Sequence[OtlpSpan], resource: Resource) -> bytes:
-    """``ExportTraceServiceRequest`` bytes (``application/x-protobuf``) of one resource's spans."""
-    scope = _message(1, _string(1, resource.scope_name) + _string(2, resource.scope_version))
-    scope_spans = _message(2, scope + b"".join(_message(2, encode_span(s)) for s in spans))
+    """``ExportTraceServiceRequest`` bytes (``application/x-protobuf``) of one resource's spans:
+    ``ResourceSpans`` 1 {``Resource`` 1 {attributes 1}, ``ScopeSpans`` 2 {``InstrumentationScope``
+    1 {name 1, version 2}, spans 2}}."""
+    scope = _message(1, _bytes(1, resource.scope_name) + _bytes(2, resource.scope_version))
+    scope_spans = _message(2, scope + b"".join(_message(2, _span(s)) for s in spans))
     resource_spans = _message(1, _attributes(1, resource.attributes)) + scope_spans
     return _message(1, resource_spans)
 
@@ -162,11 +141,9 @@ def _json_value(value: AttributeValue) -> dict[str, object]:
     if isinstance(value, int):
         return {"intValue": str(value)}
     if isinstance(value, float):
-        if math.isnan(value):
-            return {"doubleValue": "NaN"}
-        if math.isinf(value):
-            return {"doubleValue": "Infinity" if value > 0 else "-Infinity"}
-        return {"doubleValue": value}
+        if math.isfinite(value):
+            return {"doubleValue": value}
+        return {"doubleValue": {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}[repr(value)]}
     if isinstance(value, str):
         return {"stringValue": value}
     return {"arrayValue": {"values": [_json_value(v) for v in value]}}

@@ -1,18 +1,9 @@
 """``runtime-events.jsonl``: every span and ingress event of an instance, kept on disk.
 
-:class:`RuntimeEventLog` is an :class:`~goondan.runtime.observe.EventSink`. ``handle`` only puts
-the event on a bounded queue; a background thread writes each queued event as one line —
-``encode_json(event.to_dict())``, the payload of docs/runtime.md "Runtime events" — appends a
-batch at a time and flushes once per batch. It never fsyncs: the runtime events are diagnostics,
-and the turn's durable writes (the conversation) must not wait behind them. When the queue is
-full an event is dropped and counted rather than blocking a turn.
-
-The file is bounded: before a write would take it past ``max_bytes`` it is renamed to
-``runtime-events.1.jsonl`` (replacing the previous one) and a new file starts, so an instance
-keeps at most about ``2 × max_bytes`` of events. Both are created private (0600). Streamed
-fragments (``llm.delta``) and the start events of steps, LLM calls and tool calls are not
-written (see ``_NOT_WRITTEN``). See docs/observability.md "Runtime events on disk".
-"""
+:class:`RuntimeEventLog` queues events (a full queue drops and counts them); a thread appends
+each batch as ``encode_json(event.to_dict())`` lines, flushes and never fsyncs (diagnostics do
+not hold up durable writes), rotating past ``max_bytes`` (docs/observability.md "Runtime
+events on disk")."""
 
 from __future__ import annotations
 
@@ -37,9 +28,7 @@ ROTATED_LOG_NAME = "runtime-events.1.jsonl"
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 _QUEUE_LIMIT = 10_000
 _BATCH_INTERVAL_S = 0.2
-# Streamed fragments, and the start events of steps, LLM calls and tool calls: each of those
-# spans is described whole by its end event (ids, parent, duration, attributes), so writing the
-# start too would double the cost for nothing. turn.started and agent.requested are written:
+# An end event describes its span whole; turn.started and agent.requested are written so that
 # a turn or request still running (or cut short by a crash) shows in the tree.
 _NOT_WRITTEN = frozenset({"llm.delta", "step.started", "llm.started", "tool.called"})
 _log = logging.getLogger("goondan.runtime")
@@ -89,7 +78,7 @@ class RuntimeEventLog(EventSink):
         return self._batcher.cpu_s
 
     def handle(self, event: RuntimeEvent) -> None:
-        """Queue ``event`` for the writer thread (unless skipped); drop it when the queue is full."""
+        """Queue ``event`` for the writer thread (unless skipped); a full queue drops it."""
         kind = event.type
         if kind in _NOT_WRITTEN or (self.only is not None and kind not in self.only):
             return
@@ -116,17 +105,14 @@ class RuntimeEventLog(EventSink):
                 _log.warning("runtime event %s not written: %s", event.type, exc)
         try:
             self._append(lines)
+            self.written += len(lines)
         except OSError:  # a full disk must not take the process down: the log is advisory
             _log.exception("runtime event log %s failed; events are no longer written", self.path)
             self._failed = True
-            return
-        self.written += len(lines)
 
     def _append(self, lines: list[bytes]) -> None:
         """Append ``lines`` (one write per file), rotating whenever the next line would not fit.
-
-        The file is opened per batch (every 200 ms at most), so an instance's log holds no
-        descriptor between batches, however long the process lives."""
+        Opened per batch: no descriptor is held between batches."""
         private_dirs(self.path.parent)
         stream = open(self.path, "ab", opener=private_opener)  # noqa: SIM115 - closed below
         try:
@@ -147,10 +133,8 @@ class RuntimeEventLog(EventSink):
 
 
 def iter_event_log(directory: Path) -> Iterator[JsonObject]:
-    """The events of an instance directory, oldest first (the rotated file, then the current one).
-
-    Lines that are not JSON objects (a torn last line) are skipped.
-    """
+    """The events of an instance directory, oldest first (the rotated file, then the current
+    one); lines that are not JSON objects (a torn last line) are skipped."""
     for path in (Path(directory) / ROTATED_LOG_NAME, Path(directory) / EVENT_LOG_NAME):
         try:
             handle = open(path, "rb")  # noqa: SIM115

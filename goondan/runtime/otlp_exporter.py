@@ -1,17 +1,11 @@
 """A background batch exporter: runtime events → spans → OTLP/HTTP, never blocking a turn.
 
-:class:`OtlpExporter` is an :class:`~goondan.runtime.observe.EventSink`. ``handle`` puts an end
-event (or an ingress) on a bounded queue (when it is full the event is dropped and counted). A
-daemon thread turns each into its span — the event's payload through the one mapping of
-:class:`~goondan.runtime.traces.SpanAssembler` and :func:`to_otlp_span` (the OpenTelemetry GenAI
-semantic conventions) — and POSTs batches through the HTTP layer (``goondan/http/``, retried
-on connection failures, 429, 502, 503 and 504): ``http/protobuf`` by default, ``http/json`` on
-request. :meth:`close` exports what is left (the shutdown flush), bounded by
-:data:`CLOSE_TIMEOUT_S`: an endpoint that accepts connections and never answers (a blackhole)
-costs the exit that much, then the request in flight is cut. Connecting waits at most
-:data:`CONNECT_TIMEOUT_S`; a batch at most the export timeout. A failing endpoint is warned
-about once (until an export succeeds again). Configuration comes from the environment
-(:meth:`OtlpConfig.from_env`); see docs/observability.md "OTLP export".
+:class:`OtlpExporter` queues end events (and ingresses); a daemon thread maps each to its span
+(:class:`~goondan.runtime.traces.SpanAssembler`, then :func:`to_otlp_span`: the GenAI semantic
+conventions) and POSTs batches through ``goondan/http/``. :meth:`close` flushes what is left
+within :data:`CLOSE_TIMEOUT_S` (a blackholed endpoint costs the exit that much, then the request
+in flight is cut); connecting waits at most :data:`CONNECT_TIMEOUT_S`; a failing endpoint is
+warned about once until an export succeeds. See docs/observability.md "OTLP export".
 """
 
 from __future__ import annotations
@@ -24,17 +18,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from goondan.errors import ConfigError
-from goondan.otlp.encode import (
-    SPAN_KIND_CLIENT,
-    SPAN_KIND_INTERNAL,
-    SPAN_KIND_SERVER,
-    STATUS_ERROR,
-    AttributeValue,
-    OtlpSpan,
-    Resource,
-    encode_json,
-    encode_protobuf,
-)
+from goondan.otlp import ENDPOINT_VARS, encode
+from goondan.otlp.encode import AttributeValue, OtlpSpan
 from goondan.runtime.batcher import BackgroundBatcher
 from goondan.runtime.events import LlmDelta, RuntimeEvent
 from goondan.runtime.observe import EventSink
@@ -50,18 +35,8 @@ CONNECT_TIMEOUT_S = 2.0
 
 def _parse_headers(raw: str) -> dict[str, str]:
     """``OTEL_EXPORTER_OTLP_HEADERS``: ``key=value`` pairs, comma separated, values URL-encoded."""
-    headers: dict[str, str] = {}
-    for item in raw.split(","):
-        if "=" in item:
-            key, value = item.split("=", 1)
-            if key.strip():
-                headers[unquote(key.strip())] = unquote(value.strip())
-    return headers
-
-
-def _traces_url(base: str) -> str:
-    base = base.rstrip("/")
-    return base if base.endswith("/v1/traces") else base + "/v1/traces"
+    pairs = (item.split("=", 1) for item in raw.split(",") if "=" in item)
+    return {unquote(key.strip()): unquote(value.strip()) for key, value in pairs if key.strip()}
 
 
 @dataclass(frozen=True)
@@ -75,31 +50,28 @@ class OtlpConfig:
     timeout_s: float = 10.0
 
     def __repr__(self) -> str:  # header values are often API keys
-        return f"OtlpConfig(endpoint={self.endpoint!r}, protocol={self.protocol!r}, headers={sorted(self.headers)})"
+        return (f"OtlpConfig(endpoint={self.endpoint!r}, protocol={self.protocol!r}, "
+                f"headers={sorted(self.headers)})")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> OtlpConfig | None:
-        """``GOONDAN_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
-        ``OTEL_EXPORTER_OTLP_ENDPOINT`` (first set wins; ``None``: export is off), with
-        ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_PROTOCOL`` and ``OTEL_SERVICE_NAME``."""
-        traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-        goondan = env.get("GOONDAN_OTLP_ENDPOINT", "").strip()
-        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-        if goondan:
-            endpoint = _traces_url(goondan)
-        elif traces:
-            endpoint = traces  # the signal-specific variable is used as it is
-        elif base:
-            endpoint = _traces_url(base)
+        """The first of :data:`~goondan.otlp.ENDPOINT_VARS` set (``None``: export is off) and
+        the other ``OTEL_*`` variables of docs/observability.md "OTLP export"."""
+        for name in ENDPOINT_VARS:
+            endpoint = env.get(name, "").strip()
+            if endpoint:
+                break
         else:
             return None
+        if name != "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":  # the signal's own one is used as it is
+            endpoint = endpoint.rstrip("/")
+            endpoint = endpoint if endpoint.endswith("/v1/traces") else endpoint + "/v1/traces"
         protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                     or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
         if protocol not in _PROTOCOLS:
-            raise ConfigError(
-                f"OTLP protocol {protocol!r} is not supported", code="E_OTLP_PROTOCOL",
-                suggestion="set OTEL_EXPORTER_OTLP_PROTOCOL to http/protobuf (default) or http/json",
-            )
+            raise ConfigError(f"OTLP protocol {protocol!r} is not supported",
+                              code="E_OTLP_PROTOCOL", suggestion="set OTEL_EXPORTER_OTLP_PROTOCOL "
+                              "to http/protobuf (default) or http/json")
         headers = _parse_headers(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
         headers.update(_parse_headers(env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "")))
         timeout = env.get("OTEL_EXPORTER_OTLP_TIMEOUT", "")
@@ -121,11 +93,11 @@ _NAMED: dict[str, dict[str, str]] = {
     "ingress": {"source": "goondan.ingress.source", "eventType": "goondan.ingress.eventType",
                 "eventId": "goondan.ingress.eventId"},
 }
-_LISTS = frozenset({"gen_ai.response.finish_reasons"})  # array-valued by the conventions
+_LISTS = frozenset({"gen_ai.response.finish_reasons"})  # arrays by the conventions
 
 
 def to_otlp_span(record: SpanRecord) -> OtlpSpan:
-    """A span with the OpenTelemetry GenAI semantic conventions (``gen_ai.*``) plus ``goondan.*``."""
+    """A span with the OpenTelemetry GenAI semantic conventions (``gen_ai.*``), ``goondan.*``."""
     a = record.attributes
     attrs: dict[str, AttributeValue] = {
         "goondan.span.kind": record.kind,
@@ -134,14 +106,14 @@ def to_otlp_span(record: SpanRecord) -> OtlpSpan:
         # Phoenix (and other OpenInference viewers) group spans by this attribute.
         "openinference.span.kind": _OPENINFERENCE.get(record.kind, "CHAIN"),
     }
-    kind = SPAN_KIND_INTERNAL
-    name = record.name
+    name, kind = record.name, encode.SPAN_KIND_INTERNAL
     if record.kind == "turn":
         name = f"invoke_agent {record.agent_name}"
-        attrs.update({"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": record.agent_name,
+        attrs.update({"gen_ai.operation.name": "invoke_agent",
+                      "gen_ai.agent.name": record.agent_name,
                       "gen_ai.conversation.id": record.instance_key})
     elif record.kind == "llm":
-        name, kind = f"chat {a.get('model') or ''}".strip(), SPAN_KIND_CLIENT
+        name, kind = f"chat {a.get('model') or ''}".strip(), encode.SPAN_KIND_CLIENT
         attrs["gen_ai.operation.name"] = "chat"
     elif record.kind == "toolCall":
         tool = str(a.get("toolName") or record.name)
@@ -149,10 +121,10 @@ def to_otlp_span(record: SpanRecord) -> OtlpSpan:
         attrs.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
                       "gen_ai.tool.type": "function"})
     elif record.kind == "agentCall":
-        name, kind = f"invoke_agent {a.get('target') or ''}".strip(), SPAN_KIND_CLIENT
+        name, kind = f"invoke_agent {a.get('target') or ''}".strip(), encode.SPAN_KIND_CLIENT
         attrs["gen_ai.operation.name"] = "invoke_agent"
     elif record.kind == "ingress":
-        kind = SPAN_KIND_SERVER
+        kind = encode.SPAN_KIND_SERVER
     named = _NAMED.get(record.kind, {})
     for key, value in a.items():
         if value == "":
@@ -167,14 +139,13 @@ def to_otlp_span(record: SpanRecord) -> OtlpSpan:
         attrs["goondan.cost.usd"] = float(record.cost)
     if record.error_code:
         attrs["error.type"] = record.error_code
-    start = max(record.start_unix_nanos, 0)
-    end = max(record.end_unix_nanos, start)
+    start, failed = max(record.start_unix_nanos, 0), record.status == "error"
     return OtlpSpan(
         trace_id=record.trace_id, span_id=record.span_id, parent_span_id=record.parent_span_id,
-        name=name, kind=kind, start_unix_nanos=start, end_unix_nanos=end,
-        attributes=attrs, status_code=STATUS_ERROR if record.status == "error" else 0,
-        status_message=(record.error_message or "") if record.status == "error" else "",
-    )
+        name=name, kind=kind, start_unix_nanos=start,
+        end_unix_nanos=max(record.end_unix_nanos, start), attributes=attrs,
+        status_code=encode.STATUS_ERROR if failed else 0,
+        status_message=(record.error_message or "") if failed else "")
 
 
 def event_span(event: RuntimeEvent) -> OtlpSpan | None:
@@ -190,17 +161,15 @@ class OtlpExporter(EventSink):
     skips = frozenset({"turn.started", "step.started", "llm.started", "tool.called",
                        "agent.requested", "llm.delta"})
 
-    def __init__(self, config: OtlpConfig, *, resource_attributes: Mapping[str, AttributeValue] | None = None,
+    def __init__(self, config: OtlpConfig, *,
+                 resource_attributes: Mapping[str, AttributeValue] | None = None,
                  queue_limit: int = 20_000, batch_size: int = 512, interval_s: float = 1.0) -> None:
         self.config = config
-        self.resource = Resource(
-            attributes={"service.name": config.service_name, **(resource_attributes or {})},
-            scope_name="goondan",
-        )
+        attributes = {"service.name": config.service_name, **(resource_attributes or {})}
+        self.resource = encode.Resource(attributes)
         self.batch_size = batch_size
-        self.exported = 0
-        self.failed_batches = 0
-        self.undelivered = 0  # spans a batch failed to deliver
+        # spans delivered, batches failed, spans of the failed batches
+        self.exported = self.failed_batches = self.undelivered = 0
         self._pool: Any = None  # the HTTP layer's pool, made at the first post
         self._abort: Any = None  # its AbortHandle: close() cuts the request in flight
         self._warned = False  # a failure was warned about (until an export succeeds)
@@ -222,10 +191,7 @@ class OtlpExporter(EventSink):
         return self._batcher.cpu_s
 
     def handle(self, event: RuntimeEvent) -> None:
-        """Queue an end event or an ingress (never blocks; a full queue drops it and counts it).
-
-        An end event describes its whole span (ids, parent, duration, attributes), so start
-        events are not queued at all: half the work, and a span is exported once it ends."""
+        """Queue an end event or an ingress (never blocks; a full queue drops it and counts it)."""
         if event.phase != "start" and type(event) is not LlmDelta:
             self._batcher.start()
             self._batcher.put(event)
@@ -249,7 +215,7 @@ class OtlpExporter(EventSink):
         """Export every span finished so far (blocks until sent)."""
         self._batcher.flush(timeout_s)
 
-    # -- background thread -------------------------------------------------------------------------
+    # -- background thread ---------------------------------------------------------------------
     def _export(self, events: list[RuntimeEvent]) -> None:
         pending: list[OtlpSpan] = []
         for event in events:
@@ -264,16 +230,31 @@ class OtlpExporter(EventSink):
             self._send(pending[start:start + self.batch_size])
 
     def _send(self, spans: list[OtlpSpan]) -> None:
+        import goondan.http as http  # urllib3 only once something is exported
+
+        status = None
         try:
-            if self.config.protocol == "http/json":
-                body, content_type = encode_json(spans, self.resource), "application/json"
-            else:
-                body, content_type = encode_protobuf(spans, self.resource), "application/x-protobuf"
-            status = self._post(body, content_type)
+            as_json = self.config.protocol == "http/json"
+            body = (encode.encode_json if as_json else encode.encode_protobuf)(spans, self.resource)
+            content_type = "application/json" if as_json else "application/x-protobuf"
+            if self._pool is None:
+                self._pool, self._abort = http.new_pool(abortable=True), http.AbortHandle()
+            # Any batch is re-sent, POST or not: at worst a backend sees the same span twice.
+            policy = http.RetryPolicy(max_retries=2, base_delay=0.2, retry_server_errors=False,
+                                      retry_statuses=frozenset({429, 502, 503, 504}),
+                                      retry_non_idempotent=True)
+            limit = self.config.timeout_s
+            with http.abortable(self._abort):
+                status = int(http.send(
+                    self._pool, "POST", self.config.endpoint, body=body, policy=policy,
+                    headers={**self.config.headers, "Content-Type": content_type},
+                    timeout=http.timeout(limit, connect_s=min(limit, CONNECT_TIMEOUT_S), total_s=limit),
+                ).status)
         except Exception as exc:  # the exporter must never take a turn down
-            self._failed(f"failed: {_reason(exc)}", len(spans))
+            failure = http.failure_of(exc)  # a network failure's safe reason
+            self._failed(f"failed: {failure.reason if failure is not None else exc}", len(spans))
             return
-        if 200 <= status < 300:
+        if status is not None and 200 <= status < 300:
             self.exported += len(spans)
             self._warned = False
         else:
@@ -288,34 +269,10 @@ class OtlpExporter(EventSink):
         _log.log(level, "OTLP export to %s %s; %d span(s) dropped (later failures are logged at debug "
                  "level until an export succeeds)", self.config.endpoint, what, spans)
 
-    def _post(self, body: bytes, content_type: str) -> int:
-        import goondan.http as http  # urllib3 only once something is exported
-
-        if self._pool is None:
-            self._pool, self._abort = http.new_pool(abortable=True), http.AbortHandle()
-        # Any batch is re-sent, POST or not: at worst a backend sees spans with the same ids twice.
-        policy = http.RetryPolicy(max_retries=2, base_delay=0.2, retry_server_errors=False,
-                                  retry_statuses=frozenset({429, 502, 503, 504}),
-                                  retry_non_idempotent=True)
-        limit = self.config.timeout_s
-        with http.abortable(self._abort):
-            response = http.send(self._pool, "POST", self.config.endpoint, body=body, policy=policy,
-                                 headers={**self.config.headers, "Content-Type": content_type},
-                                 timeout=http.timeout(limit, connect_s=min(limit, CONNECT_TIMEOUT_S),
-                                                      total_s=limit))
-        return int(response.status)
-
-
-def _reason(exc: Exception) -> str:
-    """A failed export's reason: the HTTP layer's safe text for a network failure."""
-    from goondan.http import failure_of
-
-    failure = failure_of(exc)
-    return failure.reason if failure is not None else str(exc)
-
 
 def exporter_from_env(env: Mapping[str, str] = os.environ, *,
-                      resource_attributes: Mapping[str, AttributeValue] | None = None) -> OtlpExporter | None:
+                      resource_attributes: Mapping[str, AttributeValue] | None = None,
+                      ) -> OtlpExporter | None:
     """An :class:`OtlpExporter` when an OTLP endpoint is configured, else ``None``."""
     config = OtlpConfig.from_env(env)
-    return OtlpExporter(config, resource_attributes=resource_attributes) if config is not None else None
+    return None if config is None else OtlpExporter(config, resource_attributes=resource_attributes)
