@@ -12,15 +12,21 @@ PHOENIX_VENV ?= .venv-phoenix
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-install: $(BIN)/python  ## install goondan (runtime dependencies only)
+# The editable install is redone only when pyproject.toml changes (the code itself is linked),
+# so `make demo` and `make bench` start in seconds after the first time.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -e .
+	touch $@
+
+install: $(VENV)/.installed  ## install goondan (runtime dependencies only)
 
 dev: $(BIN)/python  ## install goondan with the test/dev extras
 	$(PIP) install -e '.[dev]'
+	touch $(VENV)/.installed
 
-demo: install  ## run the bundled quickstart example offline (scripted model)
+demo: $(VENV)/.installed  ## run the bundled quickstart example offline (scripted model)
 	$(BIN)/goondan validate examples/quickstart
-	$(BIN)/goondan repl --bundle examples/quickstart --state-root $(CURDIR)/.venv/demo-state --instance demo --input "What is 12 km in miles?"
+	$(BIN)/goondan repl --bundle examples/quickstart --state-root $(abspath $(VENV))/demo-state -k demo --input "What is 12 km in miles?"
 
 $(PHOENIX_VENV)/bin/phoenix:
 	$(PYTHON) -m venv $(PHOENIX_VENV)
@@ -47,7 +53,7 @@ lint: dev  ## ruff + mypy --strict
 	$(BIN)/ruff check goondan tests scripts
 	$(BIN)/mypy
 
-bench: install  ## run every benchmark in scripts/ and print the figures
+bench: $(VENV)/.installed  ## run every benchmark in scripts/ and print the figures
 	@for s in scripts/bench_*.py; do echo "== $$s"; $(BIN)/python $$s || exit 1; done
 
 clean:

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("goondan.commands.run", "run", "Run a swarm: orchestrator, agent processes, connectors."),
     "restart": ("goondan.commands.restart", "restart", "Restart the running swarm's agents."),
     "send": ("goondan.commands.send", "send", "Send a message to a running swarm and print the answer."),
+    "serve": ("goondan.commands.serve", "serve", "Serve a swarm to agent clients (MCP over stdio)."),
     "status": ("goondan.commands.status", "status", "Show running swarms: processes, uptime, restarts, queues."),
     "stop": ("goondan.commands.stop", "stop", "Stop a running swarm gracefully (forced after the grace period)."),
     "instance": ("goondan.commands.instance", "instance", "List or delete instances."),

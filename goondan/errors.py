@@ -75,7 +75,9 @@ __all__ = [
     "help_url",
 ]
 
-HELP_URL_BASE = "https://docs.goondan.ai/errors"
+# Every code has a section in docs/errors.md of the goondan repository (generated from
+# docs/errors.d by scripts/build_errors_doc.py); its anchor is the code in lower case.
+HELP_URL_BASE = "docs/errors.md"
 
 EXIT_OK = 0
 EXIT_GENERAL = 1
@@ -88,8 +90,8 @@ EXIT_INTERRUPTED = 130
 
 
 def help_url(code: str) -> str:
-    """Return the documentation URL for an error code."""
-    return f"{HELP_URL_BASE}/{code}"
+    """The code's section of docs/errors.md in the goondan repository (``docs/errors.md#e_usage``)."""
+    return f"{HELP_URL_BASE}#{code.lower()}"
 
 
 @dataclass

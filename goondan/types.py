@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from goondan.text import clean_json, clean_text
 
@@ -229,9 +229,9 @@ class ToolCallResult:
 
 @dataclass
 class ToolSource:
-    """Where a catalog item came from: config, extension or mcp (docs/tools.md)."""
+    """Where a catalog item came from: config, extension, mcp or a2a (docs/tools.md)."""
 
-    type: Literal["config", "extension", "mcp"]
+    type: Literal["config", "extension", "mcp", "a2a"]
     name: str
     mcp: JsonObject | None = None
 
@@ -299,7 +299,14 @@ class ReplyChannel:
 
 @dataclass
 class AgentEvent:
-    """Input to an agent instance: one event = one Turn (docs/runtime.md)."""
+    """Input to an agent instance: one event = one Turn (docs/runtime.md).
+
+    What the runtime and the swarm themselves read is typed: ``parent_span_id`` (the span the
+    Turn is a child of), ``reply_target`` (an answer: the process it goes back to),
+    ``start_marker`` (a connector event's start claim ``{path, id}``, docs/connectors.md) and
+    ``stream`` (report the Turn's runtime events as they happen). On the wire they are the
+    top-level keys ``parentSpanId``, ``replyTarget``, ``startMarker`` and ``stream``; the
+    metadata keys they used to ride in (:data:`LEGACY_METADATA_KEYS`) are still read."""
 
     type: str
     input: str | None = None
@@ -312,10 +319,14 @@ class AgentEvent:
     auth: JsonObject | None = None
     reply_to: ReplyChannel | None = None
     extra: JsonObject = field(default_factory=dict)
+    parent_span_id: str | None = None
+    reply_target: str | None = None
+    start_marker: JsonObject | None = None
+    stream: bool = False
 
     _KEYS = (
         "id", "type", "createdAt", "traceId", "metadata", "input", "instanceKey",
-        "source", "auth", "replyTo",
+        "source", "auth", "replyTo", "parentSpanId", "replyTarget", "startMarker", "stream",
     )
 
     def __post_init__(self) -> None:
@@ -323,6 +334,25 @@ class AgentEvent:
         if isinstance(self.input, str):
             self.input = clean_text(self.input)
         self.metadata = clean_json(self.metadata)
+        if any(key in self.metadata for key in LEGACY_METADATA_KEYS.values()):
+            self._lift_legacy_metadata()
+
+    def _lift_legacy_metadata(self) -> None:
+        """An event written before the typed fields (an inbox record, an older caller) carries
+        them as metadata keys: they become the fields (a field already set wins)."""
+        metadata = dict(self.metadata)
+        parent = metadata.pop(LEGACY_METADATA_KEYS["parent_span_id"], None)
+        target = metadata.pop(LEGACY_METADATA_KEYS["reply_target"], None)
+        marker = metadata.pop(LEGACY_METADATA_KEYS["start_marker"], None)
+        stream = metadata.pop(LEGACY_METADATA_KEYS["stream"], None)
+        self.metadata = metadata
+        if self.parent_span_id is None and isinstance(parent, str) and parent:
+            self.parent_span_id = parent
+        if self.reply_target is None and isinstance(target, str) and target:
+            self.reply_target = target
+        if self.start_marker is None and isinstance(marker, dict):
+            self.start_marker = marker
+        self.stream = self.stream or stream is True
 
     def to_dict(self) -> JsonObject:
         out: JsonObject = {
@@ -343,12 +373,21 @@ class AgentEvent:
             out["auth"] = self.auth
         if self.reply_to is not None:
             out["replyTo"] = self.reply_to.to_dict()
+        if self.parent_span_id is not None:
+            out["parentSpanId"] = self.parent_span_id
+        if self.reply_target is not None:
+            out["replyTarget"] = self.reply_target
+        if self.start_marker is not None:
+            out["startMarker"] = self.start_marker
+        if self.stream:
+            out["stream"] = True
         out.update(self.extra)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentEvent:
         reply = data.get("replyTo")
+        marker = data.get("startMarker")
         return cls(
             id=str(data.get("id") or new_id("evt")),
             type=str(data.get("type") or "message"),
@@ -361,7 +400,25 @@ class AgentEvent:
             auth=data.get("auth"),
             reply_to=ReplyChannel.from_dict(reply) if isinstance(reply, dict) else None,
             extra=_split(data, cls._KEYS),
+            parent_span_id=_str_or_none(data.get("parentSpanId")),
+            reply_target=_str_or_none(data.get("replyTarget")),
+            start_marker=marker if isinstance(marker, dict) else None,
+            stream=data.get("stream") is True,
         )
+
+
+# The metadata keys the typed fields of AgentEvent rode in before they were fields; still read
+# (an inbox record written by an older version, an extension that sets metadata).
+LEGACY_METADATA_KEYS: Final = {
+    "parent_span_id": "parentSpanId",
+    "reply_target": "replyTarget",
+    "start_marker": "__goondanStartMarker",
+    "stream": "__goondanStream",
+}
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 @dataclass

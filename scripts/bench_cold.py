@@ -52,8 +52,8 @@ from tests.support.runtime_harness import FAKE_KEY_ENV, fake_provider_bundle, go
 WITHOUT: dict[str, tuple[str, str]] = {
     # compiled dataclass methods of earlier starts (goondan/codecache.py) are not installed
     "codecache": ("goondan.codecache", "module.install = lambda *args, **kwargs: None"),
-    # `goondan run` starts no prewarmed agent process (goondan/ipc/prewarm.py)
-    "prewarm": ("goondan.ipc.prewarm", "module.prewarm_agent_process = lambda: None"),
+    # `goondan run` starts no prewarmed agent process (goondan/swarm/prewarm.py)
+    "prewarm": ("goondan.swarm.prewarm", "module.prewarm_agent_process = lambda: None"),
     # the collector is neither paused during start-up nor frozen after it (goondan/__main__.py,
     # commands/common.py defer_gc/startup_done, the prewarmed agent's imports)
     "gc-pause": ("gc", "module.disable = module.freeze = lambda: None"),

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from goondan.config import load_bundle  # noqa: E402
-from goondan.ipc.service import SwarmService  # noqa: E402
+from goondan.swarm.service import SwarmService  # noqa: E402
 from tests.support.fake_provider import FakeProvider  # noqa: E402
 
 EMIT_TARGET_MS = 3.0

@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from goondan.config import load_bundle  # noqa: E402
-from goondan.connectors.runtime import ConnectionRuntime  # noqa: E402
-from goondan.ipc.orchestrator import Orchestrator  # noqa: E402
-from goondan.ipc.spawner import ProcessSpawner, Spawner  # noqa: E402
+from goondan.swarm.connections import ConnectionRuntime  # noqa: E402
+from goondan.swarm.orchestrator import Orchestrator  # noqa: E402
+from goondan.swarm.spawner import ProcessSpawner, Spawner  # noqa: E402
 
 # A connector that emits 2 events for each of KEYS keys (every first event before any second).
 BURST = """\
@@ -170,7 +170,7 @@ def main() -> int:
             import ray
             from ray.cluster_utils import Cluster
         except ImportError:
-            print("ray not installed (pip install 'goondan[ray]'): Ray figures skipped")
+            print("ray not installed (pip install 'pygoondan[ray]'): Ray figures skipped")
             ray = None
         if ray is not None:
             # Loopback only, as tests/engines/conftest.py does it (see the notes there).

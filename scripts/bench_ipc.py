@@ -23,11 +23,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from goondan.conversation.messages import Message
-from goondan.ipc.agent_process import AgentWorker, run_child
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import ProcessSpawner
 from goondan.pipeline.context import TurnResult
 from goondan.runtime.agents import AgentsFactory, SwarmCatalog, response_text
+from goondan.swarm.agent_process import AgentWorker, run_child
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import ProcessSpawner
 from goondan.types import AgentEvent, new_id
 
 REPO = Path(__file__).resolve().parents[1]

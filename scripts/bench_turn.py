@@ -271,7 +271,7 @@ async def twenty_step_overheads(state_root: Path, exporter_url: str) -> dict[str
     block against the same round's ``none`` block (paired: load that drifts cancels out)."""
     import contextlib
 
-    from goondan.otlp.exporter import OtlpConfig, OtlpExporter
+    from goondan.runtime.otlp_exporter import OtlpConfig, OtlpExporter
 
     configs = ("none", "turn-thread", "both")
     blocks: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
@@ -390,7 +390,7 @@ def now_iso_rent(turn_ms: float) -> None:
 async def _now_iso_calls() -> int:
     """now_iso calls in one headline 20-step turn with both sinks attached."""
     from goondan import types
-    from goondan.otlp.exporter import OtlpConfig, OtlpExporter
+    from goondan.runtime.otlp_exporter import OtlpConfig, OtlpExporter
 
     code, calls = types.now_iso.__code__, [0]
 

@@ -46,7 +46,7 @@ def test_config_error_prints_code_location_suggestion(boom: None, capsys: pytest
     assert out == ""
     assert "[E_CONFIG_NOT_FOUND] bundle not found" in err
     assert "at: ./nope" in err and "suggestion: pass a directory" in err
-    assert "help: https://" in err
+    assert "help: docs/errors.md#e_config_not_found" in err
     assert "Traceback" not in err
 
 

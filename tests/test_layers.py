@@ -16,12 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent / "goondan"
 
 LAYERS: dict[str, int] = {
     "errors": 0, "types": 0, "secrets": 0, "text": 0, "codecache": 0,
-    "config": 1, "conversation": 1, "workspace": 1, "tools": 1,
-    "llm": 2, "pipeline": 2, "mcp": 2,
-    "extensions": 3, "runtime": 3, "console": 3, "otlp": 3,
-    "ipc": 4, "connectors": 4, "engines": 4,
-    "base": 5, "builtin_packages": 5,
-    "cli": 6, "commands": 6, "__main__": 6, "__init__": 6,
+    "config": 1, "conversation": 1, "workspace": 1, "tools": 1, "http": 1,
+    "llm": 2, "pipeline": 2, "mcp": 2, "a2a": 2, "otlp": 2,
+    "extensions": 3, "runtime": 3, "console": 3,
+    "ipc": 4,
+    "connectors": 5,
+    "swarm": 6, "engines": 6,
+    "base": 7, "builtin_packages": 7,
+    "cli": 8, "commands": 8, "__main__": 8, "__init__": 8,
 }
 
 # (importer area, imported area): lazy delegation by name that does not create a real cycle.
@@ -64,9 +66,69 @@ def test_module_imports_point_down(path: Path) -> None:
             )
 
 
-# docs/architecture.md: modules stay around 150–600 lines; the orchestrator and the runtime,
+def test_only_the_http_layer_imports_urllib3() -> None:
+    """docs/architecture.md "HTTP": pools, timeouts, retries and urllib3's errors are handled in
+    one place, ``goondan/http/``; every other module (the built-in packages included) goes
+    through it."""
+    outside: list[str] = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("http/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            outside += [f"{rel}: {m}" for m in modules if m.split(".")[0] == "urllib3"]
+    assert outside == []
+
+
+def _imported_areas(area: str) -> dict[str, set[str]]:
+    """Every goondan area each module of ``area`` imports (lazy and TYPE_CHECKING ones too)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / area).rglob("*.py")):
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            targets |= {t for t in map(_area, names) if t is not None}
+        found[str(path.relative_to(ROOT.parent))] = targets
+    return found
+
+
+def test_the_wire_imports_neither_connectors_nor_the_swarm() -> None:
+    """Issue 29: ``ipc`` (the wire) and ``connectors`` no longer import each other, and the wire
+    knows nothing of what runs a swarm over it."""
+    offending = {m: sorted(t & {"connectors", "swarm"}) for m, t in _imported_areas("ipc").items()}
+    assert {m: t for m, t in offending.items() if t} == {}
+
+
+def test_connectors_do_not_import_the_swarm_that_runs_them() -> None:
+    """Issue 29: a connector process and its contract use the wire only; the connection runtime,
+    ingress and connector supervision are part of running the swarm (``swarm/``)."""
+    offending = {m: sorted(t & {"swarm", "engines"}) for m, t in _imported_areas("connectors").items()}
+    assert {m: t for m, t in offending.items() if t} == {}
+
+
+def test_otlp_encodes_and_does_not_import_the_runtime() -> None:
+    """Issue 29: ``runtime`` and ``otlp`` no longer import each other. ``otlp`` is the OTLP trace
+    schema (encoding, endpoint variables) below the runtime; the exporter that turns runtime
+    events into OTLP spans is a runtime sink (``runtime/otlp_exporter.py``)."""
+    offending = {m: sorted(t & {"runtime", "extensions", "ipc", "swarm"}) for m, t in _imported_areas("otlp").items()}
+    assert {m: t for m, t in offending.items() if t} == {}
+    assert LAYERS["otlp"] < LAYERS["runtime"]
+
+
+# docs/architecture.md: modules stay around 150–600 lines; the wire, the swarm and the runtime,
 # the parts a newcomer reads first, are held to it (a little slack for a docstring or two).
-SIZE_CHECKED = ("ipc", "runtime")
+SIZE_CHECKED = ("ipc", "swarm", "runtime")
 MAX_LINES = 620
 
 
@@ -74,7 +136,7 @@ MAX_LINES = 620
     "path", [p for p in _modules() if p.relative_to(ROOT).parts[0] in SIZE_CHECKED],
     ids=lambda p: str(p.relative_to(ROOT)),
 )
-def test_ipc_and_runtime_modules_stay_small(path: Path) -> None:
+def test_ipc_swarm_and_runtime_modules_stay_small(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT.parent)} has {lines} lines; split it"
 

@@ -16,11 +16,13 @@ __all__ = [
     "defer_gc",
     "find_running",
     "get_globals",
+    "instance_key_option",
     "register_bundle_secrets",
     "running_swarm_options",
     "startup_done",
     "style",
     "use_color",
+    "workspace_bundle",
 ]
 
 _gc_deferred = False
@@ -108,9 +110,14 @@ def style(text: str, enabled: bool, **kwargs: Any) -> str:
 
 
 def register_bundle_secrets(state_root: Path | None, *, bundles: tuple[Path, ...] = ()) -> int:
-    """Register for masking the secrets of every bundle this command can find: ``bundles``,
-    the current directory's bundle, those of running orchestrators (``runtime/*.json``) and
-    those recorded for the state root's workspaces (``workspaces/*/workspace.json``).
+    """Register for masking the secrets of every bundle this command can find: ``bundles``
+    (else the current directory's bundle), those of running orchestrators (``runtime/*.json``)
+    and those recorded for the state root's workspaces (``workspaces/*/workspace.json``).
+
+    Only secrets are registered (Model keys, Connection ``secrets``, MCP headers and the MCP
+    ``env`` values read from variables), never settings such as a Connection's ``config``. A
+    command about a given bundle passes it as ``bundles``, so what it shows does not depend on
+    the current directory.
 
     A bundle that loads has every secret resolved (:mod:`goondan.config.secretsources`)
     against the environment plus its ``.env`` files; a recorded workspace also has the variables
@@ -125,7 +132,7 @@ def register_bundle_secrets(state_root: Path | None, *, bundles: tuple[Path, ...
     from goondan.config.secretsources import register_env_secrets
     from goondan.workspace.record import iter_workspace_records
 
-    candidates: list[Path] = [*bundles, Path.cwd()]
+    candidates: list[Path] = [*bundles] if bundles else [Path.cwd()]
     if state_root is not None:
         runtime = Path(state_root) / "runtime"
         records = [runtime / "active.json", *sorted((runtime / "orchestrators").glob("*.json"))]
@@ -167,19 +174,86 @@ def _bundle_env(root: Path) -> dict[str, str]:
     return env
 
 
+class HiddenAliasOption(click.Option):
+    """An option whose old spellings (``hidden_aliases``) still work but are not in ``--help``."""
+
+    def __init__(self, *args: Any, hidden_aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden_aliases = frozenset(hidden_aliases)
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown = self.opts
+        self.opts = [opt for opt in shown if opt not in self.hidden_aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def instance_key_option(func: Any) -> Any:
+    """``-k/--instance-key``: the conversation a user talks to an agent in, the same on ``repl``,
+    ``run`` and ``send``. Its default (None) means the Swarm's ``instanceKey``, so the three
+    commands continue one conversation per agent (docs/cli.md "Conversations").
+    ``-i``/``--instance`` (the old ``repl`` and ``run`` spellings) are hidden aliases."""
+    return click.option("-k", "--instance-key", "-i", "--instance", "instance_key", default=None,
+                        cls=HiddenAliasOption, hidden_aliases=("-i", "--instance"),
+                        help="Conversation key; the same key continues the same conversation "
+                        "[default: the Swarm's instanceKey, as on repl, run and send].")(func)
+
+
 def running_swarm_options(func: Any) -> Any:
     """``-b/--bundle`` and ``-s/--swarm``: which running swarm a command talks to."""
     func = click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
                         help="Swarm of the bundle [env: GOONDAN_SWARM; default: as run].")(func)
     return click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(file_okay=True, dir_okay=True),
                         help="Bundle whose running swarm to address [default: the current directory's "
-                        "bundle, else the most recently started swarm].")(func)
+                        "bundle, else the only running swarm].")(func)
+
+
+def workspace_bundle(state_root: Path, workspace_id: str) -> Path | None:
+    """The bundle directory recorded for ``workspace_id`` (None when it has no record)."""
+    from goondan.workspace.record import iter_workspace_records
+
+    return next((Path(r["bundleRoot"]) for r in iter_workspace_records(state_root)
+                 if r["workspaceId"] == workspace_id), None)
 
 
 def find_running(bundle: str | None, swarm: str | None) -> Any:
-    """The :class:`~goondan.ipc.state.ActiveRuntime` of the running swarm (``E_RUN_NOT_RUNNING``
-    when none); ``bundle`` falls back to the global ``--bundle``."""
-    from goondan.ipc.daemon import locate_running
+    """The :class:`~goondan.swarm.state.ActiveRuntime` of the running swarm (``E_RUN_NOT_RUNNING``
+    when none); ``bundle`` falls back to the global ``--bundle``, then to the current
+    directory's bundle. Without any, the only running swarm (said on stderr); with several,
+    ``E_RUN_SWARM_AMBIGUOUS`` lists them: the command never picks one silently."""
+    from goondan.swarm.daemon import locate_running
 
     options = get_globals()
-    return locate_running(options.resolve_state_root(), bundle or options.bundle, swarm)
+    state_root = options.resolve_state_root()
+    bundle = bundle or options.bundle
+    if bundle is not None or (Path.cwd() / "goondan.yaml").is_file():
+        return locate_running(state_root, bundle, swarm)
+    return _only_running(state_root, swarm, quiet=options.quiet)
+
+
+def _only_running(state_root: Path, swarm: str | None, *, quiet: bool) -> Any:
+    from goondan.errors import UsageError
+    from goondan.swarm.daemon import locate_running
+    from goondan.swarm.state import running_records
+
+    found = [r for r in running_records(state_root)
+             if r.control_socket and (swarm is None or r.swarm == swarm)]
+    if not found:
+        return locate_running(state_root, None, swarm)  # E_RUN_NOT_RUNNING, as before
+    if len(found) == 1:
+        (active,) = found
+        if not quiet:
+            click.echo(f"Using swarm {active.swarm} of {Path(active.bundle_path).parent} "
+                       f"(instanceKey={active.instance_key}, pid={active.pid}), the only one running",
+                       err=True)
+        return active
+    rows = "".join(f"\n  {Path(r.bundle_path).parent}  swarm {r.swarm}  instanceKey={r.instance_key}  "
+                   f"pid={r.pid}  started {r.started_at}" for r in found)
+    raise UsageError(
+        f"{len(found)} swarms are running under {state_root}; say which one:{rows}",
+        code="E_RUN_SWARM_AMBIGUOUS",
+        suggestion=f"pass its bundle, e.g. --bundle {Path(found[0].bundle_path).parent} "
+                   "(or run the command in that bundle's directory)",
+    )

@@ -1,6 +1,6 @@
 """``goondan completion bash|zsh|fish``: print the shell completion script (click's).
 
-Install it once, e.g. ``goondan completion bash >> ~/.bashrc`` or
+The script completes both names, ``goondan`` and ``gdn``. Install it once, e.g. ``goondan completion bash >> ~/.bashrc`` or
 ``goondan completion fish > ~/.config/fish/completions/goondan.fish`` (docs/cli.md).
 """
 
@@ -21,5 +21,19 @@ def completion(shell: str) -> int:
 
     cls = get_completion_class(shell)
     assert cls is not None  # every Choice above is one of click's built-in shells
-    click.echo(cls(cli, {}, "goondan", "_GOONDAN_COMPLETE").source())
+    source = cls(cli, {}, "goondan", "_GOONDAN_COMPLETE").source()
+    if shell == "zsh":  # its registrations name every command: add gdn to them
+        source = source.replace("#compdef goondan", "#compdef goondan gdn")
+        source = source.replace("compdef _goondan_completion goondan", "compdef _goondan_completion goondan gdn")
+    else:
+        source = source.rstrip("\n") + "\n" + _ALIAS[shell] + "\n"
+    click.echo(source, nl=False)
     return 0
+
+
+# ``gdn`` is the same program: the same completion function serves it (the function runs the
+# command being completed, or ``goondan``, with _GOONDAN_COMPLETE set; both names read it).
+_ALIAS = {
+    "bash": "complete -o nosort -F _goondan_completion gdn",
+    "fish": 'complete --no-files --command gdn --arguments "(_goondan_completion)";',
+}

@@ -26,6 +26,12 @@ from goondan.errors import GoondanError
 __all__ = ["Check", "doctor", "run_checks"]
 
 DEPENDENCIES = ("click", "pyyaml", "tomli-w", "urllib3")
+# This project's distribution (PyPI) name; the import package and the commands are `goondan`.
+DISTRIBUTION = "pygoondan"
+# The PyPI name `goondan` belongs to the reference authors' own Python host (another
+# configuration format) that installs an import package `goondan` too (README "Install").
+OTHER_DISTRIBUTION = "goondan"
+_OUR_SUMMARY = "Declarative agent-swarm runtime"  # how an install of this project under the old name reads
 
 
 @dataclass
@@ -46,12 +52,36 @@ def _masked(value: str) -> str:
     return value[:4] + "…" if len(value) > 8 else "***"
 
 
+def _other_distribution() -> Check | None:
+    """A distribution named ``goondan`` in this environment: the reference authors' host, whose
+    files share the import package ``goondan`` and the ``goondan`` command with ours (one
+    overwrites the other), or this project installed under its old name."""
+    try:
+        dist = importlib.metadata.distribution(OTHER_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    summary = dist.metadata["Summary"] or ""  # None when absent (Python 3.11)
+    where = f"{dist.version} at {dist.locate_file('')}"
+    if summary.startswith(_OUR_SUMMARY):
+        return Check("Goondan", OTHER_DISTRIBUTION, "warn",
+                     f"this project installed under its old distribution name ({where})",
+                     f"pip uninstall {OTHER_DISTRIBUTION}, then install it again as {DISTRIBUTION} "
+                     "(pip install -e . in a checkout)")
+    return Check("Goondan", OTHER_DISTRIBUTION, "fail",
+                 f"another distribution named {OTHER_DISTRIBUTION!r} is installed ({where}"
+                 + (f": {summary}" if summary else "") + "); it also provides the import package "
+                 "'goondan' and the 'goondan' command, so the two overwrite each other",
+                 f"use separate environments, or pip uninstall {OTHER_DISTRIBUTION} && "
+                 f"pip install --force-reinstall {DISTRIBUTION}")
+
+
 def run_checks(bundle: Path | None, state_root: Path) -> list[Check]:
     """Run every check and return the results in display order."""
     checks: list[Check] = []
     version = ".".join(map(str, sys.version_info[:3]))
     ok = sys.version_info >= (3, 11)
-    checks.append(Check("System", "Python", "ok" if ok else "fail", version,
+    # the interpreter too: an MCP server's `python` on PATH may be another one (docs/mcp.md)
+    checks.append(Check("System", "Python", "ok" if ok else "fail", f"{version} ({sys.executable})",
                         None if ok else "goondan needs Python 3.11 or newer"))
     for dist in DEPENDENCIES:
         try:
@@ -59,9 +89,12 @@ def run_checks(bundle: Path | None, state_root: Path) -> list[Check]:
         except importlib.metadata.PackageNotFoundError:
             checks.append(Check("System", dist, "fail", "not installed", f"pip install {dist}"))
     try:
-        checks.append(Check("Goondan", "goondan", "ok", importlib.metadata.version("goondan")))
+        checks.append(Check("Goondan", DISTRIBUTION, "ok", importlib.metadata.version(DISTRIBUTION)))
     except importlib.metadata.PackageNotFoundError:
-        checks.append(Check("Goondan", "goondan", "warn", "running from a source tree (not installed)"))
+        checks.append(Check("Goondan", DISTRIBUTION, "warn", "running from a source tree (not installed)"))
+    other = _other_distribution()
+    if other is not None:
+        checks.append(other)
     from goondan.config import pydist
     from goondan.config.providers import installed_providers
 

@@ -32,9 +32,8 @@ metadata:
 spec:
   provider: anthropic
   model: claude-sonnet-4-20250514
-  apiKey:
-    valueFrom:
-      env: ANTHROPIC_API_KEY
+  # The key is read from ANTHROPIC_API_KEY (the environment or .env). To read another
+  # variable: apiKey: {valueFrom: {env: MY_KEY}}
 ---
 # An offline model for trying things without a key: point an Agent's modelRef at "Model/offline".
 apiVersion: goondan.ai/v1

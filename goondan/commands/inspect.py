@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, register_bundle_secrets, style
+from goondan.commands.common import get_globals, register_bundle_secrets, style, workspace_bundle
 from goondan.commands.trace import print_instance_traces, trace
 from goondan.conversation.codec import decode_record
 from goondan.conversation.messages import Message, MessageEvent
@@ -227,9 +227,12 @@ def instance(key: str, agent: str | None, workspace_id: str | None, show_message
     """Transcript, pending events and extension states of instance KEY."""
     opts = get_globals()
     root = opts.resolve_state_root(state_root)
-    register_bundle_secrets(root)  # stored tool results may hold a key a tool printed
     info = select_instances(root, key, agent=agent, workspace_id=workspace_id,
                             allow_many=False)[0]
+    # stored tool results may hold a key a tool printed: mask the instance's own bundle's secrets
+    # (whatever the current directory is) and those of every recorded workspace
+    own = workspace_bundle(root, info.workspace_id)
+    register_bundle_secrets(root, bundles=(own,) if own is not None else ())
     if info.error:
         raise WorkspaceError(f"{info.paths.dir}: {info.error}", code="E_WORKSPACE_CORRUPT",
                              location=str(info.paths.metadata),

@@ -91,7 +91,7 @@ def format_uptime(seconds: float | None) -> str:
 def collect_processes(state_root: Path, *, agent: str | None = None) -> list[dict[str, Any]]:
     """Live processes of the orchestrators running under ``state_root`` (none when no
     orchestrator runs; records left by a killed orchestrator are ignored)."""
-    from goondan.ipc.state import list_live_processes
+    from goondan.swarm.state import list_live_processes
 
     rows: list[dict[str, Any]] = []
     running: set[str] = set()

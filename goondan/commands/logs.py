@@ -2,8 +2,9 @@
 
 Files live under ``<state_root>/runtime/logs/<runtime key>/<process>.{stdout,stderr}.log``
 (the runtime key is ``<instanceKey>.<workspaceId>``, docs/cli.md); the orchestrator is
-``orchestrator``, agent processes are ``<agent>.<conversation key>``, connector processes
-``connector.<connection>``. Lines are JSON records, printed as ``time process LEVEL message``
+``orchestrator``, agent processes are ``<agent>.<conversation key>`` (the key made path-safe:
+``alert:db`` → ``alert-db``), connector processes ``connection.<name>``. A ``--process`` that
+names no process with logs gets the real name suggested. Lines are JSON records, printed as ``time process LEVEL message``
 (coloured on a terminal); ``--json`` prints them as they are (one JSON object per line).
 """
 
@@ -98,7 +99,7 @@ def _keep(line: str, *, trace: str | None, since: datetime | None) -> bool:
               "else the one that logged last].")
 @click.option("-p", "--process", "process", default=None,
               help="Process name: 'orchestrator' (default), '<agent>.<conversation>' or "
-              "'connector.<connection>' (see --list).")
+              "'connection.<name>' (see --list).")
 @click.option("-a", "--agent", default=None, help="Every process of this agent (all its conversations).")
 @click.option("--trace", "trace", default=None, help="Only lines of this trace id.")
 @click.option("--since", "since", default=None, help="Only lines since a duration ago (30s, 10m, 2h, 1d) or an ISO time.")
@@ -119,14 +120,18 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
     options = get_globals()
     as_json = as_json or options.json_errors
     state_root = options.resolve_state_root()
-    register_bundle_secrets(state_root)  # process output may hold a key a tool printed
-    for name in (process, agent):
-        if name is not None and not valid_process_name(name):
-            raise UsageError(f"invalid process name {name!r}", code="E_USAGE",
-                             suggestion="process names match [A-Za-z0-9._-]+")
     since_at = parse_since(since) if since is not None else None
     key, directory = _log_dir(state_root, bundle or options.bundle, swarm, instance_key)
+    # process output may hold a key a tool printed: the secrets of the bundle whose logs these
+    # are (its workspace record names it) are masked wherever this runs
+    given = bundle or options.bundle
+    own = _bundle_of(state_root, directory)
+    register_bundle_secrets(state_root, bundles=tuple(Path(p) for p in (given, own) if p is not None))
     names = sorted({p.name.rsplit(".", 2)[0] for p in directory.glob("*.log")}) if directory.is_dir() else []
+    for name in (process, agent):
+        if name is not None and not valid_process_name(name):
+            raise UsageError(f"invalid process name {name!r}: process names match [A-Za-z0-9._-]+",
+                             code="E_USAGE", suggestion=_real_name(name, names))
     if list_processes:
         if as_json:
             click.echo(json.dumps({"instanceKey": key, "logDir": str(directory), "processes": names}))
@@ -151,7 +156,7 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
     if not any(p.exists() for p in chosen.values()):
         raise ConfigError(
             f"no log files for process {chosen_names[0]!r} of {key!r} in {directory}",
-            code="E_RUN_NO_LOGS", suggestion="see 'goondan logs --list' for the processes with logs",
+            code="E_RUN_NO_LOGS", suggestion=_real_name(chosen_names[0], names),
         )
 
     def show(label: str, line: str) -> None:
@@ -178,8 +183,46 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
             for label, line in follow_lines(chosen):
                 show(label, line)
         except KeyboardInterrupt:
-            return 0
+            return 130  # interrupted, as every command (docs/cli.md "Exit codes")
     return 0
+
+
+def _real_name(name: str, names: list[str]) -> str:
+    """A suggestion for a ``--process`` that names no process with logs: the path-safe form of
+    ``<agent>.<key>`` (``ops.alert:db`` → ``ops.alert-db``), ``connection.<name>`` for
+    ``connector.<name>``, else the closest name."""
+    from goondan.config.schema import did_you_mean
+
+    head, dot, tail = name.partition(".")
+    if dot:
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", tail).strip("-") or "default"
+        for candidate in (f"{head}.{safe}", f"connection.{safe}"):
+            if candidate in names:
+                return f"the process is named {candidate!r}: goondan logs --process {candidate}"
+    guess = did_you_mean(name, names) if names else None
+    if guess is not None:
+        return f"did you mean {guess!r}? ('goondan logs --list' lists the processes with logs)"
+    return "see 'goondan logs --list' for the processes with logs"
+
+
+def _instance_key_of(state_root: Path, log_dir: Path) -> str:
+    """The Swarm's instanceKey of a log folder ``<instanceKey>.<workspaceId>`` (its whole name
+    when no workspace record tells where the key ends)."""
+    from goondan.workspace.record import iter_workspace_records
+
+    for record in iter_workspace_records(state_root):
+        suffix = "." + record["workspaceId"]
+        if log_dir.name.endswith(suffix):
+            return log_dir.name[: -len(suffix)]
+    return log_dir.name
+
+
+def _bundle_of(state_root: Path, log_dir: Path) -> Path | None:
+    """The bundle recorded for the workspace of a log folder (``<instanceKey>.<workspaceId>``)."""
+    from goondan.workspace.record import iter_workspace_records
+
+    return next((Path(r["bundleRoot"]) for r in iter_workspace_records(state_root)
+                 if log_dir.name.endswith("." + r["workspaceId"])), None)
 
 
 def _merged(files: dict[str, Path], count: int, *, trace: str | None,
@@ -216,9 +259,9 @@ def _log_dir(state_root: Path, bundle: str | None, swarm: str | None,
              instance_key: str | None) -> tuple[str, Path]:
     """``(instance key, log directory)`` of the swarm to show."""
     from goondan.errors import ConfigError
-    from goondan.ipc.daemon import bundle_runtime_key
     from goondan.ipc.logs import log_dir_for
-    from goondan.ipc.state import read_active
+    from goondan.swarm.daemon import bundle_runtime_key
+    from goondan.swarm.state import read_active
 
     base = log_dir_for(state_root, "x").parent
     if instance_key is not None:
@@ -242,7 +285,7 @@ def _log_dir(state_root: Path, bundle: str | None, swarm: str | None,
         raise ConfigError("no swarm has been started under this state root", code="E_RUN_NOT_RUNNING",
                           suggestion="pass --bundle or --instance-key, or start one with 'goondan run'")
     newest = max(dirs, key=_last_write)
-    return newest.name, newest
+    return _instance_key_of(state_root, newest), newest
 
 
 def _last_write(directory: Path) -> float:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from goondan.commands.common import get_globals, startup_done
+from goondan.commands.common import get_globals, instance_key_option, startup_done
 
 if TYPE_CHECKING:
     pass
@@ -34,8 +34,7 @@ __all__ = ["repl"]
               help="Bundle directory (or its goondan.yaml) [default: the current directory].")
 @click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
               help="Swarm to use [env: GOONDAN_SWARM; default: 'default' or the only one].")
-@click.option("-i", "--instance", "instance_key", default=None,
-              help="Conversation key; the same key resumes the same conversation [default: the swarm's instanceKey].")
+@instance_key_option
 @click.option("--input", "input_text", default=None, help="Run one turn with this text and exit.")
 @click.option("--no-stream", is_flag=True, default=False, help="Print answers whole instead of streaming them.")
 @click.option("--json", "as_json", is_flag=True, default=False,

@@ -1,7 +1,7 @@
 """``goondan restart``: ask the running orchestrator to replace agent processes gracefully.
 
 The command finds the swarm from ``--bundle`` (default: the current directory's bundle, else
-the most recently started swarm) and talks to its orchestrator over the control socket. Each selected process drains — its running turn finishes and is
+the only running swarm: :func:`goondan.commands.common.find_running`) and talks to its orchestrator over the control socket. Each selected process drains — its running turn finishes and is
 folded — and is respawned with its history (``--fresh`` clears the agent's history first).
 """
 
@@ -40,8 +40,8 @@ def _restart_full(bundle: str | None, swarm: str | None, *, as_json: bool) -> in
 
     from goondan.commands.stop import grace_of
     from goondan.errors import ConfigError
-    from goondan.ipc.daemon import detached_argv, start_detached, stop_running
     from goondan.ipc.logs import log_dir_for
+    from goondan.swarm.daemon import detached_argv, start_detached, stop_running
 
     options = get_globals()
     state_root = options.resolve_state_root()

@@ -14,7 +14,7 @@ Front-ends (the orchestrator is the same in all of them):
 wins). See docs/orchestrator.md.
 
 One orchestrator per swarm and state root: the swarm's lock is taken before anything starts. When
-the swarm already runs, ``run`` attaches to it (:mod:`goondan.ipc.attach`): the chat, piped lines,
+the swarm already runs, ``run`` attaches to it (:mod:`goondan.swarm.attach`): the chat, piped lines,
 ``--input`` and ``--input-file`` go to the running swarm over its control socket, ``--detach``
 reports it, ``--foreground`` fails with ``E_RUN_ALREADY_RUNNING``.
 """
@@ -32,7 +32,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, startup_done
+from goondan.commands.common import get_globals, instance_key_option, startup_done
 
 __all__ = ["run"]
 
@@ -53,12 +53,15 @@ __all__ = ["run"]
               help="Run headless until SIGTERM/SIGINT (no stdin chat).")
 @click.option("-d", "--detach", is_flag=True, default=False,
               help="Run headless in the background; return once the swarm is ready (stop: goondan stop).")
+@click.option("--ready-timeout", "ready_timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              envvar="GOONDAN_READY_TIMEOUT", metavar="SECONDS",
+              help="With --detach: how long to wait for the agents and connectors to run before failing "
+                   "[env: GOONDAN_READY_TIMEOUT].")
 @click.option("--env-file", default=None, help="Extra .env file read before .env.local and .env.")
-@click.option("--instance", "conversation", default="cli", show_default=True,
-              help="Conversation key of the chat with the entry agent.")
+@instance_key_option
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where agent instances run: local processes, or Ray host actors (docs/scaling.md; "
-                   "needs pip install 'goondan[ray]').")
+                   "needs pip install 'pygoondan[ray]').")
 @click.option("--ray-address", default=None, metavar="auto|ray://HOST:PORT",
               help="With --engine ray: the cluster to join (default: start a local Ray).")
 @click.option("--no-install", is_flag=True, default=False,
@@ -66,9 +69,10 @@ __all__ = ["run"]
 @click.option("--lock-fd", "lock_fd", type=int, default=None, hidden=True)  # from `run --detach`
 def run(
     path: str | None, bundle: str | None, swarm: str | None, watch: bool, input_text: str | None,
-    foreground: bool, detach: bool, env_file: str | None, conversation: str, input_file: str | None = None,
+    foreground: bool, detach: bool, env_file: str | None, instance_key: str | None,
+    input_file: str | None = None,
     engine: str = "local", ray_address: str | None = None, no_install: bool = False,
-    lock_fd: int | None = None,
+    lock_fd: int | None = None, ready_timeout: float = 60.0,
 ) -> int:
     """Run a swarm: one supervised process per agent instance, agents spawned on demand.
 
@@ -92,12 +96,12 @@ def run(
     options = get_globals()
     if engine == "local" and not (detach or foreground):
         # The first agent process imports the runtime while this one loads the bundle and
-        # sets up the service (goondan/ipc/prewarm.py; docs/runtime.md "Performance").
-        from goondan.ipc.prewarm import prewarm_agent_process
+        # sets up the service (goondan/swarm/prewarm.py; docs/runtime.md "Performance").
+        from goondan.swarm.prewarm import prewarm_agent_process
 
         prewarm_agent_process()
     from goondan.config.cache import load_bundle_cached
-    from goondan.ipc.service import SwarmService, load_env_files
+    from goondan.swarm.service import SwarmService, load_env_files
 
     if path is not None and bundle is not None and Path(path).resolve() != Path(bundle).resolve():
         raise click.UsageError(f"two bundles given: PATH {path} and --bundle {bundle}")
@@ -113,6 +117,8 @@ def run(
         raise click.UsageError("--detach runs the local engine only; run --engine ray with --foreground")
     service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
                            env_file=env_file, real_env=real_env, engine=engine, ray_address=ray_address)
+    if engine == "ray" and not options.quiet:  # starting Ray takes seconds: say so (docs/scaling.md)
+        service.spawner.progress = lambda text: click.echo(text, err=True)  # type: ignore[attr-defined]
     # --lock-fd: the orchestrator `run --detach` starts; its parent took the lock
     if lock_fd is not None and not service.lock.adopt(lock_fd):
         from goondan.errors import ConfigError
@@ -122,19 +128,20 @@ def run(
     startup_done()  # cli.FAST_START: the collector was paused while the service was set up
     lines = _input_lines(input_text, input_file)
     if lock_fd is None:
-        from goondan.ipc.attach import SwarmGone, claim_or_attach
+        from goondan.swarm.attach import SwarmGone, claim_or_attach
 
         while (found := claim_or_attach(service)) is not None:  # None: this process runs it
             try:
-                return _attach(service, found, lines, conversation, foreground=foreground, detach=detach,
+                return _attach(service, found, lines, instance_key or found[0].instance_key, foreground=foreground, detach=detach,
                                as_json=options.json_errors, color=options.color, quiet=options.quiet)
             except SwarmGone as gone:  # it stopped before taking a line: start it here instead
                 lines = gone.lines
     if detach:
-        return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet)
+        return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet,
+                       ready_timeout=ready_timeout)
     if foreground:
         return _headless(service, quiet=options.quiet)
-    return _chat(service, lines, conversation, color=options.color, quiet=options.quiet)
+    return _chat(service, lines, instance_key or service.instance_key, color=options.color, quiet=options.quiet)
 
 
 def _input_lines(input_text: str | None, input_file: str | None) -> Iterable[str] | None:
@@ -159,9 +166,9 @@ def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] 
     import json
 
     from goondan.console import LineReader, ReplSession
-    from goondan.ipc.attach import AttachedBackend
-    from goondan.ipc.prewarm import discard_prewarmed
-    from goondan.ipc.service import SwarmService, already_running
+    from goondan.swarm.attach import AttachedBackend
+    from goondan.swarm.prewarm import discard_prewarmed
+    from goondan.swarm.service import SwarmService, already_running
 
     assert isinstance(service, SwarmService)
     discard_prewarmed()  # no agent process starts here: the running swarm has its own
@@ -192,8 +199,8 @@ def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] 
 def _one_line(backend: Any, runner: Any, text: str, rest: Iterator[str]) -> Any:
     """One line to the swarm (a blank one: only counted); attached, :class:`SwarmGone` (with
     this line and the rest) if nothing listens any more: this ``run`` may then start the swarm."""
-    from goondan.ipc.attach import AttachedBackend, SwarmGone
     from goondan.ipc.controlwire import ControlUnreachable
+    from goondan.swarm.attach import AttachedBackend, SwarmGone
 
     try:
         return runner.run(backend.run_turn(text) if text.strip() else backend.skip_line(text))
@@ -228,12 +235,13 @@ def _send_lines(backend: Any, runner: Any, input_lines: Iterable[str] | None) ->
 
 
 def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, as_json: bool,
-            quiet: bool) -> int:
-    """Start ``goondan run --foreground`` in its own session and wait until it is ready."""
+            quiet: bool, ready_timeout: float = 60.0) -> int:
+    """Start ``goondan run --foreground`` in its own session and wait until it is ready: its
+    agents and connectors run (``E_RUN_START_FAILED`` with the reason otherwise)."""
     import json
 
-    from goondan.ipc.daemon import detached_argv, start_detached
-    from goondan.ipc.service import SwarmService
+    from goondan.swarm.daemon import detached_argv, start_detached
+    from goondan.swarm.service import SwarmService
 
     assert isinstance(service, SwarmService)
     argv = detached_argv(service.state_root, service.bundle.root, service.swarm.name, watch=service.watch,
@@ -242,7 +250,8 @@ def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, 
     assert lock_fd is not None  # claim_or_attach took it: the child adopts it (no gap without a holder)
     try:
         active = start_detached([*argv, "--lock-fd", str(lock_fd)], state_root=service.state_root, key=service.key,
-                                log_dir=service.log_dir, env=real_env, cwd=Path.cwd(), pass_fds=(lock_fd,))
+                                log_dir=service.log_dir, env=real_env, cwd=Path.cwd(), pass_fds=(lock_fd,),
+                                timeout_s=ready_timeout)
     finally:
         service.lock.release()  # the orchestrator holds it now (or it exited, releasing it)
     if as_json:
@@ -262,23 +271,30 @@ def _headless(service: object, *, quiet: bool = False) -> int:
     import asyncio
     import signal
 
-    from goondan.ipc.service import SwarmService
+    from goondan.swarm.service import SwarmService
 
     assert isinstance(service, SwarmService)
+
+    got: list[int] = []  # the signal that stopped it
 
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def stop_on(sig: int) -> None:
+            got.append(sig)
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop_on, sig)
         async with service:
-            if quiet:
-                await stop.wait()
-                return 0
-            click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})", err=True)
-            click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
+            if not quiet:
+                click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})",
+                           err=True)
+                click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
             await stop.wait()
-        return 0
+        # SIGTERM is the service manager's normal stop (0); Ctrl-C is an interruption (130)
+        return 130 if got and got[0] == signal.SIGINT else 0
 
     return asyncio.run(main())
 
@@ -290,8 +306,8 @@ def _chat(service: object, input_lines: Iterable[str] | None, conversation: str,
 
     from goondan.console import LineReader, ReplSession
     from goondan.console.session import keep_signals_on_main_thread
-    from goondan.ipc.frontend import OrchestratorBackend, ServiceThread
-    from goondan.ipc.service import SwarmService
+    from goondan.swarm.frontend import OrchestratorBackend, ServiceThread
+    from goondan.swarm.service import SwarmService
 
     assert isinstance(service, SwarmService)
     thread = ServiceThread(service)

@@ -35,7 +35,7 @@ def _uptime(started_at: Any) -> float | None:
 def swarm_status(active: Any) -> JsonObject:
     """The ``--json`` document of one running swarm (see docs/cli.md)."""
     from goondan.errors import GoondanError
-    from goondan.ipc.daemon import query_status
+    from goondan.swarm.daemon import query_status
 
     out: JsonObject = {
         "swarm": active.swarm, "instanceKey": active.instance_key, "runtimeKey": active.runtime_key,
@@ -84,8 +84,8 @@ def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool)
     import json
 
     from goondan.commands.instance import format_uptime
-    from goondan.ipc.daemon import locate_running
-    from goondan.ipc.state import running_records
+    from goondan.swarm.daemon import locate_running
+    from goondan.swarm.state import running_records
 
     options = get_globals()
     state_root = options.resolve_state_root()
@@ -124,6 +124,10 @@ def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool)
             cells = {**proc, "uptime": format_uptime(proc.get("uptimeSeconds")),
                      "pid": proc.get("pid") or "-", "queued": "-" if proc.get("queued") is None else proc["queued"]}
             click.echo("  " + _line(cells))
+        for proc in doc["processes"]:
+            if proc.get("lastError") and proc.get("consecutiveCrashes"):
+                click.echo(f"  {proc['process']}: last error ({proc['consecutiveCrashes']} crashes in a row): "
+                           f"{proc['lastError']}")
     return 0
 
 

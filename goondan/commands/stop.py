@@ -1,6 +1,6 @@
 """``goondan stop``: stop a running swarm gracefully (then by force after the grace period).
 
-See docs/cli.md, "Service mode", and :func:`goondan.ipc.daemon.stop_running`.
+See docs/cli.md, "Service mode", and :func:`goondan.swarm.daemon.stop_running`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def stop(bundle: str | None, swarm: str | None, grace_s: float | None, as_json: 
     """Stop the running swarm: running Turns finish and are folded, every process exits."""
     import json
 
-    from goondan.ipc.daemon import stop_running
+    from goondan.swarm.daemon import stop_running
 
     options = get_globals()
     active = find_running(bundle, swarm)
@@ -42,7 +42,7 @@ def grace_of(active: object) -> float:
     from pathlib import Path
 
     from goondan.config import load_bundle
-    from goondan.ipc.state import ActiveRuntime
+    from goondan.swarm.state import ActiveRuntime
 
     assert isinstance(active, ActiveRuntime)
     try:

@@ -103,8 +103,10 @@ def _excerpt(diag: Diagnostic, lines: _Lines, color: bool) -> list[str]:
     return [f"      {number} | {shown}", f"      {pad} | {' ' * (col - 1 - start)}{caret}"]
 
 
-def render_text(report: ValidationReport, target: str, *, color: bool) -> str:
-    """Human output: one line per check (✓/✗/⚠), details with excerpts, then a summary."""
+def render_text(report: ValidationReport, target: str, *, color: bool, quiet: bool = False) -> str:
+    """Human output: one line per check (✓/✗/⚠), details with excerpts, then a summary.
+    ``quiet`` (``-q``): only the problems, without the check lines and the summary (nothing for
+    a bundle without any)."""
     files = len(report.files)
     lines_out = [f"Validating {target} ({report.resource_count} resources in {files} file{'s' * (files != 1)})"]
     groups: dict[str, list[Diagnostic]] = {name: [] for name in CHECKS}
@@ -128,7 +130,8 @@ def render_text(report: ValidationReport, target: str, *, color: bool) -> str:
         counts = ", ".join(p for p in (
             f"{errors} error{'s' * (errors != 1)}" if errors else "",
             f"{warnings} warning{'s' * (warnings != 1)}" if warnings else "") if p)
-        lines_out.append(f"  {mark} {name}" + (f" ({counts})" if counts else ""))
+        if not quiet:
+            lines_out.append(f"  {mark} {name}" + (f" ({counts})" if counts else ""))
         for diag in sorted(diags, key=lambda d: (not d.is_error, d.file or "", d.line or 0, d.column or 0)):
             label = style(f"{diag.severity}[{diag.code}]", color, fg="red" if diag.is_error else "yellow",
                           bold=True)
@@ -142,14 +145,17 @@ def render_text(report: ValidationReport, target: str, *, color: bool) -> str:
                 lines_out.append(f"      suggestion: {diag.suggestion}")
             lines_out.append(f"      help: {diag.help_url or help_url(diag.code)}")
     lines_out.append(f"Summary: errors={len(report.errors)}, warnings={len(report.warnings)}")
+    if quiet:  # the problems only, shifted to the left margin
+        problems = [line[4:] for line in lines_out[1:-1] if line.startswith("    ")]
+        return mask("\n".join(problems))
     return mask("\n".join(lines_out))
 
 
-def _check_mcp(report: ValidationReport) -> list[Any]:
+def _check_mcp(report: ValidationReport, env: dict[str, str]) -> list[Any]:
     """Start every MCP server; a failure becomes an error of the report (docs/mcp.md)."""
     from goondan.mcp.check import check_servers_sync, servers_of
 
-    servers = check_servers_sync(servers_of(report.bundle))
+    servers = check_servers_sync(servers_of(report.bundle), env)
     for server in servers:
         if not server.ok:
             report.errors.append(Diagnostic(
@@ -219,6 +225,23 @@ def render_github(report: ValidationReport, target: str) -> str:
     return mask("\n".join(out))
 
 
+def _run_env(path: Path) -> dict[str, str]:
+    """``os.environ`` plus the bundle's ``.env.local`` and ``.env`` as ``run`` reads them (the
+    real environment wins), so a key put in ``.env`` is not reported unset."""
+    import os
+
+    from goondan.config.dotenv import load_env_files
+
+    env = dict(os.environ)
+    root = path.parent if path.is_file() else path
+    try:
+        if root.is_dir():
+            load_env_files(root.resolve(), None, env)
+    except GoondanError:  # a broken .env is run's error to report (E_RUN_ENV_FILE)
+        pass
+    return env
+
+
 def _check_scripts(report: ValidationReport) -> None:
     """Build every ``provider: scripted`` Model once, so a broken script (``E_LLM_SCRIPT_INVALID``)
     is reported now rather than at the first Turn (docs/testing-models.md)."""
@@ -265,10 +288,11 @@ def validate(path: str | None, fmt: str, strict: bool, no_color: bool, as_json: 
     state_root = Path(options.state_root).expanduser() if options.state_root else None
     servers: list[Any] = []
     try:
-        report = validate_bundle(path, state_root=state_root, strict=strict)
+        env = _run_env(Path(path))  # the environment `run` and `repl` see (and MCP servers get)
+        report = validate_bundle(path, state_root=state_root, strict=strict, env=env)
         _check_scripts(report)
         if check_mcp and report.bundle is not None and not report.unreadable:
-            servers = _check_mcp(report)
+            servers = _check_mcp(report, env)
     except Exception as exc:
         if fmt != "json":
             raise
@@ -284,8 +308,10 @@ def validate(path: str | None, fmt: str, strict: bool, no_color: bool, as_json: 
         click.echo(render_github(report, path))
     else:
         color = use_color(sys.stdout, no_color) and options.color
-        click.echo(render_text(report, path, color=color))
-        if check_mcp:
+        text = render_text(report, path, color=color, quiet=options.quiet)
+        if text:
+            click.echo(text)
+        if check_mcp and not options.quiet:
             click.echo(render_mcp(servers, color=color))
     if report.unreadable:
         raise click.exceptions.Exit(EXIT_CONFIG)

@@ -21,6 +21,7 @@ from goondan.config.values import env_names, resolve_value
 from goondan.errors import ConfigError, Diagnostic
 
 if TYPE_CHECKING:
+    from goondan.config.a2a import A2aAgentSpec
     from goondan.config.mcp import McpServerSpec
 
 __all__ = [
@@ -147,6 +148,9 @@ class AgentSpec:
     budget: dict[str, Any] = field(default_factory=dict)
     # Tool resources with spec.mcp: MCP servers started by the instance (docs/mcp.md).
     mcp_servers: list[McpServerSpec] = field(default_factory=list)
+    a2a_agents: list[A2aAgentSpec] = field(default_factory=list)   # Tool resources with spec.a2a
+    # spec.inputPolicy: "steer" appends input that arrives mid-turn to the running turn.
+    input_policy: str = "queue"
 
 
 def _silent() -> Checker:
@@ -275,8 +279,13 @@ class Bundle:
             raise ConfigError(f"Agent {res.name!r}: model not found", code="E_CONFIG_REF_NOT_FOUND")
         tools: list[ToolBinding] = []
         mcp_servers: list[McpServerSpec] = []
+        a2a_agents: list[A2aAgentSpec] = []
         for t, item in self.resolve_items(spec.get("tools") or [], "Tool", res):
-            if "mcp" in t.spec:
+            if "a2a" in t.spec:
+                from goondan.config.a2a import a2a_agent_spec
+
+                a2a_agents.append(a2a_agent_spec(t.name, t.package, t.spec, t.root))
+            elif "mcp" in t.spec:
                 from goondan.config.mcp import mcp_server_spec
 
                 mcp_servers.append(mcp_server_spec(t.name, t.package, t.spec, t.root))
@@ -303,6 +312,8 @@ class Bundle:
             max_tool_output_bytes=spec.get("maxToolOutputBytes"),
             spill_tool_output=bool(spec.get("spillToolOutput", False)),
             mcp_servers=mcp_servers,
+            a2a_agents=a2a_agents,
+            input_policy=str(spec.get("inputPolicy") or "queue"),
         )
 
     def system_prompt(self, agent: Resource) -> str:

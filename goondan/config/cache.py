@@ -268,7 +268,7 @@ def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
     uses_pydist = False
     for res in bundle.resources:
         spec = res.spec
-        entry = spec.get("entry") if "mcp" not in spec else None
+        entry = spec.get("entry") if "mcp" not in spec and "a2a" not in spec else None
         if res.kind in ("Tool", "Extension", "Connector") and isinstance(entry, str):
             path = res.root / entry
             probes.update((path, path / "__init__.py"))

@@ -113,6 +113,14 @@ def tool_source_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> Non
     """
     has_entry, has_mcp = "entry" in value, "mcp" in value
     exports = value.get("exports")
+    if "a2a" in value:  # a remote A2A agent (goondan/config/a2a.py)
+        if has_entry or has_mcp:
+            ck.error("a Tool gives one of 'entry', 'mcp' and 'a2a' (a remote A2A agent)", path,
+                     "keep one of them; declare the others as more Tools", code="E_CONFIG_A2A")
+        elif isinstance(exports, list) and any(not isinstance(e, str) for e in exports):
+            ck.error("exports of an a2a Tool are skill ids of the agent's card (strings)",
+                     (*path, "exports"), "write exports: [assistant]", code="E_CONFIG_A2A")
+        return
     if not has_entry and not has_mcp:
         ck.error("a Tool needs 'entry' (a Python module); the one exception is an MCP server "
                  "Tool, which gives 'mcp' instead", path,
@@ -170,7 +178,9 @@ class McpServerSpec:
         return " ".join(self.command) if self.command else str(self.url)
 
     def resolve_env(self, env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-        """(variables to add to the process environment, names left unset)."""
+        """(variables to add to the process environment, names left unset). A value read from a
+        variable is registered as a secret; a literal one (``TZ: {value: UTC}``) is a setting
+        and is not, as in :mod:`goondan.config.secretsources`."""
         return _resolve_map(self.env, env, "env")
 
     def resolve_headers(self, env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -183,7 +193,8 @@ def _resolve_map(values: dict[str, Any], env: Mapping[str, str],
     out: dict[str, str] = {}
     unset: list[str] = []
     for key, source in values.items():
-        value = resolve_value(source, env, field=f"{what}.{key}")
+        secret = what == "headers" or (isinstance(source, dict) and "valueFrom" in source)
+        value = resolve_value(source, env, field=f"{what}.{key}", secret=secret)
         if value is None:
             unset.append(key)
         else:

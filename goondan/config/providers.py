@@ -11,6 +11,11 @@ Third-party providers come from installed Python distributions, the same way as 
 tools (docs/packages.md "Model providers"): an entry point in the group ``goondan.providers``
 names the factory, e.g. ``acme = "acme_goondan.llm:create_model"``. Their names are read from
 the distribution's metadata without running its code; a built-in name always wins.
+
+``params`` lists the request fields a provider is known to take besides the canonical
+``temperature``, ``maxTokens`` and ``topP`` (docs/models.md): ``goondan validate`` warns about a
+``modelConfig.params`` key that is not one of them but is close to one (``temprature``,
+``W_CONFIG_UNKNOWN_PARAM``). Other keys still pass through unchanged.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "BUILTIN_PROVIDERS",
+    "CANONICAL_PARAMS",
     "ENTRY_POINT_GROUP",
     "PROVIDERS",
     "PROVIDER_NAMES",
@@ -27,6 +33,7 @@ __all__ = [
     "find_provider",
     "installed_providers",
     "key_variables",
+    "known_params",
 ]
 
 ENTRY_POINT_GROUP = "goondan.providers"
@@ -44,26 +51,58 @@ class Provider:
     base_url_env: str | None = None  # the endpoint when spec.endpoint is absent (as the SDKs do)
     aliases: tuple[str, ...] = ()
     distribution: str | None = None  # "name==version" of a third-party provider
+    params: tuple[str, ...] = ()  # request fields it takes besides CANONICAL_PARAMS
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
 
 
+CANONICAL_PARAMS = ("temperature", "maxTokens", "topP")  # translated for every provider
+
+# Chat Completions fields, plus those of the usual OpenAI-compatible local servers (llama.cpp,
+# vLLM, Ollama) that docs/models.md suggests.
+_OPENAI_PARAMS = (
+    "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "max_tokens",
+    "max_completion_tokens", "n", "response_format", "seed", "stop", "stream_options", "tool_choice",
+    "parallel_tool_calls", "user", "reasoning_effort", "service_tier", "store", "metadata", "modalities",
+    "prediction", "audio", "verbosity", "web_search_options", "temperature", "top_p",
+    "top_k", "min_p", "typical_p", "repeat_penalty", "repetition_penalty", "n_predict", "cache_prompt",
+    "mirostat", "grammar", "json_schema", "keep_alive", "options",
+)
+_ANTHROPIC_PARAMS = (
+    "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "metadata", "tool_choice", "thinking",
+    "service_tier", "container", "mcp_servers",
+)
+_GOOGLE_PARAMS = (
+    "topK", "maxOutputTokens", "candidateCount", "stopSequences", "responseMimeType", "responseSchema",
+    "responseJsonSchema", "presencePenalty", "frequencyPenalty", "seed", "responseLogprobs", "logprobs",
+    "thinkingConfig", "responseModalities", "speechConfig", "mediaResolution", "generationConfig",
+    "safetySettings", "toolConfig", "cachedContent", "labels",
+)
+
 BUILTIN_PROVIDERS: tuple[Provider, ...] = (
     Provider("openai", "goondan.llm.openai:create_openai", ("OPENAI_API_KEY",),
-             "https://api.openai.com/v1", base_url_env="OPENAI_BASE_URL"),
-    Provider("openai-compatible", "goondan.llm.openai:create_compatible", endpoint_required=True),
+             "https://api.openai.com/v1", base_url_env="OPENAI_BASE_URL", params=_OPENAI_PARAMS),
+    Provider("openai-compatible", "goondan.llm.openai:create_compatible", endpoint_required=True,
+             params=_OPENAI_PARAMS),
     Provider("anthropic", "goondan.llm.anthropic:create_anthropic", ("ANTHROPIC_API_KEY",),
-             "https://api.anthropic.com/v1", base_url_env="ANTHROPIC_BASE_URL"),
+             "https://api.anthropic.com/v1", base_url_env="ANTHROPIC_BASE_URL", params=_ANTHROPIC_PARAMS),
     Provider("google", "goondan.llm.google:create_google", ("GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"),
-             "https://generativelanguage.googleapis.com/v1beta", aliases=("gemini",)),
+             "https://generativelanguage.googleapis.com/v1beta", aliases=("gemini",), params=_GOOGLE_PARAMS),
     Provider("scripted", "goondan.llm.testing:create_scripted"),
 )
 
 # Every built-in name (aliases included) → its row.
 PROVIDERS: dict[str, Provider] = {name: row for row in BUILTIN_PROVIDERS for name in row.names}
 PROVIDER_NAMES: tuple[str, ...] = tuple(PROVIDERS)
+
+
+def known_params(provider: str | None) -> tuple[str, ...] | None:
+    """The ``modelConfig.params`` keys a built-in provider is known to take (None: a provider
+    this table does not describe, whose parameters are not checked)."""
+    row = PROVIDERS.get((provider or "").strip().lower())
+    return None if row is None else (*CANONICAL_PARAMS, *row.params)
 
 
 def key_variables() -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from goondan.config.a2a import A2A_SCHEMA
 from goondan.config.envelope import Location, Resource, agent_prompt, deep_merge
 from goondan.config.mcp import MCP_SCHEMA, exports_schema, tool_source_rule
 from goondan.config.providers import PROVIDER_NAMES
@@ -204,6 +205,7 @@ KIND_SCHEMAS: dict[str, Obj] = {
         # Exactly one of entry (a Python module) and mcp (an MCP server, docs/mcp.md).
         "entry": ENTRY,
         "mcp": MCP_SCHEMA,
+        "a2a": A2A_SCHEMA,  # or a remote A2A agent (docs/tools.md)
         "errorMessageLimit": Int(),
         "timeoutMs": Int(),
         "maxOutputBytes": Int(),
@@ -243,9 +245,12 @@ KIND_SCHEMAS: dict[str, Obj] = {
         "workdir": Str(),
         "parallelToolCalls": Bool(),
         "requestTimeoutMs": Int(),
+        "description": Str(),
         "maxToolOutputBytes": Int(),
         "spillToolOutput": Bool(),
         "budget": _BUDGET,
+        # docs/configuration.md "Agent": input for a running turn waits (queue) or joins it (steer).
+        "inputPolicy": Str(choices=("queue", "steer")),
     }, rules=(_required_tools_rule, _agent_prompt_rule), hints={
         # Forms found in some of the reference's tutorials (docs/compatibility.md).
         "system": 'the system prompt goes under prompt: write prompt: {system: "..."}',

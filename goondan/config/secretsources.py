@@ -56,6 +56,8 @@ def secret_sources(bundle: Any) -> Iterator[tuple[Any, str | None, tuple[str, ..
                     # A literal env value is a setting (TZ: UTC, LOG_LEVEL: debug), not a secret.
                     if section == "headers" or "valueFrom" in _mapping(source):
                         yield source, f"{section}.{key}", ()
+            for key, source in _mapping(_mapping(spec.get("a2a")).get("headers")).items():
+                yield source, f"headers.{key}", ()
 
 
 def register_bundle_secrets(bundle: Any, env: Mapping[str, str]) -> int:

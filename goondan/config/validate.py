@@ -18,7 +18,7 @@ from goondan.config.bundle import Bundle
 from goondan.config.entries import module_symbols, resolve_inside
 from goondan.config.loader import LoadResult, load_resources
 from goondan.config.packages import BUILTIN_ROOT
-from goondan.config.providers import PROVIDERS, installed_providers
+from goondan.config.providers import PROVIDERS, installed_providers, known_params
 from goondan.config.refs import RefItem, parse_ref, parse_ref_item
 from goondan.config.resolve import Index
 from goondan.config.resources import KIND_SCHEMAS, Resource, agent_prompt
@@ -272,6 +272,12 @@ class _Validator:
                          "use a path relative to the bundle root, inside it", code="E_CONFIG_PATH_ESCAPE")
 
     def _check_tool(self, res: Resource, ck: Checker) -> None:
+        if isinstance(res.spec.get("a2a"), dict):  # a remote A2A agent: its headers must resolve
+            headers = res.spec["a2a"].get("headers")
+            for key, value in (headers.items() if isinstance(headers, dict) else ()):
+                self._env(res, ck, value, ("spec", "a2a", "headers", key), secret=True,
+                          field_name=f"headers.{key}")
+            return
         block = res.spec.get("mcp")
         if not isinstance(block, dict):
             self._entry(res, ck)
@@ -289,12 +295,33 @@ class _Validator:
     def _check_connector(self, res: Resource, ck: Checker) -> None:
         self._entry(res, ck)
 
+    def _check_params(self, ck: Checker, model: Resource, params: Any) -> None:
+        """A ``modelConfig.params`` key close to, but not, one the Model's provider takes is
+        probably a typo (``temprature``): ``W_CONFIG_UNKNOWN_PARAM`` with a did-you-mean. Other
+        unknown keys pass through on purpose (docs/models.md)."""
+        provider = model.spec.get("provider") if isinstance(model.spec, dict) else None
+        known = known_params(provider if isinstance(provider, str) else None)
+        if known is None or not isinstance(params, dict):
+            return
+        for key in params:
+            if not isinstance(key, str) or key in known:
+                continue
+            guess = did_you_mean(key, known)
+            if guess is not None:
+                ck.report("W_CONFIG_UNKNOWN_PARAM",
+                          f"{key!r} is not a parameter {provider} is known to take (Model/{model.name})",
+                          ("spec", "modelConfig", "params", key), key=True, severity="warning",
+                          suggestion=f"did you mean {guess!r}? (an unknown key is sent as written; "
+                          "validate --strict makes this an error)")
+
     def _check_agent(self, res: Resource, ck: Checker) -> None:
         spec = res.spec
         model_config = spec.get("modelConfig")
         model = None
         if isinstance(model_config, dict) and "modelRef" in model_config:
             model = self._ref(res, ck, model_config["modelRef"], ("spec", "modelConfig", "modelRef"), "Model")
+        if model is not None and isinstance(model_config, dict):
+            self._check_params(ck, model, model_config.get("params"))
         tools = self._items(res, ck, spec.get("tools"), ("spec", "tools"), "Tool")
         extensions = self._items(res, ck, spec.get("extensions"), ("spec", "extensions"), "Extension")
         block, _, system_ref = agent_prompt(spec)
@@ -303,8 +330,8 @@ class _Validator:
         open_prefixes: set[str] = set()
         for tool, _ in tools:
             exports = tool.spec.get("exports")
-            if "mcp" in tool.spec:
-                # Server tools are known only at run time; an allow-list names them.
+            if "mcp" in tool.spec or "a2a" in tool.spec:
+                # Server tools (card skills) are known only at run time; an allow-list names them.
                 if isinstance(exports, list):
                     names.update(f"{tool.name}__{sanitize_export_name(e)}"
                                  for e in exports if isinstance(e, str))

@@ -197,6 +197,8 @@ class EmitReceipt:
 
 
 EmitFn = Callable[[ConnectorEvent], Awaitable[EmitReceipt]]
+# (event, agent, on_progress) -> a goondan.connectors.asking.TurnAnswer (not imported: it imports this)
+AskFn = Callable[[ConnectorEvent, str | None, Callable[[JsonObject], None] | None], Awaitable[Any]]
 
 
 class ConnectorContext:
@@ -213,6 +215,10 @@ class ConnectorContext:
       :class:`ConnectorEventError` (nothing is stored).
     * ``emit_sync(event)``: the same for a sync ``run`` (from its thread; blocks until the
       receipt is back).
+    * ``await ask(event, agent=None, on_progress=None)``: emit and wait for the Turn's answer,
+      a :class:`goondan.connectors.asking.TurnAnswer`; cancelling it cancels the Turn.
+    * ``agents`` (name → ``spec.description`` or ``""``, in the Swarm's order) and
+      ``entry_agent``: the Swarm the Connection is bound to.
     * ``stopping``: a :class:`threading.Event` set when the connector is told to stop; a sync
       ``run`` watches it and returns (an async ``run`` is cancelled instead).
     """
@@ -226,6 +232,9 @@ class ConnectorContext:
         secrets: Mapping[str, str],
         emit: EmitFn,
         state_dir: Path,
+        ask: AskFn | None = None,
+        agents: Mapping[str, str] | None = None,
+        entry_agent: str = "",
         logger: logging.Logger | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
@@ -237,6 +246,9 @@ class ConnectorContext:
         self.logger = logger or logging.getLogger(f"goondan.connector.{connection_name}")
         self.stopping = threading.Event()
         self._emit = emit
+        self._ask = ask
+        self.agents: dict[str, str] = dict(agents or {})
+        self.entry_agent = entry_agent
         self._loop = loop
 
     def __repr__(self) -> str:
@@ -254,6 +266,23 @@ class ConnectorContext:
             self.logger.warning("invalid event dropped: %s", err.message)
             raise
         return await self._emit(parsed)
+
+    async def ask(self, event: ConnectorEvent | Mapping[str, Any], *, agent: str | None = None,
+                  on_progress: Callable[[JsonObject], None] | None = None) -> Any:
+        """Emit ``event`` and wait until its Turn ended; returns a
+        :class:`goondan.connectors.asking.TurnAnswer` (the agent's final text, or the error that
+        ended the Turn). ``agent`` takes the entry agent's place in the Connection's routing
+        (the agent of a rule without ``agentRef``, and of every event when it has no rules).
+        ``on_progress`` gets the Turn's step and tool events; cancelling the call cancels the
+        Turn (docs/connectors.md "Waiting for the answer")."""
+        if self._ask is None:
+            raise RuntimeError("ctx.ask needs a running swarm (it is set when goondan runs the connector)")
+        try:
+            parsed = event if isinstance(event, ConnectorEvent) else ConnectorEvent.from_dict(event)
+        except ConnectorEventError as err:
+            self.logger.warning("invalid event dropped: %s", err.message)
+            raise
+        return await self._ask(parsed, agent, on_progress)
 
     def emit_sync(self, event: ConnectorEvent | Mapping[str, Any]) -> EmitReceipt:
         """:meth:`emit` for a sync ``run(ctx)``: called from its thread, it blocks until the

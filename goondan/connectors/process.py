@@ -1,6 +1,6 @@
 """The connector process: one Connection's ``run(ctx)`` behind an IPC channel.
 
-:func:`process_main` is the ``connector`` entry of :data:`goondan.ipc.spawner.WORKER_ENTRIES`.
+:func:`process_main` is the ``connector`` entry of :data:`goondan.swarm.spawner.WORKER_ENTRIES`.
 Arguments: ``--bundle-dir --connection-name --connector-name --state-root [--swarm]
 [--log-dir --process-name]``. The process:
 
@@ -12,7 +12,10 @@ Arguments: ``--bundle-dir --connection-name --connector-name --state-root [--swa
    thread of its own with the same ``ctx``: Decision 18). ``ctx.emit(event)`` sends
    ``runtime.emit {event}`` with a ``replyTo`` and waits for the orchestrator's
    ``runtime.answer {result: {id, duplicate, dropped}}`` (sent after the durable append) or
-   ``{error}`` (raised as :class:`ConnectorEventError`);
+   ``{error}`` (raised as :class:`ConnectorEventError`). ``ctx.ask(event)`` sends the same
+   with ``answer: true``: the answer comes when the Turn ended, ``runtime.delta`` messages of
+   its event id before it go to the caller's ``on_progress``, and cancelling the call sends
+   ``runtime.cancel {eventId}`` (:mod:`goondan.connectors.asking`);
 3. ``shutdown``, SIGTERM or EOF on the channel (orchestrator gone) cancel ``run`` (a sync
    ``run`` sees ``ctx.stopping`` set and gets :data:`SYNC_STOP_GRACE_S` to return) and the
    process exits 0; ``run`` returning exits 0; ``run`` raising is reported as
@@ -36,6 +39,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from goondan.connectors.asking import ProgressFn, TurnAnswer
 from goondan.connectors.event import ConnectorContext, ConnectorEvent, EmitReceipt
 from goondan.errors import ConnectorError, ConnectorEventError, GoondanError, IpcError
 from goondan.ipc import control
@@ -69,6 +73,7 @@ class ConnectorWorker:
         self.transport = transport
         self.connection_name = connection_name
         self._pending: dict[str, asyncio.Future[control.Answer]] = {}
+        self._progress: dict[str, ProgressFn] = {}  # event id -> the on_progress of its ask
         self.stop_requested = asyncio.Event()
 
     def __repr__(self) -> str:
@@ -104,6 +109,35 @@ class ConnectorWorker:
         return EmitReceipt(str(result.get("id") or event.id), duplicate=bool(result.get("duplicate")),
                            dropped=bool(result.get("dropped")))
 
+    async def ask(self, event: ConnectorEvent, agent: str | None = None,
+                  on_progress: ProgressFn | None = None) -> TurnAnswer:
+        """Hand ``event`` to the orchestrator and wait for its Turn's answer; cancelling this
+        cancels the Turn."""
+        correlation = f"corr_{uuid.uuid4().hex}"
+        future: asyncio.Future[control.Answer] = asyncio.get_running_loop().create_future()
+        self._pending[correlation] = future
+        if on_progress is not None:
+            self._progress[event.id] = on_progress
+        try:
+            await self.report(control.Emit(correlation_id=correlation, event=event.to_dict(),
+                                             answer=True, agent=agent))
+            answer = await future
+        except asyncio.CancelledError:
+            await asyncio.shield(self.report_quietly(control.Cancel(event.id, "cancelled")))
+            raise
+        finally:
+            self._pending.pop(correlation, None)
+            self._progress.pop(event.id, None)
+        error = answer.error
+        if isinstance(error, dict):
+            if error.get("code") == ConnectorEventError.code:
+                raise ConnectorEventError(str(error.get("message")))
+            if error.get("code") == "E_TURN_CANCELLED":
+                return TurnAnswer(EmitReceipt(event.id), error_code="E_TURN_CANCELLED",
+                                  error_message=str(error.get("message") or "cancelled"))
+            raise ConnectorError(str(error.get("message")), code=str(error.get("code") or "E_CONNECTOR"))
+        return TurnAnswer.from_dict(answer.result, event.id)
+
     async def read_loop(self) -> None:
         """Resolve answers; ``shutdown`` or EOF sets :attr:`stop_requested`."""
         while True:
@@ -128,6 +162,13 @@ class ConnectorWorker:
                     future = self._pending.get(answer.in_reply_to)
                     if future is not None and not future.done():
                         future.set_result(answer)
+                elif isinstance(answer, control.Delta):
+                    listener = self._progress.get(answer.event_id)
+                    if listener is not None:
+                        try:
+                            listener(answer.payload)
+                        except Exception:  # a connector's bug must not stop the answers
+                            _log.exception("on_progress failed")
 
     def _fail(self, error: GoondanError) -> None:
         for future in self._pending.values():
@@ -166,9 +207,15 @@ async def _open(args: argparse.Namespace, worker: ConnectorWorker) -> tuple[Call
                            "'async def run(ctx)' (or 'def run(ctx)')")
     state_dir = connection_dir(state_root, bundle.root, bundle.package_name, swarm.name, spec.name) / "state"
     private_dirs(state_dir)
+    agents = {}
+    for name in swarm.agents:
+        resource = bundle.get("Agent", name)
+        description = resource.spec.get("description") if resource is not None else None
+        agents[name] = description.strip() if isinstance(description, str) else ""
     ctx = ConnectorContext(
         connection_name=spec.name, connector_name=spec.connector, config=config, secrets=secrets,
-        emit=worker.emit, state_dir=state_dir, loop=asyncio.get_running_loop(),
+        emit=worker.emit, ask=worker.ask, state_dir=state_dir, loop=asyncio.get_running_loop(),
+        agents=agents, entry_agent=swarm.entry_agent,
     )
     return run, ctx
 
@@ -248,9 +295,15 @@ async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigter
         with contextlib.suppress(asyncio.CancelledError):
             await task
     except Exception as exc:  # run(ctx) raised: a crash of this connector
-        _log.exception("connection %s: connector %s failed", args.connection_name, args.connector_name)
-        await worker.report_quietly(control.ConnectorError(
-            code="E_CONNECTOR", message=mask(f"{type(exc).__name__}: {exc}")))
+        if isinstance(exc, GoondanError):  # a reported failure (a port taken): its message, no traceback
+            message = exc.message
+            _log.error("connection %s: connector %s failed: %s", args.connection_name, args.connector_name,
+                       mask(message))
+            _log.debug("connection %s: traceback of the failure", args.connection_name, exc_info=True)
+        else:
+            message = f"{type(exc).__name__}: {exc}"
+            _log.exception("connection %s: connector %s failed", args.connection_name, args.connector_name)
+        await worker.report_quietly(control.ConnectorError(code="E_CONNECTOR", message=mask(message)))
         code = 1
     finally:
         stop.cancel()
@@ -268,8 +321,7 @@ async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigter
 
 def process_main(conn: Connection, argv: list[str]) -> None:
     """Entry of a connector process (the ``connector`` worker kind)."""
-    from goondan.ipc.agent_process import redirect_output
-    from goondan.ipc.logs import configure_process_logging
+    from goondan.ipc.logs import configure_process_logging, redirect_output
 
     args = parse_args(argv)
     if args.log_dir:

@@ -26,6 +26,7 @@ from goondan.errors import ConnectorError
 
 __all__ = [
     "ALLOW_UNSIGNED",
+    "AUTH_TOKEN",
     "DISCORD_KEY",
     "LISTENING_CONNECTORS",
     "SLACK_SECRET",
@@ -48,6 +49,8 @@ class SecretNames:
 
     secrets: tuple[str, ...]
     config: tuple[str, ...] = ()
+    what: str = "signing secret"
+    allow_flag: str = "ALLOW_UNSIGNED"  # the config switch that accepts requests without it
 
     def find(self, config: Mapping[str, str], secrets: Mapping[str, str]) -> str | None:
         """The first non-blank value, or ``None``."""
@@ -74,26 +77,32 @@ SLACK_SECRET = SecretNames(("SLACK_SIGNING_SECRET", "SIGNING_SECRET", "WEBHOOK_S
 # config is read too).
 DISCORD_KEY = SecretNames(("DISCORD_PUBLIC_KEY", "publicKey"), config=("DISCORD_PUBLIC_KEY",))
 
+# The MCP and A2A servers take a bearer token rather than a signature (docs/serving.md).
+AUTH_TOKEN = SecretNames(("AUTH_TOKEN",), what="auth token", allow_flag="ALLOW_UNAUTHENTICATED")
+
 LISTENING_CONNECTORS: dict[tuple[str | None, str], SecretNames] = {
     ("@goondan/base", "webhook"): WEBHOOK_SECRET,
     ("@goondan/base", "github"): WEBHOOK_SECRET,
     ("@goondan/base", "slack"): SLACK_SECRET,
     ("@goondan/base", "discord"): DISCORD_KEY,
+    ("@goondan/base", "mcp-server"): AUTH_TOKEN,
+    ("@goondan/base", "a2a"): AUTH_TOKEN,
 }
 
 
-def allows_unsigned(config: Mapping[str, str]) -> bool:
-    """``config.ALLOW_UNSIGNED`` is ``"true"`` (any case); any other value keeps the check."""
-    value = config.get(ALLOW_UNSIGNED)
+def allows_unsigned(config: Mapping[str, str], flag: str = ALLOW_UNSIGNED) -> bool:
+    """``config.ALLOW_UNSIGNED`` (or ``flag``) is ``"true"`` (any case); any other value keeps
+    the check."""
+    value = config.get(flag)
     return isinstance(value, str) and value.strip().lower() == "true"
 
 
 def _suggestion(names: SecretNames, env_names: Iterable[str]) -> str:
     envs = sorted(set(env_names))
-    first = f"export {envs[0]}=<secret> (the sender signs with the same value)" if envs else \
+    first = f"export {envs[0]}=<secret> (the sender uses the same value)" if envs else \
         f"set {names.secrets[0]} in spec.secrets of the Connection"
-    return (f"{first}, or set spec.config.{ALLOW_UNSIGNED}: \"true\" on the Connection to accept "
-            "unsigned requests from anyone who can reach the port")
+    return (f"{first}, or set spec.config.{names.allow_flag}: \"true\" on the Connection to accept "
+            "unauthenticated requests from anyone who can reach the port")
 
 
 def unsigned_error(connection: str, connector: str, names: SecretNames,
@@ -102,8 +111,8 @@ def unsigned_error(connection: str, connector: str, names: SecretNames,
     envs = sorted(set(env_names))
     unset = f" (environment variable {', '.join(envs)} is unset)" if envs else ""
     return ConnectorError(
-        f"Connection {connection!r} (connector {connector}) has no signing secret{unset}: it would "
-        f"accept unsigned requests; looked for {names.describe()}",
+        f"Connection {connection!r} (connector {connector}) has no {names.what}{unset}: it would "
+        f"accept unauthenticated requests; looked for {names.describe()}",
         code=UNSIGNED_CODE, suggestion=_suggestion(names, envs), location=f"Connection/{connection}",
     )
 
@@ -115,10 +124,10 @@ def signing_secret(ctx: ConnectorContext, names: SecretNames) -> str | None:
     secret = names.find(ctx.config, ctx.secrets)
     if secret is not None:
         return secret
-    if not allows_unsigned(ctx.config):
+    if not allows_unsigned(ctx.config, names.allow_flag):
         raise unsigned_error(ctx.connection_name, ctx.connector_name, names)
-    ctx.logger.warning("Connection %s has no signing secret and %s is \"true\": requests are not "
-                       "authenticated", ctx.connection_name, ALLOW_UNSIGNED)
+    ctx.logger.warning("Connection %s has no %s and %s is \"true\": requests are not "
+                       "authenticated", ctx.connection_name, names.what, names.allow_flag)
     return None
 
 
@@ -131,7 +140,7 @@ def check_connections_signed(specs: Iterable[ConnectionSpec], env: Mapping[str, 
         if names is None:
             continue
         config, secrets, _ = resolve_connection_values(spec, env)
-        if names.find(config, secrets) is not None or allows_unsigned(config):
+        if names.find(config, secrets) is not None or allows_unsigned(config, names.allow_flag):
             continue
         envs = [e for n in names.secrets for e in env_names(spec.secrets.get(n), field=n)]
         envs += [e for n in names.config for e in env_names(spec.config.get(n), field=n)]

@@ -25,7 +25,7 @@ from goondan.console.backend import ReplBackend
 from goondan.console.prompt import LineReader
 from goondan.console.render import Style, TurnRenderer, format_turn_error, short_args
 from goondan.conversation.messages import Message
-from goondan.errors import exit_code_of
+from goondan.errors import EXIT_INTERRUPTED, exit_code_of
 from goondan.pipeline.context import TurnResult
 from goondan.secrets import mask
 
@@ -215,7 +215,8 @@ class ReplSession:
 
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> int:
-        """Run until /exit, Ctrl-D or a second Ctrl-C; returns the exit code (0)."""
+        """Run until /exit, Ctrl-D or a second Ctrl-C; returns the exit code: 0, or 130 (as every
+        command interrupted by Ctrl-C) when a second Ctrl-C ended the session."""
         self._welcome()
         armed = False  # the previous key was Ctrl-C: another one exits
         while True:
@@ -227,13 +228,13 @@ class ReplSession:
             except KeyboardInterrupt:
                 if armed:
                     self.print()
-                    return 0
+                    return EXIT_INTERRUPTED
                 armed = True
                 try:
                     self.print()
                     self.print(self.style.dim("(press Ctrl-C again or Ctrl-D to exit)"))
                 except KeyboardInterrupt:  # the second Ctrl-C came before the next prompt
-                    return 0
+                    return EXIT_INTERRUPTED
                 continue
             armed = False
             if not entry.strip():

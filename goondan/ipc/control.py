@@ -148,6 +148,7 @@ class TurnFinished(Control):
     duplicate: bool = False  # the start marker said another process already ran it
     restart_requested: bool = False  # a tool asked for a restart (base ``self-restart``)
     restart_reason: str | None = None
+    steered: tuple[str, ...] = ()  # the steered events this Turn took (inputPolicy: steer)
 
 
 @dataclass(frozen=True)
@@ -216,10 +217,13 @@ class Inspect(Query):
 
 @dataclass(frozen=True)
 class Emit(Query):
-    """A connector's event for the ingress (answered after the durable append)."""
+    """A connector's event for the ingress (answered after the durable append; with
+    ``answer``, after its Turn ended, with the Turn's answer: :mod:`goondan.connectors.asking`)."""
 
     kind: ClassVar[str] = "emit"
     event: Any = None
+    answer: bool = False
+    agent: str | None = None  # with answer: takes the entry agent's place in the routing
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ answers with one JSON object on one line. A request with ``"stream": true`` (the
 lines — the Turn's streamed runtime events, in order — and then the answer; closing the
 connection before the answer cancels that Turn.
 
+A request with ``"ack": true`` is first answered with ``{"accepted": {"id", "agent",
+"instanceKey"}}`` once the message is stored in the Swarm's durable inbox: from then on it runs
+exactly once even if the orchestrator is killed (docs/orchestrator.md "Durable inputs").
+
 A line may be up to :data:`MAX_CONTROL_BYTES` (16 MiB) long, on both sides: ``asyncio``'s
 default of 64 KiB made any longer message fail with a stream error. The client refuses a larger
 request before sending it, and either side reports a larger line as
@@ -70,9 +74,12 @@ def _no_answer(socket_path: Path, why: str) -> IpcError:
 async def stream_control(
     socket_path: Path, request: JsonObject, *, timeout_s: float | None = 120.0,
     on_event: Callable[[JsonObject], None] | None = None,
+    on_accepted: Callable[[JsonObject], bool] | None = None,
 ) -> JsonObject:
     """Send one control request and return its answer; ``{"event": …}`` lines before it go to
-    ``on_event``. Cancelling this coroutine closes the connection (a streamed Turn is cancelled)."""
+    ``on_event``, an ``{"accepted": …}`` line (a request with ``"ack": true``) to ``on_accepted``,
+    whose True return ends the call with that line as the answer. Cancelling this coroutine
+    closes the connection (a streamed Turn is cancelled)."""
     line = encode_line(request)
     if len(line) > MAX_CONTROL_BYTES:
         raise message_too_large(len(line))
@@ -108,6 +115,10 @@ async def stream_control(
                     raise _no_answer(socket_path, f"undecodable answer ({exc})") from exc
                 if not isinstance(document, dict):
                     raise _no_answer(socket_path, "not a JSON object")
+                if "accepted" in document and "ok" not in document:
+                    if on_accepted is not None and on_accepted(document):
+                        return document
+                    continue
                 if "event" in document and "ok" not in document:
                     if on_event is not None and isinstance(document["event"], dict):
                         on_event(document["event"])

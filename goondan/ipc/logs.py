@@ -1,4 +1,6 @@
-"""Process logs: JSON-line logging for orchestrator and agent processes, and reading them back.
+"""Process names and logs of every worker at either end of the wire (orchestrator, agent and
+connector processes): names, log files, stdout/stderr off the pipe, JSON-line logging, and
+reading the logs back.
 
 Every process of a running swarm writes to ``<state_root>/runtime/logs/<key>/``:
 ``orchestrator.{stdout,stderr}.log`` and ``<agent>.<instanceKey>.{stdout,stderr}.log``. Log
@@ -21,18 +23,24 @@ from pathlib import Path
 from typing import IO, Any
 
 from goondan.secrets import SecretMaskingFilter, mask
+from goondan.workspace.files import private_dirs
 
 __all__ = [
     "JsonLineFormatter",
     "configure_process_logging",
+    "connection_process_name",
     "follow_lines",
     "log_dir_for",
     "log_files",
+    "process_name",
+    "redirect_output",
+    "safe_key",
     "tail_lines",
     "valid_process_name",
 ]
 
 _PROCESS_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _STD_ATTRS = set(logging.LogRecord("x", 0, "x", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
@@ -41,10 +49,38 @@ def valid_process_name(name: str) -> bool:
     return bool(_PROCESS_NAME.match(name))
 
 
+def process_name(agent_name: str, instance_key: str) -> str:
+    """The log/status name of an agent process: ``<agent>.<instanceKey>`` made path-safe."""
+    key = _UNSAFE.sub("-", instance_key).strip("-") or "default"
+    return f"{agent_name}.{key}"[:128]
+
+
+def connection_process_name(connection_name: str) -> str:
+    """The log/status name of a Connection's connector process: ``connection.<name>``."""
+    name = _UNSAFE.sub("-", connection_name).strip("-") or "default"
+    return f"connection.{name}"[:128]
+
+
+def safe_key(key: str) -> str:
+    """An orchestrator key usable as a file name."""
+    return log_dir_for(Path("."), key).name
+
+
 def log_dir_for(state_root: Path, orchestrator_key: str) -> Path:
     """``<state_root>/runtime/logs/<key>`` (key made path-safe)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", orchestrator_key).strip("-") or "default"
     return Path(state_root) / "runtime" / "logs" / safe
+
+
+def redirect_output(log_dir: Path, name: str) -> None:
+    """Point fd 1/2 (and ``sys.stdout``/``sys.stderr``) at the process's append-only log files."""
+    private_dirs(log_dir)
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        target = os.open(log_dir / f"{name}.{stream}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
 
 
 def log_files(log_dir: Path, process: str) -> dict[str, Path]:

@@ -5,10 +5,8 @@ Every request/answer pairing in the IPC layer goes through :class:`RequestMatche
 
 * the orchestrator matches a callee's answer (``metadata.inReplyTo``) to the process that asked,
   or to the local future of :meth:`Orchestrator.request` (``route`` says which);
-* an agent process (:class:`~goondan.ipc.agent_process.IpcAgentRouter`) matches the answers to
-  its own requests and queries to the futures its tools wait on;
-* an agent process (:class:`~goondan.ipc.agent_process.AgentWorker`) tracks the requests it
-  must answer, so a Turn whose answer already went out is not answered twice.
+* an agent process (:class:`~goondan.swarm.agent_process.IpcAgentRouter`) matches the answers to
+  its own requests and queries to the futures its tools wait on.
 
 An entry is either *awaited* (it has a future: :meth:`expect`) or *tracked* (only a route:
 :meth:`track`); :meth:`take` removes and returns it, :meth:`resolve` hands an answer to its

@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 
 from goondan.errors import IpcError
 from goondan.text import clean_text
-from goondan.types import AgentEvent, JsonObject
+from goondan.types import LEGACY_METADATA_KEYS, AgentEvent, JsonObject
 
 __all__ = [
     "CANCEL_EVENT",
@@ -37,8 +37,10 @@ __all__ = [
     "ORCHESTRATOR",
     "SHUTDOWN_REASONS",
     "START_MARKER_KEY",
+    "STEER_KEY",
     "STREAMED_EVENT_TYPES",
     "STREAM_KEY",
+    "WAS_STEERED_KEY",
     "IpcMessage",
     "MessageType",
     "ShutdownReason",
@@ -58,13 +60,19 @@ ORCHESTRATOR: Final = "orchestrator"
 CONTROL_PREFIX: Final = "runtime."
 # Orchestrator → agent: cancel the Turn of ``metadata.eventId`` (Ctrl-C in the ``goondan run`` chat).
 CANCEL_EVENT: Final = CONTROL_PREFIX + "cancel"
-# Event metadata flag: the agent process reports this Turn's runtime events to the orchestrator
-# as ``runtime.delta`` control events (``{eventId, payload}``), e.g. for the ``goondan run`` chat.
-STREAM_KEY: Final = "__goondanStream"
-# Event metadata ``{path, id}``: a file the agent process appends ``{"id": id}`` to (flushed) just
-# before the event's Turn starts, so a restarted orchestrator knows which durably accepted
-# connector events already had their Turn (docs/connectors.md, "Delivery guarantee").
-START_MARKER_KEY: Final = "__goondanStartMarker"
+# The metadata keys that carried AgentEvent.stream and AgentEvent.start_marker before they were
+# typed fields (still read, see goondan.types.LEGACY_METADATA_KEYS). ``stream``: the agent
+# process reports the Turn's runtime events to the orchestrator as ``runtime.delta`` control
+# events (``{eventId, payload}``), e.g. for the ``goondan run`` chat. ``start_marker``
+# ``{path, id}``: a file the agent process appends ``{"id": id}`` to (flushed) just before the
+# event's Turn starts, so a restarted orchestrator knows which durably accepted connector events
+# already had their Turn (docs/connectors.md, "Delivery guarantee").
+STREAM_KEY: Final = LEGACY_METADATA_KEYS["stream"]
+START_MARKER_KEY: Final = LEGACY_METADATA_KEYS["start_marker"]
+# Event metadata: the id of the running Turn this event should join (``inputPolicy: steer``,
+# docs/orchestrator.md "Steering"); ``WAS_STEERED_KEY``: it joined a Turn whose process died.
+STEER_KEY: Final = "__goondanSteerInto"
+WAS_STEERED_KEY: Final = "__goondanWasSteered"
 # The runtime events forwarded for a streamed Turn (what the console renderer draws).
 STREAMED_EVENT_TYPES: Final = frozenset({
     "llm.delta", "step.started", "step.completed", "tool.called", "tool.completed", "tool.failed",

@@ -1,25 +1,27 @@
-"""The urllib3 transport shared by every provider adapter — the only module that imports urllib3.
+"""The HTTP transport shared by every provider adapter, on the HTTP layer (``goondan/http/``).
 
-One :class:`urllib3.PoolManager` per process (:func:`pool_manager`). A :class:`HttpTransport`
+One abortable pool per process (:func:`pool_manager`). A :class:`HttpTransport`
 posts JSON and either returns the decoded JSON body (:meth:`HttpTransport.post_json`) or yields
 Server-Sent Events (:meth:`HttpTransport.stream_sse`). Around that it owns:
 
 * **timeouts** — ``timeout_ms`` (Model ``spec.timeoutMs``) is both the connect timeout and the
   per-read idle timeout; without it, 10 s to connect and 600 s between bytes.
-* **retries** — :class:`RetryPolicy`: exponential backoff with full jitter on connection
+* **retries** — :class:`goondan.http.RetryPolicy` (re-exported here): exponential backoff
+  with full jitter on connection
   errors, timeouts, 408, 409, 429 and 5xx, honouring ``Retry-After`` / ``retry-after-ms``
   (seconds or an HTTP date, capped). 400/401/403/404 are never retried. A stream is retried only
   while opening it: once a 2xx status arrived, nothing is re-sent (part of it may already have
   reached the user). The policy takes an injectable ``sleep`` and ``random`` so tests assert the
   retry count and every computed delay without waiting.
-* **error mapping** — :func:`map_urllib3_errors` turns urllib3/socket failures into
-  ``goondan.errors`` ``Llm*`` classes in one place (most specific first, ``raise … from``), and
+* **error mapping** — :func:`map_urllib3_errors` turns the HTTP layer's failure kinds
+  (:func:`goondan.http.failure_of`) into ``goondan.errors`` ``Llm*`` classes, and
   :func:`error_for_status` turns an HTTP error status plus the provider's error JSON into
   ``E_LLM_AUTH`` / ``E_LLM_RATE_LIMIT`` / ``E_LLM_HTTP``. Every message passes through
   :func:`goondan.secrets.mask`.
 * **cancellation** — blocking urllib3 calls run in a worker thread (``asyncio.to_thread``).
   When the awaiting task is cancelled, the transport shuts the request's socket down from the
-  event-loop side, so the worker unblocks at once and the server sees the connection close.
+  event-loop side (:class:`goondan.http.AbortHandle`), so the worker unblocks at once and the
+  server sees the connection close.
 """
 
 from __future__ import annotations
@@ -28,19 +30,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 import re
-import socket
 import threading
-import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
-
-import urllib3
-from urllib3 import exceptions as u3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from goondan.errors import (
     LlmAuthError,
@@ -52,6 +45,19 @@ from goondan.errors import (
     LlmRateLimitError,
     LlmTimeoutError,
 )
+from goondan.http import (
+    AbortHandle,
+    RetryPolicy,
+    abortable,
+    close_response,
+    failure_of,
+    new_pool,
+    parse_retry_after,
+    safe_origin,
+    timeout,
+)
+from goondan.http import failures as kinds
+from goondan.http.pool import PoolManager
 from goondan.llm.sse import SseEvent, SseParser
 from goondan.llm.wire import encode_json
 from goondan.secrets import mask
@@ -78,76 +84,6 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 600.0
 _ERROR_BODY_LIMIT = 64 * 1024
 _READ_CHUNK = 64 * 1024
-
-
-# --------------------------------------------------------------------------- retry policy
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When and how long to wait before re-sending a failed request (immutable).
-
-    ``max_retries`` counts re-sends (so at most ``max_retries + 1`` attempts). The n-th retry
-    (0-based) waits ``random() * min(max_delay, base_delay * 2**n)`` ("full jitter"), or the
-    server's ``Retry-After`` capped at ``max_retry_after`` when it sent one.
-    """
-
-    max_retries: int = 2
-    base_delay: float = 0.5
-    max_delay: float = 8.0
-    max_retry_after: float = 60.0
-    retry_statuses: frozenset[int] = frozenset({408, 409, 429})
-    sleep: Callable[[float], Awaitable[Any]] = field(default=asyncio.sleep, compare=False)
-    random: Callable[[], float] = field(default=random.random, compare=False)
-    clock: Callable[[], float] = field(default=time.time, compare=False)  # for HTTP-date headers
-
-    def is_retryable_status(self, status: int) -> bool:
-        """408, 409, 429 and every 5xx (the statuses a later identical request may pass)."""
-        return status in self.retry_statuses or 500 <= status <= 599
-
-    def is_retryable(self, error: LlmError) -> bool:
-        """Whether ``error`` is worth another attempt: the error says it may pass later
-        (``LlmError.retryable``: connection trouble, timeouts, 408/409/429/5xx that are not a
-        validation report) and, for HTTP errors, its status is one this policy retries."""
-        if not error.retryable:
-            return False
-        if isinstance(error, LlmHttpError):
-            return self.is_retryable_status(error.status)
-        return True
-
-    def delay_for(self, retry_index: int, retry_after: float | None = None) -> float:
-        """Seconds to wait before retry number ``retry_index`` (0-based)."""
-        if retry_after is not None:
-            return max(0.0, min(retry_after, self.max_retry_after))
-        ceiling = min(self.max_delay, self.base_delay * (2.0**retry_index))
-        return self.random() * ceiling
-
-
-def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds the server asked us to wait: ``retry-after-ms``, then ``Retry-After``.
-
-    ``Retry-After`` is either delay-seconds or an HTTP date (RFC 9110 §10.2.3); unparsable
-    values are ignored.
-    """
-    lowered = {k.lower(): v for k, v in headers.items()}
-    raw_ms = lowered.get("retry-after-ms")
-    if raw_ms:
-        with contextlib.suppress(ValueError):
-            return max(0.0, float(raw_ms) / 1000.0)
-    raw = lowered.get("retry-after")
-    if not raw:
-        return None
-    raw = raw.strip()
-    with contextlib.suppress(ValueError):
-        return max(0.0, float(raw))
-    import email.utils  # rare (an HTTP-date Retry-After): not imported at every start
-
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
 
 
 # --------------------------------------------------------------------------- errors
@@ -282,175 +218,54 @@ def error_for_status(
     return LlmHttpError(message, status=status, retryable=retryable, suggestion=suggestion)
 
 
+# What each failure kind of the HTTP layer is for a model call: class, message, suggestion.
+_CHECK_ENDPOINT = "Check the network and the Model's spec.endpoint."
+_FAILURES: dict[str, tuple[type[LlmError], str, str]] = {
+    kinds.CONNECT: (LlmConnectionError, "cannot connect to {label} at {where}: {reason}", _CHECK_ENDPOINT),
+    kinds.CONNECT_TIMEOUT: (LlmTimeoutError, "timed out connecting to {label} at {where}",
+                            "Check the network, or raise the Model's spec.timeoutMs."),
+    kinds.READ_TIMEOUT: (LlmTimeoutError, "timed out waiting for {label} at {where}",
+                         "Raise the Model's spec.timeoutMs, or ask for shorter replies."),
+    kinds.BAD_RESPONSE: (LlmBadResponseError, "{label} sent a malformed HTTP response: {reason}",
+                         "Check that spec.endpoint points at the provider's API."),
+    kinds.INVALID_URL: (LlmConnectionError, "invalid {label} endpoint {where}: {reason}",
+                        "Set the Model's spec.endpoint to an http(s) URL such as https://host/v1."),
+    kinds.CONNECTION: (LlmConnectionError, "connection to {label} at {where} failed: {reason}", _CHECK_ENDPOINT),
+}
+
+
 @contextlib.contextmanager
 def map_urllib3_errors(label: str, url: str) -> Iterator[None]:
     """Translate urllib3 / socket failures raised inside the block into ``Llm*`` errors."""
-    where = _safe_origin(url)
     try:
         yield
     except LlmError:
         raise
-    except u3.MaxRetryError as exc:  # only if someone passes retries through; unwrap the cause
-        with map_urllib3_errors(label, url):
-            raise (exc.reason or exc) from exc
-    except u3.NewConnectionError as exc:  # before ConnectTimeoutError: it is a subclass of it
-        raise LlmConnectionError(
-            mask(f"cannot connect to {label} at {where}: {_reason(exc)}"),
-            suggestion="Check the network and the Model's spec.endpoint.",
-        ) from exc
-    except u3.ConnectTimeoutError as exc:
-        raise LlmTimeoutError(
-            mask(f"timed out connecting to {label} at {where}"),
-            suggestion="Check the network, or raise the Model's spec.timeoutMs.",
-        ) from exc
-    except (u3.ReadTimeoutError, TimeoutError) as exc:
-        error = LlmTimeoutError(
-            mask(f"timed out waiting for {label} at {where}"),
-            suggestion="Raise the Model's spec.timeoutMs, or ask for shorter replies.",
-        )
-        error.waiting_for_reply = True
+    except Exception as exc:
+        failure = failure_of(exc)
+        if failure is None:
+            raise
+        cls, template, suggestion = _FAILURES[failure.kind]
+        error = cls(mask(template.format(label=label, where=safe_origin(url), reason=failure.reason)),
+                    suggestion=suggestion)
+        if isinstance(error, LlmTimeoutError) and failure.kind == kinds.READ_TIMEOUT:
+            error.waiting_for_reply = True  # the request went out; the server went silent
         raise error from exc
-    except (u3.DecodeError, u3.InvalidChunkLength, u3.InvalidHeader) as exc:
-        raise LlmBadResponseError(
-            mask(f"{label} sent a malformed HTTP response: {_reason(exc)}"),
-            suggestion="Check that spec.endpoint points at the provider's API.",
-        ) from exc
-    except (u3.LocationValueError, u3.URLSchemeUnknown) as exc:
-        raise LlmConnectionError(
-            mask(f"invalid {label} endpoint {where}: {_reason(exc)}"),
-            suggestion="Set the Model's spec.endpoint to an http(s) URL such as https://host/v1.",
-        ) from exc
-    except (u3.HTTPError, OSError) as exc:  # ProtocolError, SSLError, ProxyError, resets ...
-        raise LlmConnectionError(
-            mask(f"connection to {label} at {where} failed: {_reason(exc)}"),
-            suggestion="Check the network and the Model's spec.endpoint.",
-        ) from exc
 
 
-# urllib3 2.x starts messages with the connection's repr: "HTTPConnection(host='h', port=1): "
-# (1.x: "<urllib3.connection.HTTPConnection object at 0x...>: ").
-_CONNECTION_REPR = re.compile(r"^<?[\w.]*Connection(?:Pool)?\b[^:]*?(?:\)|>): ")
-
-
-def _reason(exc: BaseException) -> str:
-    """The operating system's reason (``Connection refused``) when there is one, else urllib3's
-    message without the connection object's repr."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.strerror:
-            return current.strerror[:300]
-        current = current.__cause__ or current.__context__
-    text = str(exc) or type(exc).__name__
-    text = _CONNECTION_REPR.sub("", text)
-    text = text.removeprefix("Failed to establish a new connection: ")
-    return text[:300]
-
-
-def _safe_origin(url: str) -> str:
-    """scheme://host:port only — never the path or query, which might carry a key."""
-    try:
-        parsed = urllib3.util.parse_url(url)
-    except u3.LocationParseError:
-        return "<invalid URL>"
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme or 'http'}://{parsed.host or ''}{port}"
-
-
-# --------------------------------------------------------------------------- pool + abort
-
-
-_local = threading.local()
-
-
-class _AbortHandle:
-    """Lets the event loop shut down the socket a worker thread is blocked on.
-
-    The socket object itself is remembered: ``http.client`` drops ``conn.sock`` once a
-    ``Connection: close`` response starts, while the response keeps reading from it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._conn: HTTPConnection | None = None
-        self._sock: socket.socket | None = None
-        self.aborted = False
-
-    def attach(self, conn: HTTPConnection) -> None:
-        with self._lock:
-            self._conn = conn
-            sock = getattr(conn, "sock", None)
-            if sock is not None:
-                self._sock = sock
-            aborted = self.aborted
-        if aborted:
-            self._shutdown()
-
-    def abort(self) -> None:
-        with self._lock:
-            self.aborted = True
-        self._shutdown()
-
-    def _shutdown(self) -> None:
-        with self._lock:
-            sock = self._sock
-            if sock is None and self._conn is not None:
-                sock = getattr(self._conn, "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-
-def _attach_current(conn: HTTPConnection) -> None:
-    handle: _AbortHandle | None = getattr(_local, "abort", None)
-    if handle is not None:
-        handle.attach(conn)
-
-
-class _TrackedHTTPConnection(HTTPConnection):
-    def connect(self) -> None:
-        super().connect()
-        _attach_current(self)
-
-    def request(self, *args: Any, **kwargs: Any) -> None:  # reused connections skip connect()
-        _attach_current(self)
-        super().request(*args, **kwargs)
-
-
-class _TrackedHTTPSConnection(HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _attach_current(self)
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _attach_current(self)
-        super().request(*args, **kwargs)
-
-
-class _TrackedHTTPConnectionPool(HTTPConnectionPool):
-    ConnectionCls = _TrackedHTTPConnection
-
-
-class _TrackedHTTPSConnectionPool(HTTPSConnectionPool):
-    ConnectionCls = _TrackedHTTPSConnection
+# --------------------------------------------------------------------------- pool
 
 
 _pool_lock = threading.Lock()
-_pool: urllib3.PoolManager | None = None
+_pool: PoolManager | None = None
 
 
-def pool_manager() -> urllib3.PoolManager:
-    """The process-wide PoolManager (created on first use; its connections are abortable)."""
+def pool_manager() -> PoolManager:
+    """The process-wide pool of the model adapters (created on first use; abortable)."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            manager = urllib3.PoolManager(num_pools=16, maxsize=8, block=False)
-            manager.pool_classes_by_scheme = {
-                "http": _TrackedHTTPConnectionPool,
-                "https": _TrackedHTTPSConnectionPool,
-            }
-            _pool = manager
+            _pool = new_pool(num_pools=16, maxsize=8, abortable=True)
         return _pool
 
 
@@ -472,7 +287,7 @@ class HttpTransport:
         timeout_ms: int | None = None,
         retry_policy: RetryPolicy | None = None,
         auth_suggestion: str | None = None,
-        pool: urllib3.PoolManager | None = None,
+        pool: PoolManager | None = None,
     ) -> None:
         self.label = label
         self.retry_policy = retry_policy or RetryPolicy()
@@ -480,16 +295,16 @@ class HttpTransport:
         self._pool = pool
         if timeout_ms is not None and timeout_ms > 0:
             seconds = timeout_ms / 1000.0
-            self.timeout = urllib3.Timeout(connect=seconds, read=seconds)
+            self.timeout = timeout(seconds, connect_s=seconds)
         else:
-            self.timeout = urllib3.Timeout(connect=DEFAULT_CONNECT_TIMEOUT, read=DEFAULT_READ_TIMEOUT)
+            self.timeout = timeout(DEFAULT_READ_TIMEOUT, connect_s=DEFAULT_CONNECT_TIMEOUT)
         self.attempts = 0
 
     def __repr__(self) -> str:
         return f"HttpTransport(label={self.label!r}, timeout={self.timeout!r})"
 
     @property
-    def pool(self) -> urllib3.PoolManager:
+    def pool(self) -> PoolManager:
         return self._pool if self._pool is not None else pool_manager()
 
     async def post_json(
@@ -521,7 +336,7 @@ class HttpTransport:
         """
         payload = _payload(body)
         stream_headers = {**headers, "Accept": "text/event-stream", "Accept-Encoding": "identity"}
-        abort = _AbortHandle()
+        abort = AbortHandle()
 
         async def attempt() -> Any:
             return await self._run(self._blocking_open, url, payload, stream_headers, abort=abort)
@@ -539,9 +354,9 @@ class HttpTransport:
                 yield event
         finally:
             if abort.aborted:
-                await asyncio.to_thread(_discard, response)
+                await asyncio.to_thread(close_response, response, reuse=False)
             else:
-                _release(response)
+                close_response(response)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -590,10 +405,10 @@ class HttpTransport:
         self,
         fn: Callable[..., Any],
         *args: Any,
-        abort: _AbortHandle | None = None,
+        abort: AbortHandle | None = None,
     ) -> Any:
         """Run blocking ``fn(*args, abort)`` in a worker thread; on cancellation, abort its socket."""
-        handle = abort or _AbortHandle()
+        handle = abort or AbortHandle()
         try:
             return await asyncio.to_thread(fn, *args, handle)
         except asyncio.CancelledError:
@@ -601,45 +416,40 @@ class HttpTransport:
             raise
 
     def _blocking_request(
-        self, url: str, payload: bytes | list[bytes], headers: Mapping[str, str], abort: _AbortHandle
+        self, url: str, payload: bytes | list[bytes], headers: Mapping[str, str], abort: AbortHandle
     ) -> tuple[int, dict[str, str], bytes]:
-        _local.abort = abort
-        try:
-            with map_urllib3_errors(self.label, url):
-                response = self._urlopen(url, payload, headers)
-                try:
-                    data = response.read()
-                    return response.status, dict(response.headers), data
-                finally:
-                    response.release_conn()
-        finally:
-            _local.abort = None
+        with abortable(abort), map_urllib3_errors(self.label, url):
+            response = self._urlopen(url, payload, headers)
+            try:
+                data = response.read()
+                return response.status, dict(response.headers), data
+            finally:
+                response.release_conn()
 
     def _blocking_open(
-        self, url: str, payload: bytes | list[bytes], headers: Mapping[str, str], abort: _AbortHandle
+        self, url: str, payload: bytes | list[bytes], headers: Mapping[str, str], abort: AbortHandle
     ) -> Any:
-        _local.abort = abort
-        try:
-            with map_urllib3_errors(self.label, url):
-                response = self._urlopen(url, payload, headers)
-                if response.status >= 400:
-                    try:
-                        data = response.read(_ERROR_BODY_LIMIT)
-                    finally:
-                        response.release_conn()
-                    raise error_for_status(
-                        response.status, data, dict(response.headers), label=self.label,
-                        auth_suggestion=self.auth_suggestion, now=self.retry_policy.clock(),
-                    )
-                return response
-        finally:
-            _local.abort = None
+        with abortable(abort), map_urllib3_errors(self.label, url):
+            response = self._urlopen(url, payload, headers)
+            if response.status >= 400:
+                try:
+                    data = response.read(_ERROR_BODY_LIMIT)
+                finally:
+                    response.release_conn()
+                raise error_for_status(
+                    response.status, data, dict(response.headers), label=self.label,
+                    auth_suggestion=self.auth_suggestion, now=self.retry_policy.clock(),
+                )
+            return response
 
-    def _blocking_read(self, response: Any, url: str, abort: _AbortHandle) -> bytes:
+    def _blocking_read(self, response: Any, url: str, abort: AbortHandle) -> bytes:
         with map_urllib3_errors(self.label, url):
             try:
                 chunk: bytes = response.read1(_READ_CHUNK)
-            except u3.ProtocolError as exc:
+            except Exception as exc:
+                failure = failure_of(exc)
+                if failure is None or failure.kind != kinds.CONNECTION:
+                    raise
                 if abort.aborted:
                     return b""
                 # ProtocolError's text is a tuple repr ("('Connection broken: ...', ...)"):
@@ -688,21 +498,3 @@ def _payload(body: JsonObject | bytes | list[bytes]) -> bytes | list[bytes]:
 def _encode(body: JsonObject) -> bytes:
     # encode_json cleans lone surrogates: one that slipped into a request must not make it unsendable.
     return encode_json(body)
-
-
-def _release(response: Any) -> None:
-    """Give the connection back if the body was fully read, else close it (it is mid-stream)."""
-    try:
-        if response.closed or getattr(response, "length_remaining", None) == 0:
-            response.release_conn()
-        else:
-            response.close()
-            response.release_conn()
-    except Exception:  # pragma: no cover - best effort cleanup
-        logger.debug("closing a streamed response failed", exc_info=True)
-
-
-def _discard(response: Any) -> None:
-    with contextlib.suppress(Exception):
-        response.close()
-        response.release_conn()

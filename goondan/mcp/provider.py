@@ -172,12 +172,22 @@ class McpToolProvider:
                         stderr = await _stderr_tail(session.transport, exited=gone)
                 finally:
                     self._close_later(session)
+            # The server's own last words ("No module named mcp_server_time") go into the error
+            # itself, so every surface shows them at the default verbosity (validate, doctor,
+            # the tool error the model and the REPL see), not only the agent log.
+            said = _last_words(stderr)
             if isinstance(exc, McpError):
+                if said:
+                    failed = McpError(f"{exc.message}; the server said: {said}", code=exc.code,
+                                      suggestion=exc.suggestion, location=exc.location)
+                    self._failed(failed.message, turn, elapsed_ms=elapsed_ms, stderr=stderr)
+                    raise failed from exc
                 self._failed(exc.message, turn, elapsed_ms=elapsed_ms, stderr=stderr)
             elif isinstance(exc, Exception):
-                self._failed(f"{type(exc).__name__}: {exc}", turn, elapsed_ms=elapsed_ms,
-                             stderr=stderr)
-                raise McpError(f"MCP server {self.spec.name!r} failed to start: {exc}",
+                reason = f"{type(exc).__name__}: {exc}" + (f"; the server said: {said}" if said else "")
+                self._failed(reason, turn, elapsed_ms=elapsed_ms, stderr=stderr)
+                raise McpError(f"MCP server {self.spec.name!r} failed to start: {exc}"
+                               + (f"; the server said: {said}" if said else ""),
                                code="E_MCP_START") from exc
             else:
                 self.state = "idle"
@@ -341,6 +351,14 @@ class McpToolProvider:
         if state == "failed":
             out["retryInMs"] = max(0, round((self._retry_at - self._clock()) * 1000))
         return out
+
+
+def _last_words(stderr: str | None, limit: int = 300) -> str | None:
+    """The last non-blank stderr line (a traceback's last line names the error), cut to
+    ``limit`` characters; None when the server wrote nothing."""
+    lines = [line.strip().lstrip("|").strip() for line in (stderr or "").splitlines()]
+    last = next((line for line in reversed(lines) if line), None)
+    return last[:limit] if last else None
 
 
 async def _stderr_tail(transport: Transport, *, exited: bool) -> str | None:

@@ -14,7 +14,9 @@ report the end of the connection once to ``on_closed``.
   the session expired (:data:`SESSION_EXPIRED`), and the session re-initialises. Once the session is initialised, a daemon thread keeps the optional
   ``GET`` stream open for messages the server sends on its own (a ``tools/list_changed`` after
   a background change, a ``ping``), reconnecting with ``Last-Event-ID``; a server that answers
-  405 has no such stream. urllib3 calls run in daemon threads.
+  405 has no such stream. Requests go through the HTTP layer (``goondan/http/``) in daemon
+  threads: a failure sending a message is ``E_MCP_CONNECTION`` (with the server's origin, never
+  its path or query), one while reading the answer ``E_MCP_PROTOCOL``.
 """
 
 from __future__ import annotations
@@ -259,7 +261,7 @@ class HttpTransport:
     def __init__(self, url: str, *, headers: dict[str, str] | None = None,
                  timeout_s: float = 60.0, logger: logging.Logger | None = None,
                  label: str = "mcp") -> None:
-        import urllib3  # only when an HTTP server is used: keeps start-up light
+        import goondan.http as http  # only when an HTTP server is used: keeps start-up light
 
         self.url = url
         self.headers = dict(headers or {})
@@ -268,7 +270,7 @@ class HttpTransport:
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self._log = logger or logging.getLogger("goondan.mcp")
-        self._pool = urllib3.PoolManager(maxsize=8, retries=False)
+        self._pool = http.new_pool(maxsize=8)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_message: MessageHandler | None = None
         self._closed = False
@@ -300,20 +302,27 @@ class HttpTransport:
         self._loop.call_soon_threadsafe(self._on_message, message)
 
     def _post(self, message: JsonObject) -> None:
-        import urllib3
+        import goondan.http as http
+        from goondan.http import failures
 
         is_initialize = message.get("method") == "initialize"
         had_session = self.session_id is not None
         try:
             try:
                 response = self._send_post(message)
-            except urllib3.exceptions.ProtocolError:
+            except Exception as exc:
+                failure = http.failure_of(exc)
+                if failure is None or failure.kind != failures.CONNECTION:
+                    raise
                 # A pooled keep-alive connection the server had already closed (uvicorn does
                 # after some answers): the request never got through, so send it once more on
                 # a fresh connection.
                 response = self._send_post(message)
-        except urllib3.exceptions.HTTPError as exc:
-            raise McpError(f"MCP server {self.label!r} at {self.url}: {type(exc).__name__}: {exc}",
+        except Exception as exc:
+            failure = http.failure_of(exc)
+            if failure is None:
+                raise
+            raise McpError(f"MCP server {self.label!r} at {http.safe_origin(self.url)}: {failure.reason}",
                            code="E_MCP_CONNECTION",
                            suggestion="Check that the server is running and spec.mcp.url.") from exc
         try:
@@ -340,19 +349,24 @@ class HttpTransport:
                 for item in payload if isinstance(payload, list) else [payload]:
                     if isinstance(item, dict):
                         self._deliver(item)
-        except (urllib3.exceptions.HTTPError, ValueError) as exc:
-            raise McpError(f"MCP server {self.label!r}: bad response: {exc}",
+        except Exception as exc:
+            if isinstance(exc, McpError):
+                raise
+            failure = http.failure_of(exc)
+            if failure is None and not isinstance(exc, ValueError):
+                raise
+            detail = failure.reason if failure is not None else str(exc)
+            raise McpError(f"MCP server {self.label!r}: bad response: {detail}",
                            code="E_MCP_PROTOCOL") from exc
         finally:
             response.release_conn()
 
     def _send_post(self, message: JsonObject) -> Any:
-        import urllib3
+        import goondan.http as http
 
         return self._pool.request(
             "POST", self.url, body=encode_message(message), headers=self._request_headers(),
-            preload_content=False,
-            timeout=urllib3.Timeout(connect=min(self.timeout_s, 10.0), read=self.timeout_s),
+            preload_content=False, timeout=http.timeout(self.timeout_s),
         )
 
     def _read_events(self, response: Any) -> None:
@@ -384,7 +398,7 @@ class HttpTransport:
         self._listener.start()
 
     def _listen_loop(self, session_id: str | None) -> None:
-        import urllib3
+        import goondan.http as http
 
         last_event_id: str | None = None
         failures = 0
@@ -397,10 +411,13 @@ class HttpTransport:
             try:
                 response = self._pool.request(
                     "GET", self.url, headers=headers, preload_content=False,
-                    timeout=urllib3.Timeout(connect=min(self.timeout_s, 10.0), read=None))
-            except urllib3.exceptions.HTTPError as exc:
+                    timeout=http.timeout(None, connect_s=min(self.timeout_s, http.CONNECT_TIMEOUT_S)))
+            except Exception as exc:
+                failure = http.failure_of(exc)
+                if failure is None:
+                    raise
                 failures += 1
-                self._log.debug("MCP %s: GET stream connect failed: %s", self.label, exc)
+                self._log.debug("MCP %s: GET stream connect failed: %s", self.label, failure.reason)
             else:
                 self._listen_response = response
                 try:
@@ -415,10 +432,14 @@ class HttpTransport:
                         return
                     failures = 0
                     last_event_id = self._read_stream(response, last_event_id)
-                except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-                    self._log.debug("MCP %s: GET stream ended: %s", self.label, exc)
                 except RuntimeError:
                     return  # the event loop is gone: nobody is left to deliver to
+                except Exception as exc:
+                    failure = http.failure_of(exc)
+                    if failure is None and not isinstance(exc, ValueError):
+                        raise
+                    self._log.debug("MCP %s: GET stream ended: %s", self.label,
+                                    failure.reason if failure is not None else exc)
                 finally:
                     self._listen_response = None
                     with contextlib.suppress(Exception):
@@ -467,8 +488,10 @@ class HttpTransport:
         self._pool.clear()
 
     def _delete(self, headers: dict[str, str]) -> None:
+        import goondan.http as http
+
         with contextlib.suppress(Exception):
-            self._pool.request("DELETE", self.url, headers=headers, timeout=2.0, retries=False)
+            self._pool.request("DELETE", self.url, headers=headers, timeout=http.timeout(2.0))
 
     def status(self) -> JsonObject:
         listening = self._listener is not None and self._listener.is_alive()

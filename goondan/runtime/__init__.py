@@ -45,7 +45,6 @@ from goondan.types import AgentEvent, JsonObject
 if TYPE_CHECKING:
     from goondan.config import Bundle, SwarmSpec
     from goondan.llm.base import LanguageModel
-    from goondan.otlp.exporter import OtlpExporter
     from goondan.runtime.instance import (
         AgentInstance,
         AgentsApiFactory,
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
         OutgoingHandler,
     )
     from goondan.runtime.observe import EventListener
+    from goondan.runtime.otlp_exporter import OtlpExporter
 
 __all__ = ["AgentInstance", "Runtime", "TurnResult"]
 
@@ -122,7 +122,7 @@ class Runtime:
 
         self.exporter: OtlpExporter | None = None
         if endpoint_configured(self.env):
-            from goondan.otlp.exporter import exporter_from_env
+            from goondan.runtime.otlp_exporter import exporter_from_env
 
             self.exporter = exporter_from_env(self.env, resource_attributes={"goondan.swarm": self.swarm.name})
         self._listeners: list[EventListener] = []

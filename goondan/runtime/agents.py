@@ -4,7 +4,7 @@ One :class:`AgentCallApi` is made per Turn by an :class:`AgentsFactory` (the ``a
 hook of ``AgentInstance``). It builds the AgentEvents, enforces the call rules, and hands the
 event to an :class:`AgentRouter`, which only moves events:
 
-* ``IpcAgentRouter`` (``goondan/ipc/agent_process.py``) sends them through the orchestrator;
+* ``IpcAgentRouter`` (``goondan/swarm/agent_process.py``) sends them through the orchestrator;
 * :class:`~goondan.runtime.local_router.InProcessAgentRouter` runs every instance in this process (embedding API,
   tests).
 
@@ -292,8 +292,6 @@ class AgentCallApi:
         meta.setdefault("callSource", call_source)
         current = CURRENT_SPAN.get()
         parent_span = current.span_id if current is not None and current.trace_id == self.trace_id else self.span_id
-        if parent_span:
-            meta["parentSpanId"] = parent_span
         inbound = self.input_event
         event = AgentEvent(
             type=event_type,
@@ -304,6 +302,7 @@ class AgentCallApi:
             trace_id=self.trace_id or (inbound.trace_id if inbound else None),
             metadata=meta,
             auth=inbound.auth if inbound is not None else None,
+            parent_span_id=parent_span or None,
         )
         return event, key
 

@@ -71,6 +71,11 @@ class BackgroundBatcher:
             self._wake.set()
             self._cond.wait_for(lambda: self._done >= target, timeout_s)
 
+    @property
+    def running(self) -> bool:
+        """The thread is alive (a :meth:`close` that timed out leaves it running)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def close(self, timeout_s: float = 10.0) -> None:
         """Process what is queued, then stop the thread."""
         self._capacity = 0

@@ -23,8 +23,8 @@ from goondan.types import AgentEvent, JsonObject
 if TYPE_CHECKING:
     from goondan.config import ModelBinding
 
-__all__ = ["CONNECTOR_EVENT_KEY", "UnavailableAgents", "connector_input_written", "input_text",
-           "model_spec_for"]
+__all__ = ["CONNECTOR_EVENT_KEY", "INPUT_ID_KEY", "UnavailableAgents", "connector_input_written", "input_tag",
+           "input_text", "model_spec_for"]
 
 CONTEXT_OPEN = "[goondan_context]"
 CONTEXT_CLOSE = "[/goondan_context]"
@@ -33,13 +33,31 @@ CONTEXT_CLOSE = "[/goondan_context]"
 CONNECTOR_EVENT_KEY = "connectorEventId"
 
 
-def connector_input_written(messages: Any, event: AgentEvent) -> bool:
-    """True when ``messages`` hold the input of ``event``'s connector event (a Turn started
-    for it, in this or an earlier process)."""
+# The id of a durably stored input (any source, docs/orchestrator.md "Durable inputs"): the
+# ``id`` of the event's start marker (:attr:`AgentEvent.start_marker`).
+INPUT_ID_KEY = "inputId"
+
+
+def input_tag(event: AgentEvent) -> dict[str, str] | None:
+    """The metadata that ties a Turn's user message to its durable input: the connector event's
+    id, else the stored input's id (None: the input was not stored, e.g. the embedding API)."""
     source = event.metadata.get(CONNECTOR_EVENT_KEY)
-    if not isinstance(source, str):
+    if isinstance(source, str):
+        return {CONNECTOR_EVENT_KEY: source}
+    marker = event.start_marker
+    if isinstance(marker, dict) and isinstance(marker.get("id"), str):
+        return {INPUT_ID_KEY: marker["id"]}
+    return None
+
+
+def connector_input_written(messages: Any, event: AgentEvent) -> bool:
+    """True when ``messages`` hold the input of ``event`` (its :func:`input_tag`): a Turn
+    started for it, in this or an earlier process."""
+    tag = input_tag(event)
+    if tag is None:
         return False
-    return any(m.role == "user" and m.metadata.get(CONNECTOR_EVENT_KEY) == source for m in messages)
+    (key, value), = tag.items()
+    return any(m.role == "user" and m.metadata.get(key) == value for m in messages)
 
 
 def _properties(event: AgentEvent) -> JsonObject:
@@ -53,8 +71,9 @@ def _properties(event: AgentEvent) -> JsonObject:
 _SPAN_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
 
 
-def input_text(event: AgentEvent) -> str:
-    """The user-message text for ``event`` (header only for agent / connector-with-properties).
+def input_text(event: AgentEvent, *, header: bool = False) -> str:
+    """The user-message text for ``event`` (header only for agent / connector-with-properties,
+    or always with ``header``: a steered input, goondan.runtime.steering).
 
     The header is the reference's (runtime.md §8): ``{"source": {kind, name}, "event",
     "instanceKey", "properties", "metadata"}``, ``properties`` and ``metadata`` always present.
@@ -67,21 +86,21 @@ def input_text(event: AgentEvent) -> str:
         caller_key = event.metadata.get("callerInstanceKey")
         if caller_key is not None:
             properties.setdefault("from_instance", caller_key)
-    elif not properties:
+    elif not properties and not header:
         return text
     # Internal bookkeeping (call stacks, hop counts, span ids) is not the model's business.
     metadata = {
         k: v for k, v in event.metadata.items()
         if not k.startswith("__") and k != "properties" and k not in _SPAN_KEYS
     }
-    header: JsonObject = {
+    context: JsonObject = {
         "source": {"kind": kind, "name": event.source.get("name")},
         "event": event.type,
         "instanceKey": event.instance_key,
         "properties": properties,
         "metadata": metadata,
     }
-    body = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=str)
+    body = json.dumps(context, ensure_ascii=False, separators=(",", ":"), default=str)
     lines = [CONTEXT_OPEN, body, CONTEXT_CLOSE]
     if text:
         lines.append(text)

@@ -90,8 +90,7 @@ class AgentsApiFactory(Protocol):
 
 
 def _parent_span(event: AgentEvent) -> str | None:
-    value = event.metadata.get("parentSpanId", event.extra.get("parentSpanId"))
-    return value if isinstance(value, str) and value else None
+    return event.parent_span_id
 
 
 class AgentInstance:
@@ -152,6 +151,7 @@ class AgentInstance:
         self._accepting = True
         self._status_write: asyncio.Future[None] | None = None
         self._status_timer: asyncio.TimerHandle | None = None
+        self._runner: TurnRunner | None = None  # the running turn (steer() hands it input)
         # runtime-events.jsonl (docs/observability.md); attached by open().
         self.event_log: RuntimeEventLog | None = None
         # The turn journal (absent from stores without one) and the turn left open in it, which
@@ -218,6 +218,10 @@ class AgentInstance:
                 # Lazy: each server starts when the first step builds its catalog (docs/mcp.md).
                 for server in spec.mcp_servers:
                     await tools.add_provider(McpToolProvider(server, env=env, logger=log))
+            for remote in spec.a2a_agents:  # lazy too: the card is read at the first catalog
+                from goondan.a2a.provider import A2aToolProvider
+
+                await tools.add_provider(A2aToolProvider(remote, env=env, logger=log))
             extensions = await load_extensions(
                 list(spec.extensions),
                 pipeline=pipeline,
@@ -291,9 +295,20 @@ class AgentInstance:
         return self.env.catalog()
 
     def input_written(self, event: AgentEvent) -> bool:
-        """True when the conversation holds the input of ``event``'s connector event: a Turn
-        for it started (in an earlier process that died) — the claim check of an agent process."""
+        """True when the conversation holds the input of ``event`` (a connector event or a stored
+        input, :func:`~goondan.runtime.inputs.input_tag`): a Turn for it started (in an earlier
+        process that died) — the claim check of an agent process."""
         return connector_input_written(self.state.next_messages, event)
+
+    def steer(self, event: AgentEvent) -> bool:
+        """Hand ``event`` to the running turn: it joins that turn's conversation before the
+        next model request (goondan.runtime.steering) and the turn's answer is its answer. False
+        when no turn runs or it is past taking input: run ``event`` as its own turn instead."""
+        return self._runner is not None and self._runner.steering.put(event)
+
+    def can_steer(self) -> bool:
+        """True while :meth:`steer` would take an event (a turn runs and takes input)."""
+        return self._runner is not None and self._runner.steering.open
 
     def submit(self, event: AgentEvent | str) -> asyncio.Task[TurnResult]:
         """Queue ``event`` (FIFO) and return the task that resolves to its TurnResult."""
@@ -452,17 +467,20 @@ class AgentInstance:
             recorder=self.recorder,
             resume=resume,
         )
+        self._runner = runner
         try:
             result = await runner.run(stream=stream)
         except asyncio.CancelledError:
             # Ctrl-C / shutdown: keep what was emitted, make it provider-valid, fold, re-raise.
             cancelled = TurnResult(turn_id, "error", error=dict(CANCELLED_ERROR))
+            self._runner = None
             await self._finalize(runner.outcome(cancelled, cancelled=True))
             self.recorder.turn_ended(turn_id, "error")
             raise
         except Exception as exc:
             result = TurnResult(turn_id, "error", error=error_dict(exc))
             self.logger.debug("turn %s failed", turn_id, exc_info=exc)
+        self._runner = None
         await self._finalize(runner.outcome(result))
         # The turn stays open in the journal until its answer is handed over: a crash before
         # this point resumes it, and a resumed turn whose answer is written just sends it.
@@ -583,7 +601,7 @@ class AgentInstance:
             error=error,
         )
         answer.trace_id = trace_id
-        answer.metadata["replyTarget"] = event.reply_to.target
+        answer.reply_target = event.reply_to.target
         answer.metadata["finishReason"] = result.finish_reason
         return answer
 

@@ -4,7 +4,7 @@
 embedding API and ``goondan repl`` (docs/embedding.md): it opens instances on demand and runs
 requests and sends as turns of those instances, with the call rules of
 ``goondan/runtime/agents.py`` already applied by :class:`~goondan.runtime.agents.AgentCallApi`.
-Agent processes use ``IpcAgentRouter`` (``goondan/ipc/agent_process.py``) instead.
+Agent processes use ``IpcAgentRouter`` (``goondan/swarm/agent_process.py``) instead.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from goondan.conversation.repair import tool_result_ids
 from goondan.errors import GoondanError
 from goondan.pipeline.context import Step
 from goondan.runtime.failed_turns import FAILED_TURN_KEY, input_events
-from goondan.runtime.inputs import CONNECTOR_EVENT_KEY, input_text
+from goondan.runtime.inputs import input_tag, input_text
 from goondan.types import AgentEvent, JsonObject, ToolCall, ToolCallResult, now_iso
 from goondan.workspace.journal import OpenTurn, TurnJournal, idempotency_key
 
@@ -203,9 +203,8 @@ def turn_input(messages: Sequence[Message], event: AgentEvent,
         return [], None
     if resume is not None and resume.input_written:
         return [], resume.turn.input_message_id
-    # A connector event's id tags the input (inputs.connector_input_written).
-    source = event.metadata.get(CONNECTOR_EVENT_KEY)
-    events = input_events(messages, text, {CONNECTOR_EVENT_KEY: source} if isinstance(source, str) else None)
+    # A durable input's id tags it (inputs.connector_input_written).
+    events = input_events(messages, text, input_tag(event))
     wanted = resume.turn.input_message_id if resume is not None else None
     first = events[0]
     if wanted and first.type == "append" and first.message is not None:

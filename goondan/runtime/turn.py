@@ -72,6 +72,7 @@ from goondan.runtime.outcomes import (
     usage_delta,
 )
 from goondan.runtime.resume import ResumePoint, TurnRecorder, finish_interrupted_step, turn_input
+from goondan.runtime.steering import SteerQueue
 from goondan.tools.context import ToolContext
 from goondan.types import (
     AgentEvent,
@@ -197,6 +198,7 @@ class TurnRunner:
         self._step_span: Span | None = None
         self._stream = True
         self.restart_reason: str | None = None  # set when a tool output asked for a restart
+        self.steering = SteerQueue()  # input that joins this turn (inputPolicy: steer)
 
     @property
     def turn_id(self) -> str:
@@ -240,7 +242,10 @@ class TurnRunner:
             span_id=self.span.span_id,
             parent_span_id=self.span.parent_span_id,
         )
-        result = await self.env.pipeline.run_turn(ctx, self._turn_core)
+        try:
+            result = await self.env.pipeline.run_turn(ctx, self._turn_core)
+        finally:
+            self.steering.close(self.emit)  # what it took and did not show the model: recorded
         self.turn.status = "failed" if result.finish_reason == "error" else "completed"
         if self.restart_reason is not None:
             result.metadata["restartRequested"] = True
@@ -260,6 +265,7 @@ class TurnRunner:
             if resume.calls:
                 await finish_interrupted_step(self, resume)
         while True:
+            self.steering.drain(self.emit)  # steered input, before the next model request
             if index >= limit:
                 return self._finish_max_steps(limit, required if not satisfied else [])
             step = Step(id=f"{self.turn_id}-step-{index}", index=index)
@@ -278,7 +284,7 @@ class TurnRunner:
                 r.ok and r.tool_name in required for r in outcome.tool_results
             ):
                 satisfied = True
-            if isinstance(outcome, ToolsRan):
+            if isinstance(outcome, ToolsRan) or self.steering.pending:  # steered: answer it too
                 continue
             if not satisfied:
                 reminder = Message.create(

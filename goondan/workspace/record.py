@@ -65,7 +65,8 @@ def record_bundle_workspace(bundle: Any, state_root: Path) -> bool:
 
 
 def iter_workspace_records(state_root: Path) -> Iterator[dict[str, Any]]:
-    """Every readable record under ``state_root``: ``{"bundleRoot": str, "secretEnv": [str]}``."""
+    """Every readable record under ``state_root``:
+    ``{"workspaceId": str, "bundleRoot": str, "secretEnv": [str]}``."""
     base = StateLayout(Path(state_root)).workspaces_dir
     try:
         directories = sorted(base.iterdir())
@@ -79,5 +80,5 @@ def iter_workspace_records(state_root: Path) -> Iterator[dict[str, Any]]:
         if not isinstance(record, dict) or not isinstance(record.get("bundleRoot"), str):
             continue
         names = record.get("secretEnv")
-        yield {"bundleRoot": record["bundleRoot"],
+        yield {"workspaceId": directory.name, "bundleRoot": record["bundleRoot"],
                "secretEnv": [n for n in names if isinstance(n, str)] if isinstance(names, list) else []}

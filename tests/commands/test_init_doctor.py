@@ -90,9 +90,11 @@ def test_missing_key_error_suggests_the_offline_model(
     project = tmp_path / "p"
     assert run(capsys, "init", str(project), "--no-git", "-q") == (0, "", "")  # -q: really quiet
     (project / ".env").write_text("", encoding="utf-8")
-    manifest = project / "goondan.yaml"  # loopback: the test network policy allows it
+    manifest = project / "goondan.yaml"  # loopback: the test network policy allows it; a named
+    # key variable makes the key required there too (on the public host it always is)
     manifest.write_text(manifest.read_text().replace(
-        "  model: claude-sonnet-4-20250514\n", "  model: claude-sonnet-4-20250514\n  endpoint: http://127.0.0.1:9\n"))
+        "  model: claude-sonnet-4-20250514\n", "  model: claude-sonnet-4-20250514\n  endpoint: http://127.0.0.1:9\n"
+        "  apiKey: {valueFrom: {env: ANTHROPIC_API_KEY}}\n"))
     code, _, err = run(capsys, "repl", "--bundle", str(project), "--input", "hi")
     assert code == 6 and "[E_LLM_AUTH]" in err, err
     assert 'point the Agent\'s modelRef at "Model/offline"' in err

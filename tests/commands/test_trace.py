@@ -83,12 +83,12 @@ def test_inspect_trace_flat_json_and_text(delegated: Path) -> None:
 
 def test_inspect_instance_traces_lists_the_trace(delegated: Path) -> None:
     flat = json.loads(goondan("inspect", "trace", "--last", "--json", "--flat", state_root=delegated).stdout)
-    listed = goondan("inspect", "instance", "cli", "--agent", "worker", "--traces", "--json", state_root=delegated)
+    listed = goondan("inspect", "instance", "delegation", "--agent", "worker", "--traces", "--json", state_root=delegated)
     assert listed.returncode == 0, listed.stderr
     traces = json.loads(listed.stdout)["traces"]
     assert [t["traceId"] for t in traces] == [flat["traceId"]]
     assert traces[0]["agents"] == ["coordinator", "worker"] and traces[0]["spanCount"] == 10
-    text = goondan("inspect", "instance", "cli", "--agent", "coordinator", "--traces", state_root=delegated)
+    text = goondan("inspect", "instance", "delegation", "--agent", "coordinator", "--traces", state_root=delegated)
     assert flat["traceId"] in text.stdout
 
 

@@ -251,7 +251,7 @@ def test_repl_on_a_cache_hit_imports_neither_yaml_nor_the_validator(tmp_path: Pa
         "import atexit, runpy, sys\n"
         "def report():\n"
         "    heavy = [m for m in ('yaml', 'goondan.config.validate', 'goondan.config.loader',\n"
-        "             'goondan.otlp.exporter', 'fractions') if m in sys.modules]\n"
+        "             'goondan.runtime.otlp_exporter', 'fractions') if m in sys.modules]\n"
         "    sys.stderr.write(f'HEAVY {heavy}\\n')\n"
         "atexit.register(report)\n"
         f"sys.argv = ['goondan', 'repl', '--bundle', {str(bundle)!r}, '--input', 'hi']\n"

@@ -12,14 +12,14 @@ import pytest
 
 from goondan.connectors.event import ConnectorEvent
 from goondan.connectors.inbox import ConnectionInbox
-from goondan.connectors.ingress import Ingress
 from goondan.connectors.routing import IngressRule
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import ConnectorEventError
-from goondan.ipc.agent_process import claim_start
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import InProcessSpawner
 from goondan.runtime.inputs import input_text
+from goondan.swarm.agent_process import claim_start
+from goondan.swarm.ingress import Ingress
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import InProcessSpawner
 from goondan.workspace.claims import started_ids
 from tests.support.ipc_agents import in_process_worker
 
@@ -123,7 +123,7 @@ def test_event_matching_no_rule_is_dropped_with_a_warning(tmp_path: Path,
             await orch.wait_until(lambda: len(record) == 1, 30)
         ingress.close()
 
-    with caplog.at_level("WARNING", logger="goondan.connectors.ingress"):
+    with caplog.at_level("WARNING", logger="goondan.swarm.ingress"):
         run(main)
     assert record == ["b@k echo:kept"]
     lines = (tmp_path / "conn" / "inbox.jsonl").read_text().splitlines()
@@ -243,7 +243,7 @@ def test_an_accepted_event_is_an_ingress_span_parent_of_its_turn(tmp_path: Path)
         assert accepted.event is not None and duplicate.receipt.duplicate
         [received] = [e for e in recorder.events if isinstance(e, IngressReceived)]  # not the duplicate
         assert received.trace_id == accepted.event.trace_id
-        assert received.span_id == accepted.event.metadata["parentSpanId"]  # the turn's parent
+        assert received.span_id == accepted.event.parent_span_id  # the turn's parent
         assert (received.source, received.event_id, received.event_type, received.target) == ("conn", "e1", "msg", "a")
 
     run(main)

@@ -29,6 +29,10 @@ def _connections(tmp_path: Path, connector: str, spec: str) -> list[ConnectionSp
     ("webhook", "  config: {ALLOW_UNSIGNED: {value: \"TRUE\"}}\n", {}),
     ("discord", "  config: {DISCORD_PUBLIC_KEY: {value: " + "ab" * 32 + "}}\n", {}),
     ("telegram-polling", "", {}),  # not a listening connector
+    ("mcp-server", "  secrets: {AUTH_TOKEN: {valueFrom: {env: MCP_TOKEN}}}\n", {"MCP_TOKEN": "t"}),
+    ("mcp-server", "  config: {ALLOW_UNAUTHENTICATED: {value: \"true\"}}\n", {}),
+    ("a2a", "  secrets: {AUTH_TOKEN: {valueFrom: {env: A2A_TOKEN}}}\n", {"A2A_TOKEN": "t"}),
+    ("a2a", "  config: {ALLOW_UNAUTHENTICATED: {value: \"true\"}}\n", {}),
 ])
 def test_connections_that_start(tmp_path: Path, connector: str, spec: str, env: dict[str, str]) -> None:
     check_connections_signed(_connections(tmp_path, connector, spec), env)
@@ -44,3 +48,16 @@ def test_an_unset_secret_stops_the_start_and_names_the_variable(tmp_path: Path, 
     assert info.value.code == "E_CONNECTOR_UNSIGNED"
     assert "'inbound'" in info.value.message and "HOOK_KEY" in info.value.message
     assert info.value.location == "Connection/inbound"
+
+
+@pytest.mark.parametrize("connector", ["mcp-server", "a2a"])
+def test_an_mcp_or_a2a_server_without_a_token_stops_the_start_and_names_its_own_switch(
+        tmp_path: Path, connector: str) -> None:
+    # ALLOW_UNSIGNED is the signing connectors' switch: it does not open an MCP or A2A server
+    spec = ("  secrets: {AUTH_TOKEN: {valueFrom: {env: MCP_TOKEN}}}\n"
+            "  config: {ALLOW_UNSIGNED: {value: \"true\"}}\n")
+    with pytest.raises(ConnectorError) as info:
+        check_connections_signed(_connections(tmp_path, connector, spec), {"MCP_TOKEN": ""})
+    assert info.value.code == "E_CONNECTOR_UNSIGNED"
+    assert "no auth token" in info.value.message and "MCP_TOKEN" in info.value.message
+    assert "ALLOW_UNAUTHENTICATED" in str(info.value.suggestion)

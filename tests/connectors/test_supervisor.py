@@ -19,10 +19,10 @@ import pytest
 
 from goondan.config import load_bundle
 from goondan.connectors.process import parse_args, serve
-from goondan.connectors.runtime import ConnectionRuntime
 from goondan.ipc.channel import Transport
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import (
+from goondan.swarm.connections import ConnectionRuntime
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import (
     WORKER_ENTRIES,
     InProcessSpawner,
     ProcessSpawner,
@@ -35,7 +35,7 @@ from tests.support.trigger_client import FIXTURE, send_trigger, wait_port
 
 def test_worker_kinds_have_entry_points_names_and_arguments(tmp_path: Path) -> None:
     from goondan.connectors.process import process_main as connector_main
-    from goondan.ipc.agent_process import process_main as agent_main
+    from goondan.swarm.agent_process import process_main as agent_main
 
     assert set(WORKER_ENTRIES) == {"agent", "connector"}
     assert resolve_worker_entry("agent") is agent_main

@@ -87,9 +87,9 @@ def test_an_async_request_under_the_orchestrator_answers_with_a_later_turn(
     the calling process and runs a turn of its own."""
     import asyncio
 
-    from goondan.ipc.orchestrator import Orchestrator
-    from goondan.ipc.spawner import ProcessSpawner
     from goondan.runtime.agents import response_text
+    from goondan.swarm.orchestrator import Orchestrator
+    from goondan.swarm.spawner import ProcessSpawner
 
     coordinator, worker = "fake-coordinator", "fake-worker"
     monkeypatch.setenv(FAKE_KEY_ENV, "sk-agents-tools-key")

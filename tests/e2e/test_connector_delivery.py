@@ -34,7 +34,13 @@ import pytest
 from goondan.config import load_bundle
 from goondan.connectors.process import parse_args, serve
 from goondan.ipc.channel import Transport
-from goondan.ipc.spawner import AgentHandle, InProcessSpawner, ProcessSpawner, Spawner, SpawnRequest
+from goondan.swarm.spawner import (
+    AgentHandle,
+    InProcessSpawner,
+    ProcessSpawner,
+    Spawner,
+    SpawnRequest,
+)
 from tests.support import soak
 from tests.support.connector_e2e import (
     address_file,
@@ -173,8 +179,8 @@ def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str, cras
     os.environ["TRIGGER_FAIL"] = ""
     os.environ[RECORD_DIR_ENV] = record_dir
     os.environ["GOONDAN_TEST_AGENTS"] = "assistant,other"
-    from goondan.connectors.runtime import ConnectionRuntime
-    from goondan.ipc.orchestrator import Orchestrator
+    from goondan.swarm.connections import ConnectionRuntime
+    from goondan.swarm.orchestrator import Orchestrator
     from tests.support.ipc_agents import script_child_main
 
     async def main() -> None:
@@ -196,15 +202,8 @@ def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str, cras
     os._exit(0)
 
 
-def _records(record_dir: Path) -> str:
-    return "".join(p.read_text() for p in record_dir.glob("*.log"))
-
-
-def _lost_and_duplicated(record_dir: Path, trials: int) -> tuple[list[int], list[int]]:
-    """The trials whose event's turn is missing from the records, and those recorded twice."""
-    text = _records(record_dir)
-    counts = [text.count(f"<<p-{i}>>\n") for i in range(trials)]
-    return [i for i, c in enumerate(counts) if c == 0], [i for i, c in enumerate(counts) if c > 1]
+_records = soak.records
+_lost_and_duplicated = soak.lost_and_duplicated
 
 
 class _Trials:

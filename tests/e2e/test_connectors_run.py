@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.service import send_control
-from goondan.ipc.state import pid_alive, read_active
+from goondan.swarm.service import send_control
+from goondan.swarm.state import pid_alive, read_active
 from tests.support.trigger_client import FIXTURE, conversation_texts, send_trigger, wait_port
 
 pytestmark = [pytest.mark.e2e]
@@ -121,7 +121,7 @@ def test_send_talks_to_a_running_swarm(state_root: Path, tmp_path: Path) -> None
         assert answer == {"ok": True, "agent": "other", "instanceKey": "k1", "response": "ok"}
         unknown = goondan("send", "--agent", "nobody", "x", state_root=state_root)
         assert unknown.returncode != 0 and "E_AGENT_NOT_FOUND" in unknown.stderr
-    assert set(_instances(state_root)) == {"control", "k1"}
+    assert set(_instances(state_root)) == {"default", "k1"}  # send: the Swarm's instanceKey
 
 
 def _supervision_bundle(tmp_path: Path) -> Path:

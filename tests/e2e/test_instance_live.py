@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from goondan.commands.instance import format_uptime
-from goondan.ipc.state import list_live_processes, read_active
+from goondan.swarm.state import list_live_processes, read_active
 from tests.e2e.test_run import EXAMPLE, REPO, _control, _wait, goondan
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

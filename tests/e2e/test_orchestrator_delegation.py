@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import ProcessSpawner
 from goondan.runtime.agents import response_text
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import ProcessSpawner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "delegation"

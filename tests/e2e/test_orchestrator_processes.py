@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import ProcessSpawner
 from goondan.runtime.agents import response_text
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import ProcessSpawner
 from goondan.types import AgentEvent
 from tests.support.ipc_agents import AGENTS_ENV, RECORD_DIR_ENV, script_child_main
 

@@ -34,8 +34,8 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.spawner import process_name
-from goondan.ipc.state import list_live_processes, read_active
+from goondan.swarm.spawner import process_name
+from goondan.swarm.state import list_live_processes, read_active
 from goondan.workspace.journal import idempotency_key
 from tests.support import soak
 from tests.support.connector_e2e import goondan_run, start_run

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.service import send_control
-from goondan.ipc.state import list_live_processes, pid_alive, read_active
+from goondan.swarm.service import send_control
+from goondan.swarm.state import list_live_processes, pid_alive, read_active
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -52,11 +52,11 @@ def test_run_input_one_shot_delegates_and_leaves_no_process(state_root: Path) ->
     (status_file,) = (state_root / "runtime" / "status").glob("delegation.*.json")
     status = json.loads(status_file.read_text())
     procs = {p["process"]: p for p in status["processes"]}
-    assert set(procs) == {"coordinator.cli", "worker.cli"}
+    assert set(procs) == {"coordinator.delegation", "worker.delegation"}
     assert all(p["status"] == "terminated" for p in procs.values())
     assert read_active(state_root) is None  # cleared at exit
-    logs = goondan("logs", "--instance-key", "delegation", "--process", "worker.cli", state_root=state_root)
-    assert logs.returncode == 0 and " worker.cli INFO " in logs.stdout  # pretty: time process LEVEL message
+    logs = goondan("logs", "--instance-key", "delegation", "--process", "worker.delegation", state_root=state_root)
+    assert logs.returncode == 0 and " worker.delegation INFO " in logs.stdout  # pretty: time process LEVEL message
     # the worker's conversation was committed by its own process
     bases = list((state_root / "workspaces").glob("*/instances/*/messages/base.jsonl"))
     assert len(bases) == 2 and any("391" in p.read_text() for p in bases)

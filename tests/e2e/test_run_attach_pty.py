@@ -13,8 +13,8 @@ import pytest
 
 from goondan.conversation.messages import Message
 from goondan.conversation.repair import INTERRUPTED, repair_tool_pairs
-from goondan.ipc.daemon import wait_for
-from goondan.ipc.state import pid_alive, running_records
+from goondan.swarm.daemon import wait_for
+from goondan.swarm.state import pid_alive, running_records
 from tests.e2e.test_repl_pty import Terminal
 from tests.support.fake_provider import FakeProvider, FakeReply, FakeToolCall
 from tests.support.runtime_harness import FAKE_KEY_ENV, fake_provider_bundle, goondan_cmd

@@ -13,7 +13,7 @@ import pytest
 
 from goondan.conversation.messages import Message
 from goondan.conversation.repair import INTERRUPTED, repair_tool_pairs
-from goondan.ipc.state import list_live_processes, pid_alive
+from goondan.swarm.state import list_live_processes, pid_alive
 from tests.e2e.test_repl_pty import DEADLINE_S, Terminal
 from tests.support.fake_provider import FakeProvider, FakeReply, FakeToolCall
 from tests.support.runtime_harness import FAKE_KEY_ENV, fake_provider_bundle, goondan_cmd
@@ -56,7 +56,7 @@ def test_run_chat_answers_shows_tools_and_ctrl_d_stops_every_process(
         term.expect('✓ agents__request(target="worker"')
         term.expect("17 * 23 = 391")
         term.expect("coordinator> ")
-        pids = _agent_pids(state_root, {"coordinator.cli", "worker.cli"})
+        pids = _agent_pids(state_root, {"coordinator.delegation", "worker.delegation"})
         orchestrator = next(r.pid for r in list_live_processes(state_root) if r.process == "orchestrator")
         assert orchestrator == term.pid
         term.send("\x04")  # Ctrl-D: the swarm stops
@@ -87,7 +87,7 @@ def test_run_chat_streams_partial_text_from_the_agent_process(state_root: Path, 
             term.send("slow question\r")
             # Only reachable through streaming: the provider never finishes this answer.
             term.expect("partial answer")
-            pids = _agent_pids(state_root, {"plain.cli"})
+            pids = _agent_pids(state_root, {"plain.default"})
             term.send("\x03")
             term.expect("(turn cancelled)")
             term.expect("plain> ")
@@ -125,14 +125,14 @@ def test_run_chat_ctrl_c_cancels_the_agents_turn_and_the_chat_goes_on(state_root
             term.expect("plain> ")
             term.send("wait please\r")
             _wait_file(Path(f"{marker}.started"))  # the tool runs in the agent process
-            pids = _agent_pids(state_root, {"plain.cli"})
+            pids = _agent_pids(state_root, {"plain.default"})
             term.send("\x03")
             term.expect("(turn cancelled)")
             term.expect("plain> ")
             term.send("next question\r")
             term.expect("after the cancel")  # answered: the cancelled turn no longer blocks
             term.expect("plain> ")
-            assert _agent_pids(state_root, {"plain.cli"}) == pids  # cancelled, not restarted
+            assert _agent_pids(state_root, {"plain.default"}) == pids  # cancelled, not restarted
             term.send("\x03")  # at the prompt: handled without waiting for Enter
             term.expect("press Ctrl-C again")
             term.expect("plain> ")
@@ -164,7 +164,7 @@ def test_sigterm_at_the_prompt_stops_the_swarm(state_root: Path) -> None:
         term.send("What is 17 * 23?\r")
         term.expect("17 * 23 = 391")
         term.expect("coordinator> ")
-        pids = _agent_pids(state_root, {"coordinator.cli", "worker.cli"})
+        pids = _agent_pids(state_root, {"coordinator.delegation", "worker.delegation"})
         os.kill(term.pid, signal.SIGTERM)
         assert term.wait() == 128 + signal.SIGTERM
     finally:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.service import send_control
-from goondan.ipc.state import list_live_processes, read_active
+from goondan.swarm.service import send_control
+from goondan.swarm.state import list_live_processes, read_active
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.daemon import wait_for
-from goondan.ipc.state import control_socket_path, pid_alive, running_records
+from goondan.swarm.daemon import wait_for
+from goondan.swarm.state import control_socket_path, pid_alive, running_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -78,24 +78,24 @@ def test_detach_send_status_restart_logs_stop_two_bundles(tmp_path: Path, state_
         doc = json.loads(status.stdout)
         assert [s["bundle"] for s in doc["swarms"]] == [str(a)]
         rows = {p["process"]: p for p in doc["swarms"][0]["processes"]}
-        assert {"coordinator.control", "worker.control"} <= set(rows)
-        assert rows["worker.control"]["kind"] == "agent" and rows["worker.control"]["queued"] == 0
-        assert rows["worker.control"]["restarts"] == 0 and rows["worker.control"]["uptimeSeconds"] >= 0
+        assert {"coordinator.delegation", "worker.delegation"} <= set(rows)
+        assert rows["worker.delegation"]["kind"] == "agent" and rows["worker.delegation"]["queued"] == 0
+        assert rows["worker.delegation"]["restarts"] == 0 and rows["worker.delegation"]["uptimeSeconds"] >= 0
         everything = json.loads(goondan("status", "--all", "--json", "--state-root", str(state_root),
                                         cwd=tmp_path).stdout)
         assert {s["bundle"] for s in everything["swarms"]} == {str(a), str(b)}
         text = goondan("status", "--state-root", str(state_root), "--bundle", str(b), cwd=tmp_path)
         assert text.returncode == 0 and "Swarm default (instanceKey=delegation" in text.stdout
 
-        restarted = goondan("instance", "restart", "control", "--agent", "worker", "--bundle", str(a),
+        restarted = goondan("instance", "restart", "delegation", "--agent", "worker", "--bundle", str(a),
                             "--state-root", str(state_root), "--json", cwd=tmp_path)
         assert restarted.returncode == 0, restarted.stderr
-        assert json.loads(restarted.stdout)["restarted"] == ["worker.control"]
+        assert json.loads(restarted.stdout)["restarted"] == ["worker.delegation"]
         whole = goondan("restart", "-b", str(a), "--state-root", str(state_root), cwd=tmp_path)
-        assert whole.returncode == 0 and "coordinator.control" in whole.stdout, whole.stderr
+        assert whole.returncode == 0 and "coordinator.delegation" in whole.stdout, whole.stderr
         doc = json.loads(goondan("status", "--json", "--state-root", str(state_root), cwd=a).stdout)
         rows = {p["process"]: p for p in doc["swarms"][0]["processes"]}
-        assert rows["worker.control"]["restarts"] == 2 and rows["coordinator.control"]["restarts"] == 1
+        assert rows["worker.delegation"]["restarts"] == 2 and rows["coordinator.delegation"]["restarts"] == 1
 
         # logs: pretty by default, raw JSON with --json, filters
         pretty = goondan("logs", "--no-color", "--state-root", str(state_root), cwd=a)
@@ -109,9 +109,9 @@ def test_detach_send_status_restart_logs_stop_two_bundles(tmp_path: Path, state_
         none = goondan("logs", "--trace", "no-such-trace", "--state-root", str(state_root), cwd=a)
         assert none.returncode == 0 and "(no matching lines)" in none.stdout
         listed = goondan("logs", "--list", "--state-root", str(state_root), cwd=a)
-        assert {"orchestrator", "worker.control", "coordinator.control"} <= set(listed.stdout.split())
+        assert {"orchestrator", "worker.delegation", "coordinator.delegation"} <= set(listed.stdout.split())
         other = goondan("logs", "--list", "--state-root", str(state_root), "--bundle", str(b), cwd=tmp_path)
-        assert "worker.control" not in other.stdout.split()  # b's log folder is its own
+        assert "worker.delegation" not in other.stdout.split()  # b's log folder is its own
 
         children = _pids(doc)
         # the whole swarm: stop, then start again in the background (new orchestrator pid)

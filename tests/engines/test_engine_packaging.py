@@ -16,7 +16,7 @@ EXAMPLE = REPO / "examples" / "delegation"
 
 
 def test_import_goondan_never_imports_ray() -> None:
-    code = ("import sys, goondan, goondan.cli, goondan.ipc.service, goondan.engines.ray.spawner; "
+    code = ("import sys, goondan, goondan.cli, goondan.swarm.service, goondan.engines.ray.spawner; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode == 0, result.stderr
@@ -29,7 +29,7 @@ def test_require_ray_names_the_extra_when_missing(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ConfigError) as info:
         require_ray()
     assert info.value.code == "E_ENGINE_RAY_MISSING"
-    assert "pip install 'goondan[ray]'" in (info.value.suggestion or "")
+    assert "pip install 'pygoondan[ray]'" in (info.value.suggestion or "")
 
 
 @pytest.mark.slow
@@ -40,7 +40,7 @@ def test_run_engine_ray_without_the_extra_fails_clearly(state_root: Path) -> Non
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode != 0
     assert "E_ENGINE_RAY_MISSING" in result.stderr
-    assert "pip install 'goondan[ray]'" in result.stderr
+    assert "pip install 'pygoondan[ray]'" in result.stderr
 
 
 def test_ray_address_needs_the_ray_engine(state_root: Path) -> None:

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from goondan.config import load_bundle
-from goondan.connectors.runtime import ConnectionRuntime
-from goondan.ipc.orchestrator import Orchestrator
+from goondan.swarm.connections import ConnectionRuntime
+from goondan.swarm.orchestrator import Orchestrator
 from tests.support.connector_e2e import (
     goondan_run,
     http_request,

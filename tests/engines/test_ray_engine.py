@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from goondan.errors import AgentError
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import ProcessSpawner, Spawner
 from goondan.runtime.agents import response_text
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import ProcessSpawner, Spawner
 
 pytest.importorskip("ray")
 

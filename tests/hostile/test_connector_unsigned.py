@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from goondan.errors import ConnectorError
-from goondan.ipc.state import read_active
+from goondan.swarm.state import read_active
 from tests.support.connector_e2e import REPO, base_bundle, sign_webhook
 from tests.support.connector_harness import (
     RecordingInbox,

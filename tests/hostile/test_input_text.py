@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 from goondan.connectors.event import ConnectorEvent, event_text
 from goondan.conversation import Message
-from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.protocol import IpcMessage, decode, encode
-from goondan.ipc.spawner import InProcessSpawner
 from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import InProcessSpawner
 from goondan.text import REPLACEMENT, clean_bytes, clean_json, clean_text
 from goondan.types import AgentEvent
 from tests.support.aio import run

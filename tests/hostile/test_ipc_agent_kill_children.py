@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import ProcessSpawner
 from goondan.runtime.agents import response_text
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import ProcessSpawner
 from tests.support.ipc_agents import AGENTS_ENV, script_child_main
 from tests.support.process_tree import alive
 

@@ -95,10 +95,10 @@ def test_http_fetch_deadline_is_enforced_on_a_slow_body() -> None:
 # -- a SIGSTOPped agent: requests fail with a clear error instead of waiting forever ---------------
 def test_request_to_a_stopped_agent_fails_with_e_agent_unresponsive(
         state_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from goondan.ipc import orchestrator as orchestrator_module
-    from goondan.ipc.orchestrator import Orchestrator
-    from goondan.ipc.spawner import ProcessSpawner
     from goondan.runtime.agents import response_text
+    from goondan.swarm import orchestrator as orchestrator_module
+    from goondan.swarm.orchestrator import Orchestrator
+    from goondan.swarm.spawner import ProcessSpawner
     from tests.support.ipc_agents import AGENTS_ENV, RECORD_DIR_ENV, script_child_main
 
     monkeypatch.setenv(RECORD_DIR_ENV, str(tmp_path))
@@ -137,7 +137,7 @@ def test_request_to_a_stopped_agent_fails_with_e_agent_unresponsive(
 
 def test_control_request_without_an_answer_is_a_clear_error(tmp_path: Path) -> None:
     from goondan.errors import IpcError
-    from goondan.ipc.service import send_control
+    from goondan.swarm.service import send_control
 
     path = tmp_path / "ctl.sock"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from goondan.ipc.state import read_active
+from goondan.swarm.state import read_active
 from tests.support.hostile_bundles import write_bundle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

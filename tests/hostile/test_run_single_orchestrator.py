@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from goondan.ipc.daemon import bundle_runtime_key
+from goondan.swarm.daemon import bundle_runtime_key
 from tests.support.hostile_bundles import write_bundle
 from tests.support.soak import trials
 
@@ -127,7 +127,7 @@ def test_run_input_and_piped_lines_attach_to_the_running_swarm(bundle: Path, sta
         status = json.loads(goondan(state_root, "status", "--json", "--bundle", str(bundle)).stdout)
         (swarm,) = status["swarms"]
         assert swarm["pid"] == pid
-        assert {p["process"] for p in swarm["processes"]} == {"a.cli"}  # the chat's conversation
+        assert {p["process"] for p in swarm["processes"]} == {"a.default"}  # the Swarm's instanceKey: the CLI's conversation
     finally:
         assert goondan(state_root, "stop", "--bundle", str(bundle)).returncode == 0
 

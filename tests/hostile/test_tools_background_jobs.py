@@ -75,7 +75,7 @@ def test_keep_background_keeps_the_job_until_its_agent_process_sweeps_it(tmp_pat
         assert alive(pid), "keepBackground did not keep the job"
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert f"{AGENT_PROCESS_ENV}={os.getpid()}".encode() in environ
-        # what an agent process does on its way out (goondan.ipc.agent_process.run_child)
+        # what an agent process does on its way out (goondan.swarm.agent_process.run_child)
         assert sweep({AGENT_PROCESS_ENV: str(os.getpid()), **tag}) == 1
         assert _gone_soon(pid)
     finally:

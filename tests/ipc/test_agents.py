@@ -53,7 +53,7 @@ def test_request_builds_the_event_and_returns_the_answer() -> None:
         assert event.instance_key == "k" and event.trace_id == "t" * 32
         assert event.auth == {"principal": {"id": "u"}}
         assert event.metadata[CALL_STACK_KEY] == ["a@k"]
-        assert event.metadata["parentSpanId"] == "s" * 16 and event.reply_to is not None
+        assert event.parent_span_id == "s" * 16 and event.reply_to is not None
         assert event.id.startswith("agent_event_") and event.reply_to.correlation_id.startswith("corr_")
         assert (await api(r).send("c", "note"))["accepted"] is True
         assert (await api(r).catalog())["callableAgents"] == ["b", "c"]

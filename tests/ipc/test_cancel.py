@@ -12,12 +12,12 @@ import pytest
 
 from goondan.conversation.messages import Message
 from goondan.conversation.repair import INTERRUPTED, repair_tool_pairs
-from goondan.ipc.agent_process import AgentWorker, build_agent_instance
 from goondan.ipc.channel import Transport
-from goondan.ipc.orchestrator import Orchestrator
 from goondan.ipc.protocol import CANCEL_EVENT, IpcMessage, decode, encode
-from goondan.ipc.spawner import InProcessSpawner, SpawnRequest
 from goondan.runtime.agents import response_text
+from goondan.swarm.agent_process import AgentWorker, build_agent_instance
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import InProcessSpawner, SpawnRequest
 from goondan.types import AgentEvent
 from tests.ipc.test_orchestrator import ask, make
 from tests.support.aio import run_bounded as run

@@ -25,10 +25,10 @@ from goondan.ipc.control import (
     decode_control,
     decode_shutdown,
 )
-from goondan.ipc.instance_queue import InstanceQueue
 from goondan.ipc.matcher import RequestMatcher
 from goondan.ipc.protocol import IpcMessage, decode, encode
-from goondan.ipc.supervision import TRANSITIONS, InstanceRecord, next_status
+from goondan.swarm.instance_queue import InstanceQueue
+from goondan.swarm.supervision import TRANSITIONS, InstanceRecord, next_status
 from goondan.types import AgentEvent, ReplyChannel
 from tests.support.aio import run
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from goondan.config import load_bundle
-from goondan.ipc import service as service_module
 from goondan.ipc.controlwire import encode_line
-from goondan.ipc.service import SwarmService, send_control
+from goondan.swarm import service as service_module
+from goondan.swarm.service import SwarmService, send_control
 
 BUNDLE = """apiVersion: goondan.ai/v1
 kind: Package
@@ -74,11 +74,11 @@ def test_a_bug_in_a_control_request_is_logged_and_answered_without_its_details(
             return await send_control(service.socket_path, {"command": "request", "input": "hi",
                                                             "timeoutMs": [1]}, timeout_s=30)
 
-    with caplog.at_level(logging.ERROR, logger="goondan.ipc.service"):
+    with caplog.at_level(logging.ERROR, logger="goondan.swarm.service"):
         answer = asyncio.run(main())
     assert answer["ok"] is False and answer["code"] == "E_INTERNAL"
     assert "int()" not in answer["message"] and "list" not in answer["message"]
-    failures = [r for r in caplog.records if r.name == "goondan.ipc.service" and r.exc_info]
+    failures = [r for r in caplog.records if r.name == "goondan.swarm.service" and r.exc_info]
     assert failures and failures[0].exc_info is not None and failures[0].exc_info[0] is TypeError
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from goondan.errors import ConfigError, IpcError, UsageError
 from goondan.ipc.controlwire import MAX_CONTROL_BYTES
-from goondan.ipc.service import send_control
+from goondan.swarm.service import send_control
 
 
 def test_unreachable_control_socket_is_an_ipc_error(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 from goondan.config import load_bundle
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import InProcessSpawner, ProcessSpawner
 from goondan.runtime.agents import response_text
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import InProcessSpawner, ProcessSpawner
 from tests.support.aio import run_bounded as run
 from tests.support.ipc_agents import in_process_worker
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from goondan.errors import AgentError
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import InProcessSpawner
 from goondan.runtime.agents import response_text
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import InProcessSpawner
 from goondan.types import AgentEvent
 from tests.support.aio import run_bounded as run
 from tests.support.ipc_agents import in_process_worker
@@ -154,7 +154,7 @@ def test_crash_loop_backoff_is_logged(caplog: pytest.LogCaptureFixture) -> None:
             plan = await orch.reconcile()
             assert plan.to_respawn == []  # backoff (1 s) not over yet
 
-    with caplog.at_level(logging.WARNING, logger="goondan.ipc.orchestrator"):
+    with caplog.at_level(logging.WARNING, logger="goondan.swarm.orchestrator"):
         run(main)
     records = [r for r in caplog.records if getattr(r, "event", None) == "orchestrator.crashLoopBackOff"]
     assert records, "no structured crashLoopBackOff record"
@@ -236,8 +236,8 @@ def test_removed_agent_is_stopped_on_config_change() -> None:
 def test_a_spawned_instance_gets_its_cwd_as_workdir(tmp_path: Path) -> None:
     """Decision 16: ``ToolContext.workdir`` can be set per spawned instance — the ``cwd`` of
     ``agents__spawn`` (relative to the project root) reaches the agent process as ``--workdir``."""
-    from goondan.ipc.agent_process import parse_args
-    from goondan.ipc.spawner import ProcessSpawner
+    from goondan.swarm.agent_process import parse_args
+    from goondan.swarm.spawner import ProcessSpawner
 
     async def main() -> None:
         orch, spawner = make(project_root=tmp_path)

@@ -1,4 +1,4 @@
-"""The prewarmed agent process of ``goondan run`` (goondan/ipc/prewarm.py).
+"""The prewarmed agent process of ``goondan run`` (goondan/swarm/prewarm.py).
 
 The first agent spawn takes it and must behave like a fresh child started at that moment: the
 orchestrator's environment and working directory at spawn time, the usual entry (clean signal
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from goondan.ipc import prewarm
 from goondan.ipc.protocol import IpcMessage, control_event, encode
-from goondan.ipc.spawner import ProcessSpawner, SpawnRequest
+from goondan.swarm import prewarm
+from goondan.swarm.spawner import ProcessSpawner, SpawnRequest
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from goondan.errors import ConfigError
-from goondan.ipc.service import load_env_files, parse_env_file
-from goondan.ipc.state import ActiveRuntime, list_live_processes, read_active, write_active
-from goondan.ipc.supervision import InstanceRecord, backoff_ms, plan_reconcile
+from goondan.swarm.service import load_env_files, parse_env_file
+from goondan.swarm.state import ActiveRuntime, list_live_processes, read_active, write_active
+from goondan.swarm.supervision import InstanceRecord, backoff_ms, plan_reconcile
 
 
 def test_env_files_order_and_real_env_wins(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_restart_fresh_clears_the_history_of_that_agent_only(tmp_path: Path, sta
 
     from goondan.config import load_bundle
     from goondan.conversation import Message, MessageEvent
-    from goondan.ipc.service import SwarmService
+    from goondan.swarm.service import SwarmService
     from goondan.workspace import InstanceStore
     from goondan.workspace.paths import workspace_id_for
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.frontend import BLOCKED_SIGNALS, ServiceThread
 from goondan.ipc.protocol import IpcMessage, control_event, encode
-from goondan.ipc.spawner import ProcessSpawner, SpawnRequest
+from goondan.swarm.frontend import BLOCKED_SIGNALS, ServiceThread
+from goondan.swarm.spawner import ProcessSpawner, SpawnRequest
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask")
 
@@ -74,7 +74,7 @@ def test_starting_an_agent_process_keeps_the_thread_mask() -> None:
 
     probe = """
 import multiprocessing, signal, threading
-from goondan.ipc.procstart import start_process
+from goondan.swarm.procstart import start_process
 
 def child():
     pass

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from goondan.ipc.supervisor import ProcessSupervisor
+from goondan.swarm.supervisor import ProcessSupervisor
 
 
 class _Supervisor(ProcessSupervisor):

@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from goondan.ipc.agent_process import AgentWorker, build_agent_instance
 from goondan.ipc.channel import Transport
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import InProcessSpawner, SpawnRequest
+from goondan.swarm.agent_process import AgentWorker, build_agent_instance
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import InProcessSpawner, SpawnRequest
 from goondan.types import AgentEvent
 
 DELEGATION = Path(__file__).resolve().parents[2] / "examples" / "delegation"

@@ -1,4 +1,4 @@
-"""The swarm lock and process identity of :mod:`goondan.ipc.state` (issue 27 item 4)."""
+"""The swarm lock and process identity of :mod:`goondan.swarm.state` (issue 27 item 4)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from goondan.ipc.state import ActiveRuntime, SwarmLock, pid_start_time, same_process
+from goondan.swarm.state import ActiveRuntime, SwarmLock, pid_start_time, same_process
 
 
 def test_only_one_holder_per_swarm_until_it_releases(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_only_one_holder_per_swarm_until_it_releases(tmp_path: Path) -> None:
 def test_lock_is_released_when_its_holder_dies(tmp_path: Path) -> None:
     lock = SwarmLock(tmp_path, "k.ws")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from goondan.ipc.state import SwarmLock; "
+        [sys.executable, "-c", "import sys; from pathlib import Path; from goondan.swarm.state import SwarmLock; "
          f"assert SwarmLock(Path({str(tmp_path)!r}), 'k.ws').acquire(); print('held', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

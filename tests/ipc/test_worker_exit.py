@@ -9,7 +9,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from goondan.ipc.channel import Transport
-from goondan.ipc.spawner import InProcessSpawner, ProcessSpawner, SpawnRequest, WorkerExit
+from goondan.swarm.spawner import InProcessSpawner, ProcessSpawner, SpawnRequest, WorkerExit
 from tests.support.aio import run
 
 

@@ -16,10 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goondan.errors import ConfigError
-from goondan.otlp import exporter as exporter_module
 from goondan.otlp.encode import Resource, encode_protobuf
-from goondan.otlp.exporter import OtlpConfig, OtlpExporter, event_span
 from goondan.runtime import events
+from goondan.runtime import otlp_exporter as exporter_module
 from goondan.runtime.events import (
     LlmCallEnded,
     LlmCallStarted,
@@ -28,6 +27,7 @@ from goondan.runtime.events import (
     TurnEnded,
     TurnStarted,
 )
+from goondan.runtime.otlp_exporter import OtlpConfig, OtlpExporter, event_span
 from goondan.runtime.traces import _RECORD_KEYS
 from tests.support.event_strategies import end_event_classes, events_of
 

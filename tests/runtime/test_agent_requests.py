@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from goondan.ipc.agent_process import IpcAgentRouter
 from goondan.llm import create_model
 from goondan.llm.base import LanguageModel, ModelSpec
 from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
+from goondan.swarm.agent_process import IpcAgentRouter
 from goondan.types import AgentEvent
 from tests.support.aio import run
 from tests.support.fake_provider import FakeProvider, FakeReply, FakeToolCall

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from goondan.ipc.state import read_active
+from goondan.swarm.state import read_active
 from tests.support.runtime_harness import FAKE_KEY_ENV
 
 __all__ = [

@@ -30,11 +30,12 @@ from typing import Any
 
 from goondan.conversation.messages import Message
 from goondan.errors import AgentError
-from goondan.ipc.agent_process import AgentWorker, run_child
 from goondan.ipc.channel import Transport
-from goondan.ipc.spawner import SpawnRequest, process_name
+from goondan.ipc.logs import process_name
 from goondan.pipeline.context import TurnResult
 from goondan.runtime.agents import AgentsFactory, SwarmCatalog
+from goondan.swarm.agent_process import AgentWorker, run_child
+from goondan.swarm.spawner import SpawnRequest
 from goondan.types import AgentEvent, new_id
 
 RECORD_DIR_ENV = "GOONDAN_TEST_RECORD_DIR"

@@ -12,9 +12,9 @@ import signal
 import sys
 from pathlib import Path
 
-from goondan.ipc.orchestrator import Orchestrator
-from goondan.ipc.spawner import ProcessSpawner
 from goondan.runtime.agents import response_text
+from goondan.swarm.orchestrator import Orchestrator
+from goondan.swarm.spawner import ProcessSpawner
 from tests.support.ipc_agents import script_child_main
 
 

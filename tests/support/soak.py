@@ -8,8 +8,9 @@ quote the soak run while `make test` stays within its time budget on two cores.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-__all__ = ["soaking", "trials"]
+__all__ = ["lost_and_duplicated", "records", "soaking", "trials"]
 
 
 def soaking() -> bool:
@@ -20,3 +21,15 @@ def soaking() -> bool:
 def trials(quick: int, soak: int) -> int:
     """The number of trials to run: ``soak`` under `make soak`, else ``quick``."""
     return soak if soaking() else quick
+
+
+def records(record_dir: Path) -> str:
+    """What the scripted agents (tests/support/ipc_agents.py) recorded, all processes together."""
+    return "".join(p.read_text() for p in record_dir.glob("*.log"))
+
+
+def lost_and_duplicated(record_dir: Path, trials: int) -> tuple[list[int], list[int]]:
+    """The trials whose input ``<<p-i>>`` is missing from the records, and those recorded twice."""
+    text = records(record_dir)
+    counts = [text.count(f"<<p-{i}>>\n") for i in range(trials)]
+    return [i for i, c in enumerate(counts) if c == 0], [i for i, c in enumerate(counts) if c > 1]

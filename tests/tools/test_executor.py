@@ -66,7 +66,7 @@ def test_calls_outside_the_step_catalog_are_refused() -> None:
         "code": "E_TOOL_NOT_IN_CATALOG",
         "name": "ToolNotInCatalogError",
         "suggestion": result.error.suggestion,
-        "helpUrl": "https://docs.goondan.ai/errors/E_TOOL_NOT_IN_CATALOG",
+        "helpUrl": "docs/errors.md#e_tool_not_in_catalog",
     }
     assert "spec.tools" in (result.error.suggestion or "")
     unknown = execute(executor, "unknown__action", {}, catalog=catalog)
@@ -98,7 +98,7 @@ def test_handler_exception_becomes_an_error_result() -> None:
     assert (result.error.code, result.error.name, result.error.message) == (
         "E_TOOL", "ValueError", "request failed"
     )
-    assert result.error.help_url == "https://docs.goondan.ai/errors/E_TOOL"
+    assert result.error.help_url == "docs/errors.md#e_tool"
     assert result.error.suggestion  # seed 002 §2.4 rule 4 (SHOULD)
     aresult = execute(executor, "basic__afail", {})
     assert aresult.error is not None and aresult.error.name == "PermissionError"

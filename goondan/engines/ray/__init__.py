@@ -13,7 +13,7 @@ from goondan.errors import ConfigError
 
 __all__ = ["RAY_EXTRA", "require_ray"]
 
-RAY_EXTRA = "pip install 'goondan[ray]'"
+RAY_EXTRA = "pip install 'pygoondan[ray]'"
 
 
 def require_ray() -> Any:

@@ -1,8 +1,8 @@
 """The Ray host actor: many workers in one event loop (docs/scaling.md).
 
 :class:`AgentHost` is a plain class; :mod:`goondan.engines.ray.spawner` turns it into a named
-async Ray actor. A hosted worker is of either kind of :data:`~goondan.ipc.spawner.WORKER_ENTRIES`:
-an agent instance runs the same :class:`~goondan.ipc.agent_process.AgentWorker` a local agent
+async Ray actor. A hosted worker is of either kind of :data:`~goondan.swarm.spawner.WORKER_ENTRIES`:
+an agent instance runs the same :class:`~goondan.swarm.agent_process.AgentWorker` a local agent
 process runs, a connector the same :func:`goondan.connectors.process.serve` a local connector
 process runs, each on the child end of an :class:`~goondan.ipc.channel.InProcessTransport` pair;
 the host keeps the parent end and relays it to the driver as JSON text frames (nothing else
@@ -108,8 +108,8 @@ class BundleCache:
 async def run_hosted_agent(argv: list[str], transport: InProcessTransport,
                            bundles: BundleCache | None = None) -> int:
     """One agent instance inside a host: what a local agent process's main does."""
-    from goondan.ipc.agent_process import AgentWorker, build_agent_instance, parse_args
     from goondan.ipc.control import StartError
+    from goondan.swarm.agent_process import AgentWorker, build_agent_instance, parse_args
 
     args = parse_args(argv)
     worker = AgentWorker(transport, agent_name=args.agent_name, instance_key=args.instance_key)

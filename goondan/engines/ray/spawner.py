@@ -1,6 +1,6 @@
 """The driver side of the Ray engine: :class:`RaySpawner` (docs/scaling.md).
 
-``RaySpawner`` is a :class:`~goondan.ipc.spawner.Spawner`: the orchestrator, its supervisor,
+``RaySpawner`` is a :class:`~goondan.swarm.spawner.Spawner`: the orchestrator, its supervisor,
 request matching, cycle detection, cancellation and shutdown are unchanged; only where a worker
 runs differs. On first use it connects to Ray (``address``: ``None`` starts a local Ray,
 ``auto`` joins the running cluster, ``ray://HOST:PORT`` a remote one), creates ``hosts`` named
@@ -19,6 +19,11 @@ configured host and port on the machine where ``goondan run`` was started, as on
 engine. Its control messages (``emit``, ``answer``, ``ready`` …) cross the engine boundary
 as the same JSON frames; the orchestrator stays the only writer of every inbox.
 
+Starting a local Ray takes seconds: :attr:`RaySpawner.progress` (``goondan run`` prints it on
+stderr) says ``starting Ray…`` and when it is ready. Ray's own log records go to
+``ray.driver.log`` in the swarm's log folder, not to the terminal, and :meth:`RaySpawner.aclose`
+shuts a Ray it started down with every process of it (none outlives ``goondan stop``).
+
 Workers see the driver's environment (:func:`forwarded_env`: without the variables that
 describe the driver's own machine and process), as a local child process inherits it: model
 keys and connector secrets come from there.
@@ -35,7 +40,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,7 +49,7 @@ from goondan.engines.ray.host import MARKER_NAME, AgentHost
 from goondan.errors import ConfigError, IpcError
 from goondan.ipc.channel import Transport
 from goondan.ipc.protocol import IpcMessage, decode, encode
-from goondan.ipc.spawner import AgentHandle, ProcessSpawner, Spawner, SpawnRequest, WorkerExit
+from goondan.swarm.spawner import AgentHandle, ProcessSpawner, Spawner, SpawnRequest, WorkerExit
 
 __all__ = ["CONNECTOR_HOST", "RaySpawner", "forwarded_env", "host_index"]
 
@@ -56,6 +61,7 @@ NAMESPACE = "goondan"
 UNREACHABLE_GIVE_UP_S = 30.0
 CONNECTOR_HOST = "connectors"  # the name suffix of the connector host actor
 _DELIVER_BATCH = 256
+_NO_SIGNAL_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
 # Variables that describe the driver's machine or process, not the swarm: never forwarded.
 _LOCAL_ENV: Final = re.compile(
@@ -236,6 +242,10 @@ class RaySpawner(Spawner):
         self._marker: tuple[Path, str] | None = None
         self._remote_cls: Any = None
         self.connector_host: int | None = None  # index of the connector host in the actor list
+        self.log_dir = log_dir
+        self.progress: Callable[[str], None] | None = None  # start-up progress for the user
+        self._owns_ray = False  # this spawner called ray.init: aclose shuts Ray down
+        self._ray_log: logging.Handler | None = None
 
     def __repr__(self) -> str:
         return f"<RaySpawner hosts={self.hosts} address={self.address!r} prefix={self.name_prefix!r}>"
@@ -258,8 +268,16 @@ class RaySpawner(Spawner):
     async def _start(self) -> None:
         ray = self._ray
         if not ray.is_initialized():
-            await asyncio.to_thread(ray.init, address=self.address, namespace=NAMESPACE,
-                                    log_to_driver=False, **self.init_options)
+            self._ray_logs_to_file()
+            where = "a local Ray" if self.address is None else f"Ray at {self.address}"
+            self._say(f"starting {where}…" if self.address is None else f"connecting to {where}…")
+            began = time.monotonic()
+            options = {"configure_logging": False, **self.init_options}
+            await asyncio.to_thread(_init_ray, ray, address=self.address, namespace=NAMESPACE,
+                                    log_to_driver=False, **options)
+            self._ray_logs_to_file()  # ray.init(configure_logging=False) cleared the "ray" logger's
+            self._owns_ray = True
+            self._say(f"{where} is ready ({time.monotonic() - began:.1f} s)")
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         if self.hosts is None:
             self.hosts = max(1, int(sum(n.get("Resources", {}).get("CPU", 1) for n in nodes)))
@@ -272,6 +290,30 @@ class RaySpawner(Spawner):
             node = nodes[index % len(nodes)]["NodeID"] if nodes else None
             self._create_host(str(index), node)
         await self._verify(range(first, len(self._actors)))
+
+    def _say(self, text: str) -> None:
+        _log.info("%s", text)
+        if self.progress is not None:
+            self.progress(text)
+
+    def _ray_logs_to_file(self) -> None:
+        """Ray's Python log records (``Started a local Ray instance``, its warnings) go to
+        ``ray.driver.log`` in the log folder instead of the terminal: the handler is put on the
+        ``ray`` logger and on ``ray._private``, whose records (most of them) it keeps also while
+        ``ray.init(configure_logging=False)`` has cleared the ``ray`` logger's handlers."""
+        if self._ray_log is None:
+            if self.log_dir is not None:
+                Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+                self._ray_log = logging.FileHandler(Path(self.log_dir) / "ray.driver.log", encoding="utf-8")
+                self._ray_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            else:
+                self._ray_log = logging.NullHandler()
+        for name in ("ray", "ray._private"):
+            logger = logging.getLogger(name)
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.addHandler(self._ray_log)
+            logger.propagate = False
 
     def _create_host(self, suffix: str, node: str | None, *, soft: bool = True) -> int:
         """Create (or find, after a driver restart) host actor ``<prefix>-host-<suffix>`` on
@@ -442,6 +484,36 @@ class RaySpawner(Spawner):
         self._dead_epochs, self._unreachable_since = [], []
         self.connector_host = None
         self._started = False
+        if self._owns_ray:  # a Ray this spawner started: every process of it ends now
+            self._owns_ray = False
+            await asyncio.to_thread(_shutdown_ray, self._ray)
+
+
+def _init_ray(ray: Any, **options: Any) -> None:
+    """``ray.init`` without Ray's failure signal handler in this process: it would take over
+    SIGTERM — by which ``goondan stop`` stops the orchestrator — and print a stack dump on the
+    terminal for it. Ray reads its ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` when it is imported,
+    so its constant is set, only while this process connects (Ray's own processes keep theirs)."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # another layout: Ray's default
+        ray.init(**options)
+        return
+    saved = getattr(ray_constants, _NO_SIGNAL_HANDLER, None)
+    setattr(ray_constants, _NO_SIGNAL_HANDLER, True)
+    try:
+        ray.init(**options)
+    finally:
+        setattr(ray_constants, _NO_SIGNAL_HANDLER, saved)
+
+
+def _shutdown_ray(ray: Any) -> None:
+    """Disconnect; a local Ray that ``ray.init`` started stops with all its processes (raylet,
+    GCS, dashboard and runtime-env agents), waited for."""
+    try:
+        ray.shutdown(wait_for_processes=True)
+    except TypeError:  # a Ray before 2.50 has no wait_for_processes
+        ray.shutdown()
 
 
 def _write_marker(path: Path, token: str) -> None:

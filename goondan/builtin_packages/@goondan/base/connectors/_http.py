@@ -7,7 +7,8 @@ It serves one POST path and nothing else, which keeps it small enough to reason 
   → 431; they must arrive within ``header_timeout`` (10 s) or the connection is dropped
   (slowloris) — a new connection that sends nothing is closed after ``header_timeout`` too;
   a malformed request line → 400;
-* another path → 404, another method → 405, both answered before the body is read;
+* another path (than ``path`` and ``extra_paths``) → 404, another method → 405, both answered
+  before the body is read;
 * ``Content-Length`` over ``max_body_bytes`` → 413 before reading; ``Transfer-Encoding:
   chunked`` bodies are read chunk by chunk and refused with 413 as soon as they grow past the
   limit; both headers together, or another transfer coding → 400; the body must arrive within
@@ -27,7 +28,10 @@ It serves one POST path and nothing else, which keeps it small enough to reason 
 * :meth:`HttpServer.serve_forever` runs until cancelled; then the listener closes, idle
   connections close at once and requests being handled get ``stop_grace`` (5 s) to finish.
 
-The handler sees a :class:`Request` with the raw body and returns a :class:`Response`.
+The handler sees a :class:`Request` with the raw body and returns a :class:`Response`. A
+response with a ``stream`` (an async iterator of bytes: server-sent events) is sent with
+``Transfer-Encoding: chunked``, one chunk per item, as the items come; a client that goes away
+meanwhile closes the iterator (``aclose``), so its ``finally`` runs.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,7 +49,8 @@ from urllib.parse import urlsplit
 __all__ = ["HttpServer", "Request", "Response"]
 
 _REASONS = {
-    100: "Continue", 200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+    100: "Continue", 200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized",
+    403: "Forbidden", 404: "Not Found",
     405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
     413: "Content Too Large", 431: "Request Header Fields Too Large",
     500: "Internal Server Error", 503: "Service Unavailable",
@@ -75,6 +80,7 @@ class Response:
     body: bytes = b""
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    stream: AsyncIterator[bytes] | None = None
 
     @classmethod
     def json(cls, status: int, data: Any) -> Response:
@@ -116,6 +122,7 @@ class HttpServer:
         host: str = "127.0.0.1",
         port: int,
         path: str = "/",
+        extra_paths: tuple[str, ...] = (),
         methods: tuple[str, ...] = ("POST",),
         max_body_bytes: int = 1024 * 1024,
         max_header_bytes: int = 16 * 1024,
@@ -132,6 +139,7 @@ class HttpServer:
         self.host = host
         self.port = port
         self.path = path
+        self.extra_paths = extra_paths  # served too (the A2A agent card's well-known path)
         self.methods = methods
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
@@ -287,7 +295,7 @@ class HttpServer:
             method, target, version = _request_line(first, self.max_header_bytes)
             headers = await self._read_headers(reader, len(first))
         parts = urlsplit(target)
-        if parts.path != self.path:
+        if parts.path != self.path and parts.path not in self.extra_paths:
             raise _Refused(404, "not_found")
         if method not in self.methods:
             raise _Refused(405, "method_not_allowed")
@@ -375,14 +383,31 @@ class HttpServer:
 
     async def _send(self, writer: asyncio.StreamWriter, response: Response, *, close: bool) -> None:
         reason = _REASONS.get(response.status, "Unknown")
-        head = [f"HTTP/1.1 {response.status} {reason}",
-                f"Content-Type: {response.content_type}",
-                f"Content-Length: {len(response.body)}"]
+        head = [f"HTTP/1.1 {response.status} {reason}", f"Content-Type: {response.content_type}"]
+        if response.stream is None:
+            head.append(f"Content-Length: {len(response.body)}")
+        else:
+            head.append("Transfer-Encoding: chunked")
         head.extend(f"{name}: {value}" for name, value in response.headers.items())
         if close:
             head.append("Connection: close")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + response.body)
         await writer.drain()
+        if response.stream is not None:
+            await self._send_stream(writer, response.stream)
+
+    async def _send_stream(self, writer: asyncio.StreamWriter, stream: AsyncIterator[bytes]) -> None:
+        try:
+            async for chunk in stream:
+                if chunk:
+                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        finally:
+            closer = getattr(stream, "aclose", None)
+            if closer is not None:
+                await closer()
 
 
 def _peer_host(writer: asyncio.StreamWriter) -> str:

@@ -20,8 +20,8 @@ from goondan.workspace.files import atomic_write
 from ._http import Handler, HttpServer, Response
 
 __all__ = [
-    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "config_bool", "config_error", "config_int",
-    "emit_and_answer", "hmac_sha256_hex", "parse_json_body", "serve_http", "setting",
+    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "bearer_matches", "config_bool", "config_error", "config_int",
+    "emit_and_answer", "hmac_sha256_hex", "origin_allowed", "parse_json_body", "serve_http", "setting",
     "signature_matches", "timestamp_skew",
 ]
 
@@ -101,6 +101,28 @@ def parse_json_body(body: bytes) -> object:
         raise BadBody("invalid_json") from None
 
 
+def bearer_matches(expected: str, header: str) -> bool:
+    """Is ``header`` (an ``Authorization`` value) ``Bearer <expected>``? Compared in constant time."""
+    scheme, _, given = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(expected.encode(), given.strip().encode("utf-8", "replace"))
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    """Is a request with this ``Origin`` header acceptable: none (not a browser), one of
+    ``allowed``, or a loopback page? A foreign page must not reach a local server through the
+    user's browser (DNS rebinding)."""
+    if not origin or origin in allowed:
+        return True
+    host = origin.split("://", 1)[-1].rsplit(":", 1)[0] if "]" not in origin else \
+        origin.split("://", 1)[-1].split("]")[0] + "]"
+    return host in LOOPBACK_HOSTS
+
+
 def hmac_sha256_hex(secret: str, data: bytes) -> str:
     """Hex HMAC-SHA256 of ``data`` keyed with ``secret``."""
     return hmac.new(secret.encode("utf-8"), data, hashlib.sha256).hexdigest()
@@ -135,7 +157,8 @@ def _write_address(ctx: ConnectorContext, server: HttpServer) -> Path:
 
 
 async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path: str,
-                     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                     methods: tuple[str, ...] = ("POST",), extra_paths: tuple[str, ...] = ()) -> None:
     """Run an :class:`HttpServer` for ``handler`` until cancelled.
 
     The bound address is logged and written to ``<state_dir>/address.json`` (atomically; removed
@@ -147,7 +170,8 @@ async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path
         raise config_error(ctx, f"path {path!r} must start with '/'", "write the path as /hooks")
     connections = config_int(ctx, "MAX_CONNECTIONS", default=DEFAULT_MAX_CONNECTIONS, minimum=1)
     per_ip = config_int(ctx, "MAX_CONNECTIONS_PER_IP", default=DEFAULT_MAX_CONNECTIONS_PER_IP, minimum=1)
-    server = HttpServer(handler, host=host, port=port, path=path, max_body_bytes=max_body_bytes,
+    server = HttpServer(handler, host=host, port=port, path=path, extra_paths=extra_paths, methods=methods,
+                        max_body_bytes=max_body_bytes,
                         max_connections=connections, max_connections_per_ip=per_ip, logger=ctx.logger)
     address = Path(ctx.state_dir) / ADDRESS_FILE
     address.unlink(missing_ok=True)  # a stale address must not be mistaken for this run's

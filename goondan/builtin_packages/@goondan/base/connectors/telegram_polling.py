@@ -14,7 +14,8 @@ with a higher offset confirms it, so a crash before the emit loses nothing, and 
 between the emit and the offset write re-emits an id the inbox already holds (a duplicate
 receipt, nothing stored twice).
 
-A failed call is logged as a warning and retried after ``TELEGRAM_RETRY_DELAY_MS``; a 429
+Calls go through the HTTP layer (``goondan/http/``). A failed call (a network failure of any
+kind, an error answer) is logged as a warning and retried after ``TELEGRAM_RETRY_DELAY_MS``; a 429
 answer waits ``parameters.retry_after`` seconds instead. Updates without a ``message``, from
 bots, or without text, caption, photo or image document are skipped (the offset still moves).
 """
@@ -29,8 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import urllib3
-
+import goondan.http as http
 from goondan.connectors import ConnectorContext, ConnectorEvent, ConnectorEventError
 from goondan.workspace.files import atomic_write
 
@@ -156,7 +156,7 @@ class TelegramPoller:
         self.offset_path = Path(ctx.state_dir) / OFFSET_FILE
         self.offset = self._load_offset()
         # A poll abandoned by a cancelled task may still hold a connection: allow a second.
-        self._pool = urllib3.PoolManager(num_pools=1, maxsize=2, retries=False)
+        self._pool = http.new_pool(num_pools=1, maxsize=2)
 
     def __repr__(self) -> str:
         return f"<TelegramPoller {self.base_url} offset={self.offset}>"
@@ -196,11 +196,13 @@ class TelegramPoller:
         try:
             response = self._pool.request(
                 "POST", url, body=json.dumps(params).encode(),
-                headers={"Content-Type": "application/json"},
-                timeout=urllib3.Timeout(connect=min(10.0, self.request_timeout), read=self.request_timeout),
+                headers={"Content-Type": "application/json"}, timeout=http.timeout(self.request_timeout),
             )
-        except urllib3.exceptions.HTTPError as exc:
-            raise _ApiError(self._mask(f"getUpdates failed: {exc}")) from None
+        except Exception as exc:
+            failure = http.failure_of(exc)
+            if failure is None:
+                raise
+            raise _ApiError(self._mask(f"getUpdates failed: {failure.reason}")) from None
         try:
             data = json.loads(response.data)
         except ValueError:

@@ -29,9 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from urllib3.exceptions import LocationParseError
-from urllib3.util import parse_url
-
+from goondan.http.pool import LocationParseError, parse_url  # urllib3's own URL parser
 from goondan.tools import ToolFailure
 
 __all__ = ["DEFAULT_DENIED_NAMES", "DEFAULT_DENIED_NETWORKS", "HostPolicy", "Target", "parse_strictly"]

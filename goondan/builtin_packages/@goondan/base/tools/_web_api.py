@@ -1,7 +1,8 @@
 """HTTP plumbing shared by the ``slack``, ``telegram`` and ``discord`` tools of
 ``@goondan/base`` (docs/base-package.md, "slack", "telegram" and "discord").
 
-Requests run with urllib3 in a worker thread. Network failures become ``E_BASE_HTTP`` /
+Requests run through the HTTP layer (``goondan/http/``) in a worker thread, never retried (a
+repeated chat.postMessage would post twice). Network failures become ``E_BASE_HTTP`` /
 ``E_BASE_HTTP_TIMEOUT`` tool failures; the bot token never appears in a message (it is part
 of Telegram URLs, so every text built here is masked).
 
@@ -23,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
-import urllib3
-
+import goondan.http as http
 from goondan.secrets import register_secret
 from goondan.tools import ToolContext, ToolFailure
 
@@ -52,11 +52,9 @@ MAX_DOWNLOAD = 20_000_000
 MAX_REDIRECTS = 5
 _CHUNK = 65536
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
-_pool = urllib3.PoolManager(num_pools=4, maxsize=4)
-# No retries (a repeated chat.postMessage would post twice), and no redirects followed by
-# urllib3: _send follows them itself, checking each target before the token goes there.
-_retries = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=0,
-                         raise_on_redirect=False)
+# No retries (the layer's default), and no redirects followed by urllib3: _send follows them
+# itself, checking each target before the token goes there.
+_pool = http.new_pool(num_pools=4, maxsize=4)
 
 Origin = tuple[str, str, int]
 
@@ -152,15 +150,12 @@ def positive_int(input: dict[str, Any], name: str, default: int | None = None,
     return int(value)
 
 
-def _failure(url: str, secret: str, timeout_ms: int, exc: BaseException) -> ToolFailure:
+def _failure(url: str, secret: str, timeout_ms: int, failure: http.Failure) -> ToolFailure:
     shown = url.replace(secret, "***") if secret else url
-    timed_out = isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError)
-    if timed_out and not isinstance(exc, urllib3.exceptions.NewConnectionError):
+    if failure.timed_out:
         return ToolFailure(f"request to {shown} timed out after {timeout_ms} ms", code="E_BASE_HTTP_TIMEOUT",
                            suggestion="Retry later or raise timeoutMs.")
-    reason = str(exc) or type(exc).__name__
-    if secret:
-        reason = reason.replace(secret, "***")
+    reason = failure.reason.replace(secret, "***") if secret else failure.reason
     return ToolFailure(f"request to {shown} failed: {reason}", code="E_BASE_HTTP",
                        suggestion="Check the API base URL and that the service is reachable.")
 
@@ -200,10 +195,9 @@ def _send(method: str, url: str, headers: dict[str, str], body: bytes | None, ti
 
 def _send_once(method: str, url: str, headers: dict[str, str], body: bytes | None, timeout_ms: int,
                secret: str, max_bytes: int | None) -> tuple[int, dict[str, str], bytes]:
-    timeout = urllib3.Timeout(total=timeout_ms / 1000.0)
     try:
-        response = _pool.request(method, url, headers=headers, body=body, timeout=timeout,
-                                 retries=_retries, preload_content=False, redirect=False)
+        response = _pool.request(method, url, headers=headers, body=body, preload_content=False,
+                                 timeout=http.timeout(total_s=timeout_ms / 1000.0), redirect=False)
         try:
             chunks: list[bytes] = []
             size = 0
@@ -217,10 +211,11 @@ def _send_once(method: str, url: str, headers: dict[str, str], body: bytes | Non
             response.release_conn()
     except ToolFailure:
         raise
-    except urllib3.exceptions.MaxRetryError as exc:
-        raise _failure(url, secret, timeout_ms, exc.reason or exc) from None
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise _failure(url, secret, timeout_ms, exc) from None
+    except Exception as exc:
+        failure = http.failure_of(exc)
+        if failure is None:
+            raise
+        raise _failure(url, secret, timeout_ms, failure) from None
     return response.status, {k.lower(): v for k, v in response.headers.items()}, b"".join(chunks)
 
 

@@ -15,7 +15,8 @@ never to the name (so the host checked is the host contacted), with the name in 
 Environment proxy variables are not used. ``timeoutMs`` bounds the whole exchange even for a
 body that trickles in slowly: a watchdog shuts the socket down at the deadline.
 
-The request runs with urllib3 in a worker thread, so the event loop never blocks.
+The request runs through the HTTP layer (``goondan/http/``: its pool, timeout rule and failure
+kinds) in a worker thread, so the event loop never blocks. Nothing is retried.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-import urllib3
-
+import goondan.http as http
 from goondan.secrets import mask_cut
 from goondan.tools import ToolContext, ToolFailure
 
@@ -47,7 +47,7 @@ MAX_REDIRECTS = 5
 _CHUNK = 65536
 
 # One pool for the process: tool modules are shared by every instance of a process.
-_pool = urllib3.PoolManager(num_pools=8, maxsize=4)
+_pool = http.new_pool(num_pools=8, maxsize=4)
 DEFAULT_MAX_WIRE_BYTES = 10_000_000
 
 
@@ -228,12 +228,11 @@ def _fetch(method: str, url: str, headers: dict[str, str], body: bytes | None,
             else:
                 # Truncated or failed: don't drain the rest just to reuse the connection.
                 response.close()
-    except urllib3.exceptions.MaxRetryError as exc:
-        raise _network_failure(url, timeout_ms, exc.reason or exc, deadline) from None
-    except urllib3.exceptions.HTTPError as exc:
-        raise _network_failure(url, timeout_ms, exc, deadline) from None
-    except OSError as exc:
-        raise _network_failure(url, timeout_ms, exc, deadline) from None
+    except Exception as exc:
+        failure = http.failure_of(exc)
+        if failure is None:
+            raise  # a refusal of the host policy, a timeout noticed between reads
+        raise _network_failure(url, timeout_ms, failure, deadline) from None
     text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=not truncated)
     return {
         "url": target.url,
@@ -250,7 +249,7 @@ def _fetch(method: str, url: str, headers: dict[str, str], body: bytes | None,
 
 
 def _open(target: Target, method: str, headers: dict[str, str], body: bytes | None,
-          remaining: Callable[[], float]) -> urllib3.BaseHTTPResponse:
+          remaining: Callable[[], float]) -> http.Response:
     """Send the request to the target's checked addresses, in order, until one connects.
 
     The connection goes to the address itself (never to the name, which could resolve to
@@ -260,14 +259,19 @@ def _open(target: Target, method: str, headers: dict[str, str], body: bytes | No
     sent = {**headers, "Host": target.host_header}
     for index, address in enumerate(target.addresses):
         pool = _pool.connection_from_host(str(address), target.port, target.scheme, pool_kwargs=kwargs)
+        left = remaining()
         try:
-            return pool.urlopen(
+            response: http.Response = pool.urlopen(
                 method, target.request_uri, headers=sent, body=body, retries=False,
-                timeout=urllib3.Timeout(connect=remaining(), read=remaining()),
+                timeout=http.timeout(left, connect_s=left),
                 preload_content=False, redirect=False, decode_content=False, assert_same_host=False,
             )
-        except urllib3.exceptions.ConnectTimeoutError:  # refused or timed out (NewConnectionError too)
-            if index == len(target.addresses) - 1:
+            return response
+        except Exception as exc:
+            failure = http.failure_of(exc)
+            # Refused or timed out connecting (nothing was sent): the next checked address.
+            connecting = failure is not None and failure.kind in ("connect", "connect_timeout")
+            if not connecting or index == len(target.addresses) - 1:
                 raise
     raise AssertionError("a target has at least one address")  # HostPolicy.target ensures it
 
@@ -278,7 +282,7 @@ def _timeout(url: str, timeout_ms: int) -> ToolFailure:
                        suggestion="Retry later or raise timeoutMs.")
 
 
-def _abort(response: urllib3.BaseHTTPResponse) -> None:
+def _abort(response: http.Response) -> None:
     """The deadline passed: shut the response's socket down so a blocked read returns now."""
     sock = getattr(getattr(response, "connection", None), "sock", None)
     if sock is not None:
@@ -286,18 +290,11 @@ def _abort(response: urllib3.BaseHTTPResponse) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-def _network_failure(url: str, timeout_ms: int, exc: BaseException,
+def _network_failure(url: str, timeout_ms: int, failure: http.Failure,
                      deadline: float | None = None) -> ToolFailure:
-    if isinstance(exc, ToolFailure):
-        return exc
-    if deadline is not None and time.monotonic() >= deadline:
-        return _timeout(url, timeout_ms)  # the watchdog cut the connection at the deadline
-    # NewConnectionError subclasses ConnectTimeoutError in urllib3 2: a refusal is no timeout.
-    timed_out = isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError)
-    if timed_out and not isinstance(exc, urllib3.exceptions.NewConnectionError):
-        return _timeout(url, timeout_ms)
-    reason = str(exc) or type(exc).__name__
-    return ToolFailure(f"request to {url} failed: {reason}", code="E_BASE_HTTP",
+    if failure.timed_out or (deadline is not None and time.monotonic() >= deadline):
+        return _timeout(url, timeout_ms)  # or the watchdog cut the connection at the deadline
+    return ToolFailure(f"request to {url} failed: {failure.reason}", code="E_BASE_HTTP",
                        suggestion="Check the URL and that the server is reachable.")
 
 
