@@ -590,9 +590,9 @@ class Orchestrator(ProcessSupervisor):
 
     def _release_in_flight(self, rec: InstanceRecord, ended: WorkerExit) -> None:
         """The process of ``rec`` ended with an event in flight: a cancelled one is answered
-        ``E_TURN_CANCELLED``, a started one is held until the respawned process is ready (it
-        resumes the Turn, :mod:`goondan.swarm.resumes`); one that never started, or a connector
-        event (its claim file tells if it started), goes back to the queue's front."""
+        ``E_TURN_CANCELLED``, a started request is held until the respawned process is ready (it
+        resumes the Turn, :mod:`goondan.swarm.resumes`); one that never started, or a stored
+        event nobody waits for (its claim tells if it started), goes back to the front."""
         current = rec.inbox.finish()
         if current is None:
             return

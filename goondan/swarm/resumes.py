@@ -41,8 +41,7 @@ def settle_on_ready(rec: InstanceRecord, ready: Ready, pending: Container[str], 
     ``pending``: the correlation ids whose caller still waits; ``fail``: answer a request with
     an error (the orchestrator's ``_fail_request``). Returns what happened to the held event
     (``resumed``, ``requeued``, ``crashed``, ``dropped``), None when none was held."""
-    taken = rec.take_interrupted()
-    held, how = taken if taken is not None else (None, "")
+    held, how = rec.take_interrupted() or (None, "")
     resuming = ready.resuming if isinstance(ready.resuming, dict) else None
     if resuming is not None:
         event = held if held is not None and held.id == resuming.get("id") else AgentEvent.from_dict(resuming)

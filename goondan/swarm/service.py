@@ -287,6 +287,7 @@ class SwarmService:
         if engine_start is not None:  # joined now, saying so, rather than silently at the first event
             await engine_start()
         await self.orchestrator.start()
+        await self._resume_interrupted()
         from goondan.swarm.durable_inputs import SwarmInbox, inputs_dir
 
         # Inputs accepted before a crash whose Turn had not started run first, in order.
@@ -294,7 +295,6 @@ class SwarmService:
                                            self.swarm.name))
         await self.inbox.open(self.orchestrator)
         self.orchestrator.store_input = self.inbox.record
-        await self._resume_interrupted()
         await self.connections.start()
         private_dirs(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):

@@ -232,6 +232,16 @@ class InstanceRecord(WorkerRecord):
         return current.event.id if current is not None and current.cancel_requested else None
 
     # -- what the supervisor and the router tell the record (its fields change only here) ----------
+    def hold_interrupted(self, event: AgentEvent, how: str) -> None:
+        """The process died during ``event``'s started Turn (it exited ``how``): held until the
+        next process is ready (goondan/swarm/resumes.py)."""
+        self.interrupted = (event, how)
+
+    def take_interrupted(self) -> tuple[AgentEvent, str] | None:
+        """The held Turn, if any; the record no longer holds it."""
+        held, self.interrupted = self.interrupted, None
+        return held
+
     def begin_spawn(self) -> None:
         super().begin_spawn()
         self.ready_signal = asyncio.Event()
@@ -258,16 +268,6 @@ class InstanceRecord(WorkerRecord):
         self.crash_looping = False
         self.processed += 1
         self.transition("turnFinished")
-
-    def hold_interrupted(self, event: AgentEvent, how: str) -> None:
-        """The process died during ``event``'s started Turn (``how``: its exit): held until the
-        next process is ready and says whether it resumes it (goondan/swarm/resumes.py)."""
-        self.interrupted = (event, how)
-
-    def take_interrupted(self) -> tuple[AgentEvent, str] | None:
-        """The held interrupted Turn (see :meth:`hold_interrupted`), released."""
-        held, self.interrupted = self.interrupted, None
-        return held
 
     def hold_dispatch(self, reason: ShutdownReason) -> None:
         """A stop or restart for ``reason`` is under way: nothing is sent to the process."""

@@ -1,5 +1,5 @@
 """What the orchestrator does with a Turn whose process died, once the new process is ready
-(goondan/ipc/resumes.py, docs/orchestrator.md "Crashes")."""
+(goondan/swarm/resumes.py, docs/orchestrator.md "Crashes")."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def settle(rec: InstanceRecord, ready: Ready, pending: set[str]) -> tuple[str | 
 def test_the_resumed_turn_is_in_flight_again_and_its_caller_keeps_waiting() -> None:
     rec = InstanceRecord("a", "k")
     held = request("evt-1")
-    rec.interrupted = (held, "signal 9")
+    rec.hold_interrupted(held, "signal 9")
     outcome, failed = settle(rec, Ready(1, journal=True, resuming=held.to_dict()), {"corr-1"})
     assert outcome == "resumed" and failed == []
     assert rec.inbox.current is not None and rec.inbox.current.event is held and rec.inbox.current.started
@@ -36,21 +36,21 @@ def test_the_resumed_turn_is_in_flight_again_and_its_caller_keeps_waiting() -> N
 
 def test_a_turn_killed_before_it_was_journaled_is_queued_again_while_its_caller_waits() -> None:
     rec = InstanceRecord("a", "k")
-    rec.interrupted = (request("evt-1"), "signal 9")
+    rec.hold_interrupted(request("evt-1"), "signal 9")
     outcome, failed = settle(rec, Ready(1, journal=True), {"corr-1"})
     assert outcome == "requeued" and failed == [] and [e.id for e in rec.inbox.waiting] == ["evt-1"]
 
 
 def test_an_answered_or_unawaited_turn_is_not_run_again() -> None:
     rec = InstanceRecord("a", "k")
-    rec.interrupted = (request("evt-1"), "signal 9")
+    rec.hold_interrupted(request("evt-1"), "signal 9")
     assert settle(rec, Ready(1, journal=True), set()) == ("dropped", [])
     assert not rec.inbox.waiting and rec.inbox.current is None
 
 
 def test_a_process_without_a_journal_answers_e_agent_crashed_as_before() -> None:
     rec = InstanceRecord("a", "k")
-    rec.interrupted = (request("evt-1"), "signal 9")
+    rec.hold_interrupted(request("evt-1"), "signal 9")
     assert settle(rec, Ready(1), {"corr-1"}) == ("crashed", [("evt-1", "E_AGENT_CRASHED")])
 
 
