@@ -69,7 +69,8 @@ def _make_dumps() -> Callable[[Any], str]:
 
 
 dumps_compact: Callable[[Any], str] = _make_dumps()
-dumps_compact.__doc__ = """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``, faster (same text).
+dumps_compact.__doc__ = """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``,
+faster (same text).
 
 Measured (``scripts/bench_turn.py``'s turns, CPU medians of 4 rounds alternating with a copy
 of the tree where this is that ``json.dumps`` call): with ``json.dumps`` the K=0 turn costs

@@ -20,7 +20,8 @@ class Point:
 
 p = Point(1)
 # compiled without codecache.py's own future flags: annotations are objects, not strings
-assert Point.__init__.__annotations__ == {"x": int, "y": int, "tags": list, "return": None}, Point.__init__.__annotations__
+annotations = Point.__init__.__annotations__
+assert annotations == {"x": int, "y": int, "tags": list, "return": None}, annotations
 assert repr(p) == "Point(x=1, y=3, tags=[])", repr(p)
 assert p == Point(1, 3, ["other"]) and p < Point(2) and hash(p) == hash(Point(1))
 try:

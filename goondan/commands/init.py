@@ -46,7 +46,8 @@ spec:
   options:
     loop: true
     script:
-      - text: "Hello! I am the offline scripted model. Set ANTHROPIC_API_KEY and use Model/claude for real answers."
+      - text: "Hello! I am the offline scripted model. Set ANTHROPIC_API_KEY and use
+          Model/claude for real answers."
 """
 
 # multi-agent: the package depends on @goondan/base (the planner's `agents` tool) and its
@@ -77,10 +78,12 @@ spec:
         steps:
           - text: "Planning: the coder writes it first."
             toolCalls:
-              - {name: agents__request, args: {target: coder, input: "Write code for: {{input}}"}}
+              - name: agents__request
+                args: {target: coder, input: "Write code for: {{input}}"}
           - text: "Now the reviewer checks it."
             toolCalls:
-              - {name: agents__request, args: {target: reviewer, input: "Review: {{toolResult.response}}"}}
+              - name: agents__request
+                args: {target: reviewer, input: "Review: {{toolResult.response}}"}
           - text: "Done. The reviewer says: {{toolResult.response}}"
 """
 

@@ -26,7 +26,10 @@ spec: {version: "0.1.0"}
 apiVersion: goondan.ai/v1
 kind: Model
 metadata: {name: m}
-spec: {provider: scripted, model: ok, options: {loop: true, script: [answered by the scripted model]}}
+spec:
+  provider: scripted
+  model: ok
+  options: {loop: true, script: [answered by the scripted model]}
 ---
 apiVersion: goondan.ai/v1
 kind: Agent

@@ -200,7 +200,8 @@ packages:
   "@goondan/base@0.0.3-alpha17":
     version: "0.0.3-alpha17"
     resolved: "https://goondan-registry.yechanny.workers.dev/%40goondan/base/-/base-0.0.3-alpha17.tgz"
-    integrity: "sha512-T3O2RZMIbHzFzmxPqGPtj2K6ZLBmzmSAnJF3X2zLyFXj2gXoDfFF/u8sv9VyULh2wqUz5RRRXWnTBFvDToKCvg=="
+    integrity: >-
+      sha512-T3O2RZMIbHzFzmxPqGPtj2K6ZLBmzmSAnJF3X2zLyFXj2gXoDfFF/u8sv9VyULh2wqUz5RRRXWnTBFvDToKCvg==
     dependencies: {}
 """)
     report = validate_bundle(root, env={"ANTHROPIC_API_KEY": "x"})

@@ -41,7 +41,8 @@ class EchoModel(LanguageModel):
     async def generate(self, request, *, stream=False, on_delta=None):
         last = request.messages[-1]
         parts = last.get("content") if isinstance(last.get("content"), list) else []
-        text = "".join(p.get("text", "") for p in parts if isinstance(p, dict)) or str(last.get("content"))
+        texts = [p.get("text", "") for p in parts if isinstance(p, dict)]
+        text = "".join(texts) or str(last.get("content"))
         return ModelResponse(text=f"{self.model} echoes {text}")
 
 
