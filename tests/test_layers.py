@@ -126,17 +126,16 @@ def test_otlp_encodes_and_does_not_import_the_runtime() -> None:
     assert LAYERS["otlp"] < LAYERS["runtime"]
 
 
-# docs/architecture.md: modules stay around 150–600 lines; the wire, the swarm and the runtime,
-# the parts a newcomer reads first, are held to it (a little slack for a docstring or two).
-SIZE_CHECKED = ("ipc", "swarm", "runtime")
-MAX_LINES = 620
+# docs/architecture.md, Conventions: modules stay around 150–600 lines and are split, into
+# cohesive modules, before ~800 (not squeezed: ruff's E501 holds lines to 100 columns). Every
+# module of goondan/ is held to it, the built-in package's included.
+MAX_LINES = 800
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in _modules() if p.relative_to(ROOT).parts[0] in SIZE_CHECKED],
-    ids=lambda p: str(p.relative_to(ROOT)),
+    "path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
 )
-def test_ipc_swarm_and_runtime_modules_stay_small(path: Path) -> None:
+def test_every_module_is_split_before_800_lines(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT.parent)} has {lines} lines; split it"
 
