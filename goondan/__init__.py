@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["BundleError", "GoondanError", "Runtime", "__version__", "load_bundle", "validate_bundle"]
+__all__ = [
+    "BundleError",
+    "GoondanError",
+    "Runtime",
+    "__version__",
+    "load_bundle",
+    "validate_bundle",
+]
 
 _LAZY = {
     "load_bundle": ("goondan.config", "load_bundle"),

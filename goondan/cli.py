@@ -31,22 +31,62 @@ __all__ = ["cli", "main"]
 # name -> (module, attribute, one-line help). Commands whose module is absent are hidden.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "init": ("goondan.commands.init", "init", "Create a new goondan project."),
-    "validate": ("goondan.commands.validate", "validate", "Validate a bundle and report every problem."),
+    "validate": (
+        "goondan.commands.validate",
+        "validate",
+        "Validate a bundle and report every problem.",
+    ),
     "repl": ("goondan.commands.repl", "repl", "Chat with an agent in this terminal."),
-    "run": ("goondan.commands.run", "run", "Run a swarm: orchestrator, agent processes, connectors."),
+    "run": (
+        "goondan.commands.run",
+        "run",
+        "Run a swarm: orchestrator, agent processes, connectors.",
+    ),
     "restart": ("goondan.commands.restart", "restart", "Restart the running swarm's agents."),
-    "send": ("goondan.commands.send", "send", "Send a message to a running swarm and print the answer."),
-    "serve": ("goondan.commands.serve", "serve", "Serve a swarm to agent clients (MCP over stdio)."),
-    "status": ("goondan.commands.status", "status", "Show running swarms: processes, uptime, restarts, queues."),
-    "stop": ("goondan.commands.stop", "stop", "Stop a running swarm gracefully (forced after the grace period)."),
-    "approvals": ("goondan.commands.approvals", "approvals", "List, approve or deny tool calls waiting for a person."),
+    "send": (
+        "goondan.commands.send",
+        "send",
+        "Send a message to a running swarm and print the answer.",
+    ),
+    "serve": (
+        "goondan.commands.serve",
+        "serve",
+        "Serve a swarm to agent clients (MCP over stdio).",
+    ),
+    "status": (
+        "goondan.commands.status",
+        "status",
+        "Show running swarms: processes, uptime, restarts, queues.",
+    ),
+    "stop": (
+        "goondan.commands.stop",
+        "stop",
+        "Stop a running swarm gracefully (forced after the grace period).",
+    ),
+    "approvals": (
+        "goondan.commands.approvals",
+        "approvals",
+        "List, approve or deny tool calls waiting for a person.",
+    ),
     "instance": ("goondan.commands.instance", "instance", "List or delete instances."),
-    "inspect": ("goondan.commands.inspect", "inspect", "Inspect workspaces, instances and conversations."),
+    "inspect": (
+        "goondan.commands.inspect",
+        "inspect",
+        "Inspect workspaces, instances and conversations.",
+    ),
     "fold": ("goondan.commands.fold", "fold", "Fold leftover conversation events into base.jsonl."),
     "logs": ("goondan.commands.logs", "logs", "Show orchestrator and agent process logs."),
     "doctor": ("goondan.commands.doctor", "doctor", "Check the environment and the bundle."),
-    "package": ("goondan.commands.package", "package", "Add, list, lock and create Goondan packages."),
-    "completion": ("goondan.commands.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
+    "package": (
+        "goondan.commands.package",
+        "package",
+        "Add, list, lock and create Goondan packages.",
+    ),
+    "completion": (
+        "goondan.commands.completion",
+        "completion",
+        "Print the shell completion script (bash, zsh, fish).",
+    ),
 }
 
 # Commands tuned for a fast start (docs/runtime.md "Performance"): they call startup_done()
@@ -89,17 +129,46 @@ class LazyGroup(click.Group):
 # The global options, accepted after the subcommand too (``goondan run --state-root X``).
 # (option strings, click.Option keyword arguments, GlobalOptions field)
 GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any], str]] = [
-    (("--state-root",), {"type": click.Path(file_okay=False), "default": None,
-                         "help": "System root for workspaces and runtime files (as before the command)."},
-     "state_root"),
-    (("-b", "--bundle", "-c", "--config"), {"type": click.Path(), "default": None,
-                                            "help": "Bundle directory or goondan.yaml (as before the "
-                                                    "command); -c/--config is an alias."}, "bundle"),
-    (("--json",), {"is_flag": True, "default": False, "help": "JSON output (as before the command)."}, "json"),
-    (("-q", "--quiet"), {"is_flag": True, "default": False, "help": "Only errors and results."}, "quiet"),
-    (("--no-color",), {"is_flag": True, "default": False, "help": "Disable coloured output."}, "no_color"),
+    (
+        ("--state-root",),
+        {
+            "type": click.Path(file_okay=False),
+            "default": None,
+            "help": "System root for workspaces and runtime files (as before the command).",
+        },
+        "state_root",
+    ),
+    (
+        ("-b", "--bundle", "-c", "--config"),
+        {
+            "type": click.Path(),
+            "default": None,
+            "help": "Bundle directory or goondan.yaml (as before the "
+            "command); -c/--config is an alias.",
+        },
+        "bundle",
+    ),
+    (
+        ("--json",),
+        {"is_flag": True, "default": False, "help": "JSON output (as before the command)."},
+        "json",
+    ),
+    (
+        ("-q", "--quiet"),
+        {"is_flag": True, "default": False, "help": "Only errors and results."},
+        "quiet",
+    ),
+    (
+        ("--no-color",),
+        {"is_flag": True, "default": False, "help": "Disable coloured output."},
+        "no_color",
+    ),
     (("-v", "--verbose"), {"count": True, "help": "More log output (repeatable)."}, "verbose"),
-    (("--debug",), {"is_flag": True, "default": False, "help": "Show tracebacks for internal errors."}, "debug"),
+    (
+        ("--debug",),
+        {"is_flag": True, "default": False, "help": "Show tracebacks for internal errors."},
+        "debug",
+    ),
 ]
 
 
@@ -142,8 +211,9 @@ def add_global_options(command: click.Command) -> None:
         if long in taken:
             continue
         free = [opt for opt in opts if opt not in taken]
-        command.params.append(click.Option(free, expose_value=False, callback=_global_callback(field),
-                                           **kwargs))
+        command.params.append(
+            click.Option(free, expose_value=False, callback=_global_callback(field), **kwargs)
+        )
     command._goondan_globals = True  # type: ignore[attr-defined]
     if isinstance(command, click.Group):
         for sub in command.commands.values():
@@ -158,12 +228,27 @@ def _module_exists(module: str) -> bool:
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="goondan")
-@click.option("--state-root", type=click.Path(file_okay=False), default=None,
-              help="System root for workspaces and runtime files [env: GOONDAN_STATE_ROOT; default ~/.goondan].")
-@click.option("-b", "--bundle", "-c", "--config", "bundle", type=click.Path(), default=None,
-              help="Bundle directory or goondan.yaml [default: the current directory]; -c/--config is "
-              "an alias.")
-@click.option("--no-color", is_flag=True, default=False, help="Disable coloured output (also: NO_COLOR).")
+@click.option(
+    "--state-root",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="System root for workspaces and runtime files "
+    "[env: GOONDAN_STATE_ROOT; default ~/.goondan].",
+)
+@click.option(
+    "-b",
+    "--bundle",
+    "-c",
+    "--config",
+    "bundle",
+    type=click.Path(),
+    default=None,
+    help="Bundle directory or goondan.yaml [default: the current directory]; -c/--config is "
+    "an alias.",
+)
+@click.option(
+    "--no-color", is_flag=True, default=False, help="Disable coloured output (also: NO_COLOR)."
+)
 @click.option("--json", "json_errors", is_flag=True, default=False,
               help="JSON output: results on stdout, errors on stderr.")
 @click.option("--debug", is_flag=True, default=False, help="Show tracebacks for internal errors.")
@@ -265,7 +350,9 @@ def _configure_logging(verbose: int, quiet: bool, *, debug: bool = False) -> Non
     for old in [h for h in logger.handlers if getattr(h, "_goondan_cli", False)]:
         logger.removeHandler(old)  # main() may run several times in one process (tests)
     handler = _StderrHandler(level)
-    handler.setFormatter(_TerminalFormatter("goondan %(levelname)s [%(name)s] %(message)s", tracebacks=debug))
+    handler.setFormatter(
+        _TerminalFormatter("goondan %(levelname)s [%(name)s] %(message)s", tracebacks=debug)
+    )
     handler.addFilter(SecretMaskingFilter())
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > level:

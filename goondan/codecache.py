@@ -5,10 +5,10 @@ compiles it with ``exec`` when the class is created. goondan defines about 80 da
 path of ``goondan repl``, and compiling their methods is the largest single cost of its start.
 Measured (``scripts/bench_cold.py --instructions --without codecache``, callgrind, every process
 of the command): without it ``repl --input`` runs 27.7 % more instructions (607 M → 775 M),
-``run --input`` 33.4 % (1274 M → 1700 M) and ``goondan stop`` 20.1 % (391 M → 470 M). :func:`install` gives the ``dataclasses`` module an ``exec`` that looks the source
-up in a table of code objects kept from earlier starts and compiles only what is new; the
-resulting functions are the same as compiled ones (same source, same flags, ``"<string>"`` as
-file name).
+``run --input`` 33.4 % (1274 M → 1700 M) and ``goondan stop`` 20.1 % (391 M → 470 M).
+:func:`install` gives the ``dataclasses`` module an ``exec`` that looks the source up in a table of
+code objects kept from earlier starts and compiles only what is new; the resulting functions are the
+same as compiled ones (same source, same flags, ``"<string>"`` as file name).
 
 The table is stored the way Python stores bytecode: ``marshal`` data in the ``__pycache__``
 directory of the goondan package (or under ``sys.pycache_prefix``), named after the
@@ -54,7 +54,9 @@ def cache_file(env: Any = os.environ) -> Path | None:
         return Path(override).expanduser() / name
     from importlib.util import cache_from_source
 
-    return Path(cache_from_source(str(Path(__file__).resolve().with_name("dataclass_methods.py")))).with_name(name)
+    return Path(
+        cache_from_source(str(Path(__file__).resolve().with_name("dataclass_methods.py")))
+    ).with_name(name)
 
 
 def _cached_exec(source: Any, globals: Any = None, locals: Any = None, /) -> None:
@@ -78,7 +80,12 @@ def _cached_exec(source: Any, globals: Any = None, locals: Any = None, /) -> Non
 def install(env: Any = os.environ) -> None:
     """Load the table and route ``dataclasses``' compilation through it (once per process)."""
     global _installed
-    if _installed or (env.get("GOONDAN_NO_CACHE") or "").strip().lower() not in ("", "0", "false", "no"):
+    if _installed or (env.get("GOONDAN_NO_CACHE") or "").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+    ):
         return
     import dataclasses
 
@@ -102,7 +109,11 @@ def _read(path: Path) -> dict[str, bytes]:
         data = marshal.loads(raw) if len(raw) <= _MAX_BYTES else None
     except (OSError, ValueError, EOFError, TypeError):
         return {}
-    if not isinstance(data, dict) or data.get("format") != _FORMAT or not isinstance(data.get("entries"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != _FORMAT
+        or not isinstance(data.get("entries"), dict)
+    ):
         return {}
     entries: dict[str, bytes] = {}
     for key, value in data["entries"].items():

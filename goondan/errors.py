@@ -90,7 +90,8 @@ EXIT_INTERRUPTED = 130
 
 
 def help_url(code: str) -> str:
-    """The code's section of docs/errors.md in the goondan repository (``docs/errors.md#e_usage``)."""
+    """The code's section of docs/errors.md in the goondan repository
+    (``docs/errors.md#e_usage``)."""
     return f"{HELP_URL_BASE}#{code.lower()}"
 
 
@@ -372,7 +373,9 @@ class TurnCancelled(Interrupted):
     code = "E_TURN_CANCELLED"
 
 
-def _rebuild_error(cls: type[GoondanError], args: tuple[Any, ...], state: dict[str, Any]) -> GoondanError:
+def _rebuild_error(
+    cls: type[GoondanError], args: tuple[Any, ...], state: dict[str, Any]
+) -> GoondanError:
     """Unpickle an error without calling its ``__init__`` (see :meth:`LlmError.__reduce__`)."""
     error = cls.__new__(cls, *args)
     error.args = args

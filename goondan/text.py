@@ -58,7 +58,9 @@ def _make_dumps() -> Callable[[Any], str]:
     # Made once: JSONEncoder.encode builds a new C encoder at every call, about a fifth of the
     # cost of encoding a small dict. No circular check (markers=None): the values are JSON read
     # from disk or built by the runtime, never self-referencing.
-    c_encode = c_make_encoder(None, encoder.default, encode_basestring, None, ":", ",", False, False, True)
+    c_encode = c_make_encoder(
+        None, encoder.default, encode_basestring, None, ":", ",", False, False, True
+    )
 
     def dumps(value: Any) -> str:
         if isinstance(value, str):

@@ -34,7 +34,8 @@ __all__ = [
     "uuid4_hex",
 ]
 
-JsonValue: TypeAlias = Any  # str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]
+# str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]
+JsonValue: TypeAlias = Any
 JsonObject: TypeAlias = dict[str, Any]
 
 
@@ -83,7 +84,8 @@ def new_trace_id() -> str:
 
 def uuid4_hex() -> str:
     """``uuid.uuid4().hex``, built from ``os.urandom`` the same way without importing ``uuid``
-    (nor ``secrets`` with ``hmac`` and ``random``) at every start (docs/runtime.md "Performance")."""
+    (nor ``secrets`` with ``hmac`` and ``random``) at every start (docs/runtime.md
+    "Performance")."""
     raw = bytearray(os.urandom(16))
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
@@ -139,7 +141,8 @@ class ToolCall:
 
 @dataclass
 class ToolError:
-    """The ``error`` member of an error :class:`ToolCallResult` (docs/tools.md "Errors are results")."""
+    """The ``error`` member of an error :class:`ToolCallResult` (docs/tools.md
+    "Errors are results")."""
 
     message: str
     code: str | None = None
@@ -172,7 +175,8 @@ class ToolError:
 
 @dataclass
 class ToolCallResult:
-    """Outcome of one tool call. Tool failures are values, never exceptions (docs/tools.md "Errors are results")."""
+    """Outcome of one tool call. Tool failures are values, never exceptions (docs/tools.md
+    "Errors are results")."""
 
     tool_call_id: str
     tool_name: str
@@ -451,7 +455,8 @@ class TokenUsage:
         )
 
     def to_dict(self) -> JsonObject:
-        """Bus/log form ``{prompt, completion, total, cached?}`` (docs/runtime.md "Runtime events")."""
+        """Bus/log form ``{prompt, completion, total, cached?}`` (docs/runtime.md
+        "Runtime events")."""
         out: JsonObject = {
             "prompt": self.input_tokens,
             "completion": self.output_tokens,

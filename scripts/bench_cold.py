@@ -1,4 +1,5 @@
-"""Cold-start benchmark: ``goondan repl --input`` and ``goondan run --input`` against ``python -c pass``.
+"""Cold-start benchmark: ``goondan repl --input`` and ``goondan run --input`` against
+``python -c pass``.
 
 Each command runs as a fresh process against a fake OpenAI server on 127.0.0.1 that records a
 monotonic timestamp per request (tests/support/fake_provider.py). Reported (median of RUNS,
@@ -22,10 +23,11 @@ outside the code under test: every measured process (the agent processes too) ge
 ``codecache``, ``prewarm``, ``gc-pause``, ``lazy-config`` (see ``WITHOUT``).
 
 ``--instructions`` counts instead of timing: each variant's ``repl --input``, ``run --input``
-and ``stop`` (a short command; no swarm is running, so it only finds that out) run once under ``valgrind --tool=callgrind --trace-children=yes`` (every process of the command,
-agent processes included, about a minute per variant), and the instructions of all processes are
-added up — the same figure on a loaded machine as on an idle one. It does not see what runs in
-parallel (the prewarmed agent process saves wall time, not instructions): time ``prewarm``.
+and ``stop`` (a short command; no swarm is running, so it only finds that out) run once under
+``valgrind --tool=callgrind --trace-children=yes`` (every process of the command, agent processes
+included, about a minute per variant), and the instructions of all processes are added up — the same
+figure on a loaded machine as on an idle one. It does not see what runs in parallel (the prewarmed
+agent process saves wall time, not instructions): time ``prewarm``.
 """
 
 from __future__ import annotations
@@ -57,8 +59,12 @@ WITHOUT: dict[str, tuple[str, str]] = {
     # the collector is neither paused during start-up nor frozen after it (goondan/__main__.py,
     # commands/common.py defer_gc/startup_done, the prewarmed agent's imports)
     "gc-pause": ("gc", "module.disable = module.freeze = lambda: None"),
-    # the package exports of goondan.config are imported with the package (goondan/config/__init__.py)
-    "lazy-config": ("goondan.config", "[__import__(f'goondan.config.{home}') for home in sorted(set(module._HOME.values()))]"),
+    # the package exports of goondan.config are imported with the package
+    # (goondan/config/__init__.py)
+    "lazy-config": (
+        "goondan.config",
+        "[__import__(f'goondan.config.{home}') for home in sorted(set(module._HOME.values()))]",
+    ),
 }
 SITECUSTOMIZE = """
 import importlib.machinery, os, sys
@@ -98,7 +104,9 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(cmd: list[str], env: dict[str, str], fake: FakeProvider | None) -> tuple[float, float, float]:
+def timed(
+    cmd: list[str], env: dict[str, str], fake: FakeProvider | None
+) -> tuple[float, float, float]:
     """(whole process ms, ms to the first model request or nan, CPU ms) of one run of ``cmd``."""
     seen = len(fake.requests) if fake is not None else 0
     if fake is not None:
@@ -116,12 +124,17 @@ def timed(cmd: list[str], env: dict[str, str], fake: FakeProvider | None) -> tup
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", nargs="?", type=int, default=7)
     parser.add_argument("--without", action="append", default=[], choices=sorted(WITHOUT),
                         help="also measure with this start-up mechanism switched off")
-    parser.add_argument("--instructions", action="store_true",
-                        help="count instructions under callgrind instead of timing (needs valgrind)")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions under callgrind instead of timing (needs valgrind)",
+    )
     args = parser.parse_args()
     runs: int = args.runs
     variants = ["", *args.without]
@@ -134,7 +147,11 @@ def main() -> int:
         variant: {"floor": [], "repl": [], "repl-cold": [], "run": []} for variant in variants}
     with tempfile.TemporaryDirectory(dir=shm) as tmp, FakeProvider() as fake:
         bundle = fake_provider_bundle(Path(tmp), fake.base_url("openai"))
-        env = {**os.environ, FAKE_KEY_ENV: "sk-bench-cold", "GOONDAN_STATE_ROOT": str(Path(tmp) / "state")}
+        env = {
+            **os.environ,
+            FAKE_KEY_ENV: "sk-bench-cold",
+            "GOONDAN_STATE_ROOT": str(Path(tmp) / "state"),
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         for key in ("GOONDAN_NO_CACHE", "GOONDAN_CACHE_DIR", "GOONDAN_BENCH_WITHOUT"):
             env.pop(key, None)
@@ -144,7 +161,11 @@ def main() -> int:
             (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(switches=WITHOUT))
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
         # One untimed start writes the bundle cache entry every later (warm) start reuses.
-        timed(goondan_cmd("repl", "--bundle", str(bundle), "--instance", "warmup", "--input", "hi"), env, fake)
+        timed(
+            goondan_cmd("repl", "--bundle", str(bundle), "--instance", "warmup", "--input", "hi"),
+            env,
+            fake,
+        )
         if args.instructions:
             return count_instructions(variants, env, bundle, Path(tmp), fake)
         for index in range(runs):
@@ -152,13 +173,52 @@ def main() -> int:
                 venv = {**env, "GOONDAN_BENCH_WITHOUT": variant}
                 rows, tag = figures[variant], f"{variant or 'normal'}{index}"
                 rows["floor"].append(timed([sys.executable, "-c", "pass"], venv, None))
-                rows["repl"].append(timed(goondan_cmd(
-                    "repl", "--bundle", str(bundle), "--instance", f"repl-{tag}", "--input", "hi"), venv, fake))
+                rows["repl"].append(
+                    timed(
+                        goondan_cmd(
+                            "repl",
+                            "--bundle",
+                            str(bundle),
+                            "--instance",
+                            f"repl-{tag}",
+                            "--input",
+                            "hi",
+                        ),
+                        venv,
+                        fake,
+                    )
+                )
                 cold_env = {**venv, "GOONDAN_CACHE_DIR": str(Path(tmp) / f"cold-cache-{tag}")}
-                rows["repl-cold"].append(timed(goondan_cmd(
-                    "repl", "--bundle", str(bundle), "--instance", f"cold-{tag}", "--input", "hi"), cold_env, fake))
-                rows["run"].append(timed(goondan_cmd(
-                    "run", "--bundle", str(bundle), "--instance", f"run-{tag}", "--input", "hi"), venv, fake))
+                rows["repl-cold"].append(
+                    timed(
+                        goondan_cmd(
+                            "repl",
+                            "--bundle",
+                            str(bundle),
+                            "--instance",
+                            f"cold-{tag}",
+                            "--input",
+                            "hi",
+                        ),
+                        cold_env,
+                        fake,
+                    )
+                )
+                rows["run"].append(
+                    timed(
+                        goondan_cmd(
+                            "run",
+                            "--bundle",
+                            str(bundle),
+                            "--instance",
+                            f"run-{tag}",
+                            "--input",
+                            "hi",
+                        ),
+                        venv,
+                        fake,
+                    )
+                )
 
     normal = report(figures[""], runs)
     for variant in args.without:
@@ -169,7 +229,8 @@ def main() -> int:
 
 def count_instructions(variants: list[str], env: dict[str, str], bundle: Path, tmp: Path,
                        fake: FakeProvider) -> int:
-    """Instructions of every process of ``repl --input``, ``run --input`` and ``stop`` per variant."""
+    """Instructions of every process of ``repl --input``, ``run --input`` and ``stop`` per
+    variant."""
     import re
 
     if shutil.which("valgrind") is None:
@@ -180,18 +241,30 @@ def count_instructions(variants: list[str], env: dict[str, str], bundle: Path, t
         venv = {**env, "GOONDAN_BENCH_WITHOUT": variant, "PYTHONHASHSEED": "0"}
         counts[variant] = {}
         for command in ("repl", "run", "stop"):
-            for attempt in range(3):  # a run that failed (slowed down tenfold, timing-dependent) is retried
+            # a run that failed (slowed down tenfold, timing-dependent) is retried
+            for attempt in range(3):
                 logs = tmp / f"callgrind-{variant or 'normal'}-{command}-{attempt}"
                 logs.mkdir()
-                cmd = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null",
-                       f"--log-file={logs}/%p.log", *goondan_cmd(command, "--bundle", str(bundle))]
+                cmd = [
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--trace-children=yes",
+                    "--callgrind-out-file=/dev/null",
+                    f"--log-file={logs}/%p.log",
+                    *goondan_cmd(command, "--bundle", str(bundle)),
+                ]
                 if command != "stop":
                     cmd += ["--instance", f"ir-{variant or 'normal'}", "--input", "hi"]
                     fake.enqueue("hello")
-                done = subprocess.run(cmd, env=venv, capture_output=True, text=True, timeout=600, check=False)
+                done = subprocess.run(
+                    cmd, env=venv, capture_output=True, text=True, timeout=600, check=False
+                )
                 if done.returncode == 0 or command == "stop":
                     break
-                print(f"{command} failed under valgrind (attempt {attempt + 1}):\n{done.stderr[-1000:]}")
+                print(
+                    f"{command} failed under valgrind (attempt "
+                    f"{attempt + 1}):\n{done.stderr[-1000:]}"
+                )
             else:
                 raise SystemExit(f"{command} failed three times under valgrind")
             total = 0
@@ -204,7 +277,10 @@ def count_instructions(variants: list[str], env: dict[str, str], bundle: Path, t
         cells = []
         for command in ("repl", "run", "stop"):
             value, normal = counts[variant][command], counts[""][command]
-            cells.append(f"{command} {value / 1e6:8.1f} M" + (f" ({(value / normal - 1) * 100:+5.1f} %)" if variant else ""))
+            cells.append(
+                f"{command} {value / 1e6:8.1f} M"
+                + (f" ({(value / normal - 1) * 100:+5.1f} %)" if variant else "")
+            )
         print(f"  {('without ' + variant) if variant else 'normal':<24} {'   '.join(cells)}")
     return 0
 
@@ -222,21 +298,30 @@ def report(figures: dict[str, list[tuple[float, float, float]]], runs: int,
         value = values[key]
         if normal is None:
             return f"{value:7.1f} ms"
-        return f"{value:7.1f} ms ({value - normal[key]:+6.1f} ms, {(value / normal[key] - 1) * 100:+5.1f} %)"
+        return (
+            f"{value:7.1f} ms ({value - normal[key]:+6.1f} "
+            f"ms, {(value / normal[key] - 1) * 100:+5.1f} %)"
+        )
 
     floor = values["floor/0"]
     print(f"cold start, median of {runs} runs (state root on tmpfs; warm bundle cache unless said)")
     print(f"  python -c pass                  {show('floor/0')}  CPU {show('floor/2')}")
     repl = values["repl/0"]
-    print(f"  goondan repl --input  whole     {show('repl/0')}  CPU {show('repl/2')}"
-          f"  ratio {repl / floor:.1f}x, CPU {values['repl/2'] / values['floor/2']:.1f}x (goal <= {RATIO_GOAL:.0f}x)")
+    print(
+        f"  goondan repl --input  whole     {show('repl/0')}  CPU {show('repl/2')}"
+        f"  ratio {repl / floor:.1f}x, CPU "
+        f"{values['repl/2'] / values['floor/2']:.1f}x (goal <= {RATIO_GOAL:.0f}x)"
+    )
     print(f"  goondan repl --input  1st req.  {show('repl/1')}")
     cold = values["repl-cold/0"]
     print(f"  repl, cold cache      whole     {show('repl-cold/0')}  CPU {show('repl-cold/2')}"
           f"  ratio {cold / floor:.1f}x  1st req. {values['repl-cold/1']:.1f} ms")
     run_first = values["run/1"]
     print(f"  goondan run --input   whole     {show('run/0')}  CPU {show('run/2')}")
-    print(f"  goondan run --input   1st req.  {show('run/1')}  (goal < {RUN_FIRST_REQUEST_GOAL_MS:.0f} ms)")
+    print(
+        f"  goondan run --input   1st req.  {show('run/1')}  "
+        f"(goal < {RUN_FIRST_REQUEST_GOAL_MS:.0f} ms)"
+    )
     ok = repl / floor <= RATIO_GOAL and run_first < RUN_FIRST_REQUEST_GOAL_MS
     print("PASS" if ok else "OVER GOAL")
     return values

@@ -78,7 +78,9 @@ def turn_figures(tree: Path, turns: int) -> dict[str, list[float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path, nargs="?", default=ROOT)
     parser.add_argument("--rounds", type=int, default=9)
@@ -98,14 +100,25 @@ def main() -> int:
         bundle = fake_provider_bundle(Path(tmp), fake.base_url("openai"))
         envs = {}
         for label, tree in trees.items():
-            env = {**os.environ, FAKE_KEY_ENV: "sk-bench-compare", "PYTHONPATH": str(tree),
-                   "GOONDAN_STATE_ROOT": f"{tmp}/state-{label}", "GOONDAN_CACHE_DIR": f"{tmp}/cache-{label}"}
+            env = {
+                **os.environ,
+                FAKE_KEY_ENV: "sk-bench-compare",
+                "PYTHONPATH": str(tree),
+                "GOONDAN_STATE_ROOT": f"{tmp}/state-{label}",
+                "GOONDAN_CACHE_DIR": f"{tmp}/cache-{label}",
+            }
             for key in ("PYTHONDONTWRITEBYTECODE", "GOONDAN_NO_CACHE"):
                 env.pop(key, None)
             envs[label] = env
             check_tree(tree, env)
             # One untimed start writes the bundle cache entry the warm starts reuse.
-            timed(goondan_cmd("repl", "--bundle", str(bundle), "--instance", "warmup", "--input", "hi"), env, fake)
+            timed(
+                goondan_cmd(
+                    "repl", "--bundle", str(bundle), "--instance", "warmup", "--input", "hi"
+                ),
+                env,
+                fake,
+            )
         for index in range(args.rounds):
             order = list(trees) if index % 2 == 0 else list(reversed(trees))
             for label in order:
@@ -114,18 +127,60 @@ def main() -> int:
             for label in order:
                 env, rows, tag = envs[label], cold[label], f"{label}{index}"
                 rows["floor"].append(timed([sys.executable, "-c", "pass"], env, None))
-                rows["repl"].append(timed(goondan_cmd(
-                    "repl", "--bundle", str(bundle), "--instance", f"repl-{tag}", "--input", "hi"), env, fake))
+                rows["repl"].append(
+                    timed(
+                        goondan_cmd(
+                            "repl",
+                            "--bundle",
+                            str(bundle),
+                            "--instance",
+                            f"repl-{tag}",
+                            "--input",
+                            "hi",
+                        ),
+                        env,
+                        fake,
+                    )
+                )
                 cold_env = {**env, "GOONDAN_CACHE_DIR": f"{tmp}/cold-cache-{tag}"}
-                rows["repl-cold"].append(timed(goondan_cmd(
-                    "repl", "--bundle", str(bundle), "--instance", f"cold-{tag}", "--input", "hi"), cold_env, fake))
-                rows["run"].append(timed(goondan_cmd(
-                    "run", "--bundle", str(bundle), "--instance", f"run-{tag}", "--input", "hi"), env, fake))
+                rows["repl-cold"].append(
+                    timed(
+                        goondan_cmd(
+                            "repl",
+                            "--bundle",
+                            str(bundle),
+                            "--instance",
+                            f"cold-{tag}",
+                            "--input",
+                            "hi",
+                        ),
+                        cold_env,
+                        fake,
+                    )
+                )
+                rows["run"].append(
+                    timed(
+                        goondan_cmd(
+                            "run",
+                            "--bundle",
+                            str(bundle),
+                            "--instance",
+                            f"run-{tag}",
+                            "--input",
+                            "hi",
+                        ),
+                        env,
+                        fake,
+                    )
+                )
             print(f"round {index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         os.chdir(ROOT)  # before the temporary directory goes
 
-    print(f"before: {trees['before']}\nafter:  {trees['after']}\n"
-          f"medians of {args.rounds} interleaved rounds; ms; after/before (> 1.05: more than 5 % worse)")
+    print(
+        f"before: {trees['before']}\nafter:  {trees['after']}\n"
+        f"medians of {args.rounds} interleaved rounds; "
+        "ms; after/before (> 1.05: more than 5 % worse)"
+    )
     print(f"  {'figure':<38} {'before':>9} {'after':>9} {'ratio':>7}")
 
     def row(label: str, before: float, after: float) -> None:

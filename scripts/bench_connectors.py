@@ -250,8 +250,14 @@ def bench_webhook(url: str, secret: str, *, sequential: int, clients: int, secon
     elapsed = time.monotonic() - started
     return {
         "sequential": _summary(seq, errors),
-        "concurrent": _summary(conc, conc_errors[0], clients=clients, seconds=seconds, rps=len(conc) / elapsed,
-                               clientCpuMsPerRequest=(time.process_time() - cpu) * 1000 / max(1, len(conc))),
+        "concurrent": _summary(
+            conc,
+            conc_errors[0],
+            clients=clients,
+            seconds=seconds,
+            rps=len(conc) / elapsed,
+            clientCpuMsPerRequest=(time.process_time() - cpu) * 1000 / max(1, len(conc)),
+        ),
     }
 
 
@@ -263,7 +269,9 @@ wrk.headers["X-Signature-256"] = {signature}
 """
 
 
-def bench_wrk(url: str, secret: str, *, clients: int, seconds: float, tmp: Path) -> dict[str, Any] | None:
+def bench_wrk(
+    url: str, secret: str, *, clients: int, seconds: float, tmp: Path
+) -> dict[str, Any] | None:
     """``wrk -c clients`` keep-alive POSTs of one signed body (no ``id``: each is a new event);
     None when wrk is not installed."""
     import shutil
@@ -273,10 +281,30 @@ def bench_wrk(url: str, secret: str, *, clients: int, seconds: float, tmp: Path)
         return None
     body = json.dumps({"text": "hook from wrk", "instanceKey": "hooks"}).encode()
     script = tmp / "post.lua"
-    script.write_text(WRK_SCRIPT.format(body=json.dumps(body.decode()),
-                                         signature=json.dumps(_signed(secret, body)["X-Signature-256"])))
-    out = subprocess.run(["wrk", "-t", "2", "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--latency",
-                          "-s", str(script), url], capture_output=True, text=True, check=False).stdout
+    script.write_text(
+        WRK_SCRIPT.format(
+            body=json.dumps(body.decode()),
+            signature=json.dumps(_signed(secret, body)["X-Signature-256"]),
+        )
+    )
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t",
+            "2",
+            "-c",
+            str(clients),
+            "-d",
+            f"{max(1, round(seconds))}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
 
     def ms(token: str) -> float:
         units = {"us": 0.001, "ms": 1.0, "s": 1000.0}
@@ -342,13 +370,17 @@ class _CpuMeter:
     def per_request_ms(self, requests: int) -> dict[str, float]:
         """CPU ms per request since :meth:`start` (a process spawned meanwhile counts from 0)."""
         tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
-        out = {k: sum(_cpu_ticks(p) - self.before.get(p, 0) for p in pids) * tick_ms / max(1, requests)
-               for k, pids in self._pids().items()}
+        out = {
+            k: sum(_cpu_ticks(p) - self.before.get(p, 0) for p in pids) * tick_ms / max(1, requests)
+            for k, pids in self._pids().items()
+        }
         out["orchestrator"] = (time.process_time() - self.own) * 1000 / max(1, requests)
         return out
 
 
-async def _webhook_phases(service: SwarmService, url: str, webhook: dict[str, Any], tmp: Path) -> dict[str, Any]:
+async def _webhook_phases(
+    service: SwarmService, url: str, webhook: dict[str, Any], tmp: Path
+) -> dict[str, Any]:
     """The webhook figures: ingress only (Turns held back), then with the sink's Turns."""
     orchestrator = service.orchestrator
     submit = orchestrator.submit
@@ -371,7 +403,12 @@ async def _webhook_phases(service: SwarmService, url: str, webhook: dict[str, An
                 options["sequential"] = 0
             meter.start()
             client = await asyncio.create_subprocess_exec(
-                sys.executable, __file__, "--webhook-client", json.dumps(options), stdout=asyncio.subprocess.PIPE)
+                sys.executable,
+                __file__,
+                "--webhook-client",
+                json.dumps(options),
+                stdout=asyncio.subprocess.PIPE,
+            )
             stdout, _ = await client.communicate()
             answer = json.loads(stdout)
             n = answer["concurrent"]["n"] + answer["sequential"]["n"]
@@ -390,7 +427,9 @@ async def _webhook_phases(service: SwarmService, url: str, webhook: dict[str, An
     return phases
 
 
-async def _run(root: Path, n_emit: int, n_turn: int, webhook: dict[str, Any]) -> tuple[dict[str, Any], list[float], Any]:
+async def _run(
+    root: Path, n_emit: int, n_turn: int, webhook: dict[str, Any]
+) -> tuple[dict[str, Any], list[float], Any]:
     out = root / "out.json"
     with FakeProvider() as fake:
         fake.enqueue(*["ok"] * (1 + n_turn + n_emit))
@@ -402,8 +441,9 @@ async def _run(root: Path, n_emit: int, n_turn: int, webhook: dict[str, Any]) ->
             gap_ms=100, warm_s=1.5, out=out, secret=SECRET))
         os.environ[KEY_ENV] = "sk-bench"
         state_root = root / "state"
-        service = SwarmService(load_bundle(bundle_dir, state_root=state_root), state_root=state_root,
-                               log_to_file=False)
+        service = SwarmService(
+            load_bundle(bundle_dir, state_root=state_root), state_root=state_root, log_to_file=False
+        )
         async with service:
             deadline = time.monotonic() + 300
             # every Turn of the figures above is done before the webhook's load starts
@@ -412,7 +452,9 @@ async def _run(root: Path, n_emit: int, n_turn: int, webhook: dict[str, Any]) ->
                     raise SystemExit("bench timed out: is the fake provider reachable?")
                 await asyncio.sleep(0.05)
             arrivals = [r.timestamp for r in fake.requests][: 1 + n_turn]
-            address = next(state_root.glob("workspaces/*/connections/default/hook/state/address.json"))
+            address = next(
+                state_root.glob("workspaces/*/connections/default/hook/state/address.json")
+            )
             url = json.loads(address.read_text())["url"]
             hooks = await _webhook_phases(service, url, webhook, root)
     return json.loads(out.read_text()), arrivals, hooks
@@ -423,24 +465,39 @@ def _print_webhook(phases: dict[str, Any]) -> None:
     for phase, results in phases.items():
         print(f"  [{phase}]")
         seq = results["sequential"]
-        print(f"    sequential, new connections ({seq['n']}): p50 {seq['p50']:.2f} ms   p99 {seq['p99']:.2f} ms   "
-              f"errors {seq['errors']}   (p50 / {WEBHOOK_TARGET_MS:.0f} ms = {seq['p50'] / WEBHOOK_TARGET_MS:.2f})")
+        print(
+            f"    sequential, new connections ({seq['n']}): p50 "
+            f"{seq['p50']:.2f} ms   p99 {seq['p99']:.2f} ms   "
+            f"errors {seq['errors']}   (p50 / {WEBHOOK_TARGET_MS:.0f} "
+            f"ms = {seq['p50'] / WEBHOOK_TARGET_MS:.2f})"
+        )
         for name in ("new connections", "keep-alive", "wrk"):
             conc = results.get(name)
             if conc is None:
                 continue
             cpu = "  ".join(f"{k} {v:.3f}" for k, v in conc["cpuMsPerRequest"].items())
-            client = f"  client {conc['clientCpuMsPerRequest']:.3f}" if "clientCpuMsPerRequest" in conc else ""
+            client = (
+                f"  client {conc['clientCpuMsPerRequest']:.3f}"
+                if "clientCpuMsPerRequest" in conc
+                else ""
+            )
             label = "wrk (C, keep-alive)" if name == "wrk" else f"python, {name}"
-            print(f"    {conc['clients']} clients, {label}: {conc.get('n', 0)} requests, {conc.get('rps', 0):.0f}/s   "
-                  f"p50 {conc['p50']:.2f} ms   p99 {conc['p99']:.2f} ms   errors {conc['errors']}")
+            print(
+                f"    {conc['clients']} clients, {label}: "
+                f"{conc.get('n', 0)} requests, {conc.get('rps', 0):.0f}/s   "
+                f"p50 {conc['p50']:.2f} ms   p99 {conc['p99']:.2f} ms   errors {conc['errors']}"
+            )
             print(f"      CPU ms per request: {cpu}{client}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer samples")
-    parser.add_argument("--seconds", type=float, default=None, help="length of each concurrent webhook run")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="length of each concurrent webhook run"
+    )
     parser.add_argument("--webhook-client", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.webhook_client:
@@ -458,8 +515,14 @@ def main() -> None:
     emits = data["emitMs"]
     ingress = [(arrivals[1 + i] - start) * 1000 for i, start in enumerate(data["starts"])]
     p50, p99 = statistics.median(emits), percentile(emits, 0.99)
-    print(f"emit → durable append ({len(emits)} back-to-back emits, connector process → orchestrator → inbox)")
-    print(f"  p50 {p50:.3f} ms   p99 {p99:.3f} ms   (p50 / {EMIT_TARGET_MS:.0f} ms = {p50 / EMIT_TARGET_MS:.2f})")
+    print(
+        f"emit → durable append ({len(emits)} back-to-back "
+        "emits, connector process → orchestrator → inbox)"
+    )
+    print(
+        f"  p50 {p50:.3f} ms   p99 {p99:.3f} ms   (p50 / "
+        f"{EMIT_TARGET_MS:.0f} ms = {p50 / EMIT_TARGET_MS:.2f})"
+    )
     i50 = statistics.median(ingress)
     print(f"ingress → first model request, warm agent ({len(ingress)} turns)")
     print(f"  p50 {i50:.2f} ms   p99 {percentile(ingress, 0.99):.2f} ms   "

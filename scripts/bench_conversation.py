@@ -33,12 +33,24 @@ def history(n: int) -> list[Message]:
         if i % 4 == 0:
             out.append(Message.user(f"question number {i} about something moderately long"))
         elif i % 4 == 1:
-            out.append(Message.assistant("", [ToolCall(f"c{i}", "search__web", {"q": f"query {i}"})]))
+            out.append(
+                Message.assistant("", [ToolCall(f"c{i}", "search__web", {"q": f"query {i}"})])
+            )
         elif i % 4 == 2:
-            out.append(Message.create("tool", [{"type": "tool-result", "toolCallId": f"c{i - 1}",
-                                                "toolName": "search__web",
-                                                "output": {"type": "text", "value": "result " * 8}}],
-                                      source=Message.user("x").source))
+            out.append(
+                Message.create(
+                    "tool",
+                    [
+                        {
+                            "type": "tool-result",
+                            "toolCallId": f"c{i - 1}",
+                            "toolName": "search__web",
+                            "output": {"type": "text", "value": "result " * 8},
+                        }
+                    ],
+                    source=Message.user("x").source,
+                )
+            )
         else:
             out.append(Message.assistant(f"answer {i} " + "lorem ipsum " * 6))
     return out
@@ -116,9 +128,11 @@ def main() -> int:
               f"{big:,} msgs; ratio {ratio:.2f} (target <= 1.5) {'OK' if ratio <= 1.5 else 'MISS'}")
         fold_ms = bench_fold(root / "f", big, 30, fsync=False)
         synced_ms = bench_fold(root / "f", big, 30, fsync=True)
-        print(f"fold: 10-message turn onto {big:,} messages (delta append): {fold_ms:.2f} ms median "
-              f"without fsync (target < 5 ms) {'OK' if fold_ms < 5 else 'MISS'}; "
-              f"{synced_ms:.2f} ms with the default fsync (adds this disk's fsync latency)")
+        print(
+            f"fold: 10-message turn onto {big:,} messages (delta append): {fold_ms:.2f} ms median "
+            f"without fsync (target < 5 ms) {'OK' if fold_ms < 5 else 'MISS'}; "
+            f"{synced_ms:.2f} ms with the default fsync (adds this disk's fsync latency)"
+        )
         first = bench_inspect(root / "i", big, 3)
         print(f"inspect --limit 50 on {big:,} messages: first output after {first * 1000:.0f} ms "
               f"(whole process; target < 500 ms) {'OK' if first < 0.5 else 'MISS'}")

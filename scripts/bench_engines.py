@@ -92,14 +92,22 @@ async def measure_ingress(spawner: Spawner, root: Path, state_root: Path, instan
     """Events/s of the burst connector's events, from the Connection's start to the last turn."""
     bundle = load_bundle(root, state_root=state_root)
     swarm = bundle.swarm_spec(None)
-    orch = Orchestrator(spawner, swarm_name=swarm.name, entry_agent=swarm.entry_agent, agents=swarm.agents,
-                        project_root=bundle.root, reconcile_interval_s=0, grace_period_ms=10_000)
+    orch = Orchestrator(
+        spawner,
+        swarm_name=swarm.name,
+        entry_agent=swarm.entry_agent,
+        agents=swarm.agents,
+        project_root=bundle.root,
+        reconcile_interval_s=0,
+        grace_period_ms=10_000,
+    )
     connections = ConnectionRuntime(bundle, swarm, orch, spawner, state_root=state_root)
     async with orch:
         start = time.perf_counter()
         await connections.start()
-        await orch.wait_until(lambda: sum(r.processed for r in orch.records.values()) >= 2 * instances,
-                              timeout=1800)
+        await orch.wait_until(
+            lambda: sum(r.processed for r in orch.records.values()) >= 2 * instances, timeout=1800
+        )
         elapsed = time.perf_counter() - start
         await connections.stop()
     return 2 * instances / elapsed
@@ -116,7 +124,9 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
-async def measure(spawner: Spawner, bundle: Path, instances: int, rounds: int, pids: Any) -> dict[str, float]:
+async def measure(
+    spawner: Spawner, bundle: Path, instances: int, rounds: int, pids: Any
+) -> dict[str, float]:
     orch = Orchestrator(spawner, swarm_name="default", entry_agent="worker", agents=["worker"],
                         project_root=bundle, reconcile_interval_s=0, grace_period_ms=10_000)
     out: dict[str, float] = {}
@@ -125,7 +135,9 @@ async def measure(spawner: Spawner, bundle: Path, instances: int, rounds: int, p
         trips = []
         for _ in range(rounds):
             start = time.perf_counter()
-            await orch.request("worker", "What is 17 * 23?", instance_key="warm", timeout_ms=120_000)
+            await orch.request(
+                "worker", "What is 17 * 23?", instance_key="warm", timeout_ms=120_000
+            )
             trips.append(time.perf_counter() - start)
         out["roundTripMs"] = statistics.median(trips) * 1000
         colds = []
@@ -136,8 +148,13 @@ async def measure(spawner: Spawner, bundle: Path, instances: int, rounds: int, p
         out["coldStartMs"] = statistics.median(colds) * 1000
         before = await pids(orch)
         start = time.perf_counter()
-        await asyncio.gather(*(orch.request("worker", f"event {e}", instance_key=f"k{k}", timeout_ms=600_000)
-                               for k in range(instances) for e in (1, 2)))
+        await asyncio.gather(
+            *(
+                orch.request("worker", f"event {e}", instance_key=f"k{k}", timeout_ms=600_000)
+                for k in range(instances)
+                for e in (1, 2)
+            )
+        )
         out["eventsPerS"] = 2 * instances / (time.perf_counter() - start)
         after = await pids(orch)
         out["pssPerIdleInstanceKiB"] = max(0.0, (after - before) / instances)
@@ -145,7 +162,11 @@ async def measure(spawner: Spawner, bundle: Path, instances: int, rounds: int, p
 
 
 async def local_pss(orch: Orchestrator) -> int:
-    return sum(pss_kib(r.handle.pid) for r in orch.records.values() if r.handle is not None and r.handle.pid)
+    return sum(
+        pss_kib(r.handle.pid)
+        for r in orch.records.values()
+        if r.handle is not None and r.handle.pid
+    )
 
 
 def main() -> int:
@@ -162,8 +183,12 @@ def main() -> int:
     try:
         if not args.skip_local:
             spawner = ProcessSpawner(bundle, state_root=tmp / "local", log_dir=tmp / "logs")
-            results["local"] = asyncio.run(measure(spawner, bundle, args.instances, args.rounds, local_pss))
-            ingress = ProcessSpawner(burst, state_root=tmp / "local-burst", swarm="default", log_dir=tmp / "logs")
+            results["local"] = asyncio.run(
+                measure(spawner, bundle, args.instances, args.rounds, local_pss)
+            )
+            ingress = ProcessSpawner(
+                burst, state_root=tmp / "local-burst", swarm="default", log_dir=tmp / "logs"
+            )
             results["local"]["ingressEventsPerS"] = asyncio.run(
                 measure_ingress(ingress, burst, tmp / "local-burst", args.instances))
         try:
@@ -174,12 +199,18 @@ def main() -> int:
             ray = None
         if ray is not None:
             # Loopback only, as tests/engines/conftest.py does it (see the notes there).
-            os.environ.update(RAY_TMPDIR=str(tmp), RAY_AUTH_MODE="disabled", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+            os.environ.update(
+                RAY_TMPDIR=str(tmp), RAY_AUTH_MODE="disabled", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"
+            )
             from ray._private import ray_constants
 
             ray_constants.ENABLE_RAY_CLUSTER = False
-            node = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024, "include_dashboard": False,
-                    "node_ip_address": "127.0.0.1"}
+            node = {
+                "num_cpus": 1,
+                "object_store_memory": 100 * 1024 * 1024,
+                "include_dashboard": False,
+                "node_ip_address": "127.0.0.1",
+            }
             cluster = Cluster(initialize_head=True, head_node_args=node)
             cluster.add_node(**node)
             cluster.wait_for_nodes()
@@ -198,8 +229,9 @@ def main() -> int:
                     await spawner.aclose()
                 ingress = RaySpawner(burst, state_root=tmp / "ray-burst", swarm="default", hosts=2)
                 try:
-                    figures["ingressEventsPerS"] = await measure_ingress(ingress, burst, tmp / "ray-burst",
-                                                                         args.instances)
+                    figures["ingressEventsPerS"] = await measure_ingress(
+                        ingress, burst, tmp / "ray-burst", args.instances
+                    )
                 finally:
                     await ingress.aclose()
                 return figures
@@ -211,8 +243,18 @@ def main() -> int:
                 cluster.shutdown()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    keys = ["roundTripMs", "coldStartMs", "eventsPerS", "pssPerIdleInstanceKiB", "ingressEventsPerS"]
-    print(f"{'figure':<24}" + "".join(f"{name:>12}" for name in results) + ("     ray/local" if len(results) == 2 else ""))
+    keys = [
+        "roundTripMs",
+        "coldStartMs",
+        "eventsPerS",
+        "pssPerIdleInstanceKiB",
+        "ingressEventsPerS",
+    ]
+    print(
+        f"{'figure':<24}"
+        + "".join(f"{name:>12}" for name in results)
+        + ("     ray/local" if len(results) == 2 else "")
+    )
     for key in keys:
         row = f"{key:<24}" + "".join(f"{results[name][key]:>12.1f}" for name in results)
         if len(results) == 2 and results["local"][key]:

@@ -51,7 +51,9 @@ class BenchHandler:
                 await api.request("b", "noop")
                 samples.append((time.perf_counter() - start) * 1000)
             answer = json.dumps(samples)
-        return TurnResult(new_id("turn"), "text_response", response_message=Message.assistant(answer))
+        return TurnResult(
+            new_id("turn"), "text_response", response_message=Message.assistant(answer)
+        )
 
     async def close(self) -> None:
         pass
@@ -84,7 +86,9 @@ async def spawn_to_ready(orch: Orchestrator, agent: str, key: str) -> float:
 async def main() -> None:
     state = Path(tempfile.mkdtemp(prefix="goondan-bench-"))
     spawner = ProcessSpawner(state, state_root=state, target=bench_child)
-    orch = Orchestrator(spawner, swarm_name="bench", entry_agent="a", agents=["a", "b"], reconcile_interval_s=0)
+    orch = Orchestrator(
+        spawner, swarm_name="bench", entry_agent="a", agents=["a", "b"], reconcile_interval_s=0
+    )
     async with orch:
         samples = [await spawn_to_ready(orch, "b", f"s{i}") for i in range(5)]
         print(f"spawn-to-ready (minimal agent process): median {statistics.median(samples):.1f} ms "
@@ -101,21 +105,31 @@ async def main() -> None:
         print(f"RSS orchestrator: {rss_kb(os.getpid()) / 1024:.1f} MiB; minimal agent process: "
               f"{rss_kb(child.pid) / 1024 if child and child.pid else 0:.1f} MiB")
 
-    real = ProcessSpawner(REPO / "examples" / "delegation", state_root=state, log_dir=state / "logs")
+    real = ProcessSpawner(
+        REPO / "examples" / "delegation", state_root=state, log_dir=state / "logs"
+    )
     orch = Orchestrator(real, swarm_name="default", entry_agent="coordinator",
                         agents=["coordinator", "worker"], reconcile_interval_s=0)
     async with orch:
         samples = [await spawn_to_ready(orch, "worker", f"w{i}") for i in range(3)]
-        print(f"spawn-to-ready (AgentInstance, examples/delegation worker): median "
-              f"{statistics.median(samples):.1f} ms (target < 250 ms) ratio {statistics.median(samples) / 250:.2f}")
+        print(
+            f"spawn-to-ready (AgentInstance, examples/delegation worker): median "
+            f"{statistics.median(samples):.1f} ms (target < 250 "
+            f"ms) ratio {statistics.median(samples) / 250:.2f}"
+        )
         start = time.perf_counter()
-        text = response_text(await orch.request("coordinator", "What is 17 * 23?", timeout_ms=30_000))
+        text = response_text(
+            await orch.request("coordinator", "What is 17 * 23?", timeout_ms=30_000)
+        )
         assert "391" in text, text
         print(f"delegation turn (coordinator → worker, scripted models, both spawned): "
               f"{(time.perf_counter() - start) * 1000:.1f} ms")
         rss = [rss_kb(r.handle.pid) for r in orch.records.values() if r.handle and r.handle.pid]
-        print(f"RSS per AgentInstance process: median {statistics.median(rss) / 1024:.1f} MiB over {len(rss)}; "
-              f"orchestrator {rss_kb(os.getpid()) / 1024:.1f} MiB")
+        print(
+            "RSS per AgentInstance process: median "
+            f"{statistics.median(rss) / 1024:.1f} MiB over {len(rss)}; "
+            f"orchestrator {rss_kb(os.getpid()) / 1024:.1f} MiB"
+        )
 
 
 if __name__ == "__main__":

@@ -50,46 +50,124 @@ def conversation(n: int = 1000) -> list[dict[str, Any]]:
     i = 0
     while len(out) < n:
         call_id = f"call_{i}"
-        out.append({"role": "user", "content": f"Question {i}: what is in notes/{i}.txt and the time?"})
-        out.append({"role": "assistant", "content": [
-            {"type": "text", "text": "Let me look."},
-            {"type": "tool-call", "toolCallId": call_id, "toolName": "fs__read", "input": {"path": f"notes/{i}.txt"}},
-        ]})
-        out.append({"role": "tool", "content": [{
-            "type": "tool-result", "toolCallId": call_id, "toolName": "fs__read",
-            "output": {"type": "json", "value": {"content": "lorem ipsum dolor sit amet " * 4, "bytes": 108}},
-        }]})
-        out.append({"role": "assistant", "content": f"The file says lorem ipsum; it is {i % 24}:00."})
+        out.append(
+            {"role": "user", "content": f"Question {i}: what is in notes/{i}.txt and the time?"}
+        )
+        out.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Let me look."},
+                    {
+                        "type": "tool-call",
+                        "toolCallId": call_id,
+                        "toolName": "fs__read",
+                        "input": {"path": f"notes/{i}.txt"},
+                    },
+                ],
+            }
+        )
+        out.append(
+            {
+                "role": "tool",
+                "content": [
+                    {
+                        "type": "tool-result",
+                        "toolCallId": call_id,
+                        "toolName": "fs__read",
+                        "output": {
+                            "type": "json",
+                            "value": {"content": "lorem ipsum dolor sit amet " * 4, "bytes": 108},
+                        },
+                    }
+                ],
+            }
+        )
+        out.append(
+            {"role": "assistant", "content": f"The file says lorem ipsum; it is {i % 24}:00."}
+        )
         i += 1
     return out[:n]
 
 
 TOOLS = [
-    ToolCatalogItem("fs__read", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}}),
-    ToolCatalogItem("clock__now", "Time.", {"type": "object", "properties": {"tz": {"type": "string"}}}),
+    ToolCatalogItem(
+        "fs__read", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}}
+    ),
+    ToolCatalogItem(
+        "clock__now", "Time.", {"type": "object", "properties": {"tz": {"type": "string"}}}
+    ),
 ]
 
 REPLIES: dict[str, dict[str, Any]] = {
-    "openai": {"id": "c", "model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "a", "type": "function", "function": {"name": "fs__read", "arguments": '{"path":"x"}'}},
-            {"id": "b", "type": "function", "function": {"name": "clock__now", "arguments": '{"tz":"UTC"}'}}]}}],
-        "usage": {"prompt_tokens": 9000, "completion_tokens": 40, "total_tokens": 9040}},
-    "anthropic": {"id": "m", "type": "message", "role": "assistant", "model": "m", "stop_reason": "tool_use",
-                  "content": [{"type": "text", "text": "Checking."},
-                              {"type": "tool_use", "id": "a", "name": "fs__read", "input": {"path": "x"}},
-                              {"type": "tool_use", "id": "b", "name": "clock__now", "input": {"tz": "UTC"}}],
-                  "usage": {"input_tokens": 9000, "output_tokens": 40}},
-    "google": {"candidates": [{"content": {"role": "model", "parts": [
-        {"text": "Checking."}, {"functionCall": {"name": "fs__read", "args": {"path": "x"}}},
-        {"functionCall": {"name": "clock__now", "args": {"tz": "UTC"}}}]}, "finishReason": "STOP"}],
-        "usageMetadata": {"promptTokenCount": 9000, "candidatesTokenCount": 40, "totalTokenCount": 9040},
-        "responseId": "r"},
+    "openai": {
+        "id": "c",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "Checking.",
+                    "tool_calls": [
+                        {
+                            "id": "a",
+                            "type": "function",
+                            "function": {"name": "fs__read", "arguments": '{"path":"x"}'},
+                        },
+                        {
+                            "id": "b",
+                            "type": "function",
+                            "function": {"name": "clock__now", "arguments": '{"tz":"UTC"}'},
+                        },
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 9000, "completion_tokens": 40, "total_tokens": 9040},
+    },
+    "anthropic": {
+        "id": "m",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "stop_reason": "tool_use",
+        "content": [
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "a", "name": "fs__read", "input": {"path": "x"}},
+            {"type": "tool_use", "id": "b", "name": "clock__now", "input": {"tz": "UTC"}},
+        ],
+        "usage": {"input_tokens": 9000, "output_tokens": 40},
+    },
+    "google": {
+        "candidates": [
+            {
+                "content": {
+                    "role": "model",
+                    "parts": [
+                        {"text": "Checking."},
+                        {"functionCall": {"name": "fs__read", "args": {"path": "x"}}},
+                        {"functionCall": {"name": "clock__now", "args": {"tz": "UTC"}}},
+                    ],
+                },
+                "finishReason": "STOP",
+            }
+        ],
+        "usageMetadata": {
+            "promptTokenCount": 9000,
+            "candidatesTokenCount": 40,
+            "totalTokenCount": 9040,
+        },
+        "responseId": "r",
+    },
 }
 
 
 def bench_round_trip(provider: str) -> float:
-    model = create_model(ModelSpec(provider=provider, model="bench-model", api_key="bench-key-0000"))
+    model = create_model(
+        ModelSpec(provider=provider, model="bench-model", api_key="bench-key-0000")
+    )
     assert isinstance(model, HttpModel)
     request = ModelRequest(messages=conversation(), tools=TOOLS, system="You are a bench.",
                            params={"temperature": 0.2, "maxTokens": 512})
@@ -157,7 +235,8 @@ def main() -> int:
     ok &= ratio < 1
     print(f"{'SSE parser throughput (OpenAI chunks, 16 KiB reads)':<58}{mbs:>7.1f} MB/s"
           f"{SSE_TARGET_MBS:>7.0f} MB/s{ratio:>8.2f}")
-    print(f"{'  (info) SSE + OpenAI accumulator (JSON decode, deltas)':<58}{bench_accumulate(raw):>7.1f} MB/s")
+    info = "  (info) SSE + OpenAI accumulator (JSON decode, deltas)"
+    print(f"{info:<58}{bench_accumulate(raw):>7.1f} MB/s")
     return 0 if ok else 1
 
 

@@ -90,8 +90,16 @@ async def async_noop(ctx: Any, input: Any) -> None:
 def main() -> int:
     rows = [
         ("middleware layer overhead", asyncio.run(bench_layers()), 20e-6),
-        ("tool dispatch, sync no-op handler", asyncio.run(bench_dispatch(sync_noop, 3_000)), 300e-6),
-        ("tool dispatch, async no-op handler", asyncio.run(bench_dispatch(async_noop, 10_000)), 100e-6),
+        (
+            "tool dispatch, sync no-op handler",
+            asyncio.run(bench_dispatch(sync_noop, 3_000)),
+            300e-6,
+        ),
+        (
+            "tool dispatch, async no-op handler",
+            asyncio.run(bench_dispatch(async_noop, 10_000)),
+            100e-6,
+        ),
     ]
     failed = False
     print(f"{'operation':<38} {'per op':>10} {'target':>10} {'ratio':>7}")

@@ -119,7 +119,9 @@ def _port(state_root: Path, connection: str, proc: subprocess.Popen[bytes]) -> i
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, "goondan run exited"
-        for path in state_root.glob(f"workspaces/*/connections/default/{connection}/state/address.json"):
+        for path in state_root.glob(
+            f"workspaces/*/connections/default/{connection}/state/address.json"
+        ):
             with contextlib.suppress(OSError, ValueError, KeyError):
                 return int(json.loads(path.read_text())["port"])
         time.sleep(0.05)
@@ -179,7 +181,10 @@ class A2aClient:
             "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
         data = json.loads(self.conn.getresponse().read())
         elapsed = (time.perf_counter() - start) * 1000
-        if data.get("result", {}).get("task", {}).get("status", {}).get("state") != "TASK_STATE_COMPLETED":
+        if (
+            data.get("result", {}).get("task", {}).get("status", {}).get("state")
+            != "TASK_STATE_COMPLETED"
+        ):
             raise RuntimeError(f"message failed: {data}")
         return elapsed
 
@@ -230,7 +235,9 @@ def _line(name: str, values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     args = parser.parse_args()
     sequential, per_client, clients = (50, 5, 20) if args.quick else (200, 20, 20)
@@ -246,11 +253,28 @@ def main() -> None:
         env = {**os.environ, KEY_ENV: "sk-bench", "BENCH_MCP_TOKEN": TOKEN,
                "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle",
-             str(root / "bundle"), "--foreground"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "goondan",
+                "--state-root",
+                str(state_root),
+                "run",
+                "--bundle",
+                str(root / "bundle"),
+                "--foreground",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
-            mcp_port, hook_port = _port(state_root, "mcp-in", proc), _port(state_root, "hook-in", proc)
+            mcp_port, hook_port = (
+                _port(state_root, "mcp-in", proc),
+                _port(state_root, "hook-in", proc),
+            )
             a2a_port = _port(state_root, "a2a-in", proc)
             client = McpClient(mcp_port)
             client.ask("warm up")

@@ -107,7 +107,9 @@ def history(size: int) -> list[MessageEvent]:
     events: list[MessageEvent] = []
     index = 0
     while len(events) < size:
-        events.append(MessageEvent.append(Message.user(f"question {index}: what does file {index} say?")))
+        events.append(
+            MessageEvent.append(Message.user(f"question {index}: what does file {index} say?"))
+        )
         events.append(MessageEvent.append(Message.assistant("", tool_calls=[
             _call(f"h{index}", {"path": f"/tmp/file-{index}.txt"})])))
         events.append(MessageEvent.append(Message.tool_result(ToolCallResult.success(
@@ -126,7 +128,9 @@ async def measure(state_root: Path) -> dict[str, tuple[float, float]]:
     so that machine load hits both alike, then ``twenty`` (20-step turns at SMALL messages)."""
     model, transport = instant_openai()
     samples: dict[str, tuple[list[float], list[float]]] = {}
-    async with Runtime.from_bundle(bundle(state_root), state_root=state_root, models={"plain": model}) as rt:
+    async with Runtime.from_bundle(
+        bundle(state_root), state_root=state_root, models={"plain": model}
+    ) as rt:
         instances = {}
         for name, size in (("small", SMALL), ("large", LARGE), ("twenty", SMALL)):
             instances[name] = await rt.instance("plain", f"bench-{name}")
@@ -170,7 +174,9 @@ def bundle(where: Path) -> Path:
         shutil.copytree(BASIC, target)
         manifest = target / "goondan.yaml"
         text = manifest.read_text(encoding="utf-8")
-        manifest.write_text(text.replace("maxStepsPerTurn: 4", "maxStepsPerTurn: 64"), encoding="utf-8")
+        manifest.write_text(
+            text.replace("maxStepsPerTurn: 4", "maxStepsPerTurn: 64"), encoding="utf-8"
+        )
     return target
 
 
@@ -211,12 +217,18 @@ def journal_overhead(figures: dict[str, tuple[float, float]]) -> None:
         on, off = figures[name], figures[f"{name}-nojournal"]
         share = min(on[0] / off[0], on[1] / off[1]) - 1
         worst = max(worst, share)
-        print(f"  {label:<12}: {on[0]:7.3f} ms wall {on[1]:7.3f} ms CPU with, {off[0]:7.3f} / {off[1]:7.3f} "
-              f"without: {share:+6.1%}")
+        print(
+            f"  {label:<12}: {on[0]:7.3f} ms wall {on[1]:7.3f} "
+            f"ms CPU with, {off[0]:7.3f} / {off[1]:7.3f} "
+            f"without: {share:+6.1%}"
+        )
     print(f"  goal <= {JOURNAL_GOAL:.0%} -> {'PASS' if worst <= JOURNAL_GOAL else 'OVER GOAL'}")
     for fsync in (False, True):
         cost = ledger_record_us(fsync)
-        print(f"  one toolCall.started record {'with' if fsync else 'without'} fsync: {cost:8.1f} us a tool call")
+        print(
+            f"  one toolCall.started record {'with' if fsync else 'without'} "
+            f"fsync: {cost:8.1f} us a tool call"
+        )
 
 
 def ledger_record_us(fsync: bool, count: int = 2000) -> float:
@@ -281,9 +293,15 @@ async def twenty_step_overheads(state_root: Path, exporter_url: str) -> dict[str
             model = AdapterTwentyStepModel()
             env = {**os.environ, "GOONDAN_RUNTIME_EVENTS_MAX_BYTES": "" if name != "none" else "0"}
             env.pop("GOONDAN_OTLP_ENDPOINT", None)
-            rt = await stack.enter_async_context(Runtime.from_bundle(
-                bundle(state_root), state_root=state_root / name, models={"plain": model.model}, env=env,
-                stream=False))
+            rt = await stack.enter_async_context(
+                Runtime.from_bundle(
+                    bundle(state_root),
+                    state_root=state_root / name,
+                    models={"plain": model.model},
+                    env=env,
+                    stream=False,
+                )
+            )
             instance = await rt.instance("plain", f"obs-{name}")
             instance.env.max_steps_per_turn = OBSERVE_STEPS + 5
             await instance.apply_message_events(history(SMALL))
@@ -309,7 +327,9 @@ async def twenty_step_overheads(state_root: Path, exporter_url: str) -> dict[str
                 sink.flush()  # the background work of these turns, charged to this block
             if record:
                 threads = sum(s.thread_cpu_s for s in sinks) - threads_before
-                blocks[name].append(((time.process_time() - cpu) * 1000 / count, threads * 1000 / count))
+                blocks[name].append(
+                    ((time.process_time() - cpu) * 1000 / count, threads * 1000 / count)
+                )
 
         for name in configs:  # warm-up, and the exporter's connection
             await block(name, 3, record=False)
@@ -322,7 +342,11 @@ async def twenty_step_overheads(state_root: Path, exporter_url: str) -> dict[str
                 await asyncio.to_thread(sink.close)
 
     def overhead(name: str, pick: Any) -> float:
-        return float(statistics.median(pick(a) / b[0] for a, b in zip(blocks[name], blocks["none"], strict=True)))
+        return float(
+            statistics.median(
+                pick(a) / b[0] for a, b in zip(blocks[name], blocks["none"], strict=True)
+            )
+        )
 
     return {name: {"cpu": statistics.median(c for c, _ in blocks[name]),
                    "threads": statistics.median(t for _, t in blocks[name]),
@@ -349,7 +373,9 @@ server.serve_forever()
 def observability_overhead() -> None:
     """Runtime events, the event log and OTLP export on the headline 20-step turn (state root on
     tmpfs; the OTLP receiver in another process, so its work is not counted as the exporter's)."""
-    receiver = subprocess.Popen([sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True)
+    receiver = subprocess.Popen(
+        [sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True
+    )
     assert receiver.stdout is not None
     url = f"http://127.0.0.1:{receiver.stdout.readline().strip()}/v1/traces"
     try:
@@ -358,17 +384,33 @@ def observability_overhead() -> None:
     finally:
         receiver.terminate()
         receiver.wait(10)
-    print(f"observability on the 20-step turn above; {OBSERVE_ROUNDS} rounds of {OBSERVE_BLOCK} turns per "
-          "configuration, order rotated; medians of per-round ratios to the same round's 'none' block")
-    for name, label in (("none", "no event log, no export"), ("turn-thread", "sinks attached, batches dropped"),
-                        ("both", "event log + OTLP export")):
+    print(
+        "observability on the 20-step turn above; "
+        f"{OBSERVE_ROUNDS} rounds of {OBSERVE_BLOCK} turns per "
+        "configuration, order rotated; medians of per-round ratios to the same round's 'none' block"
+    )
+    for name, label in (
+        ("none", "no event log, no export"),
+        ("turn-thread", "sinks attached, batches dropped"),
+        ("both", "event log + OTLP export"),
+    ):
         f = figures[name]
-        print(f"  {label:<31}: {f['cpu']:6.3f} ms CPU per turn ({f['threads']:5.3f} ms in writer/exporter threads)")
+        print(
+            f"  {label:<31}: {f['cpu']:6.3f} ms CPU per turn "
+            f"({f['threads']:5.3f} ms in writer/exporter threads)"
+        )
     share, both = figures["turn-thread"]["overhead"], figures["both"]
-    print(f"  turn-thread share of events + export: {share:+6.1%} of the turn's overhead "
-          f"(target <= {OBSERVE_TARGET:.0%}) -> {'PASS' if share <= OBSERVE_TARGET else 'OVER TARGET'}")
-    print(f"  background CPU (reported, not targeted): {both['threads']:5.3f} ms per turn in the writer and "
-          f"exporter threads ({both['background']:+6.1%} of the turn); all threads: {both['overhead']:+6.1%}")
+    print(
+        f"  turn-thread share of events + export: {share:+6.1%} of the turn's overhead "
+        f"(target <= {OBSERVE_TARGET:.0%}) -> "
+        f"{'PASS' if share <= OBSERVE_TARGET else 'OVER TARGET'}"
+    )
+    print(
+        "  background CPU (reported, not targeted): "
+        f"{both['threads']:5.3f} ms per turn in the writer and "
+        f"exporter threads ({both['background']:+6.1%} of "
+        f"the turn); all threads: {both['overhead']:+6.1%}"
+    )
     now_iso_rent(figures["none"]["cpu"])
 
 
@@ -383,8 +425,11 @@ def now_iso_rent(turn_ms: float) -> None:
     memo = min(timeit.repeat(types.now_iso, number=20_000, repeat=5)) / 20_000
     plain = min(timeit.repeat(types.plain_now_iso, number=20_000, repeat=5)) / 20_000
     saved = (plain - memo) * calls * 1000
-    print(f"  now_iso memo: {calls} calls a 20-step turn, {memo * 1e6:.2f} us a call with it, "
-          f"{plain * 1e6:.2f} us without: saves {saved:.3f} ms a turn ({saved / turn_ms:.1%} of its CPU)")
+    print(
+        f"  now_iso memo: {calls} calls a 20-step turn, {memo * 1e6:.2f} us a call with it, "
+        f"{plain * 1e6:.2f} us without: saves {saved:.3f} "
+        f"ms a turn ({saved / turn_ms:.1%} of its CPU)"
+    )
 
 
 async def _now_iso_calls() -> int:
@@ -400,8 +445,9 @@ async def _now_iso_calls() -> int:
 
     model = AdapterTwentyStepModel()
     with tempfile.TemporaryDirectory(dir=fast_dir()) as tmp:
-        async with Runtime.from_bundle(bundle(Path(tmp)), state_root=Path(tmp), models={"plain": model.model},
-                                       stream=False) as rt:
+        async with Runtime.from_bundle(
+            bundle(Path(tmp)), state_root=Path(tmp), models={"plain": model.model}, stream=False
+        ) as rt:
             instance = await rt.instance("plain", "now-iso")
             instance.env.max_steps_per_turn = OBSERVE_STEPS + 5
             instance.observer.add_sink(OtlpExporter(OtlpConfig(endpoint="http://127.0.0.1:9/v1/traces")))

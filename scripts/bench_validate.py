@@ -39,21 +39,29 @@ def generate(root: Path, total: int = 1000) -> int:
     (root / "tools" / "t.py").write_text("handlers = {'run': print, 'stop': print}\n")
     (root / "ext.py").write_text("def register(api):\n    pass\n")
     docs = [HEADER + "kind: Package\nmetadata: {name: bench}\nspec: {version: \"1.0.0\"}\n"]
-    docs += [HEADER + f"kind: Model\nmetadata: {{name: m{i}}}\nspec: {{provider: scripted, model: s}}\n"
-             for i in range(models)]
-    docs += [HEADER + f"kind: Tool\nmetadata:\n  name: t{i}\n  labels: {{group: g{i % 5}}}\nspec:\n"
-             "  entry: ./tools/t.py\n  exports:\n    - name: run\n      description: Run it.\n"
-             "      parameters:\n        type: object\n        properties:\n          x: {type: string}\n"
-             "        required: [x]\n    - name: stop\n" for i in range(tools)]
+    docs += [
+        HEADER + f"kind: Model\nmetadata: {{name: m{i}}}\nspec: {{provider: scripted, model: s}}\n"
+        for i in range(models)
+    ]
+    docs += [
+        HEADER + f"kind: Tool\nmetadata:\n  name: t{i}\n  labels: {{group: g{i % 5}}}\nspec:\n"
+        "  entry: ./tools/t.py\n  exports:\n    - name: run\n      description: Run it.\n"
+        "      parameters:\n        type: object\n        "
+        "properties:\n          x: {type: string}\n"
+        "        required: [x]\n    - name: stop\n"
+        for i in range(tools)
+    ]
     docs += [HEADER + f"kind: Extension\nmetadata: {{name: e{i}}}\nspec:\n  entry: ./ext.py\n"
              "  config: {level: info}\n" for i in range(extensions)]
-    docs += [HEADER + f"kind: Agent\nmetadata: {{name: a{i}}}\nspec:\n  modelConfig:\n"
-             f"    modelRef: Model/m{i % models}\n    params: {{temperature: 0.5}}\n"
-             f"  prompts: {{systemPrompt: You are agent {i}.}}\n"
-             f"  tools:\n    - Tool/t{i % tools}\n    - ref: Tool/t{(i + 1) % tools}\n"
-             f"    - selector: {{matchLabels: {{group: g{i % 5}}}}}\n"
-             f"  extensions:\n    - ref: Extension/e{i % extensions}\n      config: {{level: debug}}\n"
-             for i in range(agents)]
+    docs += [
+        HEADER + f"kind: Agent\nmetadata: {{name: a{i}}}\nspec:\n  modelConfig:\n"
+        f"    modelRef: Model/m{i % models}\n    params: {{temperature: 0.5}}\n"
+        f"  prompts: {{systemPrompt: You are agent {i}.}}\n"
+        f"  tools:\n    - Tool/t{i % tools}\n    - ref: Tool/t{(i + 1) % tools}\n"
+        f"    - selector: {{matchLabels: {{group: g{i % 5}}}}}\n"
+        f"  extensions:\n    - ref: Extension/e{i % extensions}\n      config: {{level: debug}}\n"
+        for i in range(agents)
+    ]
     docs += [HEADER + "kind: Swarm\nmetadata: {name: default}\nspec:\n  entryAgent: a0\n  agents:\n"
              + "".join(f"    - Agent/a{i}\n" for i in range(agents))]
     (root / "goondan.yaml").write_text("---\n".join(docs[:1 + models]))
@@ -66,7 +74,9 @@ def generate(root: Path, total: int = 1000) -> int:
 
 
 def line(name: str, value: float, unit: str, target: float) -> None:
-    print(f"{name:<46} {value:9.1f} {unit:<3} target < {target:g} {unit}  ratio {value / target:.2f}")
+    print(
+        f"{name:<46} {value:9.1f} {unit:<3} target < {target:g} {unit}  ratio {value / target:.2f}"
+    )
 
 
 def bench_generated() -> None:
@@ -78,13 +88,19 @@ def bench_generated() -> None:
             report = validate_bundle(tmp, env={})
             times.append(time.perf_counter() - start)
             assert report.valid, [d.to_dict() for d in report.errors[:3]]
-        line(f"validate generated bundle ({count} resources)", statistics.median(times) * 1000, "ms", 1000)
+        line(
+            f"validate generated bundle ({count} resources)",
+            statistics.median(times) * 1000,
+            "ms",
+            1000,
+        )
 
 
 def bench_process() -> None:
     exe = ROOT / ".venv" / "bin" / "goondan"
     cmd = [str(exe) if exe.exists() else "goondan", "validate", str(ROOT / "examples" / "showcase")]
-    # Measure what users get: byte-code caches enabled (CI shells often set PYTHONDONTWRITEBYTECODE).
+    # Measure what users get: byte-code caches enabled (CI shells often set
+    # PYTHONDONTWRITEBYTECODE).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run(cmd, check=True, capture_output=True, env=env)  # warm OS and .pyc caches
     times = []
@@ -124,8 +140,11 @@ def bench_entry_cache() -> None:
     kept = entries._cache
     with tempfile.TemporaryDirectory() as tmp:
         generate(Path(tmp))
-        for name, root in (("generated bundle", tmp), ("examples/showcase", str(ROOT / "examples" / "showcase")),
-                           ("examples/quickstart", str(ROOT / "examples" / "quickstart"))):
+        for name, root in (
+            ("generated bundle", tmp),
+            ("examples/showcase", str(ROOT / "examples" / "showcase")),
+            ("examples/quickstart", str(ROOT / "examples" / "quickstart")),
+        ):
             times: dict[str, list[float]] = {"cache": [], "plain": []}
             for index in range(7):
                 for mode in ("cache", "plain") if index % 2 else ("plain", "cache"):
@@ -136,8 +155,11 @@ def bench_entry_cache() -> None:
                     times[mode].append(time.process_time() - start)
             entries._cache = kept
             cached, plain = (statistics.median(times[mode]) * 1000 for mode in ("cache", "plain"))
-            print(f"validate {name:<20} with the entry cache {cached:7.1f} ms CPU, without {plain:7.1f} ms"
-                  f" ({plain / cached - 1:+.1%})")
+            print(
+                f"validate {name:<20} with the entry cache "
+                f"{cached:7.1f} ms CPU, without {plain:7.1f} ms"
+                f" ({plain / cached - 1:+.1%})"
+            )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ from goondan.connectors import ConnectorContext, ConnectorEvent, EmitReceipt
 from goondan.tools import load_entry_module
 
 ROOT = Path(__file__).resolve().parent.parent
-CONNECTOR = ROOT / "goondan" / "builtin_packages" / "@goondan" / "base" / "connectors" / "webhook.py"
+CONNECTOR = (
+    ROOT / "goondan" / "builtin_packages" / "@goondan" / "base" / "connectors" / "webhook.py"
+)
 SECRET = "bench-secret"
 
 
@@ -38,7 +40,9 @@ def client(url: str, count: int, latencies: list[float], errors: list[int]) -> N
         body = json.dumps({"text": f"message {i}", "id": f"{threading.get_ident()}-{i}"}).encode()
         signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
         started = time.perf_counter()
-        conn.request("POST", "/", body, {"X-Signature-256": signature, "Content-Type": "application/json"})
+        conn.request(
+            "POST", "/", body, {"X-Signature-256": signature, "Content-Type": "application/json"}
+        )
         response = conn.getresponse()
         response.read()
         latencies.append((time.perf_counter() - started) * 1000)
@@ -52,7 +56,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-async def bench(module: ModuleType, state: Path, sequential: int, per_client: int, clients: int) -> None:
+async def bench(
+    module: ModuleType, state: Path, sequential: int, per_client: int, clients: int
+) -> None:
     seen: set[str] = set()
 
     async def emit(event: ConnectorEvent) -> EmitReceipt:
@@ -86,8 +92,12 @@ async def bench(module: ModuleType, state: Path, sequential: int, per_client: in
         while any(t.is_alive() for t in threads):
             await asyncio.sleep(0.02)
         elapsed = time.perf_counter() - started
-        print(f"{clients} concurrent  n={len(latencies):5d}  p50={percentile(latencies, 0.5):.2f} ms  "
-              f"p99={percentile(latencies, 0.99):.2f} ms  errors={len(errors)}  {len(latencies) / elapsed:.0f} req/s")
+        print(
+            f"{clients} concurrent  n={len(latencies):5d}  "
+            f"p50={percentile(latencies, 0.5):.2f} ms  "
+            f"p99={percentile(latencies, 0.99):.2f} ms  "
+            f"errors={len(errors)}  {len(latencies) / elapsed:.0f} req/s"
+        )
         # The client threads share this process (and its GIL) with the server, so these
         # latencies include client-side queueing; they show throughput and zero errors.
         print("concurrent errors:", len(errors))

@@ -15,7 +15,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FRAGMENTS = ROOT / "docs" / "errors.d"
 TARGET = ROOT / "docs" / "errors.md"
-ORDER = ["cli", "config", "workspace", "pipeline", "llm", "mcp", "runtime", "approvals", "ipc", "connectors"]
+ORDER = [
+    "cli",
+    "config",
+    "workspace",
+    "pipeline",
+    "llm",
+    "mcp",
+    "runtime",
+    "approvals",
+    "ipc",
+    "connectors",
+]
 
 HEADER = """# Error and warning codes
 
@@ -43,7 +54,10 @@ results carrying the code, so the agent can recover.
 
 def render() -> str:
     parts = [HEADER]
-    fragments = sorted(FRAGMENTS.glob("*.md"), key=lambda p: (ORDER.index(p.stem) if p.stem in ORDER else 99, p.stem))
+    fragments = sorted(
+        FRAGMENTS.glob("*.md"),
+        key=lambda p: (ORDER.index(p.stem) if p.stem in ORDER else 99, p.stem),
+    )
     for fragment in fragments:
         parts.append("\n" + fragment.read_text(encoding="utf-8").strip() + "\n")
     return "".join(parts)
@@ -54,7 +68,9 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
         if current != text:
-            print("docs/errors.md is stale: run python scripts/build_errors_doc.py", file=sys.stderr)
+            print(
+                "docs/errors.md is stale: run python scripts/build_errors_doc.py", file=sys.stderr
+            )
             return 1
         return 0
     TARGET.write_text(text, encoding="utf-8")

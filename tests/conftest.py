@@ -16,7 +16,9 @@ _SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET")
 
 
 @pytest.fixture(autouse=True)
-def _isolated_environment(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def _isolated_environment(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """Point GOONDAN_STATE_ROOT and HOME at temp dirs and strip every API key variable."""
     state_root = tmp_path_factory.mktemp("state-root")
     home = tmp_path_factory.mktemp("home")
@@ -27,8 +29,11 @@ def _isolated_environment(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setenv("GOONDAN_ALLOW_MODEL_REQUESTS", "0")
     for name in list(os.environ):
         # An OTLP endpoint of the developer's shell must not receive the tests' spans.
-        if (name.endswith(_SECRET_SUFFIXES) or name.startswith(("GOONDAN_SECRET_", "OTEL_EXPORTER_OTLP"))
-                or name == "GOONDAN_OTLP_ENDPOINT"):
+        if (
+            name.endswith(_SECRET_SUFFIXES)
+            or name.startswith(("GOONDAN_SECRET_", "OTEL_EXPORTER_OTLP"))
+            or name == "GOONDAN_OTLP_ENDPOINT"
+        ):
             monkeypatch.delenv(name, raising=False)
     yield state_root
 

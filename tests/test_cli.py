@@ -40,7 +40,9 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "No such command" in err
 
 
-def test_config_error_prints_code_location_suggestion(boom: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_error_prints_code_location_suggestion(
+    boom: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run(capsys, "boom")
     assert code == 3
     assert out == ""
@@ -89,15 +91,21 @@ def test_python_dash_m_and_help_are_fast_imports() -> None:
         "import sys, runpy; sys.argv=['goondan','--help'];\n"
         "try:\n    runpy.run_module('goondan', run_name='__main__')\n"
         "except SystemExit: pass\n"
-        "heavy=[m for m in ('yaml','urllib3','goondan.runtime','goondan.llm.http','goondan.config') if m in sys.modules]\n"
+        "heavy=[m for m in "
+        "('yaml','urllib3','goondan.runtime','goondan.llm.http','goondan.config') "
+        "if m in sys.modules]\n"
         "print('HEAVY', heavy, file=sys.stderr)"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
     assert "HEAVY []" in result.stderr, result.stderr
     assert "Usage: goondan" in result.stdout
 
 
-def test_verbose_prints_goondan_log_records_on_stderr_masked(boom: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verbose_prints_goondan_log_records_on_stderr_masked(
+    boom: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     import logging
 
     from goondan.secrets import register_secret
@@ -140,5 +148,7 @@ def test_import_and_help_load_no_heavy_module(code: str) -> None:
     (docs/runtime.md "Performance"): no YAML, HTTP, TLS or asyncio, no subcommand areas."""
     probe = (f"{code}\nimport sys\n"
              f"print('LOADED', sorted(m for m in {_START_PATH_HEAVY!r} if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
     assert "LOADED []" in result.stdout, result.stdout + result.stderr

@@ -39,7 +39,9 @@ def _run(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("GOONDAN_NO_CACHE", None)
     env.update(extra)
-    result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     return result
 
@@ -77,5 +79,7 @@ def test_an_unwritable_location_is_harmless(tmp_path: Path) -> None:
 
 def test_importing_goondan_installs_nothing() -> None:
     code = "import dataclasses, goondan.cli, goondan.runtime; print('exec' in vars(dataclasses))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert result.stdout.strip() == "False"

@@ -47,7 +47,9 @@ def test_module_imports_point_down(path: Path) -> None:
     own = _area(".".join(rel.parts))
     assert own is not None
     own_layer = LAYERS.get(own)
-    assert own_layer is not None, f"{own!r} has no layer in tests/test_layers.py / docs/architecture.md"
+    assert own_layer is not None, (
+        f"{own!r} has no layer in tests/test_layers.py / docs/architecture.md"
+    )
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         names: list[str] = []
@@ -62,7 +64,8 @@ def test_module_imports_point_down(path: Path) -> None:
             layer = LAYERS.get(target)
             assert layer is not None, f"{path}: imports unknown area {name}"
             assert layer <= own_layer, (
-                f"{path.relative_to(ROOT.parent)} (layer {own_layer}) imports {name} (layer {layer})"
+                f"{path.relative_to(ROOT.parent)} (layer "
+                f"{own_layer}) imports {name} (layer {layer})"
             )
 
 
@@ -113,7 +116,9 @@ def test_the_wire_imports_neither_connectors_nor_the_swarm() -> None:
 def test_connectors_do_not_import_the_swarm_that_runs_them() -> None:
     """Issue 29: a connector process and its contract use the wire only; the connection runtime,
     ingress and connector supervision are part of running the swarm (``swarm/``)."""
-    offending = {m: sorted(t & {"swarm", "engines"}) for m, t in _imported_areas("connectors").items()}
+    offending = {
+        m: sorted(t & {"swarm", "engines"}) for m, t in _imported_areas("connectors").items()
+    }
     assert {m: t for m, t in offending.items() if t} == {}
 
 
@@ -121,7 +126,10 @@ def test_otlp_encodes_and_does_not_import_the_runtime() -> None:
     """Issue 29: ``runtime`` and ``otlp`` no longer import each other. ``otlp`` is the OTLP trace
     schema (encoding, endpoint variables) below the runtime; the exporter that turns runtime
     events into OTLP spans is a runtime sink (``runtime/otlp_exporter.py``)."""
-    offending = {m: sorted(t & {"runtime", "extensions", "ipc", "swarm"}) for m, t in _imported_areas("otlp").items()}
+    offending = {
+        m: sorted(t & {"runtime", "extensions", "ipc", "swarm"})
+        for m, t in _imported_areas("otlp").items()
+    }
     assert {m: t for m, t in offending.items() if t} == {}
     assert LAYERS["otlp"] < LAYERS["runtime"]
 
@@ -141,7 +149,12 @@ def test_every_module_is_split_before_800_lines(path: Path) -> None:
 
 
 # Decision 19: the runtime needs nothing beyond the standard library and these four.
-RUNTIME_DEPENDENCIES = {"click": "click", "pyyaml": "yaml", "tomli-w": "tomli_w", "urllib3": "urllib3"}
+RUNTIME_DEPENDENCIES = {
+    "click": "click",
+    "pyyaml": "yaml",
+    "tomli-w": "tomli_w",
+    "urllib3": "urllib3",
+}
 # Optional extras, imported only by the module that offers them.
 OPTIONAL_IMPORTS = {"ray": "engines/ray/"}
 
@@ -155,9 +168,15 @@ def test_runtime_dependencies_are_only_click_pyyaml_tomli_w_and_urllib3() -> Non
     import tomllib
 
     project = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    names = {re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0].lower() for spec in project["dependencies"]}
+    names = {
+        re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0].lower() for spec in project["dependencies"]
+    }
     assert names == set(RUNTIME_DEPENDENCIES)
-    allowed = set(sys.stdlib_module_names) | set(RUNTIME_DEPENDENCIES.values()) | {"goondan", "__future__"}
+    allowed = (
+        set(sys.stdlib_module_names)
+        | set(RUNTIME_DEPENDENCIES.values())
+        | {"goondan", "__future__"}
+    )
     outside: list[str] = []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()

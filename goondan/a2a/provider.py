@@ -102,7 +102,9 @@ class A2aToolProvider:
         return list(self._tools)
 
     def _headers(self) -> dict[str, str]:
-        headers, unset = self.spec.resolve_headers(self._env if self._env is not None else dict(os.environ))
+        headers, unset = self.spec.resolve_headers(
+            self._env if self._env is not None else dict(os.environ)
+        )
         if unset:
             raise A2aError(f"headers {', '.join(unset)} resolve to no value", "E_A2A_UNAVAILABLE")
         return {**headers, "A2A-Version": "1.0"}
@@ -152,7 +154,9 @@ class A2aToolProvider:
         if self.spec.exports is not None:
             missing = sorted(set(self.spec.exports) - set(skills))
             if missing:
-                self._log.warning("A2A agent %s has no skill %s (exports)", self.spec.name, ", ".join(missing))
+                self._log.warning(
+                    "A2A agent %s has no skill %s (exports)", self.spec.name, ", ".join(missing)
+                )
             skills = {k: v for k, v in skills.items() if k in self.spec.exports}
         self._skills = tool_names(self.spec.name, list(skills))
         tools = []
@@ -161,8 +165,14 @@ class A2aToolProvider:
             description = str(raw.get("description") or card.get("description") or f"Ask {skill}.")
             item = ToolCatalogItem(catalog_name, description, dict(PARAMETERS),
                                    ToolSource("a2a", self.spec.name))
-            tools.append(build_tool(item, self._handler(catalog_name),
-                                    timeout_ms=self.spec.timeout_ms + _DEADLINE_MARGIN_MS, source=item.source))
+            tools.append(
+                build_tool(
+                    item,
+                    self._handler(catalog_name),
+                    timeout_ms=self.spec.timeout_ms + _DEADLINE_MARGIN_MS,
+                    source=item.source,
+                )
+            )
         return tools
 
     def _handler(self, catalog_name: str) -> Any:
@@ -174,12 +184,18 @@ class A2aToolProvider:
         """Send the message to the skill and wait for the Task's end (see the module docstring)."""
         skill = self._skills.get(name)
         if skill is None:
-            raise ToolFailure(f"A2A agent {self.spec.name!r} offers no tool {name!r}", code="E_A2A_NO_TOOL")
+            raise ToolFailure(
+                f"A2A agent {self.spec.name!r} offers no tool {name!r}", code="E_A2A_NO_TOOL"
+            )
         text, context_id = args.get("message"), args.get("contextId")
         if not isinstance(text, str) or not text.strip():
             raise ToolFailure("message must be a non-empty string", code="E_TOOL_INVALID_ARGS")
-        message: JsonObject = {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}],
-                               "metadata": {"skill": skill}}
+        message: JsonObject = {
+            "messageId": new_id(),
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+            "metadata": {"skill": skill},
+        }
         if isinstance(context_id, str) and context_id:
             message["contextId"] = context_id
         seen = _Seen()
@@ -189,14 +205,21 @@ class A2aToolProvider:
             await asyncio.shield(asyncio.to_thread(self._cancel_quietly, seen))
             raise
         except A2aError as exc:
-            raise ToolFailure(f"A2A agent {self.spec.name!r}: {exc.message}", code=exc.code) from None
+            raise ToolFailure(
+                f"A2A agent {self.spec.name!r}: {exc.message}", code=exc.code
+            ) from None
         state = str((task.get("status") or {}).get("state"))
         answer = task_text(task) if state == "TASK_STATE_COMPLETED" else \
             message_text((task.get("status") or {}).get("message"))
         if state != "TASK_STATE_COMPLETED":
-            code = "E_A2A_INPUT_REQUIRED" if state in ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED") \
+            code = (
+                "E_A2A_INPUT_REQUIRED"
+                if state in ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED")
                 else "E_A2A_TASK_FAILED"
-            raise ToolFailure(f"A2A agent {self.spec.name!r}: task {state}: {answer}".rstrip(": "), code=code)
+            )
+            raise ToolFailure(
+                f"A2A agent {self.spec.name!r}: task {state}: {answer}".rstrip(": "), code=code
+            )
         return {"answer": answer, "contextId": task.get("contextId"), "taskId": task.get("id")}
 
     def _cancel_quietly(self, seen: _Seen) -> None:
@@ -205,14 +228,23 @@ class A2aToolProvider:
         if not seen.known.wait(CARD_TIMEOUT_S) or seen.task_id is None:
             return
         task_id = seen.task_id
-        body = json.dumps({"jsonrpc": "2.0", "id": new_id(), "method": "CancelTask", "params": {"id": task_id}})
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": new_id(), "method": "CancelTask", "params": {"id": task_id}}
+        )
         try:
-            response = self._request("POST", self._endpoint, CARD_TIMEOUT_S, body=body.encode(),
-                                     headers={**self._headers(), "Content-Type": "application/json"})
+            response = self._request(
+                "POST",
+                self._endpoint,
+                CARD_TIMEOUT_S,
+                body=body.encode(),
+                headers={**self._headers(), "Content-Type": "application/json"},
+            )
             response.read()
             response.release_conn()
         except A2aError as exc:
-            self._log.info("A2A agent %s: cancel of task %s not sent: %s", self.spec.name, task_id, exc.message)
+            self._log.info(
+                "A2A agent %s: cancel of task %s not sent: %s", self.spec.name, task_id, exc.message
+            )
 
     def _send(self, message: JsonObject, seen: _Seen) -> JsonObject:
         try:
@@ -226,7 +258,9 @@ class A2aToolProvider:
                            "params": {"message": message}}).encode()
         headers = {**self._headers(), "Content-Type": "application/json",
                    "Accept": "text/event-stream, application/json"}
-        response = self._request("POST", self._endpoint, self.spec.timeout_ms / 1000.0, body=body, headers=headers)
+        response = self._request(
+            "POST", self._endpoint, self.spec.timeout_ms / 1000.0, body=body, headers=headers
+        )
         try:
             if response.status != 200:
                 raise A2aError(f"HTTP {response.status}", "E_A2A_HTTP")
@@ -241,7 +275,9 @@ class A2aToolProvider:
             failure = http.failure_of(exc)
             if failure is None:
                 raise
-            raise A2aError(failure.reason, "E_A2A_TIMEOUT" if failure.timed_out else "E_A2A_UNAVAILABLE") from None
+            raise A2aError(
+                failure.reason, "E_A2A_TIMEOUT" if failure.timed_out else "E_A2A_UNAVAILABLE"
+            ) from None
         finally:
             response.release_conn()
 
@@ -250,8 +286,13 @@ class A2aToolProvider:
             self._pool.clear()
 
     def status(self) -> JsonObject:
-        return {"name": self.spec.name, "transport": "a2a", "target": self.spec.url,
-                "state": "ready" if self._tools is not None else "idle", "tools": len(self._tools or [])}
+        return {
+            "name": self.spec.name,
+            "transport": "a2a",
+            "target": self.spec.url,
+            "state": "ready" if self._tools is not None else "idle",
+            "tools": len(self._tools or []),
+        }
 
 
 def _result(raw: bytes) -> Any:
@@ -263,7 +304,9 @@ def _result(raw: bytes) -> Any:
         raise A2aError("answer is not a JSON-RPC response", "E_A2A_PROTOCOL")
     error = data.get("error")
     if isinstance(error, dict):
-        raise A2aError(f"JSON-RPC error {error.get('code')}: {error.get('message')}", "E_A2A_RPC_ERROR")
+        raise A2aError(
+            f"JSON-RPC error {error.get('code')}: {error.get('message')}", "E_A2A_RPC_ERROR"
+        )
     return data.get("result")
 
 
@@ -294,7 +337,9 @@ def _read_stream(response: Any, seen: _Seen) -> JsonObject:
         buffer += chunk
         while b"\n\n" in buffer:
             frame, buffer = buffer.split(b"\n\n", 1)
-            data = b"\n".join(line[5:].lstrip() for line in frame.splitlines() if line.startswith(b"data:"))
+            data = b"\n".join(
+                line[5:].lstrip() for line in frame.splitlines() if line.startswith(b"data:")
+            )
             if not data:
                 continue
             result = _result(data)
@@ -307,13 +352,19 @@ def _read_stream(response: Any, seen: _Seen) -> JsonObject:
                 task = {**task, "id": update.get("taskId"), "contextId": update.get("contextId"),
                         "status": update.get("status")}
             elif isinstance(result.get("artifactUpdate"), dict):
-                artifacts = [*(task.get("artifacts") or []), result["artifactUpdate"].get("artifact")]
+                artifacts = [
+                    *(task.get("artifacts") or []),
+                    result["artifactUpdate"].get("artifact"),
+                ]
                 task = {**task, "artifacts": artifacts}
             if isinstance(task.get("id"), str) and seen.task_id is None:
                 seen.task_id = str(task["id"])
                 seen.known.set()
             state = (task.get("status") or {}).get("state")
-            if state in TERMINAL_STATES or state in ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"):
+            if state in TERMINAL_STATES or state in (
+                "TASK_STATE_INPUT_REQUIRED",
+                "TASK_STATE_AUTH_REQUIRED",
+            ):
                 return task
     if not task:
         raise A2aError("the stream ended without a task", "E_A2A_PROTOCOL")

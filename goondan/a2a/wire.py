@@ -56,7 +56,11 @@ def message_text(message: Any) -> str:
     read; file parts are skipped)."""
     if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
         return ""
-    return "\n".join(p["text"] for p in message["parts"] if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "\n".join(
+        p["text"]
+        for p in message["parts"]
+        if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
 
 
 def task_text(task: Any) -> str:

@@ -20,8 +20,14 @@ from goondan.secrets import mask
 
 __all__ = ["approvals"]
 
-_COLUMNS = (("ID", "id", 28), ("STATUS", "status", 9), ("AGENT", "agent", 14),
-            ("INSTANCE KEY", "instanceKey", 18), ("TOOL", "tool", 24), ("REQUESTED", "requestedAt", 0))
+_COLUMNS = (
+    ("ID", "id", 28),
+    ("STATUS", "status", 9),
+    ("AGENT", "agent", 14),
+    ("INSTANCE KEY", "instanceKey", 18),
+    ("TOOL", "tool", 24),
+    ("REQUESTED", "requestedAt", 0),
+)
 
 
 def _stores(state_root: Path, bundle: str | None) -> list[Any]:
@@ -36,7 +42,9 @@ def _stores(state_root: Path, bundle: str | None) -> list[Any]:
         loaded = load_bundle_cached(Path(bundle), state_root=state_root)
         return [ApprovalStore(state_root, workspace_id_for(loaded.root, loaded.package_name))]
     workspaces = StateLayout(state_root).workspaces_dir
-    names = sorted(p.name for p in workspaces.iterdir() if p.is_dir()) if workspaces.is_dir() else []
+    names = (
+        sorted(p.name for p in workspaces.iterdir() if p.is_dir()) if workspaces.is_dir() else []
+    )
     return [ApprovalStore(state_root, name) for name in names]
 
 
@@ -61,8 +69,16 @@ def approvals(ctx: click.Context) -> None:
 
 
 @approvals.command("list")
-@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(exists=True),
-              help="Only this bundle's workspace [default: every workspace].")
+@click.option(
+    "-b",
+    "--bundle",
+    "-c",
+    "--config",
+    "bundle",
+    default=None,
+    type=click.Path(exists=True),
+    help="Only this bundle's workspace [default: every workspace].",
+)
 @click.option("--all", "show_all", is_flag=True, help="Also decided and expired approvals.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of approvals).")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
@@ -82,7 +98,13 @@ def list_approvals(bundle: str | None = None, show_all: bool = False, as_json: b
     click.echo("  ".join(h.ljust(w) if w else h for h, _, w in _COLUMNS))
     for row in rows:
         cells = [str(row.get(k) if row.get(k) is not None else "-") for _, k, _ in _COLUMNS]
-        click.echo(mask("  ".join(c.ljust(w) if w else c for c, (_, _, w) in zip(cells, _COLUMNS, strict=True))))
+        click.echo(
+            mask(
+                "  ".join(
+                    c.ljust(w) if w else c for c, (_, _, w) in zip(cells, _COLUMNS, strict=True)
+                )
+            )
+        )
         args = json.dumps(row.get("args"), ensure_ascii=False)
         click.echo(mask(f"    args: {args if len(args) <= 200 else args[:197] + '...'}"))
         if row.get("reason"):
@@ -102,11 +124,17 @@ def _decide(approval: str, *, approve: bool, args: str | None, note: str | None,
         try:
             edited = json.loads(args)
         except ValueError as exc:
-            raise UsageError(f"--args is not valid JSON: {exc}", code="E_APPROVAL_ARGS",
-                             suggestion="""pass a JSON object, e.g. --args '{"path": "a.txt"}'""") from None
+            raise UsageError(
+                f"--args is not valid JSON: {exc}",
+                code="E_APPROVAL_ARGS",
+                suggestion="""pass a JSON object, e.g. --args '{"path": "a.txt"}'""",
+            ) from None
         if not isinstance(edited, dict):
-            raise UsageError("--args must be a JSON object (the tool's arguments)", code="E_APPROVAL_ARGS",
-                             suggestion="""pass a JSON object, e.g. --args '{"path": "a.txt"}'""")
+            raise UsageError(
+                "--args must be a JSON object (the tool's arguments)",
+                code="E_APPROVAL_ARGS",
+                suggestion="""pass a JSON object, e.g. --args '{"path": "a.txt"}'""",
+            )
     store, workspace = _find(root, bundle or options.bundle, approval)
     if edited is not None:
         _check_args(root, workspace, store.get(approval), edited)
@@ -114,16 +142,25 @@ def _decide(approval: str, *, approve: bool, args: str | None, note: str | None,
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "unknown"
-    found, mine = store.decide(approval, approve=approve, by=user, via="cli", args=edited, note=note,
-                               reason=reason)
+    found, mine = store.decide(
+        approval, approve=approve, by=user, via="cli", args=edited, note=note, reason=reason
+    )
     notified = _notify(root, approval)
     row = found.to_dict()
     if as_json or options.json_errors:
-        click.echo(mask(json.dumps({**row, "decided": mine, "notified": notified}, ensure_ascii=False)))
+        click.echo(
+            mask(json.dumps({**row, "decided": mine, "notified": notified}, ensure_ascii=False))
+        )
         return
     if mine:
-        click.echo(f"{approval}: {found.status}" + (" (the running swarm resumes the turn)" if notified
-                                                   else " (applied when the swarm runs)"))
+        click.echo(
+            f"{approval}: {found.status}"
+            + (
+                " (the running swarm resumes the turn)"
+                if notified
+                else " (applied when the swarm runs)"
+            )
+        )
     else:
         click.echo(f"{approval} was already {found.status}"
                    + (f" by {row['decidedBy']} via {row['via']}" if row.get("decidedBy") else "")
@@ -154,9 +191,11 @@ def _check_args(state_root: Path, workspace: str, found: Any, edited: dict[str, 
         return
     problem = validate_args(schema, edited)
     if problem is not None:
-        raise UsageError(f"--args does not match the parameters of {request.get('tool')}: {problem}",
-                         code="E_APPROVAL_ARGS", suggestion="'goondan approvals list' shows the "
-                         "arguments the model gave; edit those")
+        raise UsageError(
+            f"--args does not match the parameters of {request.get('tool')}: {problem}",
+            code="E_APPROVAL_ARGS",
+            suggestion="'goondan approvals list' shows the arguments the model gave; edit those",
+        )
 
 
 def _notify(state_root: Path, approval: str) -> bool:
@@ -172,8 +211,13 @@ def _notify(state_root: Path, approval: str) -> bool:
         if not active.control_socket:
             continue
         try:
-            answer = asyncio.run(send_control(Path(active.control_socket),
-                                              {"command": "approval", "id": approval}, timeout_s=10.0))
+            answer = asyncio.run(
+                send_control(
+                    Path(active.control_socket),
+                    {"command": "approval", "id": approval},
+                    timeout_s=10.0,
+                )
+            )
         except GoondanError:
             continue
         applied = applied or bool(answer.get("ok") and answer.get("applied"))
@@ -181,8 +225,16 @@ def _notify(state_root: Path, approval: str) -> bool:
 
 
 _COMMON = [
-    click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(exists=True),
-                 help="Look only in this bundle's workspace [default: every workspace]."),
+    click.option(
+        "-b",
+        "--bundle",
+        "-c",
+        "--config",
+        "bundle",
+        default=None,
+        type=click.Path(exists=True),
+        help="Look only in this bundle's workspace [default: every workspace].",
+    ),
     click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON."),
     click.option("--state-root", type=click.Path(), default=None, help="State root to use."),
 ]
@@ -196,7 +248,9 @@ def _with_common(func: Any) -> Any:
 
 @approvals.command("approve")
 @click.argument("approval_id")
-@click.option("--args", "args", default=None, help="Run with these arguments instead (a JSON object).")
+@click.option(
+    "--args", "args", default=None, help="Run with these arguments instead (a JSON object)."
+)
 @click.option("--note", default=None, help="A note kept with the decision.")
 @_with_common
 def approve(approval_id: str, args: str | None, note: str | None, bundle: str | None, as_json: bool,

@@ -205,9 +205,17 @@ def running_swarm_options(func: Any) -> Any:
     """``-b/--bundle`` and ``-s/--swarm``: which running swarm a command talks to."""
     func = click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
                         help="Swarm of the bundle [env: GOONDAN_SWARM; default: as run].")(func)
-    return click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(file_okay=True, dir_okay=True),
-                        help="Bundle whose running swarm to address [default: the current directory's "
-                        "bundle, else the only running swarm].")(func)
+    return click.option(
+        "-b",
+        "--bundle",
+        "-c",
+        "--config",
+        "bundle",
+        default=None,
+        type=click.Path(file_okay=True, dir_okay=True),
+        help="Bundle whose running swarm to address [default: the current directory's "
+        "bundle, else the only running swarm].",
+    )(func)
 
 
 def workspace_bundle(state_root: Path, workspace_id: str) -> Path | None:
@@ -245,12 +253,17 @@ def _only_running(state_root: Path, swarm: str | None, *, quiet: bool) -> Any:
     if len(found) == 1:
         (active,) = found
         if not quiet:
-            click.echo(f"Using swarm {active.swarm} of {Path(active.bundle_path).parent} "
-                       f"(instanceKey={active.instance_key}, pid={active.pid}), the only one running",
-                       err=True)
+            click.echo(
+                f"Using swarm {active.swarm} of {Path(active.bundle_path).parent} "
+                f"(instanceKey={active.instance_key}, pid={active.pid}), the only one running",
+                err=True,
+            )
         return active
-    rows = "".join(f"\n  {Path(r.bundle_path).parent}  swarm {r.swarm}  instanceKey={r.instance_key}  "
-                   f"pid={r.pid}  started {r.started_at}" for r in found)
+    rows = "".join(
+        f"\n  {Path(r.bundle_path).parent}  swarm {r.swarm}  instanceKey={r.instance_key}  "
+        f"pid={r.pid}  started {r.started_at}"
+        for r in found
+    )
     raise UsageError(
         f"{len(found)} swarms are running under {state_root}; say which one:{rows}",
         code="E_RUN_SWARM_AMBIGUOUS",

@@ -1,7 +1,8 @@
 """``goondan completion bash|zsh|fish``: print the shell completion script (click's).
 
-The script completes both names, ``goondan`` and ``gdn``. Install it once, e.g. ``goondan completion bash >> ~/.bashrc`` or
-``goondan completion fish > ~/.config/fish/completions/goondan.fish`` (docs/cli.md).
+The script completes both names, ``goondan`` and ``gdn``. Install it once, e.g.
+``goondan completion bash >> ~/.bashrc`` or ``goondan completion fish >
+~/.config/fish/completions/goondan.fish`` (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def completion(shell: str) -> int:
     source = cls(cli, {}, "goondan", "_GOONDAN_COMPLETE").source()
     if shell == "zsh":  # its registrations name every command: add gdn to them
         source = source.replace("#compdef goondan", "#compdef goondan gdn")
-        source = source.replace("compdef _goondan_completion goondan", "compdef _goondan_completion goondan gdn")
+        source = source.replace(
+            "compdef _goondan_completion goondan", "compdef _goondan_completion goondan gdn"
+        )
     else:
         source = source.rstrip("\n") + "\n" + _ALIAS[shell] + "\n"
     click.echo(source, nl=False)

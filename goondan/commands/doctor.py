@@ -4,8 +4,8 @@ Each MCP server of the bundle (Tool ``spec.mcp``) is started once, listed and st
 
 With a bundle, only the keys its Models need are checked: a Model's own ``apiKey`` variable, or
 the provider's usual variables when the Model talks to the provider's public host (a local or
-self-hosted endpoint needs none; docs/models.md "Endpoints and API keys"). Without one, every known provider
-variable that is set is listed.
+self-hosted endpoint needs none; docs/models.md "Endpoints and API keys"). Without one, every known
+provider variable that is set is listed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ DISTRIBUTION = "pygoondan"
 # The PyPI name `goondan` belongs to the reference authors' own Python host (another
 # configuration format) that installs an import package `goondan` too (README "Install").
 OTHER_DISTRIBUTION = "goondan"
-_OUR_SUMMARY = "Declarative agent-swarm runtime"  # how an install of this project under the old name reads
+# how an install of this project under the old name reads
+_OUR_SUMMARY = "Declarative agent-swarm runtime"
 
 
 @dataclass
@@ -89,9 +90,13 @@ def run_checks(bundle: Path | None, state_root: Path) -> list[Check]:
         except importlib.metadata.PackageNotFoundError:
             checks.append(Check("System", dist, "fail", "not installed", f"pip install {dist}"))
     try:
-        checks.append(Check("Goondan", DISTRIBUTION, "ok", importlib.metadata.version(DISTRIBUTION)))
+        checks.append(
+            Check("Goondan", DISTRIBUTION, "ok", importlib.metadata.version(DISTRIBUTION))
+        )
     except importlib.metadata.PackageNotFoundError:
-        checks.append(Check("Goondan", DISTRIBUTION, "warn", "running from a source tree (not installed)"))
+        checks.append(
+            Check("Goondan", DISTRIBUTION, "warn", "running from a source tree (not installed)")
+        )
     other = _other_distribution()
     if other is not None:
         checks.append(other)
@@ -101,8 +106,15 @@ def run_checks(bundle: Path | None, state_root: Path) -> list[Check]:
     for name, entries in sorted(pydist.discover().items()):  # Python-distribution packages
         if len(entries) > 1:
             owners = ", ".join(e.describe() for e in entries)
-            checks.append(Check("Goondan", name, "warn", f"provided by several distributions: {owners}",
-                                "pip uninstall all but one (docs/packages.md)"))
+            checks.append(
+                Check(
+                    "Goondan",
+                    name,
+                    "warn",
+                    f"provided by several distributions: {owners}",
+                    "pip uninstall all but one (docs/packages.md)",
+                )
+            )
         else:
             checks.append(Check("Goondan", name, "ok", entries[0].describe()))
     for name, rows in sorted(installed_providers().items()):  # third-party model providers
@@ -152,8 +164,15 @@ def _known_key_checks() -> list[Check]:
     found = [name for name in variables if os.environ.get(name)]
     checks = [Check("API keys", name, "ok", f"set ({_masked(os.environ[name])})") for name in found]
     if not found:
-        checks.append(Check("API keys", "model keys", "warn", "no provider key set",
-                            f"export one of {', '.join(variables)} (or use provider: scripted offline)"))
+        checks.append(
+            Check(
+                "API keys",
+                "model keys",
+                "warn",
+                "no provider key set",
+                f"export one of {', '.join(variables)} (or use provider: scripted offline)",
+            )
+        )
     return checks
 
 
@@ -173,26 +192,43 @@ def _bundle_key_checks(bundle: Any) -> list[Check]:
             if not names:
                 checks.append(Check("API keys", name, "ok", "apiKey given in the Model"))
             elif os.environ.get(names[0]):
-                checks.append(Check("API keys", name, "ok", f"{names[0]} set ({_masked(os.environ[names[0]])})"))
+                checks.append(
+                    Check(
+                        "API keys", name, "ok", f"{names[0]} set ({_masked(os.environ[names[0]])})"
+                    )
+                )
             else:
                 checks.append(Check("API keys", name, "warn", f"{names[0]} is not set",
                                     f"export {names[0]} (the Model's apiKey reads it)"))
             continue
         try:
-            model = create_model(ModelSpec(
-                provider=binding.provider, model=binding.model, endpoint=binding.endpoint,
-                options=dict(binding.options), capabilities=dict(binding.capabilities), name=binding.name,
-            ), base_dir=bundle.root)
+            model = create_model(
+                ModelSpec(
+                    provider=binding.provider,
+                    model=binding.model,
+                    endpoint=binding.endpoint,
+                    options=dict(binding.options),
+                    capabilities=dict(binding.capabilities),
+                    name=binding.name,
+                ),
+                base_dir=bundle.root,
+            )
         except GoondanError as err:
-            checks.append(Check("API keys", name, "warn", f"[{err.code}] {err.message}", err.suggestion))
+            checks.append(
+                Check("API keys", name, "warn", f"[{err.code}] {err.message}", err.suggestion)
+            )
             continue
         if not isinstance(model, HttpModel):
-            checks.append(Check("API keys", name, "ok", f"no key needed (provider {binding.provider})"))
+            checks.append(
+                Check("API keys", name, "ok", f"no key needed (provider {binding.provider})")
+            )
             continue
         variables = model.env_names()
         found = next((v for v in variables if os.environ.get(v)), None)
         if found is not None:
-            checks.append(Check("API keys", name, "ok", f"{found} set ({_masked(os.environ[found])})"))
+            checks.append(
+                Check("API keys", name, "ok", f"{found} set ({_masked(os.environ[found])})")
+            )
         elif model.key_required():
             wanted = " or ".join(variables)
             checks.append(Check("API keys", name, "warn", f"needs {wanted}, which is not set",
@@ -252,14 +288,27 @@ def _check_state_root(state_root: Path) -> Check:
         with tempfile.NamedTemporaryFile(dir=probe_dir, prefix=".doctor-", delete=True):
             pass
     except OSError as exc:
-        return Check("State", "state root", "fail", f"{state_root} is not writable ({exc.strerror})",
-                     "choose a writable --state-root or set GOONDAN_STATE_ROOT")
+        return Check(
+            "State",
+            "state root",
+            "fail",
+            f"{state_root} is not writable ({exc.strerror})",
+            "choose a writable --state-root or set GOONDAN_STATE_ROOT",
+        )
     return Check("State", "state root", "ok", str(state_root))
 
 
 @click.command()
-@click.option("-b", "--bundle", "-c", "--config", "bundle", type=click.Path(path_type=Path), default=None,
-              help="Bundle directory or goondan.yaml to check (default: the current directory).")
+@click.option(
+    "-b",
+    "--bundle",
+    "-c",
+    "--config",
+    "bundle",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Bundle directory or goondan.yaml to check (default: the current directory).",
+)
 @click.option("--state-root", type=click.Path(), default=None, help="State root to check.")
 @click.option("--fix", is_flag=True, help="Reserved: no automatic fixes yet.")
 @click.option("--json", "as_json", is_flag=True, default=False,
@@ -274,7 +323,9 @@ def doctor(bundle: Path | None, state_root: str | None, fix: bool, as_json: bool
         root = opts.resolve_state_root(state_root)
     except GoondanError:
         # A broken state root is one of the things doctor reports, not a reason to stop.
-        root = Path(state_root or opts.state_root or os.environ.get("GOONDAN_STATE_ROOT", "~/.goondan")).expanduser()
+        root = Path(
+            state_root or opts.state_root or os.environ.get("GOONDAN_STATE_ROOT", "~/.goondan")
+        ).expanduser()
     if bundle is None and opts.bundle is not None:
         bundle = Path(opts.bundle)
     checks = run_checks(bundle, root)
@@ -283,8 +334,13 @@ def doctor(bundle: Path | None, state_root: str | None, fix: bool, as_json: bool
         import json
 
         summary = {s: sum(1 for c in checks if c.status == s) for s in ("ok", "warn", "fail")}
-        click.echo(json.dumps({"checks": [dataclasses.asdict(c) for c in checks], "summary": summary},
-                              ensure_ascii=False, indent=2))
+        click.echo(
+            json.dumps(
+                {"checks": [dataclasses.asdict(c) for c in checks], "summary": summary},
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
         if summary["fail"]:
             raise click.exceptions.Exit(1)
         return
@@ -292,10 +348,15 @@ def doctor(bundle: Path | None, state_root: str | None, fix: bool, as_json: bool
     click.echo("Goondan Doctor")
     for check in checks:
         icon, colour = icons[check.status]
-        click.echo(f"{style(icon, opts.color, fg=colour)} [{check.category}] {check.name}: {check.detail}")
+        click.echo(
+            f"{style(icon, opts.color, fg=colour)} [{check.category}] {check.name}: {check.detail}"
+        )
         if check.suggestion and check.status != "ok":
             click.echo(f"    suggestion: {check.suggestion}")
     counts = {s: sum(1 for c in checks if c.status == s) for s in icons}
-    click.echo(f"Summary: {counts['ok']} passed, {_n(counts['warn'], 'warning')}, {_n(counts['fail'], 'error')}")
+    click.echo(
+        f"Summary: {counts['ok']} passed, "
+        f"{_n(counts['warn'], 'warning')}, {_n(counts['fail'], 'error')}"
+    )
     if counts["fail"]:
         raise click.exceptions.Exit(1)

@@ -36,9 +36,15 @@ def _summary(plan: RecoveryPlan) -> str:
         if plan.already_committed:
             parts.append(f"{plan.already_committed} already committed")
     if plan.synthetic_results:
-        parts.append(f"added {plan.synthetic_results} synthetic tool result{'s' * (plan.synthetic_results != 1)}")
+        parts.append(
+            f"added {plan.synthetic_results} synthetic tool "
+            f"result{'s' * (plan.synthetic_results != 1)}"
+        )
     if plan.dropped_results:
-        parts.append(f"dropped {plan.dropped_results} orphan or duplicate tool result{'s' * (plan.dropped_results != 1)}")
+        parts.append(
+            f"dropped {plan.dropped_results} orphan or duplicate "
+            f"tool result{'s' * (plan.dropped_results != 1)}"
+        )
     return ", ".join(parts) + f"; {len(plan.state.next_messages)} messages"
 
 
@@ -70,9 +76,11 @@ def fold(key: str | None, fold_all: bool, agent: str | None, workspace_id: str |
     """Fold leftover conversation events of instance KEY (or --all) into base.jsonl."""
     if bool(key) == fold_all:
         what = "not both" if fold_all else "nothing given"
-        raise UsageError(f"fold one instance or all of them ({what})",
-                         suggestion="'goondan fold KEY' folds the instance KEY (see 'goondan instance list'); "
-                         "'goondan fold --all' folds every instance under the state root")
+        raise UsageError(
+            f"fold one instance or all of them ({what})",
+            suggestion="'goondan fold KEY' folds the instance KEY (see 'goondan instance list'); "
+            "'goondan fold --all' folds every instance under the state root",
+        )
     as_json = as_json or get_globals().json_errors
     root = get_globals().resolve_state_root(state_root)
     if fold_all:
@@ -97,7 +105,9 @@ def fold(key: str | None, fold_all: bool, agent: str | None, workspace_id: str |
                          "skipped": True, "error": exc.to_dict()})
             if not as_json:
                 verb = "skipped" if isinstance(exc, InstanceLockedError) else "failed"
-                click.echo(mask(f"{info.label} ({info.workspace_id}): {verb}: [{exc.code}] {exc.message}"))
+                click.echo(
+                    mask(f"{info.label} ({info.workspace_id}): {verb}: [{exc.code}] {exc.message}")
+                )
             continue
         rows.append({"instance": info.label, "workspaceId": info.workspace_id,
                      "leftoverEvents": plan.leftover_events,
@@ -109,7 +119,11 @@ def fold(key: str | None, fold_all: bool, agent: str | None, workspace_id: str |
         if not as_json:
             text = _summary(plan)
             if dry_run:
-                text = text.replace("folded", "would fold").replace("added", "would add").replace("dropped", "would drop")
+                text = (
+                    text.replace("folded", "would fold")
+                    .replace("added", "would add")
+                    .replace("dropped", "would drop")
+                )
             click.echo(mask(f"{info.label} ({info.workspace_id}): {text}"))
             for d in diagnostics:
                 if d.code not in ("W_WORKSPACE_RECOVERED", "W_WORKSPACE_REPAIRED"):

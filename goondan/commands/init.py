@@ -114,8 +114,10 @@ spec:
 
 _ROLES = {
     "assistant": "You are a helpful, concise assistant.",
-    "planner": ("You plan work and delegate it with the agents tool (agents__request): ask the coder "
-                "to write the code, then the reviewer to review it, and report the result."),
+    "planner": (
+        "You plan work and delegate it with the agents tool (agents__request): ask the coder "
+        "to write the code, then the reviewer to review it, and report the result."
+    ),
     "coder": "You write clear, tested code.",
     "reviewer": "You review changes for correctness and clarity.",
 }
@@ -158,7 +160,9 @@ def scaffold(path: Path, *, name: str, template: str, force: bool = False) -> li
         tools = ('  tools:\n    - ref: {kind: Tool, name: agents, package: "@goondan/base"}\n'
                  if template == "multi-agent" and agent == agents[0] else "")
         docs.append(_AGENT.format(agent=agent, prompts=prompts, tools=tools))
-    docs.append(_SWARM.format(entry=agents[0], agents="\n".join(f'    - "Agent/{a}"' for a in agents)))
+    docs.append(
+        _SWARM.format(entry=agents[0], agents="\n".join(f'    - "Agent/{a}"' for a in agents))
+    )
     manifest.write_text("".join(docs), encoding="utf-8")
     written.insert(0, manifest)
     if template != "minimal":
@@ -176,9 +180,17 @@ def scaffold(path: Path, *, name: str, template: str, force: bool = False) -> li
 @click.command()
 @click.argument("path", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-n", "--name", default=None, help="Package name (default: the directory name).")
-@click.option("-t", "--template", type=click.Choice(TEMPLATES), default="default", show_default=True,
-              help="Project template.")
-@click.option("--git/--no-git", default=True, show_default=True, help="Run `git init` in the new project.")
+@click.option(
+    "-t",
+    "--template",
+    type=click.Choice(TEMPLATES),
+    default="default",
+    show_default=True,
+    help="Project template.",
+)
+@click.option(
+    "--git/--no-git", default=True, show_default=True, help="Run `git init` in the new project."
+)
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing goondan.yaml.")
 def init(path: Path, name: str | None, template: str, git: bool, force: bool) -> None:
     """Create a new goondan project in PATH (default: the current directory).

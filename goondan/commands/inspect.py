@@ -67,7 +67,11 @@ def short_time(value: str | None) -> str:
 def _clip(text: str, limit: int = _OUTPUT_LIMIT) -> str:
     # Masked before the cut: a secret across the limit would otherwise keep its start.
     text = mask(text)
-    return text if len(text) <= limit else mask_cut(text[:limit]) + f"... ({len(text) - limit} more chars)"
+    return (
+        text
+        if len(text) <= limit
+        else mask_cut(text[:limit]) + f"... ({len(text) - limit} more chars)"
+    )
 
 
 def _compact(value: Any) -> str:
@@ -116,7 +120,9 @@ def format_message(number: int | None, message: Message, *, color: bool = False)
                          f"{_clip(_compact(args))}")
         elif kind == "tool-result":
             output = part.get("output")
-            status = "error" if isinstance(output, dict) and output.get("type") == "error-json" else "ok"
+            status = (
+                "error" if isinstance(output, dict) and output.get("type") == "error-json" else "ok"
+            )
             value = output.get("value") if isinstance(output, dict) else output
             lines.append(f"    <- result {part.get('toolName')} ({part.get('toolCallId')}) "
                          f"{status}: {_clip(_compact(value))}")

@@ -219,7 +219,9 @@ def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
 
     root = get_globals().resolve_state_root(state_root)
     try:
-        found = select_instances(root, key, agent=agent, workspace_id=workspace_id, allow_many=force)
+        found = select_instances(
+            root, key, agent=agent, workspace_id=workspace_id, allow_many=force
+        )
     except WorkspaceError as err:
         if err.code != "E_WORKSPACE_INSTANCE_NOT_FOUND":
             raise
@@ -231,12 +233,19 @@ def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
             if info.locked():
                 delete_instance(info)  # raises E_INSTANCE_LOCKED with the holder's pid
         if not sys.stdin.isatty():
-            raise UsageError(f"not deleting {found[0].label} without confirmation: no terminal to ask on",
-                             code="E_USAGE", suggestion=f"pass --force: goondan instance delete {key} --force")
+            raise UsageError(
+                f"not deleting {found[0].label} without confirmation: no terminal to ask on",
+                code="E_USAGE",
+                suggestion=f"pass --force: goondan instance delete {key} --force",
+            )
         for info in found:
             count = info.message_count()
-            click.echo(mask(f"  {info.label}  ({info.workspace_id}, {count} {plural(count, 'message')})"))
-        if not click.confirm(f"Delete {len(found)} {plural(len(found), 'instance')}?", default=False):
+            click.echo(
+                mask(f"  {info.label}  ({info.workspace_id}, {count} {plural(count, 'message')})")
+            )
+        if not click.confirm(
+            f"Delete {len(found)} {plural(len(found), 'instance')}?", default=False
+        ):
             click.echo("Nothing deleted.")
             return
     for info in found:
@@ -251,8 +260,15 @@ def plural(count: int, word: str) -> str:
 
 @instance.command("restart")
 @click.argument("key")
-@click.option("--agent", "-a", default=None, help="Only the process of this agent [default: every agent of KEY].")
-@click.option("--fresh", is_flag=True, default=False, help="Clear the agent's conversation history too.")
+@click.option(
+    "--agent",
+    "-a",
+    default=None,
+    help="Only the process of this agent [default: every agent of KEY].",
+)
+@click.option(
+    "--fresh", is_flag=True, default=False, help="Clear the agent's conversation history too."
+)
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the outcome as JSON.")
 @click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(),
               help="Bundle whose running swarm to address [default: as goondan restart].")
@@ -262,4 +278,6 @@ def restart_instance(key: str, agent: str | None, fresh: bool, as_json: bool, bu
     """Restart the running processes of conversation KEY in the running swarm (history kept)."""
     from goondan.commands.restart import restart_processes
 
-    return restart_processes(bundle, swarm, agent=agent, instance_key=key, fresh=fresh, as_json=as_json)
+    return restart_processes(
+        bundle, swarm, agent=agent, instance_key=key, fresh=fresh, as_json=as_json
+    )

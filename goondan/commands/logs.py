@@ -4,8 +4,9 @@ Files live under ``<state_root>/runtime/logs/<runtime key>/<process>.{stdout,std
 (the runtime key is ``<instanceKey>.<workspaceId>``, docs/cli.md); the orchestrator is
 ``orchestrator``, agent processes are ``<agent>.<conversation key>`` (the key made path-safe:
 ``alert:db`` → ``alert-db``), connector processes ``connection.<name>``. A ``--process`` that
-names no process with logs gets the real name suggested. Lines are JSON records, printed as ``time process LEVEL message``
-(coloured on a terminal); ``--json`` prints them as they are (one JSON object per line).
+names no process with logs gets the real name suggested. Lines are JSON records, printed as
+``time process LEVEL message`` (coloured on a terminal); ``--json`` prints them as they are (one
+JSON object per line).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def parse_since(value: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError as exc:
-        raise click.BadParameter(f"{value!r} is neither a duration (30s, 10m, 2h, 1d) nor an ISO time") from exc
+        raise click.BadParameter(
+            f"{value!r} is neither a duration (30s, 10m, 2h, 1d) nor an ISO time"
+        ) from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
@@ -78,8 +81,10 @@ def format_record(line: str, process: str, *, color: bool) -> str:
     if record.get("exception"):
         message += "\n" + str(record["exception"])
     name = str(record.get("process") or process)
-    return (f"{style(when, color, fg='bright_black')} {style(name, color, fg='cyan')} "
-            f"{style(level.upper().ljust(5), color, fg=_LEVEL_COLOURS.get(level, 'white'))} {message}")
+    return (
+        f"{style(when, color, fg='bright_black')} {style(name, color, fg='cyan')} "
+        f"{style(level.upper().ljust(5), color, fg=_LEVEL_COLOURS.get(level, 'white'))} {message}"
+    )
 
 
 def _keep(line: str, *, trace: str | None, since: datetime | None) -> bool:
@@ -94,24 +99,56 @@ def _keep(line: str, *, trace: str | None, since: datetime | None) -> bool:
 
 @click.command("logs")
 @running_swarm_options
-@click.option("-i", "--instance-key", default=None,
-              help="The swarm's instance key [default: the swarm of --bundle, else the running one, "
-              "else the one that logged last].")
+@click.option(
+    "-i",
+    "--instance-key",
+    default=None,
+    help="The swarm's instance key [default: the swarm of --bundle, else the running one, "
+    "else the one that logged last].",
+)
 @click.option("-p", "--process", "process", default=None,
               help="Process name: 'orchestrator' (default), '<agent>.<conversation>' or "
               "'connection.<name>' (see --list).")
-@click.option("-a", "--agent", default=None, help="Every process of this agent (all its conversations).")
+@click.option(
+    "-a", "--agent", default=None, help="Every process of this agent (all its conversations)."
+)
 @click.option("--trace", "trace", default=None, help="Only lines of this trace id.")
-@click.option("--since", "since", default=None, help="Only lines since a duration ago (30s, 10m, 2h, 1d) or an ISO time.")
-@click.option("--stream", type=click.Choice(["stdout", "stderr", "both"]), default="both", show_default=True)
+@click.option(
+    "--since",
+    "since",
+    default=None,
+    help="Only lines since a duration ago (30s, 10m, 2h, 1d) or an ISO time.",
+)
+@click.option(
+    "--stream", type=click.Choice(["stdout", "stderr", "both"]), default="both", show_default=True
+)
 @click.option("-l", "--lines", default=200, show_default=True, type=click.IntRange(min=0),
               help="How many of the last matching lines to show per file.")
-@click.option("-f", "--follow", is_flag=True, default=False, help="Keep printing new lines (Ctrl-C stops).")
-@click.option("--list", "list_processes", is_flag=True, default=False, help="List the processes that have logs.")
+@click.option(
+    "-f", "--follow", is_flag=True, default=False, help="Keep printing new lines (Ctrl-C stops)."
+)
+@click.option(
+    "--list",
+    "list_processes",
+    is_flag=True,
+    default=False,
+    help="List the processes that have logs.",
+)
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the raw JSON lines.")
-def logs(bundle: str | None, swarm: str | None, instance_key: str | None, process: str | None,
-         agent: str | None, trace: str | None, since: str | None, stream: str, lines: int, follow: bool,
-         list_processes: bool, as_json: bool) -> int:
+def logs(
+    bundle: str | None,
+    swarm: str | None,
+    instance_key: str | None,
+    process: str | None,
+    agent: str | None,
+    trace: str | None,
+    since: str | None,
+    stream: str,
+    lines: int,
+    follow: bool,
+    list_processes: bool,
+    as_json: bool,
+) -> int:
     """Show the last lines of a swarm's process logs (pretty; --json raw), or follow them."""
     from goondan.errors import ConfigError, UsageError
     from goondan.ipc.logs import follow_lines, log_files, valid_process_name
@@ -126,15 +163,23 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
     # are (its workspace record names it) are masked wherever this runs
     given = bundle or options.bundle
     own = _bundle_of(state_root, directory)
-    register_bundle_secrets(state_root, bundles=tuple(Path(p) for p in (given, own) if p is not None))
-    names = sorted({p.name.rsplit(".", 2)[0] for p in directory.glob("*.log")}) if directory.is_dir() else []
+    register_bundle_secrets(
+        state_root, bundles=tuple(Path(p) for p in (given, own) if p is not None)
+    )
+    names = (
+        sorted({p.name.rsplit(".", 2)[0] for p in directory.glob("*.log")})
+        if directory.is_dir()
+        else []
+    )
     for name in (process, agent):
         if name is not None and not valid_process_name(name):
             raise UsageError(f"invalid process name {name!r}: process names match [A-Za-z0-9._-]+",
                              code="E_USAGE", suggestion=_real_name(name, names))
     if list_processes:
         if as_json:
-            click.echo(json.dumps({"instanceKey": key, "logDir": str(directory), "processes": names}))
+            click.echo(
+                json.dumps({"instanceKey": key, "logDir": str(directory), "processes": names})
+            )
         elif names:
             for name in names:
                 click.echo(name)
@@ -144,8 +189,11 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
     if agent is not None:
         chosen_names = [n for n in names if n.startswith(agent + ".")]
         if not chosen_names:
-            raise ConfigError(f"agent {agent!r} has no logs for {key!r} in {directory}", code="E_RUN_NO_LOGS",
-                              suggestion="see 'goondan logs --list' for the processes with logs")
+            raise ConfigError(
+                f"agent {agent!r} has no logs for {key!r} in {directory}",
+                code="E_RUN_NO_LOGS",
+                suggestion="see 'goondan logs --list' for the processes with logs",
+            )
     else:
         chosen_names = [process or "orchestrator"]
     chosen: dict[str, Path] = {}
@@ -164,14 +212,23 @@ def logs(bundle: str | None, swarm: str | None, instance_key: str | None, proces
             return
         name = label.split(":", 1)[0]
         if as_json:
-            click.echo(mask(line if _record(line) is not None else
-                            json.dumps({"process": name, "stream": label.split(":", 1)[1], "message": line})))
+            click.echo(
+                mask(
+                    line
+                    if _record(line) is not None
+                    else json.dumps(
+                        {"process": name, "stream": label.split(":", 1)[1], "message": line}
+                    )
+                )
+            )
         else:
             click.echo(mask(format_record(line, name, color=options.color)))
 
     if not as_json and not options.quiet:
         what = f"agent {agent}" if agent is not None else chosen_names[0]
-        click.echo(style(f"Logs of {what} (instanceKey={key}) in {directory}", options.color, bold=True))
+        click.echo(
+            style(f"Logs of {what} (instanceKey={key}) in {directory}", options.color, bold=True)
+        )
     shown = 0
     for label, line in _merged(chosen, lines, trace=trace, since=since_at):
         show(label, line)
@@ -269,7 +326,11 @@ def _log_dir(state_root: Path, bundle: str | None, swarm: str | None,
         if exact.is_dir():
             return instance_key, exact
         prefix = exact.name + "."
-        scoped = [d for d in base.iterdir() if d.is_dir() and d.name.startswith(prefix)] if base.is_dir() else []
+        scoped = (
+            [d for d in base.iterdir() if d.is_dir() and d.name.startswith(prefix)]
+            if base.is_dir()
+            else []
+        )
         if scoped:
             return instance_key, max(scoped, key=_last_write)
         return instance_key, exact
@@ -279,11 +340,16 @@ def _log_dir(state_root: Path, bundle: str | None, swarm: str | None,
         return loaded.swarm_spec(swarm).instance_key, log_dir_for(state_root, key)
     active = read_active(state_root)
     if active is not None:
-        return active.instance_key, Path(active.log_dir) if active.log_dir else log_dir_for(state_root, active.runtime_key)
+        return active.instance_key, Path(active.log_dir) if active.log_dir else log_dir_for(
+            state_root, active.runtime_key
+        )
     dirs = [d for d in base.iterdir() if d.is_dir() and _last_write(d) > 0] if base.is_dir() else []
     if not dirs:
-        raise ConfigError("no swarm has been started under this state root", code="E_RUN_NOT_RUNNING",
-                          suggestion="pass --bundle or --instance-key, or start one with 'goondan run'")
+        raise ConfigError(
+            "no swarm has been started under this state root",
+            code="E_RUN_NOT_RUNNING",
+            suggestion="pass --bundle or --instance-key, or start one with 'goondan run'",
+        )
     newest = max(dirs, key=_last_write)
     return _instance_key_of(state_root, newest), newest
 

@@ -81,7 +81,9 @@ def record_dependency(manifest: Path, name: str, version: str) -> None:
     text = manifest.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     start = 1 if lines and lines[0].strip() == "---" else 0
-    end = next((i for i in range(start, len(lines)) if lines[i].rstrip("\r\n") == "---"), len(lines))
+    end = next(
+        (i for i in range(start, len(lines)) if lines[i].rstrip("\r\n") == "---"), len(lines)
+    )
     first = "".join(lines[start:end])
     try:
         data = yaml.safe_load(first)
@@ -103,14 +105,24 @@ def record_dependency(manifest: Path, name: str, version: str) -> None:
             deps.append({"name": name, "version": version})
         spec["dependencies"] = deps
         rest = "".join(lines[end:])
-        new_text = "".join(lines[:start]) + yaml.safe_dump(data, sort_keys=False, allow_unicode=True) + rest
+        new_text = (
+            "".join(lines[:start])
+            + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+            + rest
+        )
     else:
         package = {
-            "apiVersion": "goondan.ai/v1", "kind": "Package",
-            "metadata": {"name": re.sub(r"[^a-z0-9-]+", "-", manifest.parent.name.lower()).strip("-") or "bundle"},
+            "apiVersion": "goondan.ai/v1",
+            "kind": "Package",
+            "metadata": {
+                "name": re.sub(r"[^a-z0-9-]+", "-", manifest.parent.name.lower()).strip("-")
+                or "bundle"
+            },
             "spec": {"version": "0.1.0", "dependencies": [{"name": name, "version": version}]},
         }
-        new_text = yaml.safe_dump(package, sort_keys=False) + "---\n" + text[len("".join(lines[:start])):]
+        new_text = (
+            yaml.safe_dump(package, sort_keys=False) + "---\n" + text[len("".join(lines[:start])) :]
+        )
     manifest.write_text(new_text, encoding="utf-8")
 
 
@@ -134,13 +146,23 @@ def package() -> None:
 @click.argument("spec")
 @click.option("--dist", "dist", default=None,
               help="PyPI distribution to install [default: goondan-<scope>-<name>].")
-@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(path_type=Path),
-              help="Bundle directory (or its goondan.yaml).")
+@click.option(
+    "-b",
+    "--bundle",
+    "-c",
+    "--config",
+    "bundle",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Bundle directory (or its goondan.yaml).",
+)
 @click.option("--no-install", is_flag=True, default=False,
               help="Do not run pip; only record the dependency (it must already be installed).")
 @click.option("--pip-arg", "pip_args", multiple=True,
               help="Extra argument for pip install (repeatable), e.g. --pip-arg=--no-index.")
-def add(spec: str, dist: str | None, bundle: Path | None, no_install: bool, pip_args: tuple[str, ...]) -> None:
+def add(
+    spec: str, dist: str | None, bundle: Path | None, no_install: bool, pip_args: tuple[str, ...]
+) -> None:
     """Install package SPEC (NAME[@RANGE]) with pip and add it to the bundle's dependencies."""
     name, range_text = parse_spec(spec)
     if not re.match(r"^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*$", name):
@@ -160,9 +182,11 @@ def add(spec: str, dist: str | None, bundle: Path | None, no_install: bool, pip_
         proc = subprocess.run(command, check=False)
         if proc.returncode != 0:
             raise ConfigError(
-                f"pip install {requirement} failed (exit {proc.returncode})", code="E_PACKAGE_PIP_FAILED",
+                f"pip install {requirement} failed (exit {proc.returncode})",
+                code="E_PACKAGE_PIP_FAILED",
                 suggestion="check the distribution name (--dist) and your package index; "
-                           "pip's output above says why")
+                "pip's output above says why",
+            )
         importlib.invalidate_caches()
     found = pydist.discover().get(name) or []
     if builtin and not found:
@@ -177,30 +201,50 @@ def add(spec: str, dist: str | None, bundle: Path | None, no_install: bool, pip_
         if not found:
             raise ConfigError(
                 f"no installed distribution provides the Goondan package {name!r}"
-                + (f" ({dist} has no 'goondan.packages' entry point with that name)" if not no_install else ""),
+                + (
+                    f" ({dist} has no 'goondan.packages' entry point with that name)"
+                    if not no_install
+                    else ""
+                ),
                 code="E_CONFIG_PACKAGE_NOT_INSTALLED",
                 suggestion="pass the right PyPI name with --dist, or check the distribution's "
-                           "[project.entry-points.\"goondan.packages\"] table")
+                '[project.entry-points."goondan.packages"] table',
+            )
         installed = semver.from_python(found[0].version)
-        if range_text is not None and (installed is None or not semver.satisfies(installed, range_text)):
+        if range_text is not None and (
+            installed is None or not semver.satisfies(installed, range_text)
+        ):
             raise ConfigError(
-                f"{found[0].describe()} does not satisfy {range_text!r}", code="E_CONFIG_PACKAGE_VERSION",
-                suggestion=f"pip install '{found[0].distribution}' at a matching version, or widen the range")
+                f"{found[0].describe()} does not satisfy {range_text!r}",
+                code="E_CONFIG_PACKAGE_VERSION",
+                suggestion=f"pip install '{found[0].distribution}' "
+                "at a matching version, or widen the range",
+            )
         version = range_text or f"^{installed}"
     record_dependency(manifest, name, version)
     result = _load(manifest.parent)
     errors = _dependency_errors(result)
     if errors:
-        raise ConfigError("dependency added, but the bundle's packages do not resolve: " + "; ".join(errors),
-                          code="E_CONFIG_PACKAGE_NOT_INSTALLED",
-                          suggestion="'goondan package list' shows each dependency; 'goondan validate' the rest")
+        raise ConfigError(
+            "dependency added, but the bundle's packages do not resolve: " + "; ".join(errors),
+            code="E_CONFIG_PACKAGE_NOT_INSTALLED",
+            suggestion="'goondan package list' shows each dependency; 'goondan validate' the rest",
+        )
     lock = write_lock(manifest.parent, result.located)
     click.echo(f"added {name}@{version} to {manifest}; wrote {lock.name}")
 
 
 @package.command("list")
-@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(path_type=Path),
-              help="Bundle directory (or its goondan.yaml).")
+@click.option(
+    "-b",
+    "--bundle",
+    "-c",
+    "--config",
+    "bundle",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Bundle directory (or its goondan.yaml).",
+)
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print JSON.")
 @click.option("--all", "show_all", is_flag=True, default=False,
               help="Also list installed Goondan packages the bundle does not use.")
@@ -220,8 +264,11 @@ def list_(bundle: Path | None, as_json: bool, show_all: bool) -> None:
             "version": loc.version, "distribution": loc.distribution, "module": loc.module,
             "path": str(loc.root), "warnings": [w.message for w in loc.warnings],
         })
-    problems: list[dict[str, Any]] = [{"code": d.code, "message": d.message, "suggestion": d.suggestion}
-                for d in result.diagnostics if d.code in _PACKAGE_CODES]
+    problems: list[dict[str, Any]] = [
+        {"code": d.code, "message": d.message, "suggestion": d.suggestion}
+        for d in result.diagnostics
+        if d.code in _PACKAGE_CODES
+    ]
     available: list[dict[str, Any]] = []
     if show_all:
         for name, entries in sorted(pydist.discover().items()):
@@ -239,7 +286,9 @@ def list_(bundle: Path | None, as_json: bool, show_all: bool) -> None:
         click.echo("No dependencies.")
     for row in rows:
         via = f"{row['distribution']} ({row['module']})" if row["distribution"] else row["source"]
-        click.echo(f"{row['name']}  {row['version'] or '?'}  [{via}]  requested {row['requested']!s}")
+        click.echo(
+            f"{row['name']}  {row['version'] or '?'}  [{via}]  requested {row['requested']!s}"
+        )
         click.echo(f"    {row['path']}")
         for warning in row["warnings"]:
             click.echo(f"    warning: {warning}")
@@ -254,16 +303,27 @@ def list_(bundle: Path | None, as_json: bool, show_all: bool) -> None:
 
 
 @package.command("lock")
-@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(path_type=Path),
-              help="Bundle directory (or its goondan.yaml).")
+@click.option(
+    "-b",
+    "--bundle",
+    "-c",
+    "--config",
+    "bundle",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Bundle directory (or its goondan.yaml).",
+)
 def lock(bundle: Path | None) -> None:
     """Write goondan.lock.yaml with the resolved versions and file hashes."""
     manifest = _manifest(bundle)
     result = _load(manifest.parent)
     errors = _dependency_errors(result)
     if errors:
-        raise ConfigError("cannot lock: " + "; ".join(errors), code="E_CONFIG_PACKAGE_NOT_INSTALLED",
-                          suggestion="'goondan package list' shows each dependency")
+        raise ConfigError(
+            "cannot lock: " + "; ".join(errors),
+            code="E_CONFIG_PACKAGE_NOT_INSTALLED",
+            suggestion="'goondan package list' shows each dependency",
+        )
     path = write_lock(manifest.parent, result.located)
     click.echo(f"wrote {path} ({len(result.located)} package{'s' * (len(result.located) != 1)})")
 
@@ -272,7 +332,9 @@ def lock(bundle: Path | None) -> None:
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-n", "--name", default=None,
               help="Package name, e.g. @acme/tools [default: the directory name].")
-@click.option("-f", "--force", is_flag=True, default=False, help="Overwrite an existing pyproject.toml.")
+@click.option(
+    "-f", "--force", is_flag=True, default=False, help="Overwrite an existing pyproject.toml."
+)
 def new(path: Path, name: str | None, force: bool) -> None:
     """Create a package project in PATH that builds a wheel (pyproject.toml + goondan.yaml)."""
     path = path.resolve()

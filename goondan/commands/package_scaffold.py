@@ -28,6 +28,7 @@ def module_name(package: str) -> str:
     return default_distribution(package).replace("-", "_")
 
 
+_PACKAGE_INIT = '"""Goondan package {name} (resources in goondan.yaml)."""\n'
 _PYPROJECT = """\
 # A Goondan package built as a Python wheel (docs/packages.md in goondan).
 #   build:    pip wheel --no-deps -w dist .      (or: python -m build)
@@ -158,11 +159,16 @@ Its resources: Tool `greeter` (export `hello`) and Extension `stamp`; reference 
 _GITIGNORE = "dist/\nbuild/\n*.egg-info/\n__pycache__/\n"
 
 
-def scaffold_package(path: Path, *, name: str, version: str = "0.1.0", force: bool = False) -> list[Path]:
+def scaffold_package(
+    path: Path, *, name: str, version: str = "0.1.0", force: bool = False
+) -> list[Path]:
     """Write a package project for ``name`` (``pkg`` or ``@scope/pkg``) into ``path``."""
     if not _NAME.match(name):
-        raise ConfigError(f"invalid package name {name!r}", code="E_PACKAGE_INVALID_NAME",
-                          suggestion="use lower-case 'name' or '@scope/name' (letters, digits, '-', '.', '_')")
+        raise ConfigError(
+            f"invalid package name {name!r}",
+            code="E_PACKAGE_INVALID_NAME",
+            suggestion="use lower-case 'name' or '@scope/name' (letters, digits, '-', '.', '_')",
+        )
     pyproject = path / "pyproject.toml"
     if pyproject.exists() and not force:
         raise ConfigError(f"{pyproject} already exists", code="E_INIT_EXISTS",
@@ -173,7 +179,7 @@ def scaffold_package(path: Path, *, name: str, version: str = "0.1.0", force: bo
         pyproject: _PYPROJECT,
         path / "README.md": _README,
         path / ".gitignore": _GITIGNORE,
-        path / module / "__init__.py": '"""Goondan package {name} (resources in goondan.yaml)."""\n',
+        path / module / "__init__.py": _PACKAGE_INIT,
         path / module / "goondan.yaml": _MANIFEST,
         path / module / "tools" / "__init__.py": "",
         path / module / "tools" / "greeter.py": _TOOL,

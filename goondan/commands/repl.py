@@ -36,13 +36,21 @@ __all__ = ["repl"]
               help="Swarm to use [env: GOONDAN_SWARM; default: 'default' or the only one].")
 @instance_key_option
 @click.option("--input", "input_text", default=None, help="Run one turn with this text and exit.")
-@click.option("--no-stream", is_flag=True, default=False, help="Print answers whole instead of streaming them.")
+@click.option(
+    "--no-stream",
+    is_flag=True,
+    default=False,
+    help="Print answers whole instead of streaming them.",
+)
 @click.option("--json", "as_json", is_flag=True, default=False,
               help="Print one TurnResult JSON object per turn (with --input or piped stdin).")
 @click.option("--state-root", type=click.Path(file_okay=False), default=None,
               help="System root for workspaces [env: GOONDAN_STATE_ROOT; default ~/.goondan].")
-@click.option("--env-file", default=None,
-              help="Extra env file read before .env.local and .env (relative to the bundle directory).")
+@click.option(
+    "--env-file",
+    default=None,
+    help="Extra env file read before .env.local and .env (relative to the bundle directory).",
+)
 def repl(
     agent: str | None,
     bundle: str | None,
@@ -79,7 +87,8 @@ def repl(
 
         raise UsageError(
             f"{agent!r} looks like a path, but repl's argument is an AGENT name",
-            code="E_USAGE", suggestion=f"give the bundle with --bundle: goondan repl --bundle {agent}",
+            code="E_USAGE",
+            suggestion=f"give the bundle with --bundle: goondan repl --bundle {agent}",
         )
     root = options.resolve_state_root(state_root)
     if input_text is not None:
@@ -94,7 +103,9 @@ def repl(
         # The turn a killed repl left open goes on first (docs/conversations.md "Durability").
         resumed = runner.run(instance.resume())
         if resumed is not None and resumed.finish_reason == "approval_pending":  # docs/approvals.md
-            click.echo("a turn waits for approval: goondan approvals list, then approve|deny ID", err=True)
+            click.echo(
+                "a turn waits for approval: goondan approvals list, then approve|deny ID", err=True
+            )
         elif resumed is not None:
             what = mask(resumed.text) if resumed.error is None else f"[{resumed.error.get('code')}]"
             click.echo(f"resumed the interrupted turn: {what}", err=True)
@@ -121,7 +132,14 @@ def repl(
             result = run_once(backend, runner, input_text, renderer)
             return exit_code_for(result)
         if not stdin_tty:
-            return run_batch(backend, runner, iter_input_lines(sys.stdin), out=sys.stdout, err=sys.stderr, as_json=as_json)
+            return run_batch(
+                backend,
+                runner,
+                iter_input_lines(sys.stdin),
+                out=sys.stdout,
+                err=sys.stderr,
+                as_json=as_json,
+            )
         reader = LineReader(root / "repl" / "history")
         session = ReplSession(
             backend, runner, reader=reader, out=sys.stdout, color=color, stream=not no_stream,

@@ -1,8 +1,9 @@
 """``goondan restart``: ask the running orchestrator to replace agent processes gracefully.
 
 The command finds the swarm from ``--bundle`` (default: the current directory's bundle, else
-the only running swarm: :func:`goondan.commands.common.find_running`) and talks to its orchestrator over the control socket. Each selected process drains — its running turn finishes and is
-folded — and is respawned with its history (``--fresh`` clears the agent's history first).
+the only running swarm: :func:`goondan.commands.common.find_running`) and talks to its orchestrator
+over the control socket. Each selected process drains — its running turn finishes and is folded —
+and is respawned with its history (``--fresh`` clears the agent's history first).
 """
 
 from __future__ import annotations
@@ -16,18 +17,28 @@ __all__ = ["restart", "restart_processes"]
 
 @click.command("restart")
 @running_swarm_options
-@click.option("-a", "--agent", default=None, help="Restart only this agent's processes [default: all].")
-@click.option("--fresh", is_flag=True, default=False, help="Clear the agent's conversation history too.")
-@click.option("--full", is_flag=True, default=False,
-              help="Stop the whole swarm (orchestrator, agents, connectors) and start it again in the "
-              "background, with the bundle and .env files read anew.")
+@click.option(
+    "-a", "--agent", default=None, help="Restart only this agent's processes [default: all]."
+)
+@click.option(
+    "--fresh", is_flag=True, default=False, help="Clear the agent's conversation history too."
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    default=False,
+    help="Stop the whole swarm (orchestrator, agents, connectors) and start it again in the "
+    "background, with the bundle and .env files read anew.",
+)
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the outcome as JSON.")
 def restart(bundle: str | None, swarm: str | None, agent: str | None, fresh: bool, full: bool,
             as_json: bool) -> int:
     """Gracefully restart the running swarm's agent processes (history kept unless --fresh)."""
     if full:
         if agent is not None or fresh:
-            raise click.UsageError("--full restarts the whole swarm: it takes neither --agent nor --fresh")
+            raise click.UsageError(
+                "--full restarts the whole swarm: it takes neither --agent nor --fresh"
+            )
         return _restart_full(bundle, swarm, as_json=as_json)
     return restart_processes(bundle, swarm, agent=agent, fresh=fresh, as_json=as_json)
 
@@ -49,22 +60,46 @@ def _restart_full(bundle: str | None, swarm: str | None, *, as_json: bool) -> in
     root = Path(active.bundle_path).parent
     report = stop_running(active, grace_s=grace_of(active) + 5.0)
     if report.left_running:
-        raise ConfigError(f"the swarm did not stop (pids {report.left_running} still run)",
-                          code="E_RUN_STOP_FAILED", suggestion="kill them, then 'goondan run --detach' again")
+        raise ConfigError(
+            f"the swarm did not stop (pids {report.left_running} still run)",
+            code="E_RUN_STOP_FAILED",
+            suggestion="kill them, then 'goondan run --detach' again",
+        )
     argv = detached_argv(state_root, root, active.swarm, watch=active.watch)
-    started = start_detached(argv, state_root=state_root, key=active.runtime_key,
-                             log_dir=Path(active.log_dir) if active.log_dir else log_dir_for(state_root, active.runtime_key),
-                             env=os.environ, cwd=Path.cwd())
+    started = start_detached(
+        argv,
+        state_root=state_root,
+        key=active.runtime_key,
+        log_dir=Path(active.log_dir)
+        if active.log_dir
+        else log_dir_for(state_root, active.runtime_key),
+        env=os.environ,
+        cwd=Path.cwd(),
+    )
     if as_json or options.json_errors:
-        click.echo(json.dumps({"instanceKey": started.instance_key, "oldPid": active.pid, "pid": started.pid}))
+        click.echo(
+            json.dumps(
+                {"instanceKey": started.instance_key, "oldPid": active.pid, "pid": started.pid}
+            )
+        )
     elif not options.quiet:
-        click.echo(f"Swarm {started.swarm} restarted (instanceKey={started.instance_key}, pid {active.pid} -> "
-                   f"{started.pid})")
+        click.echo(
+            f"Swarm {started.swarm} restarted "
+            f"(instanceKey={started.instance_key}, pid {active.pid} -> "
+            f"{started.pid})"
+        )
     return 0
 
 
-def restart_processes(bundle: str | None, swarm: str | None, *, agent: str | None = None,
-                      instance_key: str | None = None, fresh: bool = False, as_json: bool = False) -> int:
+def restart_processes(
+    bundle: str | None,
+    swarm: str | None,
+    *,
+    agent: str | None = None,
+    instance_key: str | None = None,
+    fresh: bool = False,
+    as_json: bool = False,
+) -> int:
     """Ask the running swarm to restart processes (all, one agent's, or one conversation's)."""
     import asyncio
     import json
@@ -84,7 +119,11 @@ def restart_processes(bundle: str | None, swarm: str | None, *, agent: str | Non
                          suggestion=answer.get("suggestion"))
     restarted = answer.get("restarted") or []
     if as_json or options.json_errors:
-        click.echo(json.dumps({"instanceKey": active.instance_key, "pid": active.pid, "restarted": restarted}))
+        click.echo(
+            json.dumps(
+                {"instanceKey": active.instance_key, "pid": active.pid, "restarted": restarted}
+            )
+        )
         return 0
     what = ", ".join(restarted) if restarted else "no running agent process"
     if not options.quiet:

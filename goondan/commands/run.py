@@ -39,29 +39,63 @@ __all__ = ["run"]
 
 @click.command("run")
 @click.argument("path", required=False, type=click.Path(file_okay=True, dir_okay=True))
-@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None,
-              type=click.Path(file_okay=True, dir_okay=True),
-              help="Bundle directory (or its goondan.yaml) [default: PATH, else the current directory].")
+@click.option(
+    "-b",
+    "--bundle",
+    "-c",
+    "--config",
+    "bundle",
+    default=None,
+    type=click.Path(file_okay=True, dir_okay=True),
+    help="Bundle directory (or its goondan.yaml) [default: PATH, else the current directory].",
+)
 @click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
               help="Swarm to run [env: GOONDAN_SWARM; default: 'default' or the only one].")
 @click.option("-w", "--watch", is_flag=True, default=False,
               help="Restart only the agents whose resources or entry files change (history kept).")
-@click.option("--input", "input_text", default=None, help="Send one message to the entry agent, print the answer, exit.")
-@click.option("--input-file", "input_file", default=None, type=click.Path(exists=True, dir_okay=False, allow_dash=True),
-              help="Send each line of FILE ('-' = stdin) as one message, print the answers, exit.")
+@click.option(
+    "--input",
+    "input_text",
+    default=None,
+    help="Send one message to the entry agent, print the answer, exit.",
+)
+@click.option(
+    "--input-file",
+    "input_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help="Send each line of FILE ('-' = stdin) as one message, print the answers, exit.",
+)
 @click.option("--foreground", is_flag=True, default=False,
               help="Run headless until SIGTERM/SIGINT (no stdin chat).")
-@click.option("-d", "--detach", is_flag=True, default=False,
-              help="Run headless in the background; return once the swarm is ready (stop: goondan stop).")
-@click.option("--ready-timeout", "ready_timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              envvar="GOONDAN_READY_TIMEOUT", metavar="SECONDS",
-              help="With --detach: how long to wait for the agents and connectors to run before failing "
-                   "[env: GOONDAN_READY_TIMEOUT].")
+@click.option(
+    "-d",
+    "--detach",
+    is_flag=True,
+    default=False,
+    help="Run headless in the background; return once the swarm is ready (stop: goondan stop).",
+)
+@click.option(
+    "--ready-timeout",
+    "ready_timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    envvar="GOONDAN_READY_TIMEOUT",
+    metavar="SECONDS",
+    help="With --detach: how long to wait for the agents and connectors to run before failing "
+    "[env: GOONDAN_READY_TIMEOUT].",
+)
 @click.option("--env-file", default=None, help="Extra .env file read before .env.local and .env.")
 @instance_key_option
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where agent instances run: local processes, or Ray host actors (docs/scaling.md; "
-                   "needs pip install 'pygoondan[ray]').")
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where agent instances run: local processes, or Ray host actors (docs/scaling.md; "
+    "needs pip install 'pygoondan[ray]').",
+)
 @click.option("--ray-address", default=None, metavar="auto|ray://HOST:PORT",
               help="With --engine ray: the cluster to join (default: start a local Ray).")
 @click.option("--no-install", is_flag=True, default=False,
@@ -114,17 +148,31 @@ def run(
     if ray_address is not None and engine != "ray":
         raise click.UsageError("--ray-address needs --engine ray")
     if detach and engine != "local":
-        raise click.UsageError("--detach runs the local engine only; run --engine ray with --foreground")
-    service = SwarmService(loaded, state_root=state_root, swarm=swarm, watch=watch,
-                           env_file=env_file, real_env=real_env, engine=engine, ray_address=ray_address)
-    if engine == "ray" and not options.quiet:  # starting Ray takes seconds: say so (docs/scaling.md)
+        raise click.UsageError(
+            "--detach runs the local engine only; run --engine ray with --foreground"
+        )
+    service = SwarmService(
+        loaded,
+        state_root=state_root,
+        swarm=swarm,
+        watch=watch,
+        env_file=env_file,
+        real_env=real_env,
+        engine=engine,
+        ray_address=ray_address,
+    )
+    # starting Ray takes seconds: say so (docs/scaling.md)
+    if engine == "ray" and not options.quiet:
         service.spawner.progress = lambda text: click.echo(text, err=True)  # type: ignore[attr-defined]
     # --lock-fd: the orchestrator `run --detach` starts; its parent took the lock
     if lock_fd is not None and not service.lock.adopt(lock_fd):
         from goondan.errors import ConfigError
 
-        raise ConfigError(f"--lock-fd {lock_fd} is not the lock of swarm {service.swarm.name!r}",
-                          code="E_RUN_START_FAILED", suggestion="start the swarm with 'goondan run --detach'")
+        raise ConfigError(
+            f"--lock-fd {lock_fd} is not the lock of swarm {service.swarm.name!r}",
+            code="E_RUN_START_FAILED",
+            suggestion="start the swarm with 'goondan run --detach'",
+        )
     startup_done()  # cli.FAST_START: the collector was paused while the service was set up
     lines = _input_lines(input_text, input_file)
     if lock_fd is None:
@@ -132,16 +180,37 @@ def run(
 
         while (found := claim_or_attach(service)) is not None:  # None: this process runs it
             try:
-                return _attach(service, found, lines, instance_key or found[0].instance_key, foreground=foreground, detach=detach,
-                               as_json=options.json_errors, color=options.color, quiet=options.quiet)
+                return _attach(
+                    service,
+                    found,
+                    lines,
+                    instance_key or found[0].instance_key,
+                    foreground=foreground,
+                    detach=detach,
+                    as_json=options.json_errors,
+                    color=options.color,
+                    quiet=options.quiet,
+                )
             except SwarmGone as gone:  # it stopped before taking a line: start it here instead
                 lines = gone.lines
     if detach:
-        return _detach(service, real_env, env_file, as_json=options.json_errors, quiet=options.quiet,
-                       ready_timeout=ready_timeout)
+        return _detach(
+            service,
+            real_env,
+            env_file,
+            as_json=options.json_errors,
+            quiet=options.quiet,
+            ready_timeout=ready_timeout,
+        )
     if foreground:
         return _headless(service, quiet=options.quiet)
-    return _chat(service, lines, instance_key or service.instance_key, color=options.color, quiet=options.quiet)
+    return _chat(
+        service,
+        lines,
+        instance_key or service.instance_key,
+        color=options.color,
+        quiet=options.quiet,
+    )
 
 
 def _input_lines(input_text: str | None, input_file: str | None) -> Iterable[str] | None:
@@ -158,10 +227,21 @@ def _input_lines(input_text: str | None, input_file: str | None) -> Iterable[str
     return None
 
 
-def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] | None, conversation: str, *,
-            foreground: bool, detach: bool, as_json: bool, color: bool, quiet: bool) -> int:
+def _attach(
+    service: object,
+    found: tuple[Any, Any],
+    input_lines: Iterable[str] | None,
+    conversation: str,
+    *,
+    foreground: bool,
+    detach: bool,
+    as_json: bool,
+    color: bool,
+    quiet: bool,
+) -> int:
     """The swarm already runs: ``--foreground`` fails, ``--detach`` reports it, the chat and the
-    line modes talk to it over its control socket (docs/orchestrator.md "One orchestrator per swarm")."""
+    line modes talk to it over its control socket (docs/orchestrator.md
+    "One orchestrator per swarm")."""
     import asyncio
     import json
 
@@ -174,20 +254,28 @@ def _attach(service: object, found: tuple[Any, Any], input_lines: Iterable[str] 
     discard_prewarmed()  # no agent process starts here: the running swarm has its own
     active, status = found
     if foreground:
-        raise already_running(service.swarm.name, service.bundle.root, service.instance_key, active.pid)
+        raise already_running(
+            service.swarm.name, service.bundle.root, service.instance_key, active.pid
+        )
     if detach:
         if as_json:
             click.echo(json.dumps(active.to_dict(), ensure_ascii=False))
         elif not quiet:
-            click.echo(f"Swarm {active.swarm} already runs (instanceKey={active.instance_key}, pid={active.pid})")
+            click.echo(
+                f"Swarm {active.swarm} already runs "
+                f"(instanceKey={active.instance_key}, pid={active.pid})"
+            )
         return 0
     backend = AttachedBackend(active, status, instance_key=conversation)
     runner = asyncio.Runner()
     try:
         if input_lines is not None or not sys.stdin.isatty():
             return _send_lines(backend, runner, input_lines)
-        banner = (f"goondan run · swarm {backend.swarm} · entry agent {backend.agent_name} · attached to the "
-                  f"running orchestrator (pid {active.pid}); leaving does not stop it")
+        banner = (
+            f"goondan run · swarm {backend.swarm} · entry "
+            f"agent {backend.agent_name} · attached to the "
+            f"running orchestrator (pid {active.pid}); leaving does not stop it"
+        )
         reader = LineReader(service.state_root / "repl" / "history")
         session = ReplSession(backend, runner, reader=reader, out=sys.stdout, color=color,
                               stream=True, banner=banner, quiet=quiet)
@@ -244,14 +332,27 @@ def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, 
     from goondan.swarm.service import SwarmService
 
     assert isinstance(service, SwarmService)
-    argv = detached_argv(service.state_root, service.bundle.root, service.swarm.name, watch=service.watch,
-                         env_file=env_file)
+    argv = detached_argv(
+        service.state_root,
+        service.bundle.root,
+        service.swarm.name,
+        watch=service.watch,
+        env_file=env_file,
+    )
     lock_fd = service.lock.fd
-    assert lock_fd is not None  # claim_or_attach took it: the child adopts it (no gap without a holder)
+    # claim_or_attach took it: the child adopts it (no gap without a holder)
+    assert lock_fd is not None
     try:
-        active = start_detached([*argv, "--lock-fd", str(lock_fd)], state_root=service.state_root, key=service.key,
-                                log_dir=service.log_dir, env=real_env, cwd=Path.cwd(), pass_fds=(lock_fd,),
-                                timeout_s=ready_timeout)
+        active = start_detached(
+            [*argv, "--lock-fd", str(lock_fd)],
+            state_root=service.state_root,
+            key=service.key,
+            log_dir=service.log_dir,
+            env=real_env,
+            cwd=Path.cwd(),
+            pass_fds=(lock_fd,),
+            timeout_s=ready_timeout,
+        )
     finally:
         service.lock.release()  # the orchestrator holds it now (or it exited, releasing it)
     if as_json:
@@ -289,8 +390,10 @@ def _headless(service: object, *, quiet: bool = False) -> int:
             loop.add_signal_handler(sig, stop_on, sig)
         async with service:
             if not quiet:
-                click.echo(f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})",
-                           err=True)
+                click.echo(
+                    f"Orchestrator started (instanceKey={service.instance_key}, pid={os.getpid()})",
+                    err=True,
+                )
                 click.echo(f"  logs: goondan logs --bundle {service.bundle.root}", err=True)
             await stop.wait()
         # SIGTERM is the service manager's normal stop (0); Ctrl-C is an interruption (130)

@@ -36,15 +36,30 @@ __all__ = ["send"]
 @instance_key_option
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float,
               help="Seconds to wait for the answer.")
-@click.option("--no-wait", "no_wait", is_flag=True, default=False,
-              help="Exit once the message is stored durably (print its id); do not wait for the answer.")
+@click.option(
+    "--no-wait",
+    "no_wait",
+    is_flag=True,
+    default=False,
+    help="Exit once the message is stored durably (print its id); do not wait for the answer.",
+)
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the answer as JSON.")
 @click.option("--wait", "wait", is_flag=True, default=False,
               help="When a tool call waits for approval, wait for the final answer instead of "
               "returning.")
-def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, instance_key: str | None,
-         timeout_s: float, as_json: bool, wait: bool, no_wait: bool = False) -> int:
-    """Send TEXT to a running swarm (goondan run --detach, or goondan run elsewhere) and print the answer.
+def send(
+    text: str,
+    bundle: str | None,
+    swarm: str | None,
+    agent: str | None,
+    instance_key: str | None,
+    timeout_s: float,
+    as_json: bool,
+    wait: bool,
+    no_wait: bool = False,
+) -> int:
+    """Send TEXT to a running swarm (goondan run --detach, or goondan run elsewhere) and print the
+    answer.
 
     TEXT '-' reads the message from stdin (up to 16 MiB, JSON-encoded). When a tool call needs
     approval the turn parks: send prints the pending approvals and exits 0 (--wait: it waits
@@ -68,8 +83,17 @@ def send(text: str, bundle: str | None, swarm: str | None, agent: str | None, in
         raise
 
 
-def _send(text: str, bundle: str | None, swarm: str | None, agent: str | None, instance_key: str | None,
-          timeout_s: float, as_json: bool, wait: bool, no_wait: bool) -> int:
+def _send(
+    text: str,
+    bundle: str | None,
+    swarm: str | None,
+    agent: str | None,
+    instance_key: str | None,
+    timeout_s: float,
+    as_json: bool,
+    wait: bool,
+    no_wait: bool,
+) -> int:
     import asyncio
     import json
     import sys
@@ -100,18 +124,27 @@ def _send(text: str, bundle: str | None, swarm: str | None, agent: str | None, i
         return no_wait
 
     try:
-        answer = asyncio.run(stream_control(Path(active.control_socket), request, timeout_s=timeout_s,
-                                            on_accepted=on_accepted))
+        answer = asyncio.run(
+            stream_control(
+                Path(active.control_socket), request, timeout_s=timeout_s, on_accepted=on_accepted
+            )
+        )
     except IpcError as err:
         if not accepted:
             raise
         raise IpcError(
-            f"{err.message}; the message was accepted (id {accepted[0].get('id')}) and is not lost: a "
-            "swarm that stopped runs it when started again", code=err.code,
+            f"{err.message}; the message was accepted (id "
+            f"{accepted[0].get('id')}) and is not lost: a "
+            "swarm that stopped runs it when started again",
+            code=err.code,
             suggestion="see 'goondan logs'; start the swarm again with 'goondan run' if it stopped",
         ) from err
     if no_wait and accepted and "ok" not in answer:
-        click.echo(json.dumps(accepted[0], ensure_ascii=False) if as_json else str(accepted[0].get("id") or ""))
+        click.echo(
+            json.dumps(accepted[0], ensure_ascii=False)
+            if as_json
+            else str(accepted[0].get("id") or "")
+        )
         return 0
     if not answer.get("ok"):  # printed by send() like any other failure
         raise AgentError(str(answer.get("message")), code=str(answer.get("code") or "E_AGENT"),
@@ -125,7 +158,9 @@ def _send(text: str, bundle: str | None, swarm: str | None, agent: str | None, i
             args = json.dumps(row.get("args"), ensure_ascii=False)
             click.echo(mask(f"  {row.get('id')}  {row.get('tool')} {args}"
                             + (f"  ({row.get('reason')})" if row.get("reason") else "")))
-        click.echo("Decide with: goondan approvals approve ID | goondan approvals deny ID --reason TEXT")
+        click.echo(
+            "Decide with: goondan approvals approve ID | goondan approvals deny ID --reason TEXT"
+        )
     else:
         click.echo(mask(str(answer.get("response") or "")))
     return 0

@@ -61,7 +61,9 @@ def mcp(bundle: str | None, swarm: str | None, connection: str | None, agents: t
     real_env = dict(os.environ)
     load_env_files(project_root, env_file, os.environ, real_env=real_env)
     loaded = load_bundle_cached(chosen, state_root=state_root)
-    service = SwarmService(loaded, state_root=state_root, swarm=swarm, env_file=env_file, real_env=real_env)
+    service = SwarmService(
+        loaded, state_root=state_root, swarm=swarm, env_file=env_file, real_env=real_env
+    )
     startup_done()
     from goondan.swarm.attach import claim_or_attach
 

@@ -18,8 +18,15 @@ from goondan.types import JsonObject
 
 __all__ = ["status", "swarm_status", "usage_line"]
 
-_COLUMNS = (("PROCESS", "process", 28), ("KIND", "kind", 10), ("STATUS", "status", 17), ("PID", "pid", 8),
-            ("UPTIME", "uptime", 8), ("RESTARTS", "restarts", 9), ("QUEUED", "queued", 0))
+_COLUMNS = (
+    ("PROCESS", "process", 28),
+    ("KIND", "kind", 10),
+    ("STATUS", "status", 17),
+    ("PID", "pid", 8),
+    ("UPTIME", "uptime", 8),
+    ("RESTARTS", "restarts", 9),
+    ("QUEUED", "queued", 0),
+)
 
 
 def _uptime(started_at: Any) -> float | None:
@@ -38,10 +45,17 @@ def swarm_status(active: Any) -> JsonObject:
     from goondan.swarm.daemon import query_status
 
     out: JsonObject = {
-        "swarm": active.swarm, "instanceKey": active.instance_key, "runtimeKey": active.runtime_key,
-        "bundle": str(Path(active.bundle_path).parent), "pid": active.pid, "startedAt": active.started_at,
-        "uptimeSeconds": _uptime(active.started_at), "watch": active.watch, "logDir": active.log_dir,
-        "reachable": True, "processes": [],
+        "swarm": active.swarm,
+        "instanceKey": active.instance_key,
+        "runtimeKey": active.runtime_key,
+        "bundle": str(Path(active.bundle_path).parent),
+        "pid": active.pid,
+        "startedAt": active.started_at,
+        "uptimeSeconds": _uptime(active.started_at),
+        "watch": active.watch,
+        "logDir": active.log_dir,
+        "reachable": True,
+        "processes": [],
     }
     try:
         doc = query_status(active)
@@ -79,7 +93,9 @@ def usage_line(usage: Any) -> str | None:
 @running_swarm_options
 @click.option("--all", "show_all", is_flag=True, default=False,
               help="Every swarm running under the state root (default without a bundle here).")
-@click.option("--json", "as_json", is_flag=True, default=False, help="Print JSON (shape: docs/cli.md).")
+@click.option(
+    "--json", "as_json", is_flag=True, default=False, help="Print JSON (shape: docs/cli.md)."
+)
 def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool) -> int:
     """Show the running swarm(s): processes (agents and connectors), uptime, restarts, queues."""
     import json
@@ -122,13 +138,20 @@ def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool)
             continue
         click.echo("  " + style(_line({c[1]: c[0] for c in _COLUMNS}), options.color, bold=True))
         for proc in doc["processes"]:
-            cells = {**proc, "uptime": format_uptime(proc.get("uptimeSeconds")),
-                     "pid": proc.get("pid") or "-", "queued": "-" if proc.get("queued") is None else proc["queued"]}
+            cells = {
+                **proc,
+                "uptime": format_uptime(proc.get("uptimeSeconds")),
+                "pid": proc.get("pid") or "-",
+                "queued": "-" if proc.get("queued") is None else proc["queued"],
+            }
             click.echo("  " + _line(cells))
         for proc in doc["processes"]:
             if proc.get("lastError") and proc.get("consecutiveCrashes"):
-                click.echo(f"  {proc['process']}: last error ({proc['consecutiveCrashes']} crashes in a row): "
-                           f"{proc['lastError']}")
+                click.echo(
+                    f"  {proc['process']}: last error "
+                    f"({proc['consecutiveCrashes']} crashes in a row): "
+                    f"{proc['lastError']}"
+                )
         _approvals(doc.get("approvals") or [])
     return 0
 

@@ -33,7 +33,10 @@ def stop(bundle: str | None, swarm: str | None, grace_s: float | None, as_json: 
         click.echo(json.dumps(report.to_dict()))
     elif not options.quiet:
         how = "" if report.mode == "graceful" else " (forced after the grace period)"
-        click.echo(f"Swarm {active.swarm} stopped{how} (instanceKey={active.instance_key}, pid={active.pid})")
+        click.echo(
+            f"Swarm {active.swarm} stopped{how} "
+            f"(instanceKey={active.instance_key}, pid={active.pid})"
+        )
     return 0 if not report.left_running else 1
 
 
@@ -46,6 +49,8 @@ def grace_of(active: object) -> float:
 
     assert isinstance(active, ActiveRuntime)
     try:
-        return load_bundle(Path(active.bundle_path)).swarm_spec(active.swarm).shutdown_grace_ms / 1000
+        return (
+            load_bundle(Path(active.bundle_path)).swarm_spec(active.swarm).shutdown_grace_ms / 1000
+        )
     except Exception:  # a bundle edited into an invalid state must not block stopping
         return 30.0

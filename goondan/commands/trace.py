@@ -54,7 +54,8 @@ def load_spans(root: Path, dirs: Iterable[Path] | None = None) -> list[SpanRecor
 
 
 def trace_spans(spans: list[SpanRecord], trace_id: str | None) -> tuple[str, list[SpanRecord]]:
-    """The spans of ``trace_id`` (a unique prefix is enough), or of the latest trace for ``None``."""
+    """The spans of ``trace_id`` (a unique prefix is enough), or of the latest trace for
+    ``None``."""
     if not spans:
         raise WorkspaceError("no runtime events recorded yet", code="E_TRACE_NOT_FOUND",
                              suggestion="run a turn first (goondan run / goondan repl)")
@@ -94,7 +95,9 @@ def _echo(text: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print span objects as JSON.")
 @click.option("--flat", is_flag=True, help="With --json: a flat list instead of a nested tree.")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to inspect.")
-def trace(trace_id: str | None, last: bool, as_json: bool, flat: bool, state_root: str | None) -> None:
+def trace(
+    trace_id: str | None, last: bool, as_json: bool, flat: bool, state_root: str | None
+) -> None:
     """The span tree of trace TRACE_ID (or --last) across every agent and process."""
     opts = get_globals()
     root = opts.resolve_state_root(state_root)
@@ -106,7 +109,9 @@ def trace(trace_id: str | None, last: bool, as_json: bool, flat: bool, state_roo
             [s.to_dict() for s in _preorder(roots)] if flat
             else [r.to_dict(nested=True) for r in roots]
         )
-        _echo(json.dumps({"traceId": chosen, **totals, "spans": spans}, ensure_ascii=False, indent=2))
+        _echo(
+            json.dumps({"traceId": chosen, **totals, "spans": spans}, ensure_ascii=False, indent=2)
+        )
         return
     usage = totals["tokenUsage"]
     cost = totals["cost"]
@@ -120,9 +125,12 @@ def trace(trace_id: str | None, last: bool, as_json: bool, flat: bool, state_roo
 def _summary_line(summary: TraceSummary) -> str:
     cost = f"${summary.cost:.6f}" if summary.cost is not None else "-"
     duration = f"{summary.duration_ms:.0f} ms" if summary.duration_ms is not None else "running"
-    return (f"  {summary.trace_id}  {summary.start_time[:19].replace('T', ' ')}  "
-            f"{summary.root_name:<24} {duration:>10}  tokens {summary.usage.total_tokens:>7}  "
-            f"{cost:>11}  {','.join(summary.agents)}" + (f"  errors {summary.errors}" if summary.errors else ""))
+    return (
+        f"  {summary.trace_id}  {summary.start_time[:19].replace('T', ' ')}  "
+        f"{summary.root_name:<24} {duration:>10}  tokens {summary.usage.total_tokens:>7}  "
+        f"{cost:>11}  {','.join(summary.agents)}"
+        + (f"  errors {summary.errors}" if summary.errors else "")
+    )
 
 
 def print_instance_traces(root: Path, info: InstanceInfo, *, as_json: bool, limit: int) -> None:

@@ -27,40 +27,79 @@ from goondan.errors import (
 from goondan.secrets import MASK, mask
 
 __all__ = [
-    "CHECKS", "check_of", "render_github", "render_json", "render_json_failure", "render_text", "validate",
+    "CHECKS",
+    "check_of",
+    "render_github",
+    "render_json",
+    "render_json_failure",
+    "render_text",
+    "validate",
 ]
 
 # Output groups, in display order, and the codes belonging to each (others fall under "schema").
 CHECKS: dict[str, frozenset[str]] = {
-    "files": frozenset({
-        "E_CONFIG_NOT_FOUND", "E_CONFIG_PARSE_ERROR", "E_CONFIG_FILE_TOO_LARGE",
-        "E_CONFIG_TOO_MANY_DOCUMENTS", "E_CONFIG_FILE_UNREADABLE", "E_CONFIG_ALIAS_LIMIT",
-        "E_CONFIG_TOO_DEEP", "E_CONFIG_DUPLICATE_KEY",
-    }),
+    "files": frozenset(
+        {
+            "E_CONFIG_NOT_FOUND",
+            "E_CONFIG_PARSE_ERROR",
+            "E_CONFIG_FILE_TOO_LARGE",
+            "E_CONFIG_TOO_MANY_DOCUMENTS",
+            "E_CONFIG_FILE_UNREADABLE",
+            "E_CONFIG_ALIAS_LIMIT",
+            "E_CONFIG_TOO_DEEP",
+            "E_CONFIG_DUPLICATE_KEY",
+        }
+    ),
     "schema": frozenset(),
-    "references": frozenset({
-        "E_CONFIG_INVALID_REF", "E_CONFIG_REF_NOT_FOUND", "E_CONFIG_REF_AMBIGUOUS",
-        "W_CONFIG_UNKNOWN_EVENT", "E_CONFIG_REQUIRED_TOOL_UNKNOWN", "W_CONFIG_REQUIRED_TOOL_UNKNOWN",
-        "W_CONFIG_SELECTOR_NO_MATCH",
-    }),
-    "entry files": frozenset({
-        "E_CONFIG_ENTRY_NOT_FOUND", "E_CONFIG_ENTRY_INVALID", "E_CONFIG_PROMPT_NOT_FOUND",
-        "E_CONFIG_PATH_ESCAPE",
-    }),
-    "packages": frozenset({
-        "E_CONFIG_PACKAGE_LOCK_MISSING", "E_CONFIG_PACKAGE_NOT_INSTALLED",
-        "E_CONFIG_PACKAGE_MANIFEST_MISSING", "E_CONFIG_PACKAGE_CYCLE", "W_CONFIG_NO_PACKAGE",
-        "E_CONFIG_PACKAGE_VERSION", "E_CONFIG_PACKAGE_CONFLICT", "W_CONFIG_PACKAGE_VERSION_MISMATCH",
-        "W_CONFIG_PACKAGE_DRIFT",
-        "E_WORKSPACE_CONFIG",
-    }),
+    "references": frozenset(
+        {
+            "E_CONFIG_INVALID_REF",
+            "E_CONFIG_REF_NOT_FOUND",
+            "E_CONFIG_REF_AMBIGUOUS",
+            "W_CONFIG_UNKNOWN_EVENT",
+            "E_CONFIG_REQUIRED_TOOL_UNKNOWN",
+            "W_CONFIG_REQUIRED_TOOL_UNKNOWN",
+            "W_CONFIG_SELECTOR_NO_MATCH",
+        }
+    ),
+    "entry files": frozenset(
+        {
+            "E_CONFIG_ENTRY_NOT_FOUND",
+            "E_CONFIG_ENTRY_INVALID",
+            "E_CONFIG_PROMPT_NOT_FOUND",
+            "E_CONFIG_PATH_ESCAPE",
+        }
+    ),
+    "packages": frozenset(
+        {
+            "E_CONFIG_PACKAGE_LOCK_MISSING",
+            "E_CONFIG_PACKAGE_NOT_INSTALLED",
+            "E_CONFIG_PACKAGE_MANIFEST_MISSING",
+            "E_CONFIG_PACKAGE_CYCLE",
+            "W_CONFIG_NO_PACKAGE",
+            "E_CONFIG_PACKAGE_VERSION",
+            "E_CONFIG_PACKAGE_CONFLICT",
+            "W_CONFIG_PACKAGE_VERSION_MISMATCH",
+            "W_CONFIG_PACKAGE_DRIFT",
+            "E_WORKSPACE_CONFIG",
+        }
+    ),
     "capabilities": frozenset({"E_CONFIG_CAPABILITY", "W_CONFIG_CAPABILITY"}),
     "values": frozenset({"W_CONFIG_ENV_UNSET", "W_CONFIG_INLINE_SECRET"}),
     # --check-mcp (docs/mcp.md): a server that did not start or list its tools.
-    "mcp servers": frozenset({
-        "E_MCP", "E_MCP_START", "E_MCP_TIMEOUT", "E_MCP_CLOSED", "E_MCP_PROTOCOL", "E_MCP_RPC",
-        "E_MCP_HTTP", "E_MCP_CONNECTION", "E_MCP_UNAVAILABLE",
-    }),
+    "mcp servers": frozenset(
+        {
+            "E_MCP",
+            "E_MCP_START",
+            "E_MCP_TIMEOUT",
+            "E_MCP_CLOSED",
+            "E_MCP_PROTOCOL",
+            "E_MCP_RPC",
+            "E_MCP_HTTP",
+            "E_MCP_CONNECTION",
+            "E_MCP_UNAVAILABLE",
+        }
+    ),
 }
 
 
@@ -78,7 +117,9 @@ class _Lines:
     def get(self, file: str, line: int) -> str | None:
         if file not in self.cache:
             try:
-                self.cache[file] = Path(file).read_text(encoding="utf-8-sig", errors="replace").splitlines()
+                self.cache[file] = (
+                    Path(file).read_text(encoding="utf-8-sig", errors="replace").splitlines()
+                )
             except (OSError, ValueError):
                 self.cache[file] = []
         lines = self.cache[file]
@@ -108,7 +149,10 @@ def render_text(report: ValidationReport, target: str, *, color: bool, quiet: bo
     ``quiet`` (``-q``): only the problems, without the check lines and the summary (nothing for
     a bundle without any)."""
     files = len(report.files)
-    lines_out = [f"Validating {target} ({report.resource_count} resources in {files} file{'s' * (files != 1)})"]
+    lines_out = [
+        f"Validating {target} ({report.resource_count} "
+        f"resources in {files} file{'s' * (files != 1)})"
+    ]
     groups: dict[str, list[Diagnostic]] = {name: [] for name in CHECKS}
     for diag in report.errors + report.warnings:
         groups[check_of(diag.code)].append(diag)
@@ -132,9 +176,15 @@ def render_text(report: ValidationReport, target: str, *, color: bool, quiet: bo
             f"{warnings} warning{'s' * (warnings != 1)}" if warnings else "") if p)
         if not quiet:
             lines_out.append(f"  {mark} {name}" + (f" ({counts})" if counts else ""))
-        for diag in sorted(diags, key=lambda d: (not d.is_error, d.file or "", d.line or 0, d.column or 0)):
-            label = style(f"{diag.severity}[{diag.code}]", color, fg="red" if diag.is_error else "yellow",
-                          bold=True)
+        for diag in sorted(
+            diags, key=lambda d: (not d.is_error, d.file or "", d.line or 0, d.column or 0)
+        ):
+            label = style(
+                f"{diag.severity}[{diag.code}]",
+                color,
+                fg="red" if diag.is_error else "yellow",
+                bold=True,
+            )
             lines_out.append(f"    {label} {diag.message}")
             where = diag.path or ""
             context = ", ".join(x for x in (diag.resource, diag.field) if x)
@@ -197,7 +247,11 @@ def render_json_failure(exc: BaseException) -> str:
         code, message = "E_INTERNAL", f"unexpected {type(exc).__name__}: {exc}"
         suggestion = "re-run with --debug for a traceback and report it as a bug"
     error = {"code": code, "message": message, "suggestion": suggestion, "helpUrl": help_url(code)}
-    return mask(json.dumps({"valid": False, "errors": [error], "warnings": []}, indent=2, ensure_ascii=False))
+    return mask(
+        json.dumps(
+            {"valid": False, "errors": [error], "warnings": []}, indent=2, ensure_ascii=False
+        )
+    )
 
 
 def _escape(text: str, *, prop: bool = False) -> str:
@@ -257,15 +311,28 @@ def _check_scripts(report: ValidationReport) -> None:
             continue
         options = spec.get("options")
         try:
-            scripted_from_spec(ModelSpec(provider="scripted", model=str(spec.get("model") or "scripted"),
-                                         options=dict(options) if isinstance(options, dict) else {},
-                                         name=res.name), report.bundle.root)
+            scripted_from_spec(
+                ModelSpec(
+                    provider="scripted",
+                    model=str(spec.get("model") or "scripted"),
+                    options=dict(options) if isinstance(options, dict) else {},
+                    name=res.name,
+                ),
+                report.bundle.root,
+            )
         except ConfigError as err:
-            report.errors.append(Diagnostic(
-                code=err.code, message=err.message, file=res.location.display, line=res.location.line,
-                column=res.location.column, resource=f"Model/{res.name}", field="spec.options",
-                suggestion=err.suggestion,
-            ))
+            report.errors.append(
+                Diagnostic(
+                    code=err.code,
+                    message=err.message,
+                    file=res.location.display,
+                    line=res.location.line,
+                    column=res.location.column,
+                    resource=f"Model/{res.name}",
+                    field="spec.options",
+                    suggestion=err.suggestion,
+                )
+            )
             report.valid = False
 
 
@@ -274,7 +341,9 @@ def _check_scripts(report: ValidationReport) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text",
               show_default=True, help="Output format.")
 @click.option("--strict", is_flag=True, default=False, help="Treat warnings as errors (exit 4).")
-@click.option("--no-color", is_flag=True, default=False, help="Disable coloured output (also: NO_COLOR).")
+@click.option(
+    "--no-color", is_flag=True, default=False, help="Disable coloured output (also: NO_COLOR)."
+)
 @click.option("--json", "as_json", is_flag=True, default=False, help="Same as --format json.")
 @click.option("--check-mcp", is_flag=True, default=False,
               help="Start each MCP server (Tool spec.mcp), list its tools and stop it.")
@@ -298,7 +367,9 @@ def validate(path: str | None, fmt: str, strict: bool, no_color: bool, as_json: 
             raise
         # Machine readers get JSON whatever happens; the exit status still says "internal error".
         click.echo(render_json_failure(exc))
-        raise click.exceptions.Exit(exc.exit_code if isinstance(exc, GoondanError) else EXIT_GENERAL) from exc
+        raise click.exceptions.Exit(
+            exc.exit_code if isinstance(exc, GoondanError) else EXIT_GENERAL
+        ) from exc
     if fmt == "json" and not check_mcp:
         click.echo(render_json(report))
     elif fmt == "json":

@@ -50,10 +50,20 @@ __all__ = [
 ]
 
 _HOME = {
-    "AgentSpec": "bundle", "Bundle": "bundle", "ExtensionBinding": "bundle", "ModelBinding": "bundle",
-    "SwarmSpec": "bundle", "ToolBinding": "bundle", "ToolExport": "bundle", "ObjectRef": "refs",
-    "Location": "envelope", "Resource": "envelope", "ValidationReport": "validate",
-    "load_bundle": "validate", "validate_bundle": "validate", "resolve_value": "values",
+    "AgentSpec": "bundle",
+    "Bundle": "bundle",
+    "ExtensionBinding": "bundle",
+    "ModelBinding": "bundle",
+    "SwarmSpec": "bundle",
+    "ToolBinding": "bundle",
+    "ToolExport": "bundle",
+    "ObjectRef": "refs",
+    "Location": "envelope",
+    "Resource": "envelope",
+    "ValidationReport": "validate",
+    "load_bundle": "validate",
+    "validate_bundle": "validate",
+    "resolve_value": "values",
 }
 
 

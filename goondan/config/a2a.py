@@ -75,7 +75,9 @@ class A2aAgentSpec:
         return out, unset
 
 
-def a2a_agent_spec(name: str, package: str | None, spec: dict[str, Any], root: Path) -> A2aAgentSpec:
+def a2a_agent_spec(
+    name: str, package: str | None, spec: dict[str, Any], root: Path
+) -> A2aAgentSpec:
     """The :class:`A2aAgentSpec` of a validated Tool ``spec`` with an ``a2a`` block."""
     block = spec["a2a"]
     exports = spec.get("exports")

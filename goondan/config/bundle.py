@@ -63,7 +63,8 @@ class ModelBinding:
     pricing: dict[str, float] = field(default_factory=dict)
 
     def resolve_api_key(self, env: Mapping[str, str]) -> tuple[str | None, str | None]:
-        """``(key or None, environment variable name or None)``; the key is registered as a secret."""
+        """``(key or None, environment variable name or None)``; the key is registered as a
+        secret."""
         names = env_names(self.api_key, field="apiKey")
         return resolve_value(self.api_key, env, field="apiKey"), (names[0] if names else None)
 
@@ -82,7 +83,8 @@ class ToolExport:
     # overrides it for every export of the Tool.
     approval: str = "never"
     approval_timeout_ms: int | None = None
-    idempotent: bool = False  # re-run after a crash instead of E_TOOL_OUTCOME_UNKNOWN (docs/tools.md)
+    # re-run after a crash instead of E_TOOL_OUTCOME_UNKNOWN (docs/tools.md)
+    idempotent: bool = False
 
 
 @dataclass
@@ -103,7 +105,8 @@ class ToolBinding:
 
 @dataclass
 class ExtensionBinding:
-    """An Extension as an Agent uses it: entry path and merged ``config`` (docs/configuration.md "Extension")."""
+    """An Extension as an Agent uses it: entry path and merged ``config`` (docs/configuration.md
+    "Extension")."""
 
     name: str
     package: str | None
@@ -175,7 +178,8 @@ class Bundle:
         self._index = Index(self.resources, self.package_name)
 
     def get(self, kind: str, name: str, *, package: str | None = None) -> Resource | None:
-        """The resource ``kind/name`` (unscoped lookup, docs/configuration.md "References", unless ``package``)."""
+        """The resource ``kind/name`` (unscoped lookup, docs/configuration.md "References", unless
+        ``package``)."""
         return self._index.resolve(ObjectRef(kind, name, package), None).resource
 
     def of_kind(self, kind: str) -> list[Resource]:
@@ -191,8 +195,14 @@ class Bundle:
         """Resolve a ``tools``/``extensions``/``agents`` list, expanding selectors."""
         out: list[tuple[Resource, RefItem]] = []
         for i, raw in enumerate(items):
-            item = parse_ref_item(raw, (*field_path, i), _silent(), kind,
-                                  allow_config=kind in ("Extension", "Tool"), bare_name=kind == "Agent")
+            item = parse_ref_item(
+                raw,
+                (*field_path, i),
+                _silent(),
+                kind,
+                allow_config=kind in ("Extension", "Tool"),
+                bare_name=kind == "Agent",
+            )
             if item is None:
                 continue
             if item.selector is not None:
@@ -212,8 +222,11 @@ class Bundle:
             chosen = next((s for s in swarms if s.name == name), None)
             if chosen is None:
                 known = ", ".join(s.name for s in swarms) or "none"
-                raise ConfigError(f"Swarm {name!r} not found (swarms: {known})",
-                                  code="E_CONFIG_SWARM_NOT_FOUND", suggestion="pass an existing --swarm")
+                raise ConfigError(
+                    f"Swarm {name!r} not found (swarms: {known})",
+                    code="E_CONFIG_SWARM_NOT_FOUND",
+                    suggestion="pass an existing --swarm",
+                )
         else:
             local = [s for s in swarms if s.package is None] or swarms
             chosen = next((s for s in local if s.name == "default"), None)
@@ -265,9 +278,11 @@ class Bundle:
             swarm_spec = None
         if swarm_spec is not None:
             if name not in swarm_spec.agents and swarm is not None:
-                raise ConfigError(f"Agent {name!r} is not part of Swarm {swarm_spec.name!r}",
-                                  code="E_CONFIG_AGENT_NOT_FOUND",
-                                  suggestion=f"add it to the Swarm's agents: {', '.join(swarm_spec.agents)}")
+                raise ConfigError(
+                    f"Agent {name!r} is not part of Swarm {swarm_spec.name!r}",
+                    code="E_CONFIG_AGENT_NOT_FOUND",
+                    suggestion=f"add it to the Swarm's agents: {', '.join(swarm_spec.agents)}",
+                )
             max_steps = swarm_spec.max_steps_per_turn
             swarm_budget = swarm_spec.budget
         agent = self._agent(res, max_steps)
@@ -338,8 +353,13 @@ class Bundle:
 
     def _with_offline(self, binding: ModelBinding) -> ModelBinding:
         if binding.provider != "scripted":
-            binding.offline_alternatives = [r.name for r in self.resources if r.kind == "Model"
-                                            and isinstance(r.spec, dict) and r.spec.get("provider") == "scripted"]
+            binding.offline_alternatives = [
+                r.name
+                for r in self.resources
+                if r.kind == "Model"
+                and isinstance(r.spec, dict)
+                and r.spec.get("provider") == "scripted"
+            ]
         return binding
 
     @staticmethod
@@ -359,8 +379,13 @@ class Bundle:
         )
 
     @staticmethod
-    def tool_binding(res: Resource, agent_config: dict[str, Any] | None = None, *,
-                     approval: str | None = None, approval_timeout_ms: int | None = None) -> ToolBinding:
+    def tool_binding(
+        res: Resource,
+        agent_config: dict[str, Any] | None = None,
+        *,
+        approval: str | None = None,
+        approval_timeout_ms: int | None = None,
+    ) -> ToolBinding:
         """The :class:`ToolBinding` of a Tool resource (entry made absolute, ``spec.config``
         deep-merged with the Agent reference's ``config``; the reference's ``approval`` and
         ``approvalTimeoutMs``, when given, replace every export's)."""
@@ -389,8 +414,11 @@ class Bundle:
         )
 
     @staticmethod
-    def extension_binding(res: Resource, agent_config: dict[str, Any] | None = None) -> ExtensionBinding:
-        """The :class:`ExtensionBinding` with ``spec.config`` deep-merged with the Agent's config."""
+    def extension_binding(
+        res: Resource, agent_config: dict[str, Any] | None = None
+    ) -> ExtensionBinding:
+        """The :class:`ExtensionBinding` with ``spec.config`` deep-merged with the Agent's
+        config."""
         config = deep_merge(res.spec.get("config") or {}, agent_config or {})
         return ExtensionBinding(res.name, res.package, (res.root / res.spec["entry"]).absolute(),
                                 config, res.root)

@@ -1,4 +1,5 @@
-"""The bundle cache: a validated bundle reused while none of its inputs changed (docs/bundle-cache.md).
+"""The bundle cache: a validated bundle reused while none of its inputs changed
+(docs/bundle-cache.md).
 
 Loading a bundle means parsing YAML (PyYAML) and running every validation check; a start that
 finds a cache entry whose inputs are all unchanged rebuilds the same :class:`Bundle` from JSON
@@ -43,7 +44,14 @@ if TYPE_CHECKING:
     from goondan.config.loader import LoadResult
     from goondan.errors import Diagnostic
 
-__all__ = ["CACHE_DIR_ENV", "NO_CACHE_ENV", "cache_dir", "cache_enabled", "entry_path", "load_bundle_cached"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "NO_CACHE_ENV",
+    "cache_dir",
+    "cache_enabled",
+    "entry_path",
+    "load_bundle_cached",
+]
 
 CACHE_DIR_ENV = "GOONDAN_CACHE_DIR"
 NO_CACHE_ENV = "GOONDAN_NO_CACHE"
@@ -63,11 +71,15 @@ def cache_dir(state_root: Path, env: Mapping[str, str]) -> Path:
     return Path(override).expanduser() if override else Path(state_root) / "cache" / "bundles"
 
 
-def entry_path(target: Path, state_root: Path, env: Mapping[str, str], builtin_root: Path | None = None) -> Path:
+def entry_path(
+    target: Path, state_root: Path, env: Mapping[str, str], builtin_root: Path | None = None
+) -> Path:
     """The cache file of the bundle at ``target`` (absolute) loaded with ``state_root`` from the
     working directory (one entry per directory: processes started elsewhere never evict it)."""
     key = json.dumps([FORMAT, str(target), str(state_root), str(builtin_root or ""), os.getcwd()])
-    return cache_dir(state_root, env) / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()[:40]}.json"
+    return (
+        cache_dir(state_root, env) / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()[:40]}.json"
+    )
 
 
 def load_bundle_cached(
@@ -197,7 +209,9 @@ def _inputs_match(inputs: dict[str, Any], env: Mapping[str, str]) -> bool:
         return False
     if inputs["pydist"] is not None and inputs["pydist"] != _pydist_fingerprint():
         return False
-    if any(str(Path(declared).resolve()) != resolved for declared, resolved in inputs["paths"].items()):
+    if any(
+        str(Path(declared).resolve()) != resolved for declared, resolved in inputs["paths"].items()
+    ):
         return False
     if any(_listing(Path(path)) != names for path, names in inputs["listings"].items()):
         return False
@@ -237,20 +251,35 @@ def _load_and_store(entry: Path, target: Path, state_root: Path, env: Mapping[st
 
     recorder = _RecordingEnv(env)
     with record_reads() as reads:
-        report, loaded = validate_loaded(target, state_root=state_root, env=recorder, builtin_root=builtin_root)
+        report, loaded = validate_loaded(
+            target, state_root=state_root, env=recorder, builtin_root=builtin_root
+        )
     bundle = bundle_or_raise(report)
     if any(w.code == "W_CONFIG_INLINE_SECRET" for w in report.warnings):
         return bundle  # never copy a literal secret into the cache
     with contextlib.suppress(Exception):  # the cache is an optimisation: never fail a load
         inputs = _inputs(target, state_root, loaded, bundle, recorder, env, reads)
-        record = {"format": FORMAT, "meta": _meta(target, state_root, builtin_root), "inputs": inputs,
-                  "bundle": _bundle_to_json(bundle)}
-        _write_atomic(entry, json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+        record = {
+            "format": FORMAT,
+            "meta": _meta(target, state_root, builtin_root),
+            "inputs": inputs,
+            "bundle": _bundle_to_json(bundle),
+        }
+        _write_atomic(
+            entry, json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        )
     return bundle
 
 
-def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
-            recorder: _RecordingEnv, env: Mapping[str, str], reads: dict[str, str]) -> dict[str, Any]:
+def _inputs(
+    target: Path,
+    state_root: Path,
+    loaded: LoadResult,
+    bundle: Bundle,
+    recorder: _RecordingEnv,
+    env: Mapping[str, str],
+    reads: dict[str, str],
+) -> dict[str, Any]:
     """Every input of the load; a file the load read is keyed on the bytes it read (``reads``),
     the others (existence checks, alternatives) on their content now."""
     from goondan.config.envelope import agent_prompt
@@ -272,7 +301,11 @@ def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
         if res.kind in ("Tool", "Extension", "Connector") and isinstance(entry, str):
             path = res.root / entry
             probes.update((path, path / "__init__.py"))
-        if res.kind == "Model" and isinstance(spec.get("provider"), str) and spec["provider"] not in PROVIDERS:
+        if (
+            res.kind == "Model"
+            and isinstance(spec.get("provider"), str)
+            and spec["provider"] not in PROVIDERS
+        ):
             uses_pydist = True  # a third-party provider: an installed distribution's entry point
         if res.kind == "Agent":
             ref = agent_prompt(spec)[2]
@@ -299,7 +332,11 @@ def _inputs(target: Path, state_root: Path, loaded: LoadResult, bundle: Bundle,
                 "found": [str(p) for p in scan_yaml_files(root, skip)]}
     locked = {key.rpartition("@")[0] for key, entry in read_lock_entries(root).items()
               if isinstance(entry.get("files"), dict)}
-    trees = {str(loc.root): _tree_digest(loc.root) for name, loc in loaded.located.items() if name in locked}
+    trees = {
+        str(loc.root): _tree_digest(loc.root)
+        for name, loc in loaded.located.items()
+        if name in locked
+    }
     return {
         "env": {name: _env_flag(env, name) for name in sorted(recorder.seen)},
         "pydist": _pydist_fingerprint() if uses_pydist else None,
@@ -332,9 +369,19 @@ def _write_atomic(path: Path, data: bytes) -> None:
 # --- the bundle as JSON ------------------------------------------------------------------------
 
 def _diagnostic_to_json(diag: Diagnostic) -> dict[str, Any]:
-    return {"code": diag.code, "message": diag.message, "severity": diag.severity, "file": diag.file,
-            "line": diag.line, "column": diag.column, "resource": diag.resource, "field": diag.field,
-            "suggestion": diag.suggestion, "helpUrl": diag.help_url, "extra": diag.extra}
+    return {
+        "code": diag.code,
+        "message": diag.message,
+        "severity": diag.severity,
+        "file": diag.file,
+        "line": diag.line,
+        "column": diag.column,
+        "resource": diag.resource,
+        "field": diag.field,
+        "suggestion": diag.suggestion,
+        "helpUrl": diag.help_url,
+        "extra": diag.extra,
+    }
 
 
 def _bundle_to_json(bundle: Bundle) -> dict[str, Any]:
@@ -343,12 +390,25 @@ def _bundle_to_json(bundle: Bundle) -> dict[str, Any]:
         "packageName": bundle.package_name,
         "files": [str(p) for p in bundle.files],
         "warnings": [_diagnostic_to_json(d) for d in bundle.warnings],
-        "resources": [{
-            "apiVersion": r.api_version, "kind": r.kind, "name": r.name, "metadata": r.metadata, "spec": r.spec,
-            "root": str(r.root), "package": r.package,
-            "location": {"file": str(r.location.file), "display": r.location.display,
-                         "document": r.location.document, "line": r.location.line, "column": r.location.column},
-        } for r in bundle.resources],
+        "resources": [
+            {
+                "apiVersion": r.api_version,
+                "kind": r.kind,
+                "name": r.name,
+                "metadata": r.metadata,
+                "spec": r.spec,
+                "root": str(r.root),
+                "package": r.package,
+                "location": {
+                    "file": str(r.location.file),
+                    "display": r.location.display,
+                    "document": r.location.document,
+                    "line": r.location.line,
+                    "column": r.location.column,
+                },
+            }
+            for r in bundle.resources
+        ],
     }
 
 
@@ -387,17 +447,42 @@ def _bundle_from_json(data: dict[str, Any]) -> Bundle:
         severity = d["severity"]
         if severity not in ("error", "warning"):
             raise ValueError("bad severity")
-        warnings.append(Diagnostic(
-            _str(d["code"]), _str(d["message"]), severity, file=_opt_str(d["file"]), line=_opt_int(d["line"]),
-            column=_opt_int(d["column"]), resource=_opt_str(d["resource"]), field=_opt_str(d["field"]),
-            suggestion=_opt_str(d["suggestion"]), help_url=_opt_str(d["helpUrl"]), extra=_dict(d["extra"]),
-        ))
+        warnings.append(
+            Diagnostic(
+                _str(d["code"]),
+                _str(d["message"]),
+                severity,
+                file=_opt_str(d["file"]),
+                line=_opt_int(d["line"]),
+                column=_opt_int(d["column"]),
+                resource=_opt_str(d["resource"]),
+                field=_opt_str(d["field"]),
+                suggestion=_opt_str(d["suggestion"]),
+                help_url=_opt_str(d["helpUrl"]),
+                extra=_dict(d["extra"]),
+            )
+        )
     resources = []
     for r in data["resources"]:
         loc = r["location"]
-        location = Location(Path(_str(loc["file"])), _str(loc["display"]), _opt_int(loc["document"]) or 0,
-                            _opt_int(loc["line"]) or 0, _opt_int(loc["column"]) or 0)
-        resources.append(Resource(_str(r["apiVersion"]), _str(r["kind"]), _str(r["name"]), _dict(r["metadata"]),
-                                  _dict(r["spec"]), Path(_str(r["root"])), location, _opt_str(r["package"])))
+        location = Location(
+            Path(_str(loc["file"])),
+            _str(loc["display"]),
+            _opt_int(loc["document"]) or 0,
+            _opt_int(loc["line"]) or 0,
+            _opt_int(loc["column"]) or 0,
+        )
+        resources.append(
+            Resource(
+                _str(r["apiVersion"]),
+                _str(r["kind"]),
+                _str(r["name"]),
+                _dict(r["metadata"]),
+                _dict(r["spec"]),
+                Path(_str(r["root"])),
+                location,
+                _opt_str(r["package"]),
+            )
+        )
     return Bundle(Path(_str(data["root"])), _opt_str(data["packageName"]), resources, warnings,
                   [Path(_str(p)) for p in data["files"]])

@@ -1,4 +1,5 @@
-"""The resource envelope as the runtime sees it: :class:`Resource`, :class:`Location` and two helpers.
+"""The resource envelope as the runtime sees it: :class:`Resource`, :class:`Location` and two
+helpers.
 
 Kept apart from :mod:`goondan.config.resources` (the schema of every kind) so that a bundle
 rebuilt from the cache (goondan/config/cache.py) does not build the schemas it never checks.
@@ -19,7 +20,8 @@ __all__ = ["Location", "Resource", "agent_prompt", "deep_merge"]
 
 @dataclass(frozen=True)
 class Location:
-    """Where a resource was declared: absolute file, display path, 0-based document, 1-based line/col."""
+    """Where a resource was declared: absolute file, display path, 0-based document, 1-based
+    line/col."""
 
     file: Path
     display: str
@@ -60,7 +62,8 @@ class Resource:
         return labels if isinstance(labels, dict) else {}
 
     def with_overrides(self, overrides: dict[str, Any]) -> Resource:
-        """A copy with ``overrides.spec``/``overrides.metadata`` deep-merged (docs/configuration.md "References")."""
+        """A copy with ``overrides.spec``/``overrides.metadata`` deep-merged (docs/configuration.md
+        "References")."""
         return Resource(
             self.api_version, self.kind, self.name,
             deep_merge(self.metadata, overrides.get("metadata") or {}),
@@ -86,7 +89,8 @@ def agent_prompt(spec: dict[str, Any]) -> tuple[str, str | None, str | None]:
 
 
 def deep_merge(base: Any, override: Any) -> Any:
-    """Objects merge recursively; scalars and lists in ``override`` replace (docs/configuration.md "Extension")."""
+    """Objects merge recursively; scalars and lists in ``override`` replace (docs/configuration.md
+    "Extension")."""
     if isinstance(base, dict) and isinstance(override, dict):
         out = {k: copy.deepcopy(v) for k, v in base.items()}
         for key, value in override.items():

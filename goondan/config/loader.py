@@ -62,7 +62,9 @@ class LoadResult:
 
 
 def _file_error(result: LoadResult, code: str, message: str, path: Path, suggestion: str) -> None:
-    result.diagnostics.append(Diagnostic(code, message, file=display_path(path), suggestion=suggestion))
+    result.diagnostics.append(
+        Diagnostic(code, message, file=display_path(path), suggestion=suggestion)
+    )
 
 
 def _check_name(kind: str, name: str, ck: Checker) -> None:
@@ -73,8 +75,12 @@ def _check_name(kind: str, name: str, ck: Checker) -> None:
         return
     if kind == "Package":
         if not PACKAGE_NAME_PATTERN.match(name):
-            ck.warning("W_CONFIG_NAMING_CONVENTION", f"package name {name!r} is not 'name' or '@scope/name'",
-                       path, "use lower-case letters, digits, '-', '.', '_' (optionally @scope/)")
+            ck.warning(
+                "W_CONFIG_NAMING_CONVENTION",
+                f"package name {name!r} is not 'name' or '@scope/name'",
+                path,
+                "use lower-case letters, digits, '-', '.', '_' (optionally @scope/)",
+            )
         return
     if "/" in name or any(c.isspace() for c in name):
         ck.error(f"name {name!r} must not contain '/' or spaces", path,
@@ -120,9 +126,12 @@ def _to_resource(doc: YamlDocument, root: Path, package: str | None,
     api_version = data.get("apiVersion")
     if api_version not in SUPPORTED_API_VERSIONS:
         got = "missing" if "apiVersion" not in data else repr(api_version)
-        ck.error(f"unsupported apiVersion ({got}); supported: {', '.join(SUPPORTED_API_VERSIONS)}",
-                 ("apiVersion",) if "apiVersion" in data else (),
-                 f"write 'apiVersion: {SUPPORTED_API_VERSIONS[0]}'", code="E_CONFIG_UNSUPPORTED_API_VERSION")
+        ck.error(
+            f"unsupported apiVersion ({got}); supported: {', '.join(SUPPORTED_API_VERSIONS)}",
+            ("apiVersion",) if "apiVersion" in data else (),
+            f"write 'apiVersion: {SUPPORTED_API_VERSIONS[0]}'",
+            code="E_CONFIG_UNSUPPORTED_API_VERSION",
+        )
     for key in data:
         if key not in ENVELOPE_FIELDS and not str(key).startswith("x-"):
             guess = did_you_mean(str(key), ENVELOPE_FIELDS)
@@ -142,7 +151,9 @@ def _to_resource(doc: YamlDocument, root: Path, package: str | None,
     _check_name(kind, name, ck)
     spec = data.get("spec")
     if spec is None and kind != "Package":
-        ck.error(f"missing required field 'spec' in {kind}", (), "add 'spec:' with the kind's fields")
+        ck.error(
+            f"missing required field 'spec' in {kind}", (), "add 'spec:' with the kind's fields"
+        )
         spec = {}
     elif spec is None:
         spec = {}
@@ -176,8 +187,13 @@ def _read_file(path: Path, root: Path, package: str | None, result: LoadResult,
     except (OSError, RuntimeError):
         inside = False
     if not inside:
-        _file_error(result, "E_CONFIG_PATH_ESCAPE", "YAML file is a symlink pointing outside the bundle",
-                    path, "copy the file into the bundle instead of linking it")
+        _file_error(
+            result,
+            "E_CONFIG_PATH_ESCAPE",
+            "YAML file is a symlink pointing outside the bundle",
+            path,
+            "copy the file into the bundle instead of linking it",
+        )
         return []
     result.files.append(path)
     docs, problems = read_yaml_file(path, display)
@@ -193,14 +209,20 @@ def _read_file(path: Path, root: Path, package: str | None, result: LoadResult,
                 ck.error("only one Package document is allowed", ("kind",),
                          "merge the two Package documents", code="E_CONFIG_PACKAGE_DOC_DUPLICATED")
             else:
-                ck.error("the Package document must be the first document of goondan.yaml", ("kind",),
-                         "move it to the top of goondan.yaml", code="E_CONFIG_PACKAGE_DOC_POSITION")
+                ck.error(
+                    "the Package document must be the first document of goondan.yaml",
+                    ("kind",),
+                    "move it to the top of goondan.yaml",
+                    code="E_CONFIG_PACKAGE_DOC_POSITION",
+                )
             continue
         out.append(resource)
     return out
 
 
-def load_resources(path: str | os.PathLike[str], *, state_root: Path | None, builtin_root: Path) -> LoadResult:
+def load_resources(
+    path: str | os.PathLike[str], *, state_root: Path | None, builtin_root: Path
+) -> LoadResult:
     """Read the bundle at ``path`` (directory or single YAML file) and its dependencies."""
     target = Path(path).expanduser()
     if target.is_file():
@@ -210,7 +232,9 @@ def load_resources(path: str | os.PathLike[str], *, state_root: Path | None, bui
     else:
         root = target.resolve() if target.is_dir() else target.absolute()
         result = LoadResult(root)
-        manifest = next((root / n for n in ("goondan.yaml", "goondan.yml") if (root / n).is_file()), None)
+        manifest = next(
+            (root / n for n in ("goondan.yaml", "goondan.yml") if (root / n).is_file()), None
+        )
         if not target.is_dir() or manifest is None:
             where = "does not exist" if not target.exists() else "has no goondan.yaml"
             _file_error(result, "E_CONFIG_NOT_FOUND", f"bundle path {str(path)!r} {where}", target,
@@ -234,11 +258,16 @@ def load_resources(path: str | os.PathLike[str], *, state_root: Path | None, bui
             if extra != manifest_file:
                 local.extend(_read_file(extra, root, None, result, manifest=False))
     if package is None and not result.unreadable:
-        result.diagnostics.append(Diagnostic(
-            "W_CONFIG_NO_PACKAGE", "bundle has no Package document", severity="warning",
-            file=display_path(manifest_file),
-            suggestion="add 'kind: Package' with metadata.name as the first document of goondan.yaml",
-        ))
+        result.diagnostics.append(
+            Diagnostic(
+                "W_CONFIG_NO_PACKAGE",
+                "bundle has no Package document",
+                severity="warning",
+                file=display_path(manifest_file),
+                suggestion="add 'kind: Package' with metadata.name "
+                "as the first document of goondan.yaml",
+            )
+        )
     deps = _load_dependencies(result, package, root, state_root, builtin_root)
     result.resources = deps + local
     return result

@@ -109,7 +109,9 @@ def drift(bundle_root: Path, located: dict[str, Located]) -> list[tuple[str, Pac
         locked = {str(k): str(v) for k, v in entry["files"].items()}
         changed = sorted(k for k in set(now) | set(locked) if now.get(k) != locked.get(k))
         if changed:
-            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+            shown = ", ".join(changed[:3]) + (
+                f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            )
             out.append((name, PackageProblem(
                 "W_CONFIG_PACKAGE_DRIFT",
                 f"package {name!r} {loc.version} differs from goondan.lock.yaml: {shown}",

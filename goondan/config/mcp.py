@@ -205,7 +205,9 @@ def _resolve_map(values: dict[str, Any], env: Mapping[str, str],
     return out, unset
 
 
-def mcp_server_spec(name: str, package: str | None, spec: dict[str, Any], root: Path) -> McpServerSpec:
+def mcp_server_spec(
+    name: str, package: str | None, spec: dict[str, Any], root: Path
+) -> McpServerSpec:
     """The :class:`McpServerSpec` of a validated Tool ``spec`` with an ``mcp`` block."""
     block = spec["mcp"]
     exports = spec.get("exports")

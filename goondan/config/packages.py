@@ -59,7 +59,8 @@ class Located:
 
 
 def default_state_root() -> Path:
-    """The state root when none is given: the workspace area's resolver, else env / ``~/.goondan``."""
+    """The state root when none is given: the workspace area's resolver, else env /
+    ``~/.goondan``."""
     try:  # the workspace area owns the full precedence rules (same layer; may be absent)
         paths = importlib.import_module("goondan.workspace.paths")
         return Path(paths.resolve_state_root(None))
@@ -111,7 +112,11 @@ def manifest_version(manifest: Path) -> str | None:
     """``spec.version`` of the Package document at the top of ``manifest`` (``None`` if absent)."""
     docs, _ = read_yaml_file(manifest, str(manifest))
     data: Any = docs[0].data if docs else None
-    if isinstance(data, dict) and data.get("kind") == "Package" and isinstance(data.get("spec"), dict):
+    if (
+        isinstance(data, dict)
+        and data.get("kind") == "Package"
+        and isinstance(data.get("spec"), dict)
+    ):
         version = data["spec"].get("version")
         return str(version) if version is not None else None
     return None
@@ -123,7 +128,10 @@ def _package_dir(base: Path, name: str) -> Path:
 
 def _add_hint(name: str, requested: Any) -> str:
     spec = f"{name}@{requested}" if isinstance(requested, str) and requested.strip() else name
-    return f"install it with 'goondan package add {spec} --dist <pypi-distribution>' (or pip install it)"
+    return (
+        f"install it with 'goondan package add {spec} "
+        "--dist <pypi-distribution>' (or pip install it)"
+    )
 
 
 def locate_package(
@@ -186,7 +194,10 @@ def locate_package(
         )
     if candidates:
         return _python_package(name, candidates[0], requested)
-    for candidate in (_package_dir(builtin_root, name), _package_dir(builtin_root, name.lstrip("@"))):
+    for candidate in (
+        _package_dir(builtin_root, name),
+        _package_dir(builtin_root, name.lstrip("@")),
+    ):
         manifest = find_manifest(candidate)
         if manifest is not None:
             shipped = manifest_version(manifest)
@@ -204,7 +215,8 @@ def locate_package(
     if version is None:
         return None, PackageProblem(
             "E_CONFIG_PACKAGE_LOCK_MISSING",
-            f"dependency {name!r} ({requested!r}) is not installed: no Python distribution provides "
+            f"dependency {name!r} ({requested!r}) is not "
+            "installed: no Python distribution provides "
             "it and no goondan.lock.yaml pins an installed copy",
             _add_hint(name, requested),
         )

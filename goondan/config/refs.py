@@ -27,7 +27,8 @@ _REF_OBJECT_KEYS = ("kind", "name", "package", "apiVersion")
 
 @dataclass(frozen=True)
 class ObjectRef:
-    """A reference to one resource; ``package=None`` means "resolve unscoped" (docs/configuration.md "References")."""
+    """A reference to one resource; ``package=None`` means "resolve unscoped" (docs/configuration.md
+    "References")."""
 
     kind: str
     name: str
@@ -40,7 +41,8 @@ class ObjectRef:
 
 @dataclass
 class Selector:
-    """``{selector: {kind?, name?, matchLabels?}, overrides?: {spec?, metadata?}}`` (docs/configuration.md "References")."""
+    """``{selector: {kind?, name?, matchLabels?}, overrides?: {spec?, metadata?}}``
+    (docs/configuration.md "References")."""
 
     kind: str
     name: str | None = None
@@ -93,9 +95,13 @@ def parse_ref(value: Any, path: FieldPath, ck: Checker, expected: tuple[str, ...
     if wrapped and isinstance(value, dict) and "ref" in value:
         for key in value:
             if key != "ref" and not key.startswith("x-"):
-                ck.error(f"unknown field {key!r} next to 'ref'", (*path, key),
-                         "a wrapped reference has only 'ref': write ref: {kind: …, name: …, package: …}",
-                         code="E_CONFIG_UNKNOWN_FIELD", key=True)
+                ck.error(
+                    f"unknown field {key!r} next to 'ref'",
+                    (*path, key),
+                    "a wrapped reference has only 'ref': write ref: {kind: …, name: …, package: …}",
+                    code="E_CONFIG_UNKNOWN_FIELD",
+                    key=True,
+                )
                 return None
         return parse_ref(value["ref"], (*path, "ref"), ck, expected, bare_name_kind=bare_name_kind,
                          wrapped=False)
@@ -116,9 +122,15 @@ def parse_ref(value: Any, path: FieldPath, ck: Checker, expected: tuple[str, ...
         for key in value:
             if key not in _REF_OBJECT_KEYS and not key.startswith("x-"):
                 guess = did_you_mean(key, _REF_OBJECT_KEYS)
-                ck.error(f"unknown field {key!r} in reference", (*path, key),
-                         f"did you mean {guess!r}?" if guess else "a reference has kind, name, package, apiVersion",
-                         code="E_CONFIG_UNKNOWN_FIELD", key=True)
+                ck.error(
+                    f"unknown field {key!r} in reference",
+                    (*path, key),
+                    f"did you mean {guess!r}?"
+                    if guess
+                    else "a reference has kind, name, package, apiVersion",
+                    code="E_CONFIG_UNKNOWN_FIELD",
+                    key=True,
+                )
                 ok = False
         kind, name, package = value.get("kind"), value.get("name"), value.get("package")
         for label, item in (("kind", kind), ("name", name)):
@@ -165,9 +177,13 @@ def _parse_selector(value: dict[str, Any], path: FieldPath, ck: Checker,
     for key in sel:
         if key not in ("kind", "name", "matchLabels") and not key.startswith("x-"):
             guess = did_you_mean(key, ("kind", "name", "matchLabels"))
-            ck.error(f"unknown field {key!r} in selector", (*spath, key),
-                     f"did you mean {guess!r}?" if guess else "a selector has kind, name, matchLabels",
-                     code="E_CONFIG_UNKNOWN_FIELD", key=True)
+            ck.error(
+                f"unknown field {key!r} in selector",
+                (*spath, key),
+                f"did you mean {guess!r}?" if guess else "a selector has kind, name, matchLabels",
+                code="E_CONFIG_UNKNOWN_FIELD",
+                key=True,
+            )
             ok = False
     if not isinstance(kind, str) or not _check_kind(kind, (default_kind,), (*spath, "kind"), ck):
         ok = False
@@ -191,9 +207,13 @@ def _parse_selector(value: dict[str, Any], path: FieldPath, ck: Checker,
         for key, item in overrides.items():
             if key not in ("spec", "metadata"):
                 guess = did_you_mean(key, ("spec", "metadata"))
-                ck.error(f"unknown field {key!r} in overrides", (*path, "overrides", key),
-                         f"did you mean {guess!r}?" if guess else "overrides has 'spec' and 'metadata'",
-                         code="E_CONFIG_UNKNOWN_FIELD", key=True)
+                ck.error(
+                    f"unknown field {key!r} in overrides",
+                    (*path, "overrides", key),
+                    f"did you mean {guess!r}?" if guess else "overrides has 'spec' and 'metadata'",
+                    code="E_CONFIG_UNKNOWN_FIELD",
+                    key=True,
+                )
                 ok = False
             elif not isinstance(item, dict):
                 ck.error(f"overrides.{key} must be a mapping", (*path, "overrides", key),
@@ -233,14 +253,21 @@ def parse_ref_item(value: Any, path: FieldPath, ck: Checker, kind: str,
             ok = False
         approval, timeout = value.get("approval"), value.get("approvalTimeoutMs")
         if approval is not None and approval not in ("required", "never"):
-            ck.error(f"approval must be 'required' or 'never', got {approval!r}", (*path, "approval"),
-                     "write approval: required (ask a person before each call) or approval: never")
+            ck.error(
+                f"approval must be 'required' or 'never', got {approval!r}",
+                (*path, "approval"),
+                "write approval: required (ask a person before each call) or approval: never",
+            )
             ok = False
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1
+        ):
             ck.error(f"approvalTimeoutMs must be a positive integer, got {timeout!r}",
                      (*path, "approvalTimeoutMs"), "write approvalTimeoutMs: 3600000 (one hour)")
             ok = False
-        ref = parse_ref(value["ref"], (*path, "ref"), ck, (kind,), bare_name_kind=bare, wrapped=False)
+        ref = parse_ref(
+            value["ref"], (*path, "ref"), ck, (kind,), bare_name_kind=bare, wrapped=False
+        )
         if ref is None or not ok:
             return None
         return RefItem(path, ref=ref, config=config, approval=approval, approval_timeout_ms=timeout)

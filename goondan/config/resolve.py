@@ -47,9 +47,12 @@ class Index:
             scope = self.scope_of(ref.package)
             if scope not in self.scopes:
                 known = sorted(str(s) for s in self.scopes if s is not None)
-                return Resolution(None, "E_CONFIG_REF_NOT_FOUND",
-                                  f"{ref}: package {ref.package!r} is not loaded",
-                                  f"add it to the Package dependencies (loaded: {', '.join(known) or 'none'})")
+                return Resolution(
+                    None,
+                    "E_CONFIG_REF_NOT_FOUND",
+                    f"{ref}: package {ref.package!r} is not loaded",
+                    f"add it to the Package dependencies (loaded: {', '.join(known) or 'none'})",
+                )
             found = self.scopes[scope].get(key)
             if found is None:
                 return self._missing(ref, [scope])
@@ -63,9 +66,12 @@ class Index:
             return Resolution(hits[0])
         if len(hits) > 1:
             where = ", ".join(h.package or "(local bundle)" for h in hits)
-            return Resolution(None, "E_CONFIG_REF_AMBIGUOUS",
-                              f"{ref.kind}/{ref.name} exists in several packages: {where}",
-                              "add 'package:' to the reference: {kind: ..., name: ..., package: ...}")
+            return Resolution(
+                None,
+                "E_CONFIG_REF_AMBIGUOUS",
+                f"{ref.kind}/{ref.name} exists in several packages: {where}",
+                "add 'package:' to the reference: {kind: ..., name: ..., package: ...}",
+            )
         return self._missing(ref, list(self.scopes))
 
     def _missing(self, ref: ObjectRef, scopes: list[str | None]) -> Resolution:

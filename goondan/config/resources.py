@@ -58,7 +58,9 @@ def _ref(*kinds: str, bare: str | None = None) -> Schema:
     return Custom(lambda v, p, ck: parse_ref(v, p, ck, kinds, bare_name_kind=bare) is not None)
 
 
-def _ref_list(kind: str, *, allow_config: bool = False, bare: bool = False, min_items: int = 0) -> Schema:
+def _ref_list(
+    kind: str, *, allow_config: bool = False, bare: bool = False, min_items: int = 0
+) -> Schema:
     item = Custom(lambda v, p, ck: parse_ref_item(
         v, p, ck, kind, allow_config=allow_config, bare_name=bare) is not None)
     return ListOf(item, min_items=min_items)
@@ -77,8 +79,11 @@ def _export_name(value: Any, path: FieldPath, ck: Checker) -> bool:
                  "'__' separates the Tool name from the export name; use '_' or '-'")
         return False
     if not EXPORT_NAME_PATTERN.match(value):
-        ck.error(f"export name {value!r} may only use a-z, 0-9, '_' and '-'", path,
-                 f"rename it, e.g. {re.sub(r'[^a-z0-9_-]+', '-', value.lower()).strip('-') or 'run'!r}")
+        ck.error(
+            f"export name {value!r} may only use a-z, 0-9, '_' and '-'",
+            path,
+            f"rename it, e.g. {re.sub(r'[^a-z0-9_-]+', '-', value.lower()).strip('-') or 'run'!r}",
+        )
         return False
     return True
 
@@ -97,7 +102,8 @@ def _json_schema_object(value: Any, path: FieldPath, ck: Checker) -> bool:
             ck.error(f"parameters.{key} must be a mapping", (*path, key), "map names to schemas")
             return False
     if "required" in value and (
-        not isinstance(value["required"], list) or not all(isinstance(r, str) for r in value["required"])
+        not isinstance(value["required"], list)
+        or not all(isinstance(r, str) for r in value["required"])
     ):
         ck.error("parameters.required must be a list of strings", (*path, "required"),
                  "write required: [name]")
@@ -138,8 +144,12 @@ def _agent_prompt_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> N
         ck.error("Agent sets both prompt and prompts; use exactly one", (*path, "prompt"),
                  "keep prompt: {system | systemRef} and remove prompts")
     elif "prompt" not in value and "prompts" not in value:
-        ck.warning("W_CONFIG_NO_PROMPT", "Agent has no system prompt", path,
-                   'add prompt: {system: "You are ..."} or prompt: {systemRef: ./prompts/system.md}')
+        ck.warning(
+            "W_CONFIG_NO_PROMPT",
+            "Agent has no system prompt",
+            path,
+            'add prompt: {system: "You are ..."} or prompt: {systemRef: ./prompts/system.md}',
+        )
 
 
 def _required_tools_rule(value: dict[str, Any], path: FieldPath, ck: Checker) -> None:

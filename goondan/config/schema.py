@@ -97,7 +97,9 @@ class Checker:
         """Shorthand for a schema error."""
         self.report(code, message, path, suggestion=suggestion, key=key)
 
-    def warning(self, code: str, message: str, path: FieldPath, suggestion: str | None = None) -> None:
+    def warning(
+        self, code: str, message: str, path: FieldPath, suggestion: str | None = None
+    ) -> None:
         """Shorthand for a warning."""
         self.report(code, message, path, suggestion=suggestion, severity="warning")
 
@@ -144,7 +146,11 @@ class Str(Schema):
         if not isinstance(value, str):
             return self._type_error(value, path, ck)
         if self.non_empty and not value.strip():
-            ck.error(f"{format_field(path)} must not be empty", path, "give it a value or remove the field")
+            ck.error(
+                f"{format_field(path)} must not be empty",
+                path,
+                "give it a value or remove the field",
+            )
             return False
         if self.choices is not None and value not in self.choices:
             guess = did_you_mean(value, self.choices)
@@ -191,16 +197,26 @@ class Num(Schema):
         self.expected = "a number"
 
     def check(self, value: Any, path: FieldPath, ck: Checker) -> bool:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             return self._type_error(value, path, ck)
         low_bad = self.minimum is not None and (
             value <= self.minimum if self.exclusive_min else value < self.minimum)
         high_bad = self.maximum is not None and value > self.maximum
         if low_bad or high_bad:
-            low = "" if self.minimum is None else (f"> {self.minimum}" if self.exclusive_min else f"≥ {self.minimum}")
+            low = (
+                ""
+                if self.minimum is None
+                else (f"> {self.minimum}" if self.exclusive_min else f"≥ {self.minimum}")
+            )
             high = "" if self.maximum is None else f"≤ {self.maximum}"
             bounds = " and ".join(b for b in (low, high) if b)
-            ck.error(f"{format_field(path)} is out of range: {value}", path, f"use a value {bounds}")
+            ck.error(
+                f"{format_field(path)} is out of range: {value}", path, f"use a value {bounds}"
+            )
             return False
         return True
 

@@ -66,8 +66,11 @@ def parse_version(text: str) -> Version | None:
 def from_python(text: str) -> Version | None:
     """A PEP 440 version as semver: ``1.2`` → ``1.2.0``, ``1.2.0a1`` → ``1.2.0-a1``,
     ``1.2.0.dev3`` → ``1.2.0-dev3``, ``1.2.0.post1`` → ``1.2.0``; ``None`` if unusable."""
-    m = re.match(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?[-_.]?((?:a|b|rc|alpha|beta|c|dev|pre)[-_.]?\d*)?"
-                 r"(?:[-_.]?(?:post|r)\d*)?(?:\.dev(\d+))?(?:\+.*)?$", text.strip().lower())
+    m = re.match(
+        r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?[-_.]?((?:a|b|rc|alpha|beta|c|dev|pre)[-_.]?\d*)?"
+        r"(?:[-_.]?(?:post|r)\d*)?(?:\.dev(\d+))?(?:\+.*)?$",
+        text.strip().lower(),
+    )
     if not m:
         return None
     pre = m.group(4) or (f"dev{m.group(5)}" if m.group(5) else None)
@@ -110,10 +113,14 @@ def _expand(op: str, text: str) -> list[_Comparator] | None:
             high = Version(0, 0, (patch or 0) + 1, (0,))
         return [(">=", low), ("<", high)]
     if op in ("~", "~>"):
-        high = Version(major + 1, 0, 0, (0,)) if minor is None else Version(major, minor + 1, 0, (0,))
+        high = (
+            Version(major + 1, 0, 0, (0,)) if minor is None else Version(major, minor + 1, 0, (0,))
+        )
         return [(">=", low), ("<", high)]
     if minor is None or patch is None:  # a partial version is a range of its own
-        high = Version(major + 1, 0, 0, (0,)) if minor is None else Version(major, minor + 1, 0, (0,))
+        high = (
+            Version(major + 1, 0, 0, (0,)) if minor is None else Version(major, minor + 1, 0, (0,))
+        )
         if op in ("", "="):
             return [(">=", low), ("<", high)]
         if op == ">":

@@ -23,8 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
-    "BASENAMES", "SKIP_DIRS", "FileTooLargeError", "NotRegularFileError", "display_path", "read_regular_file",
-    "record_reads", "scan_yaml_files",
+    "BASENAMES",
+    "SKIP_DIRS",
+    "FileTooLargeError",
+    "NotRegularFileError",
+    "display_path",
+    "read_regular_file",
+    "record_reads",
+    "scan_yaml_files",
 ]
 
 _CHUNK = 64 * 1024
@@ -65,7 +71,12 @@ def read_regular_file(path: Path, *, limit: int) -> bytes:
     :class:`FileTooLargeError` past ``limit``, and ``OSError`` for everything else (missing,
     permission denied, name too long …). Never blocks on a special file.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_NOCTTY", 0)
+    )
     fd = os.open(path, flags)
     try:
         info = os.fstat(fd)

@@ -29,7 +29,13 @@ from goondan.errors import BundleError, ConfigError, Diagnostic
 from goondan.secrets import register_secret
 from goondan.tools.naming import sanitize_export_name
 
-__all__ = ["ValidationReport", "bundle_or_raise", "load_bundle", "validate_bundle", "validate_loaded"]
+__all__ = [
+    "ValidationReport",
+    "bundle_or_raise",
+    "load_bundle",
+    "validate_bundle",
+    "validate_loaded",
+]
 
 _ENTRY_SYMBOL = {"Tool": "handlers", "Extension": "register", "Connector": "run"}
 
@@ -71,17 +77,25 @@ class _Validator:
         self._duplicates()
         resources = self.loaded.resources
         if not any(r.package is None and r.kind != "Package" for r in resources):
-            self.diagnostics.append(Diagnostic(
-                "E_CONFIG_NO_RESOURCES", "the bundle defines no resources",
-                file=next((r.location.display for r in resources), None),
-                suggestion="add a Model, an Agent and a Swarm ('goondan init' writes a starter bundle)",
-            ))
+            self.diagnostics.append(
+                Diagnostic(
+                    "E_CONFIG_NO_RESOURCES",
+                    "the bundle defines no resources",
+                    file=next((r.location.display for r in resources), None),
+                    suggestion="add a Model, an Agent and a Swarm "
+                    "('goondan init' writes a starter bundle)",
+                )
+            )
         elif not any(r.kind == "Swarm" for r in resources):
-            self.diagnostics.append(Diagnostic(
-                "W_CONFIG_NO_SWARM", "the bundle defines no Swarm, so nothing can run", severity="warning",
-                file=resources[-1].location.display,
-                suggestion="add 'kind: Swarm' with entryAgent and agents",
-            ))
+            self.diagnostics.append(
+                Diagnostic(
+                    "W_CONFIG_NO_SWARM",
+                    "the bundle defines no Swarm, so nothing can run",
+                    severity="warning",
+                    file=resources[-1].location.display,
+                    suggestion="add 'kind: Swarm' with entryAgent and agents",
+                )
+            )
         for res in resources:
             check = getattr(self, f"_check_{res.kind.lower()}", None)
             if check is not None:
@@ -97,18 +111,25 @@ class _Validator:
             if first is None:
                 seen[key] = res
                 continue
-            self.ck(res).error(f"{res.id} is already defined at {first.location}", ("metadata", "name"),
-                               "rename one of them; kind + name must be unique",
-                               code="E_CONFIG_DUPLICATE_NAME")
+            self.ck(res).error(
+                f"{res.id} is already defined at {first.location}",
+                ("metadata", "name"),
+                "rename one of them; kind + name must be unique",
+                code="E_CONFIG_DUPLICATE_NAME",
+            )
 
     def _ref(self, res: Resource, ck: Checker, value: Any, path: FieldPath, kind: str,
              *, bare: bool = False) -> Resource | None:
-        ref = parse_ref(value, path, Checker(None, None), (kind,), bare_name_kind=kind if bare else None)
+        ref = parse_ref(
+            value, path, Checker(None, None), (kind,), bare_name_kind=kind if bare else None
+        )
         if ref is None:
             return None  # the schema pass already reported it
         found = self.index.resolve(ref, res)
         if found.resource is None and found.code:
-            ck.error(found.message or "reference not found", path, found.suggestion, code=found.code)
+            ck.error(
+                found.message or "reference not found", path, found.suggestion, code=found.code
+            )
         return found.resource
 
     def _items(self, res: Resource, ck: Checker, items: Any, path: FieldPath, kind: str,
@@ -124,9 +145,12 @@ class _Validator:
             if item.selector is not None:
                 selected = self.index.select(item.selector, res)
                 if not selected:
-                    ck.warning("W_CONFIG_SELECTOR_NO_MATCH",
-                               f"selector matches no {item.selector.kind} resource", (*path, i, "selector"),
-                               "check matchLabels against the resources' metadata.labels")
+                    ck.warning(
+                        "W_CONFIG_SELECTOR_NO_MATCH",
+                        f"selector matches no {item.selector.kind} resource",
+                        (*path, i, "selector"),
+                        "check matchLabels against the resources' metadata.labels",
+                    )
                 for sel in selected:
                     self._check_override(res, ck, sel, item, kind)
                     out.append((sel, item))
@@ -147,10 +171,16 @@ class _Validator:
         probe = Checker(None, None)
         KIND_SCHEMAS[kind].check(selected.spec, ("spec",), probe)
         for diag in probe.diagnostics:
-            ck.error(f"overrides make {selected.id} invalid: {diag.message}", (*item.path, "overrides"),
-                     diag.suggestion, code=diag.code)
+            ck.error(
+                f"overrides make {selected.id} invalid: {diag.message}",
+                (*item.path, "overrides"),
+                diag.suggestion,
+                code=diag.code,
+            )
 
-    def _file(self, res: Resource, ck: Checker, rel: Any, path: FieldPath, *, entry: bool) -> Path | None:
+    def _file(
+        self, res: Resource, ck: Checker, rel: Any, path: FieldPath, *, entry: bool
+    ) -> Path | None:
         if not isinstance(rel, str) or not rel.strip():
             return None
         target, reason = resolve_inside(res.root, rel)
@@ -170,12 +200,18 @@ class _Validator:
             code = "E_CONFIG_ENTRY_NOT_FOUND" if entry else "E_CONFIG_PROMPT_NOT_FOUND"
             base = Path(rel).name
             try:
-                candidates = [p.name for p in target.parent.iterdir()] if target.parent.is_dir() else []
+                candidates = (
+                    [p.name for p in target.parent.iterdir()] if target.parent.is_dir() else []
+                )
             except OSError:
                 candidates = []
             guess = did_you_mean(base, candidates)
-            ck.error(f"{what} {rel!r} not found", path,
-                     f"did you mean {guess!r}?" if guess else f"create {rel} (relative to {res.root})", code=code)
+            ck.error(
+                f"{what} {rel!r} not found",
+                path,
+                f"did you mean {guess!r}?" if guess else f"create {rel} (relative to {res.root})",
+                code=code,
+            )
             return None
         if not entry and not target.is_file():
             ck.error(f"prompt file {rel!r} is not a regular file", path,
@@ -190,12 +226,17 @@ class _Validator:
         symbol = _ENTRY_SYMBOL[res.kind]
         if target.is_dir():
             if not (target / "__init__.py").is_file():
-                ck.error(f"entry {res.spec['entry']!r} is a directory without __init__.py", ("spec", "entry"),
-                         "point entry at a .py file or a Python package", code="E_CONFIG_ENTRY_INVALID")
+                ck.error(
+                    f"entry {res.spec['entry']!r} is a directory without __init__.py",
+                    ("spec", "entry"),
+                    "point entry at a .py file or a Python package",
+                    code="E_CONFIG_ENTRY_INVALID",
+                )
                 return
         elif target.suffix != ".py":
             hint = "goondan runs Python entry modules; write the module in Python"
-            if target.suffix in (".ts", ".mts", ".js", ".mjs"):  # a bundle written for the reference
+            # a bundle written for the reference
+            if target.suffix in (".ts", ".mts", ".js", ".mjs"):
                 hint = ("this is a TypeScript/JavaScript module for the reference implementation; "
                         "port it to a Python module (docs/compatibility.md)")
             ck.error(f"entry {res.spec['entry']!r} is not a Python file (.py)", ("spec", "entry"),
@@ -220,9 +261,12 @@ class _Validator:
             for i, export in enumerate(exports if isinstance(exports, list) else []):
                 name = export.get("name") if isinstance(export, dict) else None
                 if isinstance(name, str) and name not in symbols.handler_keys:
-                    ck.error(f"entry module's handlers has no key {name!r}", ("spec", "exports", i, "name"),
-                             f"add '{name}': <function> to handlers in {res.spec['entry']}",
-                             code="E_CONFIG_ENTRY_INVALID")
+                    ck.error(
+                        f"entry module's handlers has no key {name!r}",
+                        ("spec", "exports", i, "name"),
+                        f"add '{name}': <function> to handlers in {res.spec['entry']}",
+                        code="E_CONFIG_ENTRY_INVALID",
+                    )
 
     def _env(self, res: Resource, ck: Checker, value: Any, path: FieldPath, *, secret: bool,
              field_name: str) -> None:
@@ -264,12 +308,20 @@ class _Validator:
                      "add endpoint: https://your-server/v1")
         self._env(res, ck, spec.get("apiKey"), ("spec", "apiKey"), secret=True, field_name="apiKey")
         options = spec.get("options")
-        if provider == "scripted" and isinstance(options, dict) and isinstance(options.get("scriptFile"), str):
+        if (
+            provider == "scripted"
+            and isinstance(options, dict)
+            and isinstance(options.get("scriptFile"), str)
+        ):
             # Confined like an entry module (docs/testing-models.md).
             script, reason = resolve_inside(res.root, options["scriptFile"])
             if script is None:
-                ck.error(f"scriptFile: {reason}", ("spec", "options", "scriptFile"),
-                         "use a path relative to the bundle root, inside it", code="E_CONFIG_PATH_ESCAPE")
+                ck.error(
+                    f"scriptFile: {reason}",
+                    ("spec", "options", "scriptFile"),
+                    "use a path relative to the bundle root, inside it",
+                    code="E_CONFIG_PATH_ESCAPE",
+                )
 
     def _check_tool(self, res: Resource, ck: Checker) -> None:
         if isinstance(res.spec.get("a2a"), dict):  # a remote A2A agent: its headers must resolve
@@ -308,22 +360,30 @@ class _Validator:
                 continue
             guess = did_you_mean(key, known)
             if guess is not None:
-                ck.report("W_CONFIG_UNKNOWN_PARAM",
-                          f"{key!r} is not a parameter {provider} is known to take (Model/{model.name})",
-                          ("spec", "modelConfig", "params", key), key=True, severity="warning",
-                          suggestion=f"did you mean {guess!r}? (an unknown key is sent as written; "
-                          "validate --strict makes this an error)")
+                ck.report(
+                    "W_CONFIG_UNKNOWN_PARAM",
+                    f"{key!r} is not a parameter {provider} is known to take (Model/{model.name})",
+                    ("spec", "modelConfig", "params", key),
+                    key=True,
+                    severity="warning",
+                    suggestion=f"did you mean {guess!r}? (an unknown key is sent as written; "
+                    "validate --strict makes this an error)",
+                )
 
     def _check_agent(self, res: Resource, ck: Checker) -> None:
         spec = res.spec
         model_config = spec.get("modelConfig")
         model = None
         if isinstance(model_config, dict) and "modelRef" in model_config:
-            model = self._ref(res, ck, model_config["modelRef"], ("spec", "modelConfig", "modelRef"), "Model")
+            model = self._ref(
+                res, ck, model_config["modelRef"], ("spec", "modelConfig", "modelRef"), "Model"
+            )
         if model is not None and isinstance(model_config, dict):
             self._check_params(ck, model, model_config.get("params"))
         tools = self._items(res, ck, spec.get("tools"), ("spec", "tools"), "Tool")
-        extensions = self._items(res, ck, spec.get("extensions"), ("spec", "extensions"), "Extension")
+        extensions = self._items(
+            res, ck, spec.get("extensions"), ("spec", "extensions"), "Extension"
+        )
         block, _, system_ref = agent_prompt(spec)
         self._file(res, ck, system_ref, ("spec", block, "systemRef"), entry=False)
         names: set[str] = set()
@@ -346,27 +406,46 @@ class _Validator:
             if not isinstance(name, str) or not name:
                 continue
             if "__" not in name:
-                ck.error(f"requiredTools entry {name!r} is not a full tool name", ("spec", "requiredTools", i),
-                         "write '<tool>__<export>', e.g. 'bash__exec'")
+                ck.error(
+                    f"requiredTools entry {name!r} is not a full tool name",
+                    ("spec", "requiredTools", i),
+                    "write '<tool>__<export>', e.g. 'bash__exec'",
+                )
             elif name not in names and not name.startswith(tuple(open_prefixes)):
                 message = f"required tool {name!r} is not offered by this Agent's tools"
                 guess = did_you_mean(name, sorted(names))
                 hint = f"did you mean {guess!r}?" if guess else "add the Tool to spec.tools"
                 if extensions:  # an extension may register it at run time
-                    ck.warning("W_CONFIG_REQUIRED_TOOL_UNKNOWN", message, ("spec", "requiredTools", i), hint)
+                    ck.warning(
+                        "W_CONFIG_REQUIRED_TOOL_UNKNOWN",
+                        message,
+                        ("spec", "requiredTools", i),
+                        hint,
+                    )
                 else:
-                    ck.error(message, ("spec", "requiredTools", i), hint, code="E_CONFIG_REQUIRED_TOOL_UNKNOWN")
+                    ck.error(
+                        message,
+                        ("spec", "requiredTools", i),
+                        hint,
+                        code="E_CONFIG_REQUIRED_TOOL_UNKNOWN",
+                    )
         if model is not None:
             caps = model.spec.get("capabilities")
             caps = caps if isinstance(caps, dict) else {}
             if caps.get("toolCalling") is False and (tools or spec.get("tools")):
-                ck.error(f"Model {model.name!r} declares toolCalling: false but this Agent has tools",
-                         ("spec", "tools"), "remove the tools or use a model with tool calling",
-                         code="E_CONFIG_CAPABILITY")
+                ck.error(
+                    f"Model {model.name!r} declares toolCalling: false but this Agent has tools",
+                    ("spec", "tools"),
+                    "remove the tools or use a model with tool calling",
+                    code="E_CONFIG_CAPABILITY",
+                )
             if spec.get("parallelToolCalls") is True and caps.get("parallelToolCalls") is False:
-                ck.warning("W_CONFIG_CAPABILITY",
-                           f"Model {model.name!r} declares parallelToolCalls: false", ("spec", "parallelToolCalls"),
-                           "set parallelToolCalls: false on the Agent")
+                ck.warning(
+                    "W_CONFIG_CAPABILITY",
+                    f"Model {model.name!r} declares parallelToolCalls: false",
+                    ("spec", "parallelToolCalls"),
+                    "set parallelToolCalls: false on the Agent",
+                )
             if caps.get("streaming") is False and isinstance(model.spec.get("options"), dict) \
                     and model.spec["options"].get("stream") is True:
                 ck.warning("W_CONFIG_CAPABILITY", f"Model {model.name!r} declares streaming: false",
@@ -381,16 +460,24 @@ class _Validator:
                 ck.error(f"Agent {agent.name!r} is listed twice", item.path, "list each agent once")
             seen.add(id(agent))
         if "entryAgent" in spec:
-            entry = self._ref(res, ck, spec["entryAgent"], ("spec", "entryAgent"), "Agent", bare=True)
+            entry = self._ref(
+                res, ck, spec["entryAgent"], ("spec", "entryAgent"), "Agent", bare=True
+            )
             if entry is not None and agents and all(a is not entry for a, _ in agents):
-                ck.error(f"entryAgent {entry.name!r} is not in agents", ("spec", "entryAgent"),
-                         f"add {entry.name} to spec.agents or pick one of: {', '.join(a.name for a, _ in agents)}")
+                ck.error(
+                    f"entryAgent {entry.name!r} is not in agents",
+                    ("spec", "entryAgent"),
+                    f"add {entry.name} to spec.agents or pick one "
+                    f"of: {', '.join(a.name for a, _ in agents)}",
+                )
 
     def _check_connection(self, res: Resource, ck: Checker) -> None:
         spec = res.spec
         connector = None
         if "connectorRef" in spec:
-            connector = self._ref(res, ck, spec["connectorRef"], ("spec", "connectorRef"), "Connector")
+            connector = self._ref(
+                res, ck, spec["connectorRef"], ("spec", "connectorRef"), "Connector"
+            )
         if "swarmRef" in spec:
             swarm = self._ref(res, ck, spec["swarmRef"], ("spec", "swarmRef"), "Swarm")
         else:
@@ -407,8 +494,14 @@ class _Validator:
         verify = spec.get("verify")
         webhook = verify.get("webhook") if isinstance(verify, dict) else None
         if isinstance(webhook, dict):
-            self._env(res, ck, webhook.get("signingSecret"), ("spec", "verify", "webhook", "signingSecret"),
-                      secret=True, field_name="signingSecret")
+            self._env(
+                res,
+                ck,
+                webhook.get("signingSecret"),
+                ("spec", "verify", "webhook", "signingSecret"),
+                secret=True,
+                field_name="signingSecret",
+            )
         events: set[str] = set()
         declared = connector.spec.get("events") if connector is not None else None
         if isinstance(declared, list):  # anything else is already a schema error of the Connector
@@ -417,8 +510,12 @@ class _Validator:
                     events.add(event["name"])
         swarm_agents: list[Resource] | None = None
         if swarm is not None:
-            swarm_agents = [a for a, _ in self._items(swarm, Checker(None, None), swarm.spec.get("agents"),
-                                                      (), "Agent", bare=True)]
+            swarm_agents = [
+                a
+                for a, _ in self._items(
+                    swarm, Checker(None, None), swarm.spec.get("agents"), (), "Agent", bare=True
+                )
+            ]
         ingress = spec.get("ingress")
         rules = ingress.get("rules") if isinstance(ingress, dict) else None
         for i, rule in enumerate(rules if isinstance(rules, list) else []):
@@ -433,11 +530,14 @@ class _Validator:
                 guess = did_you_mean(event, sorted(events))
                 declared_hint = f"declared events: {', '.join(sorted(events))}" if events else \
                     "the Connector declares no events"
-                ck.warning("W_CONFIG_UNKNOWN_EVENT",
-                           f"event {event!r} is not declared by Connector {connector.name!r}",
-                           (*path, "match", "event"),
-                           f"did you mean {guess!r}? (fine as it is if the connector emits {event!r})"
-                           if guess else f"{declared_hint}; fine as it is if the connector emits {event!r}")
+                ck.warning(
+                    "W_CONFIG_UNKNOWN_EVENT",
+                    f"event {event!r} is not declared by Connector {connector.name!r}",
+                    (*path, "match", "event"),
+                    f"did you mean {guess!r}? (fine as it is if the connector emits {event!r})"
+                    if guess
+                    else f"{declared_hint}; fine as it is if the connector emits {event!r}",
+                )
             route = rule.get("route")
             if isinstance(route, dict) and "agentRef" in route:
                 agent = self._ref(res, ck, route["agentRef"], (*path, "route", "agentRef"), "Agent")
@@ -469,7 +569,9 @@ def validate_bundle(
     warn about unset ``valueFrom.env`` variables. ``builtin_root`` replaces the directory of
     packages shipped with goondan (for tests).
     """
-    return validate_loaded(path, state_root=state_root, strict=strict, env=env, builtin_root=builtin_root)[0]
+    return validate_loaded(
+        path, state_root=state_root, strict=strict, env=env, builtin_root=builtin_root
+    )[0]
 
 
 def validate_loaded(
@@ -510,21 +612,27 @@ def load_bundle(path: str | os.PathLike[str], *, state_root: Path | None = None,
     (:func:`goondan.config.secretsources.register_bundle_secrets`)."""
     from goondan.config.secretsources import register_bundle_secrets
 
-    bundle = bundle_or_raise(validate_bundle(path, state_root=state_root, builtin_root=builtin_root))
+    bundle = bundle_or_raise(
+        validate_bundle(path, state_root=state_root, builtin_root=builtin_root)
+    )
     register_bundle_secrets(bundle, os.environ)
     return bundle
 
 
 def bundle_or_raise(report: ValidationReport) -> Bundle:
-    """The report's bundle, else :class:`ConfigError` (unreadable) or :class:`BundleError` (invalid)."""
+    """The report's bundle, else :class:`ConfigError` (unreadable) or :class:`BundleError`
+    (invalid)."""
     if report.bundle is not None:
         return report.bundle
     first = report.errors[0]
     if report.unreadable:
-        raise ConfigError(first.message, code=first.code, suggestion=first.suggestion, location=first.path)
+        raise ConfigError(
+            first.message, code=first.code, suggestion=first.suggestion, location=first.path
+        )
     count = len(report.errors)
     raise BundleError(
-        f"bundle is invalid ({count} error{'s' if count != 1 else ''}); first: [{first.code}] {first.message}",
+        f"bundle is invalid ({count} error{'s' if count != 1 else ''}); "
+        f"first: [{first.code}] {first.message}",
         report.errors + report.warnings,
         suggestion="run 'goondan validate' to see every problem with its location",
         location=first.path,

@@ -55,7 +55,11 @@ def check_value_source(value: Any, path: FieldPath, ck: Checker) -> bool:
     source = value["valueFrom"]
     spath = (*path, "valueFrom")
     if not isinstance(source, dict):
-        ck.error(f"{where}.valueFrom must be a mapping, got {type_name(source)}", spath, f"write {example}")
+        ck.error(
+            f"{where}.valueFrom must be a mapping, got {type_name(source)}",
+            spath,
+            f"write {example}",
+        )
         return False
     extra = [k for k in source if k not in ("env", "secretRef") and not k.startswith("x-")]
     for key in extra:
@@ -63,7 +67,11 @@ def check_value_source(value: Any, path: FieldPath, ck: Checker) -> bool:
     if extra:
         return False
     if ("env" in source) == ("secretRef" in source):
-        ck.error(f"{where}.valueFrom needs exactly one of 'env' or 'secretRef'", spath, f"write {example}")
+        ck.error(
+            f"{where}.valueFrom needs exactly one of 'env' or 'secretRef'",
+            spath,
+            f"write {example}",
+        )
         return False
     if "env" in source:
         env = source["env"]
@@ -85,11 +93,17 @@ def check_value_source(value: Any, path: FieldPath, ck: Checker) -> bool:
             ok = False
     target = ref.get("ref")
     if not isinstance(target, str) or not re.fullmatch(r"Secret/[^/\s]+", target):
-        ck.error("secretRef.ref must be 'Secret/<name>'", (*rpath, "ref") if "ref" in ref else rpath,
-                 "write ref: Secret/github-app", code="E_CONFIG_INVALID_REF")
+        ck.error(
+            "secretRef.ref must be 'Secret/<name>'",
+            (*rpath, "ref") if "ref" in ref else rpath,
+            "write ref: Secret/github-app",
+            code="E_CONFIG_INVALID_REF",
+        )
         ok = False
     if "key" in ref and (not isinstance(ref["key"], str) or not ref["key"]):
-        ck.error("secretRef.key must be a non-empty string", (*rpath, "key"), "write key: private_key")
+        ck.error(
+            "secretRef.key must be a non-empty string", (*rpath, "key"), "write key: private_key"
+        )
         ok = False
     return ok
 
@@ -99,7 +113,8 @@ def _upper(text: str) -> str:
 
 
 def secret_env_names(name: str, key: str | None, field: str | None = None) -> list[str]:
-    """Environment variables tried for ``Secret/<name>`` (docs/configuration.md "Values and secrets"), in order."""
+    """Environment variables tried for ``Secret/<name>`` (docs/configuration.md
+    "Values and secrets"), in order."""
     out: list[str] = []
     for prefix in ("GOONDAN_SECRET_", "SECRET_"):
         base = prefix + _upper(name)

@@ -92,7 +92,9 @@ class _Builder:
         try:
             if isinstance(node, yaml.SequenceNode):
                 self._check_tag(node, "seq")
-                return [self.build(item, (*path, i), depth + 1) for i, item in enumerate(node.value)]
+                return [
+                    self.build(item, (*path, i), depth + 1) for i, item in enumerate(node.value)
+                ]
             assert isinstance(node, yaml.MappingNode)  # the composer makes only these three
             self._check_tag(node, "map")
             return self._mapping(node, path, depth)
@@ -103,8 +105,12 @@ class _Builder:
         if node.tag != _TAG + expected:
             line, col = _mark(node)
             raise _Problem(
-                "E_CONFIG_PARSE_ERROR", f"unsupported YAML tag {node.tag!r}", line, col,
-                "remove the tag; only plain YAML (mappings, lists, strings, numbers, booleans, null) is allowed",
+                "E_CONFIG_PARSE_ERROR",
+                f"unsupported YAML tag {node.tag!r}",
+                line,
+                col,
+                "remove the tag; only plain YAML (mappings, lists, "
+                "strings, numbers, booleans, null) is allowed",
             )
 
     def _scalar(self, node: yaml.ScalarNode) -> Any:
@@ -119,8 +125,12 @@ class _Builder:
             return node.value  # dates stay strings: JSON has no date type
         line, col = _mark(node)
         raise _Problem(
-            "E_CONFIG_PARSE_ERROR", f"unsupported YAML tag {tag!r}", line, col,
-            "remove the tag; only plain YAML (mappings, lists, strings, numbers, booleans, null) is allowed",
+            "E_CONFIG_PARSE_ERROR",
+            f"unsupported YAML tag {tag!r}",
+            line,
+            col,
+            "remove the tag; only plain YAML (mappings, lists, "
+            "strings, numbers, booleans, null) is allowed",
         )
 
     def _number(self, node: yaml.ScalarNode) -> Any:
@@ -130,15 +140,21 @@ class _Builder:
         if kind != "bool" and digits > MAX_NUMBER_DIGITS:
             line, col = _mark(node)
             raise _Problem(
-                "E_CONFIG_PARSE_ERROR", f"number has {digits} digits; the limit is {MAX_NUMBER_DIGITS}",
-                line, col, "quote the value to keep it as a string, or use a smaller number",
+                "E_CONFIG_PARSE_ERROR",
+                f"number has {digits} digits; the limit is {MAX_NUMBER_DIGITS}",
+                line,
+                col,
+                "quote the value to keep it as a string, or use a smaller number",
             )
         try:
             return _CONSTRUCTOR.construct_object(node)
         except (ValueError, KeyError, TypeError, OverflowError, yaml.YAMLError):
             line, col = _mark(node)
             raise _Problem(
-                "E_CONFIG_PARSE_ERROR", f"{node.value[:40]!r} is not a valid YAML {kind}", line, col,
+                "E_CONFIG_PARSE_ERROR",
+                f"{node.value[:40]!r} is not a valid YAML {kind}",
+                line,
+                col,
                 f"remove the '!!{kind}' tag or write a valid {kind}",
             ) from None
 
@@ -162,11 +178,18 @@ class _Builder:
             sub = (*path, key)
             if key in out:
                 line, col = _mark(key_node)
-                self.doc.problems.append(Diagnostic(
-                    "E_CONFIG_DUPLICATE_KEY", f"duplicate key {key!r} in the same mapping",
-                    file=self.doc.display, line=line, column=col, field=_field_or_none(sub),
-                    suggestion="remove one of the two entries; YAML would silently keep only the last",
-                ))
+                self.doc.problems.append(
+                    Diagnostic(
+                        "E_CONFIG_DUPLICATE_KEY",
+                        f"duplicate key {key!r} in the same mapping",
+                        file=self.doc.display,
+                        line=line,
+                        column=col,
+                        field=_field_or_none(sub),
+                        suggestion="remove one of the two entries; "
+                        "YAML would silently keep only the last",
+                    )
+                )
             self.doc.key_locations[sub] = _mark(key_node)
             out[key] = self.build(value_node, sub, depth + 1)
         for merge in merges:
@@ -175,8 +198,11 @@ class _Builder:
                 if not isinstance(source, yaml.MappingNode):
                     line, col = _mark(source)
                     raise _Problem(
-                        "E_CONFIG_PARSE_ERROR", "a '<<' merge key needs a mapping (or a list of mappings)",
-                        line, col, "merge an anchored mapping: '<<: *defaults'",
+                        "E_CONFIG_PARSE_ERROR",
+                        "a '<<' merge key needs a mapping (or a list of mappings)",
+                        line,
+                        col,
+                        "merge an anchored mapping: '<<: *defaults'",
                     )
                 merged = self.build(source, path, depth + 1)
                 for key, value in merged.items():
@@ -249,7 +275,8 @@ def parse_yaml_file(path: Path, display: str) -> tuple[list[YamlDocument], list[
     """Parse every document of ``path``; never raises for bad input.
 
     Returns the non-empty documents and the file-level diagnostics; per-document problems that
-    do not stop the document (duplicate keys) are in :attr:`YamlDocument.problems`. A syntax error stops the file (documents before it are kept).
+    do not stop the document (duplicate keys) are in :attr:`YamlDocument.problems`. A syntax error
+    stops the file (documents before it are kept).
     """
     text, problem = _read_text(path, display)
     if problem is not None or text is None:
@@ -280,17 +307,24 @@ def parse_yaml_file(path: Path, display: str) -> tuple[list[YamlDocument], list[
                 doc.data = _Builder(doc).build(node, (), 0)
             except _Problem as exc:
                 diagnostics.extend(doc.problems)
-                diagnostics.append(_diag(exc.code, exc.message, display, exc.suggestion, exc.line, exc.column))
+                diagnostics.append(
+                    _diag(exc.code, exc.message, display, exc.suggestion, exc.line, exc.column)
+                )
                 continue
             documents.append(doc)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem_text = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        diagnostics.append(_diag(
-            "E_CONFIG_PARSE_ERROR", f"YAML syntax error: {problem_text}", display,
-            "fix the YAML syntax at the marked position (check indentation, quotes and colons)",
-            mark.line + 1 if mark is not None else None, mark.column + 1 if mark is not None else None,
-        ))
+        diagnostics.append(
+            _diag(
+                "E_CONFIG_PARSE_ERROR",
+                f"YAML syntax error: {problem_text}",
+                display,
+                "fix the YAML syntax at the marked position (check indentation, quotes and colons)",
+                mark.line + 1 if mark is not None else None,
+                mark.column + 1 if mark is not None else None,
+            )
+        )
     except RecursionError:
         diagnostics.append(_diag(
             "E_CONFIG_TOO_DEEP", f"YAML nesting deeper than {MAX_DEPTH} levels", display,

@@ -90,7 +90,8 @@ def format_field(path: FieldPath) -> str:
 
 
 def read_yaml_file(path: Path, display: str) -> tuple[list[YamlDocument], list[Diagnostic]]:
-    """Parse every document of ``path``; never raises for bad input (see :mod:`goondan.config.yamlparse`).
+    """Parse every document of ``path``; never raises for bad input (see
+    :mod:`goondan.config.yamlparse`).
 
     PyYAML is imported on the first call: a start that reuses a cached bundle
     (docs/bundle-cache.md) never pays for it.

@@ -9,9 +9,9 @@ agent's final text, or the error that ended it. On the way the Turn's step and t
 ``on_progress``; cancelling the call cancels the Turn (a queued event is dropped, a running
 Turn is aborted, as :meth:`Orchestrator.request` does for the chat).
 
-:func:`goondan.swarm.asking.ask_ingress` is the orchestrator side, shared by connector processes (over IPC:
-``runtime.emit {answer: true}``, progress as ``runtime.delta``, a ``runtime.cancel`` from the
-connector cancels) and by in-process front-ends (``goondan serve mcp``).
+:func:`goondan.swarm.asking.ask_ingress` is the orchestrator side, shared by connector processes
+(over IPC: ``runtime.emit {answer: true}``, progress as ``runtime.delta``, a ``runtime.cancel`` from
+the connector cancels) and by in-process front-ends (``goondan serve mcp``).
 """
 
 from __future__ import annotations

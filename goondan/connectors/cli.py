@@ -1,5 +1,6 @@
-"""The ``cli`` connector's line format (docs/connectors.md "The `cli` connector and `goondan run`"), shared by the built-in ``cli``
-connector of ``@goondan/base`` and ``goondan run``'s terminal front-end.
+"""The ``cli`` connector's line format (docs/connectors.md "The `cli` connector and `goondan run`"),
+shared by the built-in ``cli`` connector of ``@goondan/base`` and ``goondan run``'s terminal
+front-end.
 
 Line ``i`` (0-based, skipped lines count):
 

@@ -82,7 +82,8 @@ def _string_properties(raw: Any, event: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ConnectorEvent:
-    """One normalised inbound event; each becomes its own Turn (docs/connectors.md "Writing a connector")."""
+    """One normalised inbound event; each becomes its own Turn (docs/connectors.md
+    "Writing a connector")."""
 
     name: str
     instance_key: str
@@ -141,7 +142,9 @@ class ConnectorEvent:
         with :meth:`text`, which stringifies primitives (the built-in connectors do).
         """
         if not isinstance(data, Mapping):
-            raise ConnectorEventError(f"a connector event must be an object, got {type(data).__name__}")
+            raise ConnectorEventError(
+                f"a connector event must be an object, got {type(data).__name__}"
+            )
         # Outside payloads may carry lone surrogates: the U+FFFD rule (docs/security.md).
         data = clean_json(dict(data))
         name = data.get("name")
@@ -149,7 +152,9 @@ class ConnectorEvent:
         if not isinstance(name, str) or not name.strip():
             raise ConnectorEventError("a connector event needs a non-empty string 'name'")
         if not isinstance(key, str) or not key.strip():
-            raise ConnectorEventError(f"connector event {name!r} needs a non-empty string 'instanceKey'")
+            raise ConnectorEventError(
+                f"connector event {name!r} needs a non-empty string 'instanceKey'"
+            )
         message = data.get("message")
         if not isinstance(message, Mapping) or message.get("type") not in _MESSAGE_TYPES:
             raise ConnectorEventError(
@@ -158,9 +163,13 @@ class ConnectorEvent:
         kind = message["type"]
         needed = {"text": "text", "image": "url", "file": "url"}[kind]
         if not isinstance(message.get(needed), str):
-            raise ConnectorEventError(f"connector event {name!r}: a {kind} message needs a string {needed!r}")
+            raise ConnectorEventError(
+                f"connector event {name!r}: a {kind} message needs a string {needed!r}"
+            )
         if kind == "file" and not isinstance(message.get("name"), str):
-            raise ConnectorEventError(f"connector event {name!r}: a file message needs a string 'name'")
+            raise ConnectorEventError(
+                f"connector event {name!r}: a file message needs a string 'name'"
+            )
         event_id = data.get("id")
         created = data.get("createdAt")
         return cls(
@@ -197,7 +206,8 @@ class EmitReceipt:
 
 
 EmitFn = Callable[[ConnectorEvent], Awaitable[EmitReceipt]]
-# (event, agent, on_progress) -> a goondan.connectors.asking.TurnAnswer (not imported: it imports this)
+# (event, agent, on_progress) -> a goondan.connectors.asking.TurnAnswer (not imported: it imports
+# this)
 AskFn = Callable[[ConnectorEvent, str | None, Callable[[JsonObject], None] | None], Awaitable[Any]]
 
 
@@ -276,7 +286,9 @@ class ConnectorContext:
         ``on_progress`` gets the Turn's step and tool events; cancelling the call cancels the
         Turn (docs/connectors.md "Waiting for the answer")."""
         if self._ask is None:
-            raise RuntimeError("ctx.ask needs a running swarm (it is set when goondan runs the connector)")
+            raise RuntimeError(
+                "ctx.ask needs a running swarm (it is set when goondan runs the connector)"
+            )
         try:
             parsed = event if isinstance(event, ConnectorEvent) else ConnectorEvent.from_dict(event)
         except ConnectorEventError as err:
@@ -289,11 +301,16 @@ class ConnectorContext:
         event is durably accepted and returns the receipt."""
         loop = self._loop
         if loop is None:
-            raise RuntimeError("emit_sync needs the connector's event loop (it is set when goondan runs the connector)")
+            raise RuntimeError(
+                "emit_sync needs the connector's event loop "
+                "(it is set when goondan runs the connector)"
+            )
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop:
-            raise RuntimeError("emit_sync blocks: call it from a sync run(ctx), use 'await ctx.emit(...)' here")
+            raise RuntimeError(
+                "emit_sync blocks: call it from a sync run(ctx), use 'await ctx.emit(...)' here"
+            )
         return asyncio.run_coroutine_threadsafe(self.emit(event), loop).result()

@@ -37,7 +37,9 @@ __all__ = ["COMPACT_MIN_CONSUMED", "ConnectionInbox", "InboxRecord", "connection
 def connection_dir(state_root: Path, bundle_root: Path, package_name: str | None,
                    swarm: str, connection: str) -> Path:
     """The directory of one Connection's inbox, markers and connector state."""
-    workspace = StateLayout(Path(state_root)).workspace_dir(workspace_id_for(bundle_root, package_name))
+    workspace = StateLayout(Path(state_root)).workspace_dir(
+        workspace_id_for(bundle_root, package_name)
+    )
     return workspace / "connections" / safe_key(swarm) / safe_key(connection)
 
 
@@ -51,8 +53,12 @@ class InboxRecord:
     accepted_at: str
 
     def to_dict(self) -> JsonObject:
-        return {"event": self.event.to_dict(), "agent": self.agent, "instanceKey": self.instance_key,
-                "acceptedAt": self.accepted_at}
+        return {
+            "event": self.event.to_dict(),
+            "agent": self.agent,
+            "instanceKey": self.instance_key,
+            "acceptedAt": self.accepted_at,
+        }
 
     @classmethod
     def from_dict(cls, data: JsonObject) -> InboxRecord:
@@ -62,7 +68,12 @@ class InboxRecord:
     @classmethod
     def of(cls, entry: InboxEntry) -> InboxRecord:
         """The record of an inbox entry (raises ``ConnectorEventError`` for an invalid event)."""
-        return cls(ConnectorEvent.from_dict(entry.event), entry.agent, entry.instance_key, entry.accepted_at)
+        return cls(
+            ConnectorEvent.from_dict(entry.event),
+            entry.agent,
+            entry.instance_key,
+            entry.accepted_at,
+        )
 
 
 def _valid(entry: InboxEntry) -> bool:

@@ -104,10 +104,15 @@ class ConnectorWorker:
         if isinstance(error, dict):
             if error.get("code") == ConnectorEventError.code:
                 raise ConnectorEventError(str(error.get("message")))
-            raise ConnectorError(str(error.get("message")), code=str(error.get("code") or "E_CONNECTOR"))
+            raise ConnectorError(
+                str(error.get("message")), code=str(error.get("code") or "E_CONNECTOR")
+            )
         result = answer.result if isinstance(answer.result, dict) else {}
-        return EmitReceipt(str(result.get("id") or event.id), duplicate=bool(result.get("duplicate")),
-                           dropped=bool(result.get("dropped")))
+        return EmitReceipt(
+            str(result.get("id") or event.id),
+            duplicate=bool(result.get("duplicate")),
+            dropped=bool(result.get("dropped")),
+        )
 
     async def ask(self, event: ConnectorEvent, agent: str | None = None,
                   on_progress: ProgressFn | None = None) -> TurnAnswer:
@@ -135,7 +140,9 @@ class ConnectorWorker:
             if error.get("code") == "E_TURN_CANCELLED":
                 return TurnAnswer(EmitReceipt(event.id), error_code="E_TURN_CANCELLED",
                                   error_message=str(error.get("message") or "cancelled"))
-            raise ConnectorError(str(error.get("message")), code=str(error.get("code") or "E_CONNECTOR"))
+            raise ConnectorError(
+                str(error.get("message")), code=str(error.get("code") or "E_CONNECTOR")
+            )
         return TurnAnswer.from_dict(answer.result, event.id)
 
     async def read_loop(self) -> None:
@@ -180,7 +187,9 @@ def _start_error(message: str) -> ConnectorError:
     return ConnectorError(message, code="E_CONNECTOR")
 
 
-async def _open(args: argparse.Namespace, worker: ConnectorWorker) -> tuple[Callable[..., Any], ConnectorContext]:
+async def _open(
+    args: argparse.Namespace, worker: ConnectorWorker
+) -> tuple[Callable[..., Any], ConnectorContext]:
     """Load the bundle and the entry module; build the context."""
     from goondan.config.cache import load_bundle_cached
     from goondan.connectors.inbox import connection_dir
@@ -189,14 +198,23 @@ async def _open(args: argparse.Namespace, worker: ConnectorWorker) -> tuple[Call
     from goondan.workspace.paths import resolve_state_root
 
     state_root = resolve_state_root(args.state_root)
-    bundle = await asyncio.to_thread(load_bundle_cached, Path(args.bundle_dir), state_root=state_root)
+    bundle = await asyncio.to_thread(
+        load_bundle_cached, Path(args.bundle_dir), state_root=state_root
+    )
     swarm = bundle.swarm_spec(args.swarm)
-    spec = next((c for c in connections_for_swarm(bundle, swarm.name) if c.name == args.connection_name), None)
+    spec = next(
+        (c for c in connections_for_swarm(bundle, swarm.name) if c.name == args.connection_name),
+        None,
+    )
     if spec is None:
-        raise _start_error(f"Connection {args.connection_name!r} is not bound to Swarm {swarm.name!r}")
+        raise _start_error(
+            f"Connection {args.connection_name!r} is not bound to Swarm {swarm.name!r}"
+        )
     config, secrets, unset = resolve_connection_values(spec, os.environ)
     if unset:
-        _log.warning("Connection %s: unset values left out of the context: %s", spec.name, ", ".join(unset))
+        _log.warning(
+            "Connection %s: unset values left out of the context: %s", spec.name, ", ".join(unset)
+        )
     try:
         module = await asyncio.to_thread(load_entry_module, spec.entry, kind="connector")
     except GoondanError as err:
@@ -205,7 +223,10 @@ async def _open(args: argparse.Namespace, worker: ConnectorWorker) -> tuple[Call
     if not callable(run):
         raise _start_error(f"Connector {spec.connector!r} entry {spec.entry.name} has no "
                            "'async def run(ctx)' (or 'def run(ctx)')")
-    state_dir = connection_dir(state_root, bundle.root, bundle.package_name, swarm.name, spec.name) / "state"
+    state_dir = (
+        connection_dir(state_root, bundle.root, bundle.package_name, swarm.name, spec.name)
+        / "state"
+    )
     private_dirs(state_dir)
     agents = {}
     for name in swarm.agents:
@@ -251,7 +272,8 @@ async def _run_in_thread(run: Callable[..., Any], ctx: ConnectorContext) -> None
 
     threading.Thread(target=body, name=f"connector-{ctx.connection_name}", daemon=True).start()
     try:
-        result = await asyncio.shield(done)  # a cancel must not cancel ``done``: the grace below waits on it
+        # a cancel must not cancel ``done``: the grace below waits on it
+        result = await asyncio.shield(done)
     except asyncio.CancelledError:
         ctx.stopping.set()
         with contextlib.suppress(Exception):
@@ -268,7 +290,9 @@ def _start(run: Callable[..., Any], ctx: ConnectorContext) -> asyncio.Future[Any
     return asyncio.ensure_future(_run_in_thread(run, ctx))
 
 
-async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigterm: bool = False) -> int:
+async def serve(
+    transport: Transport, args: argparse.Namespace, *, handle_sigterm: bool = False
+) -> int:
     """Run one Connection's connector until it returns, fails or is told to stop (also by
     SIGTERM with ``handle_sigterm``, as in a connector process); returns the exit code."""
     worker = ConnectorWorker(transport, connection_name=args.connection_name)
@@ -295,15 +319,26 @@ async def serve(transport: Transport, args: argparse.Namespace, *, handle_sigter
         with contextlib.suppress(asyncio.CancelledError):
             await task
     except Exception as exc:  # run(ctx) raised: a crash of this connector
-        if isinstance(exc, GoondanError):  # a reported failure (a port taken): its message, no traceback
+        # a reported failure (a port taken): its message, no traceback
+        if isinstance(exc, GoondanError):
             message = exc.message
-            _log.error("connection %s: connector %s failed: %s", args.connection_name, args.connector_name,
-                       mask(message))
-            _log.debug("connection %s: traceback of the failure", args.connection_name, exc_info=True)
+            _log.error(
+                "connection %s: connector %s failed: %s",
+                args.connection_name,
+                args.connector_name,
+                mask(message),
+            )
+            _log.debug(
+                "connection %s: traceback of the failure", args.connection_name, exc_info=True
+            )
         else:
             message = f"{type(exc).__name__}: {exc}"
-            _log.exception("connection %s: connector %s failed", args.connection_name, args.connector_name)
-        await worker.report_quietly(control.ConnectorError(code="E_CONNECTOR", message=mask(message)))
+            _log.exception(
+                "connection %s: connector %s failed", args.connection_name, args.connector_name
+            )
+        await worker.report_quietly(
+            control.ConnectorError(code="E_CONNECTOR", message=mask(message))
+        )
         code = 1
     finally:
         stop.cancel()

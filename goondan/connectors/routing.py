@@ -65,7 +65,9 @@ def match_rule(rule: IngressRule, event: ConnectorEvent) -> bool:
     return True
 
 
-def route_event(event: ConnectorEvent, rules: Sequence[IngressRule], entry_agent: str) -> Route | None:
+def route_event(
+    event: ConnectorEvent, rules: Sequence[IngressRule], entry_agent: str
+) -> Route | None:
     """Route ``event`` by ``rules`` (first match wins) with ``entry_agent`` as the default;
     ``None`` when there are rules and none matches (the event is dropped)."""
     for index, rule in enumerate(rules):

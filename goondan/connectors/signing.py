@@ -70,8 +70,10 @@ class SecretNames:
 # The recommended names of connectors.md §5 (SIGNING_SECRET, WEBHOOK_SECRET) and the legacy
 # ``signingSecret`` (verify.webhook.signingSecret) for all three.
 WEBHOOK_SECRET = SecretNames(("SIGNING_SECRET", "WEBHOOK_SECRET", "signingSecret"))
-SLACK_SECRET = SecretNames(("SLACK_SIGNING_SECRET", "SIGNING_SECRET", "WEBHOOK_SECRET", "signingSecret"),
-                           config=("SLACK_SIGNING_SECRET",))
+SLACK_SECRET = SecretNames(
+    ("SLACK_SIGNING_SECRET", "SIGNING_SECRET", "WEBHOOK_SECRET", "signingSecret"),
+    config=("SLACK_SIGNING_SECRET",),
+)
 
 # Discord signs with an Ed25519 key pair: the Connection holds the public key (not secret, so
 # config is read too).
@@ -113,7 +115,9 @@ def unsigned_error(connection: str, connector: str, names: SecretNames,
     return ConnectorError(
         f"Connection {connection!r} (connector {connector}) has no {names.what}{unset}: it would "
         f"accept unauthenticated requests; looked for {names.describe()}",
-        code=UNSIGNED_CODE, suggestion=_suggestion(names, envs), location=f"Connection/{connection}",
+        code=UNSIGNED_CODE,
+        suggestion=_suggestion(names, envs),
+        location=f"Connection/{connection}",
     )
 
 

@@ -32,7 +32,8 @@ __all__ = [
     "resolve_connection_values",
 ]
 
-# The built-in connector whose input ``goondan run`` feeds from the terminal (docs/connectors.md "The `cli` connector and `goondan run`").
+# The built-in connector whose input ``goondan run`` feeds from the terminal (docs/connectors.md
+# "The `cli` connector and `goondan run`").
 CLI_CONNECTOR = ("@goondan/base", "cli")
 
 

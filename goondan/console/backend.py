@@ -118,7 +118,9 @@ class InstanceBackend:
         cost: float | None = self.instance.cost
         return cost
 
-    async def decide(self, approval_id: str, *, approve: bool, reason: str | None = None) -> TurnResult:
+    async def decide(
+        self, approval_id: str, *, approve: bool, reason: str | None = None
+    ) -> TurnResult:
         """Store a decision taken at the prompt (``via: cli``) and resume the parked turn."""
         import getpass
 
@@ -126,10 +128,21 @@ class InstanceBackend:
 
         gate = self.instance.env.approvals
         assert gate is not None
-        await asyncio.to_thread(gate.store.decide, approval_id, approve=approve, by=getpass.getuser(),
-                                via="cli", reason=reason)
-        return await self.instance.run(AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=self.instance_key,
-                                                  metadata={"approvalId": approval_id}))
+        await asyncio.to_thread(
+            gate.store.decide,
+            approval_id,
+            approve=approve,
+            by=getpass.getuser(),
+            via="cli",
+            reason=reason,
+        )
+        return await self.instance.run(
+            AgentEvent(
+                type=APPROVAL_DECIDED_EVENT,
+                instance_key=self.instance_key,
+                metadata={"approvalId": approval_id},
+            )
+        )
 
     async def clear(self) -> None:
         await self.instance.apply_message_events([MessageEvent.truncate()])

@@ -3,7 +3,8 @@
 Multi-line input, two ways:
 
 * end a line with a backslash ``\\`` to continue on the next line;
-* type ``\"\"\"`` alone (or at the start of a line) to open a block, and ``\"\"\"`` again to close it.
+* type ``\"\"\"`` alone (or at the start of a line) to open a block, and ``\"\"\"`` again to close
+  it.
 
 The history file lives under the state root (``<state root>/repl/history``), never in the
 home directory, so the REPL works with a read-only home. Each entry is saved as soon as it is
@@ -26,8 +27,14 @@ from goondan.text import clean_bytes, clean_text
 from goondan.workspace.files import private_dirs, private_opener
 
 __all__ = [
-    "HISTORY_LIMIT", "NUDGE_S", "SHOWN_EVENTS", "AbovePromptHandler", "LineReader", "iter_input_lines",
-    "join_multiline", "wake_for_signals",
+    "HISTORY_LIMIT",
+    "NUDGE_S",
+    "SHOWN_EVENTS",
+    "AbovePromptHandler",
+    "LineReader",
+    "iter_input_lines",
+    "join_multiline",
+    "wake_for_signals",
 ]
 
 HISTORY_LIMIT = 1000
@@ -199,7 +206,9 @@ class LineReader:
         if readline is None:
             return []
         length = readline.get_current_history_length()
-        items = [readline.get_history_item(i) for i in range(max(1, length - limit + 1), length + 1)]
+        items = [
+            readline.get_history_item(i) for i in range(max(1, length - limit + 1), length + 1)
+        ]
         return [item for item in items if item]
 
 
@@ -211,7 +220,9 @@ class AbovePromptHandler(logging.Handler):
     """Shows background log records (warnings, errors, watch reloads) above the chat prompt,
     without overwriting what the user is typing (:meth:`LineReader.print_above`)."""
 
-    def __init__(self, reader: LineReader, *, color: bool = False, out: IO[str] | None = None) -> None:
+    def __init__(
+        self, reader: LineReader, *, color: bool = False, out: IO[str] | None = None
+    ) -> None:
         super().__init__(logging.INFO)
         self.reader = reader
         self.color = color
@@ -226,7 +237,13 @@ class AbovePromptHandler(logging.Handler):
             level = "" if record.levelno < logging.WARNING else record.levelname.lower() + ": "
             text = mask(f"· {level}{record.getMessage()}")
             if self.color:
-                code = "33" if record.levelno == logging.WARNING else "31" if record.levelno > logging.WARNING else "2"
+                code = (
+                    "33"
+                    if record.levelno == logging.WARNING
+                    else "31"
+                    if record.levelno > logging.WARNING
+                    else "2"
+                )
                 text = f"\x1b[{code}m{text}\x1b[0m"
             self.reader.print_above(text, self.out)
         except Exception:  # logging must never break the chat

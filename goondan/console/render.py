@@ -214,7 +214,9 @@ class TurnRenderer:
             return
         self.out.write(text)
         last_newline = text.rfind("\n")
-        self._column = len(text) - last_newline - 1 if last_newline >= 0 else self._column + len(text)
+        self._column = (
+            len(text) - last_newline - 1 if last_newline >= 0 else self._column + len(text)
+        )
         self.out.flush()
 
     def _line_break(self) -> None:

@@ -267,22 +267,41 @@ class ReplSession:
         """Ask about each pending approval: approve, deny (with a reason) or show the arguments;
         the decision resumes the turn. None: left undecided (Ctrl-C / Ctrl-D / empty answer)."""
         for row in result.metadata.get("approvals") or []:
-            self.print(self.style.yellow(mask(f"{row.get('tool')} waits for approval ({row.get('id')})"
-                                             + (f": {row.get('reason')}" if row.get("reason") else ""))))
+            self.print(
+                self.style.yellow(
+                    mask(
+                        f"{row.get('tool')} waits for approval ({row.get('id')})"
+                        + (f": {row.get('reason')}" if row.get("reason") else "")
+                    )
+                )
+            )
             while True:
                 try:
-                    answer = self.reader.read("approve? [y]es / [n]o / [s]how args / [l]ater: ").strip().lower()
+                    answer = (
+                        self.reader.read("approve? [y]es / [n]o / [s]how args / [l]ater: ")
+                        .strip()
+                        .lower()
+                    )
                     if answer in ("s", "show"):
                         self.print(mask(json.dumps(row.get("args"), ensure_ascii=False, indent=2)))
                         continue
                     if answer in ("y", "yes", "n", "no"):
-                        reason = None if answer.startswith("y") else self.reader.read("reason: ").strip() or None
-                        decide = self.backend.decide(str(row.get("id")), approve=answer.startswith("y"),  # type: ignore[attr-defined]
-                                                     reason=reason)
+                        reason = (
+                            None
+                            if answer.startswith("y")
+                            else self.reader.read("reason: ").strip() or None
+                        )
+                        decide = self.backend.decide(  # type: ignore[attr-defined]
+                            str(row.get("id")), approve=answer.startswith("y"), reason=reason
+                        )
                         return self._resumed(decide)
                 except (EOFError, KeyboardInterrupt):
                     self.print()
-                self.print(self.style.dim("left pending: goondan approvals approve|deny " + str(row.get("id"))))
+                self.print(
+                    self.style.dim(
+                        "left pending: goondan approvals approve|deny " + str(row.get("id"))
+                    )
+                )
                 return None
         return None
 
@@ -308,14 +327,23 @@ class ReplSession:
             + (f" · {info['model']}" if "model" in info else "")
         )
         self.print(self.style.bold(title))
-        self.print(self.style.dim('Type /help for commands; end a line with \\ or use """ for multi-line; Ctrl-D exits.'))
+        self.print(
+            self.style.dim(
+                "Type /help for commands; end a line with "
+                '\\ or use """ for multi-line; Ctrl-D exits.'
+            )
+        )
         messages = self.backend.messages()
         if messages:
             self._show_resume(messages)
 
     def _show_resume(self, messages: list[Message]) -> None:
         starts = [i for i, m in enumerate(messages) if m.role == "user"]
-        first = starts[-RESUME_EXCHANGES] if len(starts) >= RESUME_EXCHANGES else (starts[0] if starts else 0)
+        first = (
+            starts[-RESUME_EXCHANGES]
+            if len(starts) >= RESUME_EXCHANGES
+            else (starts[0] if starts else 0)
+        )
         shown = [m for m in messages[first:] if m.role in ("user", "assistant")]
         self.print(self.style.dim(f"── resuming conversation ({len(messages)} messages) ──"))
         for message in shown:
@@ -346,7 +374,9 @@ class ReplSession:
         width = max(len(k) for k in SLASH_COMMANDS)
         for command, text in SLASH_COMMANDS.items():
             self.print(f"  {command.ljust(width)}  {self.style.dim(text)}")
-        self.print(self.style.dim('  multi-line: end a line with \\, or wrap the text in """ ... """'))
+        self.print(
+            self.style.dim('  multi-line: end a line with \\, or wrap the text in """ ... """')
+        )
         return True
 
     def _exit(self, args: list[str]) -> bool:
@@ -394,7 +424,9 @@ class ReplSession:
             line += f" · cost ${spent:.6f}"
         if usage.unknown_calls:
             # Counted apart: a call whose server reported no usage is unknown, not zero tokens.
-            line += f" · unknown for {usage.unknown_calls} model call(s) (the server reported no usage)"
+            line += (
+                f" · unknown for {usage.unknown_calls} model call(s) (the server reported no usage)"
+            )
         self.print(line)
         return True
 

@@ -10,7 +10,8 @@ The JSON form is the reference runtime's record format (docs/conversations.md "R
 
 * ``{"type": "text", "text": ...}``
 * ``{"type": "tool-call", "toolCallId", "toolName", "input": {...}}`` (``args`` accepted on read)
-* ``{"type": "tool-result", "toolCallId", "toolName", "output": {"type": "text"|"json"|"error-json", "value": ...}}``
+* ``{"type": "tool-result", "toolCallId", "toolName", "output": {"type": "text"|"json"|"error-json",
+  "value": ...}}``
 
 Unknown top-level keys of a record are preserved in ``extra`` and written back unchanged.
 """
@@ -140,7 +141,11 @@ class Message:
     def system(
         cls, text: str, *, metadata: JsonObject | None = None, extension: str | None = None
     ) -> Message:
-        source = MessageSource("extension", extension_name=extension) if extension else MessageSource("system")
+        source = (
+            MessageSource("extension", extension_name=extension)
+            if extension
+            else MessageSource("system")
+        )
         return cls.create("system", text, source=source, metadata=metadata)
 
     @classmethod
@@ -162,18 +167,25 @@ class Message:
             parts.append({"type": "text", "text": text})
         for call in tool_calls or ():
             part: JsonObject = {
-                "type": "tool-call", "toolCallId": call.id, "toolName": call.name, "input": call.args
+                "type": "tool-call",
+                "toolCallId": call.id,
+                "toolName": call.name,
+                "input": call.args,
             }
             if call_options and call.id in call_options:
                 part["providerOptions"] = call_options[call.id]
             parts.append(part)
         return cls.create(
-            "assistant", parts, source=MessageSource("assistant", step_id=step_id), metadata=metadata
+            "assistant",
+            parts,
+            source=MessageSource("assistant", step_id=step_id),
+            metadata=metadata,
         )
 
     @classmethod
     def tool_result(cls, result: ToolCallResult, *, metadata: JsonObject | None = None) -> Message:
-        """A ``role: tool`` message carrying one tool-result part (docs/conversations.md "Record format")."""
+        """A ``role: tool`` message carrying one tool-result part (docs/conversations.md
+        "Record format")."""
         if result.status == "ok":
             output: JsonObject = (
                 {"type": "text", "value": result.output}
@@ -212,7 +224,11 @@ class Message:
         msg_id, body = data.get("id"), data.get("data")
         if not isinstance(msg_id, str) or not msg_id:
             raise ValueError("a message needs a non-empty string 'id'")
-        if not isinstance(body, dict) or not isinstance(body.get("role"), str) or "content" not in body:
+        if (
+            not isinstance(body, dict)
+            or not isinstance(body.get("role"), str)
+            or "content" not in body
+        ):
             raise ValueError("a message needs 'data' with a string 'role' and a 'content'")
         metadata = data.get("metadata", {})
         if not isinstance(metadata, dict):
@@ -283,7 +299,12 @@ class MessageEvent:
             target = data.get("targetId")
             if not isinstance(target, str):
                 raise ValueError("a replace event needs a string 'targetId'")
-            return cls("replace", message=Message.from_dict(data.get("message")), target_id=target, extra=extra)
+            return cls(
+                "replace",
+                message=Message.from_dict(data.get("message")),
+                target_id=target,
+                extra=extra,
+            )
         if kind == "remove":
             target = data.get("targetId")
             if not isinstance(target, str):
@@ -300,7 +321,9 @@ def message_text(data: JsonObject) -> str:
         return content
     if isinstance(content, list):
         return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
         )
     return ""
 

@@ -107,7 +107,9 @@ def count_tool_results(messages: Sequence[Message]) -> int:
     return sum(len(tool_result_ids(m)) for m in messages)
 
 
-def repair_tool_pairs(messages: Sequence[Message], *, keep_open_calls: bool = False) -> list[MessageEvent]:
+def repair_tool_pairs(
+    messages: Sequence[Message], *, keep_open_calls: bool = False
+) -> list[MessageEvent]:
     """Events that make the tool pairs provider-valid; ``[]`` when nothing needs repair.
 
     Every assistant tool call gets exactly one result (a synthetic ``E_TURN_INTERRUPTED`` one

@@ -16,10 +16,10 @@ Two implementations of the same rule live here on purpose:
   (:meth:`~ConversationState.detach_llm_messages`). The property tests check both lists against
   the naive fold.
 
-Event semantics (docs/conversations.md "During a Turn"): ``append`` adds at the end; ``replace`` swaps the *first*
-message whose id equals ``targetId`` (the new message may carry a new id); ``remove`` drops it;
-``truncate`` empties the conversation. A missing target is skipped with a warning diagnostic
-``E_MESSAGE_TARGET_NOT_FOUND`` and never raises.
+Event semantics (docs/conversations.md "During a Turn"): ``append`` adds at the end; ``replace``
+swaps the *first* message whose id equals ``targetId`` (the new message may carry a new id);
+``remove`` drops it; ``truncate`` empties the conversation. A missing target is skipped with a
+warning diagnostic ``E_MESSAGE_TARGET_NOT_FOUND`` and never raises.
 """
 
 from __future__ import annotations
@@ -34,7 +34,13 @@ from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic
 
 __all__ = [
-    "TARGET_NOT_FOUND", "ConversationState", "LlmMessages", "LlmView", "MessagePrefix", "fold", "same_messages",
+    "TARGET_NOT_FOUND",
+    "ConversationState",
+    "LlmMessages",
+    "LlmView",
+    "MessagePrefix",
+    "fold",
+    "same_messages",
     "target_not_found",
 ]
 
@@ -122,7 +128,9 @@ class LlmView(Sequence[dict[str, Any]]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (list, tuple, LlmView)):
-            return len(other) == self._length and all(a == b for a, b in zip(self, other, strict=False))
+            return len(other) == self._length and all(
+                a == b for a, b in zip(self, other, strict=False)
+            )
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # like a list
@@ -236,8 +244,21 @@ class ConversationState:
     only through :meth:`emit`.
     """
 
-    __slots__ = ("_base", "_base_len", "_data", "_data_viewed", "_events", "_frozen", "_index", "_limit",
-                 "_lineage", "_shared", "_slots", "_tombstones", "diagnostics")
+    __slots__ = (
+        "_base",
+        "_base_len",
+        "_data",
+        "_data_viewed",
+        "_events",
+        "_frozen",
+        "_index",
+        "_limit",
+        "_lineage",
+        "_shared",
+        "_slots",
+        "_tombstones",
+        "diagnostics",
+    )
 
     def __init__(self, base_messages: Iterable[Message] = ()) -> None:
         # None while the base is the first _base_len entries of _slots (see successor()).

@@ -12,7 +12,8 @@ Five doors into the runtime plus identity and configuration:
   event bus (runtime events such as ``turn.completed`` arrive here too);
 * ``api.logger`` — ``logging.getLogger("goondan.extension.<name>")``;
 * ``api.config`` — ``Extension.spec.config`` deep-merged with the Agent's ref-level config
-  (docs/configuration.md "Extension"), read-only; ``api.name``, ``api.agent_name``, ``api.instance_key``.
+  (docs/configuration.md "Extension"), read-only; ``api.name``, ``api.agent_name``,
+  ``api.instance_key``.
 
 Every part always exists, whatever the runtime wires behind it.
 """

@@ -4,9 +4,9 @@ Extensions load one after the other in ``Agent.spec.extensions`` order. For each
 module is executed (fresh per instance, see :mod:`goondan.tools.loader`), its state is restored
 from the store, and ``register(api)`` is called and awaited when it returns an awaitable, before
 the next extension starts. So registration order — and therefore middleware order — is the
-declaration order (docs/extensions.md "Middleware: the onion"). Each extension's state is stored under its identity
-(:func:`goondan.extensions.state.state_key`: the bare name for the bundle's own extensions,
-``package/name`` for a dependency's). Any failure (missing file, import error, no
+declaration order (docs/extensions.md "Middleware: the onion"). Each extension's state is stored
+under its identity (:func:`goondan.extensions.state.state_key`: the bare name for the bundle's own
+extensions, ``package/name`` for a dependency's). Any failure (missing file, import error, no
 ``register``, an exception inside ``register``) aborts with :class:`ExtensionError`
 ``E_EXTENSION_INIT`` naming the extension and the cause; the subscriptions already made are
 removed.
@@ -175,7 +175,8 @@ async def load_extensions(
     agent_name: str = "",
     instance_key: str = "",
 ) -> ExtensionSet:
-    """Load ``bindings`` (``ExtensionBinding`` objects or dicts) in order and call ``register(api)``.
+    """Load ``bindings`` (``ExtensionBinding`` objects or dicts) in order and call
+    ``register(api)``.
 
     ``state_store`` defaults to a :class:`MemoryStateStore` (nothing persisted).
     """
@@ -206,9 +207,12 @@ async def load_extensions(
                     raise ExtensionError(
                         f"entry {Path(entry).name} does not define register(api)",
                         code="E_EXTENSION_INIT",
-                        suggestion="Define `def register(api): ...` (or `async def`) at module level.",
+                        suggestion="Define `def register(api): "
+                        "...` (or `async def`) at module level.",
                     )
-                state = await _restore_state(store, name, state_id, legacy=name_counts[name] == 1, log=log)
+                state = await _restore_state(
+                    store, name, state_id, legacy=name_counts[name] == 1, log=log
+                )
                 api = ExtensionApi(
                     name=name, pipeline=pipeline, tools=tools, bus=bus,
                     state=state, config=attr(binding, "config", None),

@@ -1,4 +1,5 @@
-"""Per-extension, per-instance JSON state: ``api.state.get()`` / ``api.state.set(value)`` (docs/extensions.md "State").
+"""Per-extension, per-instance JSON state: ``api.state.get()`` / ``api.state.set(value)``
+(docs/extensions.md "State").
 
 Each extension of each agent instance owns one :class:`ExtensionState`. It is restored from the
 instance's state store when the extensions load, ``set`` validates and caches the value and

@@ -140,9 +140,13 @@ def send(pool: urllib3.PoolManager, method: str, url: str, *, policy: RetryPolic
             _log.debug("%s %s: %s; retry %d in %.2fs", method, failure.kind, failure.reason,
                        retry_index + 1, delay)
         else:
-            if retry_index >= policy.max_retries or not policy.may_resend(method, status=response.status):
+            if retry_index >= policy.max_retries or not policy.may_resend(
+                method, status=response.status
+            ):
                 return response
-            delay = policy.delay_for(retry_index, parse_retry_after(response.headers, now=policy.clock()))
+            delay = policy.delay_for(
+                retry_index, parse_retry_after(response.headers, now=policy.clock())
+            )
             _log.debug("%s answered HTTP %d; retry %d in %.2fs", method, response.status,
                        retry_index + 1, delay)
         retry_index += 1

@@ -164,7 +164,11 @@ class PipeTransport(Transport):
         loop = self._attach()
         if self._closed or self._write_error is not None:
             raise _closed_error()
-        header = _HEADER.pack(len(data)) if len(data) <= 0x7FFFFFFF else _HEADER.pack(-1) + _BIG_HEADER.pack(len(data))
+        header = (
+            _HEADER.pack(len(data))
+            if len(data) <= 0x7FFFFFFF
+            else _HEADER.pack(-1) + _BIG_HEADER.pack(len(data))
+        )
         self._wbuf += header
         self._wbuf += data
         self._flush_some()
@@ -232,7 +236,9 @@ class InProcessTransport(Transport):
         self._eof = False
 
     def __repr__(self) -> str:
-        return f"<InProcessTransport {self.name!r} closed={self._closed} queued={self._inbox.qsize()}>"
+        return (
+            f"<InProcessTransport {self.name!r} closed={self._closed} queued={self._inbox.qsize()}>"
+        )
 
     @classmethod
     def pair(cls, name: str = "in-process") -> tuple[InProcessTransport, InProcessTransport]:

@@ -11,7 +11,8 @@ Worker → orchestrator: :class:`Ready`, :class:`TurnStarted`, :class:`TurnFinis
 :class:`SpawnQuery` and :class:`ListQuery`, and a connector's :class:`Emit`,
 :class:`ConnectorError`, :class:`Completed`. Orchestrator → worker: :class:`Cancel`,
 :class:`Inspect` (a state query) and :class:`Answer` (to a query or an ``emit``).
-``shutdown`` / ``shutdown_ack`` are IPC message types of their own (:class:`Shutdown`, :class:`ShutdownAck`, :func:`decode_shutdown`).
+``shutdown`` / ``shutdown_ack`` are IPC message types of their own (:class:`Shutdown`,
+:class:`ShutdownAck`, :func:`decode_shutdown`).
 """
 
 from __future__ import annotations
@@ -91,10 +92,14 @@ class Control:
             source={"kind": source_kind, "name": sender}, metadata=self.metadata(),
         )
 
-    def ipc_message(self, *, sender: str, to: str, instance_key: str, source_kind: str = "agent") -> IpcMessage:
+    def ipc_message(
+        self, *, sender: str, to: str, instance_key: str, source_kind: str = "agent"
+    ) -> IpcMessage:
         """The ``event`` IPC message that carries this message."""
         return IpcMessage.event(
-            sender, to, self.to_event(sender=sender, instance_key=instance_key, source_kind=source_kind)
+            sender,
+            to,
+            self.to_event(sender=sender, instance_key=instance_key, source_kind=source_kind),
         )
 
     @classmethod
@@ -110,8 +115,10 @@ class Control:
                 values[f.name] = meta[key]
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise IpcError(
-                    f"control message {event.type} lacks metadata.{key}", code="E_IPC_BAD_MESSAGE",
-                    suggestion="both ends must run the same goondan version; this is a bug if they do",
+                    f"control message {event.type} lacks metadata.{key}",
+                    code="E_IPC_BAD_MESSAGE",
+                    suggestion="both ends must run the same goondan "
+                    "version; this is a bug if they do",
                 )
         return cls(**values)
 

@@ -27,8 +27,14 @@ from pathlib import Path
 from goondan.errors import IpcError, UsageError
 from goondan.types import JsonObject
 
-__all__ = ["MAX_CONTROL_BYTES", "ControlUnreachable", "encode_line", "message_too_large", "send_control",
-           "stream_control"]
+__all__ = [
+    "MAX_CONTROL_BYTES",
+    "ControlUnreachable",
+    "encode_line",
+    "message_too_large",
+    "send_control",
+    "stream_control",
+]
 
 MAX_CONTROL_BYTES = 16 * 1024 * 1024  # one control line (request or answer), JSON included
 
@@ -67,8 +73,11 @@ def _unreachable(socket_path: Path, exc: OSError) -> IpcError:
 
 
 def _no_answer(socket_path: Path, why: str) -> IpcError:
-    return IpcError(f"the orchestrator at {socket_path} did not answer: {why}", code="E_IPC_CONTROL",
-                    suggestion="see 'goondan logs' for what the orchestrator is doing")
+    return IpcError(
+        f"the orchestrator at {socket_path} did not answer: {why}",
+        code="E_IPC_CONTROL",
+        suggestion="see 'goondan logs' for what the orchestrator is doing",
+    )
 
 
 async def stream_control(
@@ -84,7 +93,9 @@ async def stream_control(
     if len(line) > MAX_CONTROL_BYTES:
         raise message_too_large(len(line))
     try:
-        reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=MAX_CONTROL_BYTES)
+        reader, writer = await asyncio.open_unix_connection(
+            str(socket_path), limit=MAX_CONTROL_BYTES
+        )
     except OSError as exc:
         raise _unreachable(socket_path, exc) from exc
     received = False
@@ -102,12 +113,17 @@ async def stream_control(
                 if not data and not received:
                     # closed before a word: a connection still in the backlog of a socket that
                     # was closed (the orchestrator stopping), or a crash
-                    raise ControlUnreachable("the orchestrator closed the control connection without "
-                                             "answering", code="E_IPC_CONTROL",
-                                             suggestion="see 'goondan logs' for what the orchestrator is doing")
+                    raise ControlUnreachable(
+                        "the orchestrator closed the control connection without answering",
+                        code="E_IPC_CONTROL",
+                        suggestion="see 'goondan logs' for what the orchestrator is doing",
+                    )
                 if not data:
-                    raise IpcError("the orchestrator closed the control connection", code="E_IPC_CONTROL",
-                                   suggestion="see 'goondan logs' for what the orchestrator is doing")
+                    raise IpcError(
+                        "the orchestrator closed the control connection",
+                        code="E_IPC_CONTROL",
+                        suggestion="see 'goondan logs' for what the orchestrator is doing",
+                    )
                 received = True
                 try:
                     document = json.loads(data)
@@ -138,6 +154,8 @@ async def stream_control(
             await writer.wait_closed()
 
 
-async def send_control(socket_path: Path, request: JsonObject, *, timeout_s: float = 120.0) -> JsonObject:
+async def send_control(
+    socket_path: Path, request: JsonObject, *, timeout_s: float = 120.0
+) -> JsonObject:
     """Send one control request to a running orchestrator and return its answer."""
     return await stream_control(socket_path, request, timeout_s=timeout_s)

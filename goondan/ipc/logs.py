@@ -4,8 +4,8 @@ reading the logs back.
 
 Every process of a running swarm writes to ``<state_root>/runtime/logs/<key>/``:
 ``orchestrator.{stdout,stderr}.log`` and ``<agent>.<instanceKey>.{stdout,stderr}.log``. Log
-records are JSON lines (docs/orchestrator.md: ``level, timestamp, agent, instanceKey, event, …``) and
-pass through secret masking.
+records are JSON lines (docs/orchestrator.md: ``level, timestamp, agent, instanceKey, event, …``)
+and pass through secret masking.
 """
 
 from __future__ import annotations
@@ -41,7 +41,10 @@ __all__ = [
 
 _PROCESS_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_STD_ATTRS = set(logging.LogRecord("x", 0, "x", 0, "", None, None).__dict__) | {"message", "asctime"}
+_STD_ATTRS = set(logging.LogRecord("x", 0, "x", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+}
 
 
 def valid_process_name(name: str) -> bool:
@@ -76,7 +79,9 @@ def redirect_output(log_dir: Path, name: str) -> None:
     """Point fd 1/2 (and ``sys.stdout``/``sys.stderr``) at the process's append-only log files."""
     private_dirs(log_dir)
     for fd, stream in ((1, "stdout"), (2, "stderr")):
-        target = os.open(log_dir / f"{name}.{stream}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        target = os.open(
+            log_dir / f"{name}.{stream}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
         os.dup2(target, fd)
         os.close(target)
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
@@ -98,7 +103,9 @@ class JsonLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "level": record.levelname.lower(),
-            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "timestamp": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "logger": record.name,
             **self.context,
             "message": mask(record.getMessage()),
@@ -120,7 +127,11 @@ def configure_process_logging(
     handler.addFilter(SecretMaskingFilter())
     logger = logging.getLogger("goondan")
     name = (level or os.environ.get("GOONDAN_LOG_LEVEL") or "info").upper()
-    logger.setLevel({"WARN": "WARNING"}.get(name, name) if name in {"DEBUG", "INFO", "WARN", "WARNING", "ERROR"} else "INFO")
+    logger.setLevel(
+        {"WARN": "WARNING"}.get(name, name)
+        if name in {"DEBUG", "INFO", "WARN", "WARNING", "ERROR"}
+        else "INFO"
+    )
     logger.addHandler(handler)
     logger.propagate = False
     return handler

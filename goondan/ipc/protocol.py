@@ -1,7 +1,7 @@
 """The IPC message: ``{type: event|shutdown|shutdown_ack, from, to, payload}`` as JSON text.
 
-Only three message types exist (docs/orchestrator.md "IPC"). Everything the orchestrator and an agent
-process exchange is one of them:
+Only three message types exist (docs/orchestrator.md "IPC"). Everything the orchestrator and an
+agent process exchange is one of them:
 
 * ``event`` carries an :class:`~goondan.types.AgentEvent` (``payload``). Agent-to-agent requests
   set ``replyTo``; answers carry ``metadata.inReplyTo``. Events addressed ``to: "orchestrator"``
@@ -58,7 +58,8 @@ SHUTDOWN_REASONS: Final = ("restart", "config_change", "orchestrator_shutdown", 
 ORCHESTRATOR: Final = "orchestrator"
 # Event types of control reports (agent process → orchestrator); never routed to an agent.
 CONTROL_PREFIX: Final = "runtime."
-# Orchestrator → agent: cancel the Turn of ``metadata.eventId`` (Ctrl-C in the ``goondan run`` chat).
+# Orchestrator → agent: cancel the Turn of ``metadata.eventId`` (Ctrl-C in the ``goondan run``
+# chat).
 CANCEL_EVENT: Final = CONTROL_PREFIX + "cancel"
 # The metadata keys that carried AgentEvent.stream and AgentEvent.start_marker before they were
 # typed fields (still read, see goondan.types.LEGACY_METADATA_KEYS). ``stream``: the agent
@@ -96,7 +97,9 @@ class IpcMessage:
     @classmethod
     def shutdown(cls, to: str, *, grace_period_ms: int, reason: ShutdownReason) -> IpcMessage:
         """The orchestrator's drain request (docs/orchestrator.md "Supervision")."""
-        return cls("shutdown", ORCHESTRATOR, to, {"gracePeriodMs": grace_period_ms, "reason": reason})
+        return cls(
+            "shutdown", ORCHESTRATOR, to, {"gracePeriodMs": grace_period_ms, "reason": reason}
+        )
 
     @classmethod
     def shutdown_ack(cls, from_: str, *, instance_key: str) -> IpcMessage:
@@ -106,7 +109,9 @@ class IpcMessage:
     def agent_event(self) -> AgentEvent:
         """The payload of an ``event`` message as an :class:`AgentEvent`."""
         if self.type != "event":
-            raise IpcError(f"{self.type} message has no AgentEvent payload", code="E_IPC_BAD_MESSAGE")
+            raise IpcError(
+                f"{self.type} message has no AgentEvent payload", code="E_IPC_BAD_MESSAGE"
+            )
         return AgentEvent.from_dict(self.payload)
 
     @property
@@ -129,7 +134,9 @@ class IpcMessage:
             raise _bad(f"an IPC message must be a JSON object, got {type(data).__name__}")
         kind = data.get("type")
         if kind not in MESSAGE_TYPES:
-            raise _bad(f"unknown IPC message type {kind!r}; expected one of {', '.join(MESSAGE_TYPES)}")
+            raise _bad(
+                f"unknown IPC message type {kind!r}; expected one of {', '.join(MESSAGE_TYPES)}"
+            )
         sender, target = data.get("from"), data.get("to")
         if not isinstance(sender, str) or not sender:
             raise _bad("IPC message field 'from' must be a non-empty string")
@@ -183,7 +190,9 @@ def _bad(message: str) -> IpcError:
 def encode(message: IpcMessage) -> bytes:
     """UTF-8 JSON bytes of ``message``; raises ``E_IPC_BAD_MESSAGE`` for non-JSON payloads."""
     try:
-        text = json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(
+            message.to_dict(), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
     except (TypeError, ValueError) as exc:
         raise _bad(f"IPC payload is not JSON-serialisable: {exc}") from exc
     try:

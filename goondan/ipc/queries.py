@@ -44,8 +44,10 @@ async def inspect_agent(orchestrator: Any, agent: str, instance_key: str, what: 
         async with asyncio.timeout(timeout_s):
             answer: AgentEvent = await future
     except TimeoutError:
-        raise AgentError(f"{agent}@{instance_key} did not answer the {what} query within {timeout_s:.0f} s",
-                         code="E_AGENT_TIMEOUT") from None
+        raise AgentError(
+            f"{agent}@{instance_key} did not answer the {what} query within {timeout_s:.0f} s",
+            code="E_AGENT_TIMEOUT",
+        ) from None
     finally:
         future.cancel()  # no-op when answered; drops the pending entry otherwise
     error = answer.metadata.get("error")
@@ -65,7 +67,10 @@ async def _result(handler: Any, what: str) -> JsonObject:
     usage = getattr(handler, "usage", None)
     model = getattr(handler, "model", None)
     paths = getattr(getattr(handler, "store", None), "paths", None)
-    describe: dict[str, str] = {"messages": str(len(messages)), "status": str(getattr(handler, "status", "-"))}
+    describe: dict[str, str] = {
+        "messages": str(len(messages)),
+        "status": str(getattr(handler, "status", "-")),
+    }
     if model is not None:
         describe["model"] = f"{model.provider}/{model.model}"
     directory = getattr(paths, "dir", None)

@@ -1,4 +1,5 @@
-"""Model adapters: one contract (base.py), the transport on goondan/http (http.py), providers, test models.
+"""Model adapters: one contract (base.py), the transport on goondan/http (http.py), providers, test
+models.
 
 ``create_model(spec)`` (``registry.py``) is the entry point; see docs/models.md. The transport
 and provider modules are imported lazily, so importing this package stays cheap.

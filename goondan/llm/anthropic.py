@@ -21,10 +21,11 @@ several parallel tool calls travel together, before any following user text.
 Responses: ``content`` blocks (``text``, ``tool_use``; ``thinking`` / ``redacted_thinking``
 blocks are not part of the text: they become ``ModelResponse.reasoning`` parts carrying their
 signature, are stored first in the assistant message and are sent back verbatim, as Claude
-requires for extended thinking with tool use), ``stop_reason`` (end_turn / stop_sequence → stop, max_tokens → length, tool_use →
-tool_calls, refusal → content_filter, pause_turn → other) and ``usage``. Input tokens are
-reported as ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens`` (the
-prompt's full size, like OpenAI), cached as ``cache_read_input_tokens``.
+requires for extended thinking with tool use), ``stop_reason`` (end_turn / stop_sequence → stop,
+max_tokens → length, tool_use → tool_calls, refusal → content_filter, pause_turn → other) and
+``usage``. Input tokens are reported as ``input_tokens + cache_creation_input_tokens +
+cache_read_input_tokens`` (the prompt's full size, like OpenAI), cached as
+``cache_read_input_tokens``.
 
 Streams: ``message_start`` (message id, model, input usage), ``content_block_start`` /
 ``content_block_delta`` (``text_delta``; ``input_json_delta`` with ``partial_json``;
@@ -64,8 +65,14 @@ from goondan.llm.sse import SseEvent
 from goondan.llm.wire import Converter, RawJson, WireCache, encode_chunks
 from goondan.types import JsonObject, TokenUsage, ToolCall, ToolCatalogItem
 
-__all__ = ["ANTHROPIC_VERSION", "DEFAULT_ENDPOINT", "DEFAULT_MAX_TOKENS", "AnthropicModel", "MessagesConverter",
-           "create_anthropic"]
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_ENDPOINT",
+    "DEFAULT_MAX_TOKENS",
+    "AnthropicModel",
+    "MessagesConverter",
+    "create_anthropic",
+]
 
 DEFAULT_ENDPOINT = PROVIDERS["anthropic"].endpoint
 ANTHROPIC_VERSION = "2023-06-01"
@@ -94,7 +101,9 @@ _ERROR_STATUS = {
 }
 
 
-def messages_to_wire(messages: Sequence[JsonObject], system: str | None) -> tuple[str, list[JsonObject]]:
+def messages_to_wire(
+    messages: Sequence[JsonObject], system: str | None
+) -> tuple[str, list[JsonObject]]:
     """Canonical messages → (top-level ``system`` text, Messages API ``messages``)."""
     converter = MessagesConverter().convert(messages)
     return _system_text(system, converter.system_texts), converter.out
@@ -160,7 +169,8 @@ class MessagesConverter(Converter):
                 results.append(block)
             elif kind == "text" and part.get("text"):
                 texts.append({"type": "text", "text": str(part["text"])})
-        append_turn(out, "user", results + texts, "content")  # tool_result blocks must lead the user turn
+        # tool_result blocks must lead the user turn
+        append_turn(out, "user", results + texts, "content")
 
 
 def _thinking_to_wire(part: JsonObject) -> list[JsonObject]:
@@ -254,7 +264,9 @@ class AnthropicModel(HttpModel):
         system = _system_text(request.system, converter.system_texts)
         return encode_chunks(self._body(request, system, RawJson.array(items), stream=stream))
 
-    def _body(self, request: ModelRequest, system: str, messages: object, *, stream: bool) -> JsonObject:
+    def _body(
+        self, request: ModelRequest, system: str, messages: object, *, stream: bool
+    ) -> JsonObject:
         body = merge_params(
             self.spec.options,
             request.params,
@@ -395,7 +407,9 @@ class AnthropicStream(StreamAccumulator):
         if kind == "thinking_delta":  # kept (with its signature) so it can be sent back
             block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking") or "")
         elif kind == "signature_delta":
-            block["signature"] = str(block.get("signature") or "") + str(delta.get("signature") or "")
+            block["signature"] = str(block.get("signature") or "") + str(
+                delta.get("signature") or ""
+            )
         return []  # thinking is not streamed as answer text; citations are ignored
 
     def _stream_error(self, data: JsonObject) -> LlmError:
@@ -414,7 +428,12 @@ class AnthropicStream(StreamAccumulator):
                 text = "".join(self.json_parts.get(index, []))
                 initial = block.get("input")
                 # Malformed JSON text stays text: from_wire turns it into an invalid tool call.
-                content.append({**block, "input": text if text else (initial if isinstance(initial, dict) else {})})
+                content.append(
+                    {
+                        **block,
+                        "input": text if text else (initial if isinstance(initial, dict) else {}),
+                    }
+                )
             else:
                 content.append(block)
         body: JsonObject = {

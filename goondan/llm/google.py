@@ -93,7 +93,9 @@ def _finish(raw: str | None, has_calls: bool) -> FinishReason:
     return "other"
 
 
-def messages_to_wire(messages: Sequence[JsonObject], system: str | None) -> tuple[str, list[JsonObject]]:
+def messages_to_wire(
+    messages: Sequence[JsonObject], system: str | None
+) -> tuple[str, list[JsonObject]]:
     """Canonical messages → (``systemInstruction`` text, ``contents``)."""
     converter = ContentsConverter().convert(messages)
     return _system_text(system, converter.system_texts), converter.out
@@ -164,7 +166,9 @@ class ContentsConverter(Converter):
             append_turn(out, "model", wire, "parts")
         else:
             # results first: they answer the model turn that precedes them
-            responses_first = [p for p in wire if "functionResponse" in p] + [p for p in wire if "text" in p]
+            responses_first = [p for p in wire if "functionResponse" in p] + [
+                p for p in wire if "text" in p
+            ]
             append_turn(out, "user", responses_first, "parts")
 
 
@@ -259,7 +263,11 @@ class GoogleModel(HttpModel):
         candidates = body.get("candidates")
         feedback = as_object(body.get("promptFeedback"))
         usage = usage_from_wire(body.get("usageMetadata"))
-        model = body.get("modelVersion") if isinstance(body.get("modelVersion"), str) else self.spec.model
+        model = (
+            body.get("modelVersion")
+            if isinstance(body.get("modelVersion"), str)
+            else self.spec.model
+        )
         response_id = str(body.get("responseId") or "")
         metadata: JsonObject = {"id": response_id} if response_id else {}
         if not candidates:
@@ -303,7 +311,8 @@ class GoogleModel(HttpModel):
             model=model,
             provider_metadata=metadata,
             tool_call_options={
-                call_id_: {"google": {"thoughtSignature": sig}} for call_id_, sig in signatures.items()
+                call_id_: {"google": {"thoughtSignature": sig}}
+                for call_id_, sig in signatures.items()
             },
         )
 
@@ -311,7 +320,9 @@ class GoogleModel(HttpModel):
         return GoogleStream(self, request)
 
 
-def create_google(spec: ModelSpec, *, retry_policy: RetryPolicy | None = None, base_dir: Any = None) -> GoogleModel:
+def create_google(
+    spec: ModelSpec, *, retry_policy: RetryPolicy | None = None, base_dir: Any = None
+) -> GoogleModel:
     """The factory of ``provider: google`` / ``gemini`` (goondan/config/providers.py)."""
     return GoogleModel(spec, retry_policy=retry_policy)
 
@@ -340,7 +351,9 @@ class GoogleStream(StreamAccumulator):
         for key in ("usageMetadata", "modelVersion", "responseId", "promptFeedback"):
             if key in chunk:
                 self.last[key] = chunk[key]
-        if isinstance(chunk.get("promptFeedback"), dict) and chunk["promptFeedback"].get("blockReason"):
+        if isinstance(chunk.get("promptFeedback"), dict) and chunk["promptFeedback"].get(
+            "blockReason"
+        ):
             self.blocked = True
         deltas: list[StreamDelta] = []
         candidates = chunk.get("candidates") or []

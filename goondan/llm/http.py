@@ -188,13 +188,15 @@ def error_for_status(
     if status in (401, 403):
         return LlmAuthError(
             message,
-            suggestion=auth_suggestion or "Check the Model's apiKey and that it may use this model.",
+            suggestion=auth_suggestion
+            or "Check the Model's apiKey and that it may use this model.",
         )
     if status == 429:
         return LlmRateLimitError(
             message,
             retry_after=parse_retry_after(headers, now=now),
-            suggestion="The provider is rate limiting; wait, lower the request rate or raise the quota.",
+            suggestion="The provider is rate limiting; wait, "
+            "lower the request rate or raise the quota.",
         )
     if is_context_length_error(status, body):
         return LlmContextLengthError(
@@ -203,7 +205,10 @@ def error_for_status(
     suggestion = None
     retryable: bool | None = None
     if status == 404:
-        suggestion = "Check the Model's model name and spec.endpoint (it must include the version, e.g. /v1)."
+        suggestion = (
+            "Check the Model's model name and "
+            "spec.endpoint (it must include the version, e.g. /v1)."
+        )
     elif status == 400:
         suggestion = "The provider rejected the request; check spec.options and modelConfig.params."
     elif status >= 500 and detail and _VALIDATION_PHRASES.search(detail):
@@ -221,16 +226,36 @@ def error_for_status(
 # What each failure kind of the HTTP layer is for a model call: class, message, suggestion.
 _CHECK_ENDPOINT = "Check the network and the Model's spec.endpoint."
 _FAILURES: dict[str, tuple[type[LlmError], str, str]] = {
-    kinds.CONNECT: (LlmConnectionError, "cannot connect to {label} at {where}: {reason}", _CHECK_ENDPOINT),
-    kinds.CONNECT_TIMEOUT: (LlmTimeoutError, "timed out connecting to {label} at {where}",
-                            "Check the network, or raise the Model's spec.timeoutMs."),
-    kinds.READ_TIMEOUT: (LlmTimeoutError, "timed out waiting for {label} at {where}",
-                         "Raise the Model's spec.timeoutMs, or ask for shorter replies."),
-    kinds.BAD_RESPONSE: (LlmBadResponseError, "{label} sent a malformed HTTP response: {reason}",
-                         "Check that spec.endpoint points at the provider's API."),
-    kinds.INVALID_URL: (LlmConnectionError, "invalid {label} endpoint {where}: {reason}",
-                        "Set the Model's spec.endpoint to an http(s) URL such as https://host/v1."),
-    kinds.CONNECTION: (LlmConnectionError, "connection to {label} at {where} failed: {reason}", _CHECK_ENDPOINT),
+    kinds.CONNECT: (
+        LlmConnectionError,
+        "cannot connect to {label} at {where}: {reason}",
+        _CHECK_ENDPOINT,
+    ),
+    kinds.CONNECT_TIMEOUT: (
+        LlmTimeoutError,
+        "timed out connecting to {label} at {where}",
+        "Check the network, or raise the Model's spec.timeoutMs.",
+    ),
+    kinds.READ_TIMEOUT: (
+        LlmTimeoutError,
+        "timed out waiting for {label} at {where}",
+        "Raise the Model's spec.timeoutMs, or ask for shorter replies.",
+    ),
+    kinds.BAD_RESPONSE: (
+        LlmBadResponseError,
+        "{label} sent a malformed HTTP response: {reason}",
+        "Check that spec.endpoint points at the provider's API.",
+    ),
+    kinds.INVALID_URL: (
+        LlmConnectionError,
+        "invalid {label} endpoint {where}: {reason}",
+        "Set the Model's spec.endpoint to an http(s) URL such as https://host/v1.",
+    ),
+    kinds.CONNECTION: (
+        LlmConnectionError,
+        "connection to {label} at {where} failed: {reason}",
+        _CHECK_ENDPOINT,
+    ),
 }
 
 
@@ -246,8 +271,10 @@ def map_urllib3_errors(label: str, url: str) -> Iterator[None]:
         if failure is None:
             raise
         cls, template, suggestion = _FAILURES[failure.kind]
-        error = cls(mask(template.format(label=label, where=safe_origin(url), reason=failure.reason)),
-                    suggestion=suggestion)
+        error = cls(
+            mask(template.format(label=label, where=safe_origin(url), reason=failure.reason)),
+            suggestion=suggestion,
+        )
         if isinstance(error, LlmTimeoutError) and failure.kind == kinds.READ_TIMEOUT:
             error.waiting_for_reply = True  # the request went out; the server went silent
         raise error from exc
@@ -315,7 +342,9 @@ class HttpTransport:
         payload = _payload(body)
 
         async def attempt() -> JsonObject:
-            status, response_headers, data = await self._run(self._blocking_request, url, payload, headers)
+            status, response_headers, data = await self._run(
+                self._blocking_request, url, payload, headers
+            )
             if status >= 400:
                 raise error_for_status(
                     status, data, response_headers, label=self.label,
@@ -407,7 +436,8 @@ class HttpTransport:
         *args: Any,
         abort: AbortHandle | None = None,
     ) -> Any:
-        """Run blocking ``fn(*args, abort)`` in a worker thread; on cancellation, abort its socket."""
+        """Run blocking ``fn(*args, abort)`` in a worker thread; on cancellation, abort its
+        socket."""
         handle = abort or AbortHandle()
         try:
             return await asyncio.to_thread(fn, *args, handle)
@@ -455,7 +485,8 @@ class HttpTransport:
                 # ProtocolError's text is a tuple repr ("('Connection broken: ...', ...)"):
                 # say what happened in a sentence instead.
                 raise LlmBadResponseError(
-                    f"{self.label} stream was cut off: the connection closed before the reply was complete.",
+                    f"{self.label} stream was cut off: the connection "
+                    "closed before the reply was complete.",
                     suggestion="The connection or the server stopped mid-reply; try again.",
                 ) from exc
             return chunk
@@ -496,5 +527,6 @@ def _payload(body: JsonObject | bytes | list[bytes]) -> bytes | list[bytes]:
 
 
 def _encode(body: JsonObject) -> bytes:
-    # encode_json cleans lone surrogates: one that slipped into a request must not make it unsendable.
+    # encode_json cleans lone surrogates: one that slipped into a request must not make it
+    # unsendable.
     return encode_json(body)

@@ -58,7 +58,12 @@ from goondan.llm.wire import Converter, RawJson, WireCache, encode_chunks, encod
 from goondan.types import JsonObject, TokenUsage, ToolCall, ToolCatalogItem
 
 __all__ = [
-    "DEFAULT_ENDPOINT", "ChatConverter", "OpenAIModel", "create_compatible", "create_openai", "messages_to_wire",
+    "DEFAULT_ENDPOINT",
+    "ChatConverter",
+    "OpenAIModel",
+    "create_compatible",
+    "create_openai",
+    "messages_to_wire",
 ]
 
 DEFAULT_ENDPOINT = PROVIDERS["openai"].endpoint
@@ -96,7 +101,12 @@ class ChatConverter(Converter):
         content = message.get("content")
         if isinstance(content, str):  # the common case: plain text, one message
             if role != "tool":
-                out.append({"role": role if role in ("system", "assistant") else "user", "content": content})
+                out.append(
+                    {
+                        "role": role if role in ("system", "assistant") else "user",
+                        "content": content,
+                    }
+                )
             return
         parts = content_parts(message)
         if role == "assistant":
@@ -116,7 +126,10 @@ class ChatConverter(Converter):
                         },
                     })
             text = "".join(texts)
-            item: JsonObject = {"role": "assistant", "content": text if text or not calls else self.empty_content}
+            item: JsonObject = {
+                "role": "assistant",
+                "content": text if text or not calls else self.empty_content,
+            }
             if calls:
                 item["tool_calls"] = calls
             out.append(item)
@@ -222,12 +235,16 @@ class OpenAIModel(HttpModel):
         # The endpoint never changes after construction: worked out once (it parses the URL).
         empty = self.__dict__.get("_empty")
         if empty is None:
-            empty = self.__dict__["_empty"] = (None if self.is_public_endpoint() and not self.compatible else "",)
+            empty = self.__dict__["_empty"] = (
+                None if self.is_public_endpoint() and not self.compatible else "",
+            )
         return empty[0]
 
     def to_wire(self, request: ModelRequest, *, stream: bool = False) -> JsonObject:
         """Build the Chat Completions request body."""
-        messages = messages_to_wire(request.messages, request.system, empty_content=self._empty_content())
+        messages = messages_to_wire(
+            request.messages, request.system, empty_content=self._empty_content()
+        )
         return self._body(request, messages, stream=stream)
 
     def payload(self, request: ModelRequest, *, stream: bool = False) -> list[bytes]:
@@ -239,7 +256,9 @@ class OpenAIModel(HttpModel):
         if self._wire is None:
             self._wire = WireCache(lambda: ChatConverter(empty))
         _, items = self._wire.convert(request.messages, empty)
-        first = encode_json({"role": "system", "content": request.system}) if request.system else None
+        first = (
+            encode_json({"role": "system", "content": request.system}) if request.system else None
+        )
         return encode_chunks(self._body(request, RawJson.array(items, first), stream=stream))
 
     def _body(self, request: ModelRequest, messages: object, *, stream: bool) -> JsonObject:
@@ -282,7 +301,11 @@ class OpenAIModel(HttpModel):
                 raise bad_shape(self.label, "a tool call without a function")
             function = raw["function"]
             name = str(function.get("name") or "")
-            calls.append(tool_call(str(raw.get("id") or new_call_id("call_")), name, function.get("arguments")))
+            calls.append(
+                tool_call(
+                    str(raw.get("id") or new_call_id("call_")), name, function.get("arguments")
+                )
+            )
         raw_finish = choice.get("finish_reason")
         finish: FinishReason = _FINISH.get(str(raw_finish), "other") if raw_finish else "stop"
         if calls and finish == "stop":
@@ -306,7 +329,9 @@ class OpenAIModel(HttpModel):
         return OpenAIStream(self)
 
 
-def create_openai(spec: ModelSpec, *, retry_policy: RetryPolicy | None = None, base_dir: Any = None) -> OpenAIModel:
+def create_openai(
+    spec: ModelSpec, *, retry_policy: RetryPolicy | None = None, base_dir: Any = None
+) -> OpenAIModel:
     """The factory of ``provider: openai`` (goondan/config/providers.py)."""
     return OpenAIModel(spec, retry_policy=retry_policy, compatible=False)
 

@@ -107,7 +107,12 @@ def tool_call_input(part: Mapping[str, Any]) -> JsonObject:
 
 def _output(part: Mapping[str, Any]) -> Mapping[str, Any]:
     output = part.get("output")
-    if isinstance(output, dict) and output.get("type") in ("text", "json", "error-text", "error-json"):
+    if isinstance(output, dict) and output.get("type") in (
+        "text",
+        "json",
+        "error-text",
+        "error-json",
+    ):
         return output
     return {"type": "json", "value": output if output is not None else part.get("result")}
 
@@ -247,18 +252,25 @@ def resolve_api_key(
     offline = ""
     if spec.offline_alternatives:
         # the bundle ships an offline model (goondan init templates): name it as the way to try
-        offline = (f" To try it offline, point the Agent's modelRef at \"Model/{spec.offline_alternatives[0]}\""
-                   " (a scripted model, no key needed).")
+        offline = (
+            " To try it offline, point the Agent's modelRef "
+            f'at "Model/{spec.offline_alternatives[0]}"'
+            " (a scripted model, no key needed)."
+        )
     raise LlmAuthError(
         f"no API key for {model} ({label})",
-        suggestion=f"Set {where}, or give the Model a spec.apiKey (value or valueFrom.env).{offline}",
+        suggestion=f"Set {where}, or give the Model a "
+        f"spec.apiKey (value or valueFrom.env).{offline}",
     )
 
 
 def auth_suggestion(spec: ModelSpec, env_names: Sequence[str]) -> str:
     """Suggestion attached to 401/403 answers: which key to check."""
     names = " or ".join(dict.fromkeys(n for n in (spec.api_key_env, *env_names) if n))
-    return f"Check the API key ({names or 'Model spec.apiKey'}) and that it may use model {spec.model!r}."
+    return (
+        f"Check the API key ({names or 'Model spec.apiKey'}) "
+        f"and that it may use model {spec.model!r}."
+    )
 
 
 # --------------------------------------------------------------------------- generate() flow
@@ -381,13 +393,16 @@ class HttpModel(LanguageModel):
     ) -> ModelResponse:
         """One round trip; with ``stream=True`` deltas go to ``on_delta`` as they arrive."""
         if stream and self.spec.capabilities.get("streaming") is False:
-            stream = False  # capabilities.streaming: false — the server cannot stream (docs/models.md)
+            # capabilities.streaming: false — the server cannot stream (docs/models.md)
+            stream = False
         url = self.url(stream=stream)
         _check_model_request(url)
         headers = self.headers()
         body = self.payload(request, stream=stream)
         if not stream:
-            return self.from_wire(await self.transport.post_json(url, body, headers), request=request)
+            return self.from_wire(
+                await self.transport.post_json(url, body, headers), request=request
+            )
         accumulator = self.new_stream(request)
         async with contextlib.aclosing(self.transport.stream_sse(url, body, headers)) as events:
             async for event in events:
@@ -401,7 +416,10 @@ class HttpModel(LanguageModel):
         return accumulator.finish()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(provider={self.provider!r}, model={self.model!r}, endpoint={self.endpoint!r})"
+        return (
+            f"{type(self).__name__}(provider={self.provider!r}, "
+            f"model={self.model!r}, endpoint={self.endpoint!r})"
+        )
 
 
 def _host(url: str) -> str:
@@ -433,7 +451,8 @@ def bad_shape(label: str, what: str) -> LlmBadResponseError:
     """The error for a response body of an unexpected shape."""
     return LlmBadResponseError(
         f"{label} returned an unexpected response: {what}",
-        suggestion="Check that spec.endpoint points at the provider's API and that the provider is right.",
+        suggestion="Check that spec.endpoint points at the "
+        "provider's API and that the provider is right.",
     )
 
 

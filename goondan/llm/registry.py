@@ -53,7 +53,9 @@ def create_model(
         )
     model = load_factory(row, model_ref)(spec, retry_policy=retry_policy, base_dir=base_dir)
     if not isinstance(model, LanguageModel):
-        raise _load_error(row, model_ref, f"its factory returned {type(model).__name__}, not a LanguageModel")
+        raise _load_error(
+            row, model_ref, f"its factory returned {type(model).__name__}, not a LanguageModel"
+        )
     return model
 
 
@@ -68,7 +70,9 @@ def load_factory(row: Provider, model_ref: str = "the Model") -> Any:
         if row.distribution is None:
             raise  # a built-in adapter that cannot be imported is a bug, not a configuration
         # third-party code: any failure to import is the user's to fix
-        raise _load_error(row, model_ref, f"{row.factory} cannot be loaded ({type(exc).__name__}: {exc})") from exc
+        raise _load_error(
+            row, model_ref, f"{row.factory} cannot be loaded ({type(exc).__name__}: {exc})"
+        ) from exc
     if not callable(target):
         raise _load_error(row, model_ref, f"{row.factory} is not callable")
     return target

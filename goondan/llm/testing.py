@@ -87,9 +87,17 @@ __all__ = [
     "scripted_from_spec",
 ]
 
-ScriptItem = Any  # str | ModelResponse | dict | BaseException | ScriptStep | Callable[[ModelRequest], item]
+# str | ModelResponse | dict | BaseException | ScriptStep | Callable[[ModelRequest], item]
+ScriptItem = Any
 
-_FINISH_REASONS: tuple[str, ...] = ("stop", "tool_calls", "length", "content_filter", "error", "other")
+_FINISH_REASONS: tuple[str, ...] = (
+    "stop",
+    "tool_calls",
+    "length",
+    "content_filter",
+    "error",
+    "other",
+)
 _STREAM_CHUNKS = 3  # enough to prove deltas are concatenated in order, cheap to assert
 _ITEM_KEYS = frozenset(
     {"text", "toolCalls", "finishReason", "usage", "delayMs", "error", "when", "steps"}
@@ -133,7 +141,8 @@ def _is_loopback_host(host: str) -> bool:
 
 
 def model_requests_allowed(url: str) -> bool:
-    """Whether an adapter may send a request to ``url``: loopback always, others only when allowed."""
+    """Whether an adapter may send a request to ``url``: loopback always, others only when
+    allowed."""
     host = urlsplit(url).hostname or ""
     if _is_loopback_host(host):
         return True
@@ -147,7 +156,8 @@ def check_model_request(url: str) -> None:
         raise ModelRequestsForbiddenError(
             f"model requests to {host} are forbidden in this process",
             suggestion="use a ScriptedModel / provider: scripted, point the Model's endpoint at a "
-            "loopback server, or allow requests (ALLOW_MODEL_REQUESTS / GOONDAN_ALLOW_MODEL_REQUESTS)",
+            "loopback server, or allow requests "
+            "(ALLOW_MODEL_REQUESTS / GOONDAN_ALLOW_MODEL_REQUESTS)",
         )
 
 
@@ -163,7 +173,7 @@ def forbid_model_requests(forbid: bool = True) -> Iterator[None]:
         ALLOW_MODEL_REQUESTS = previous
 
 
-# -- script items -------------------------------------------------------------------------------------
+# -- script items ----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -193,7 +203,9 @@ def _content_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
         )
     return ""
 
@@ -255,7 +267,9 @@ def _usage_from(data: Any) -> TokenUsage:
     if isinstance(data, TokenUsage):
         return data
     if not isinstance(data, dict):
-        raise TypeError("script 'usage' must be an object such as {inputTokens: 10, outputTokens: 2}")
+        raise TypeError(
+            "script 'usage' must be an object such as {inputTokens: 10, outputTokens: 2}"
+        )
 
     def pick(*keys: str) -> int | None:
         for key in keys:
@@ -266,7 +280,9 @@ def _usage_from(data: Any) -> TokenUsage:
     inp = pick("inputTokens", "input", "prompt") or 0
     out = pick("outputTokens", "output", "completion") or 0
     total = pick("totalTokens", "total")
-    return TokenUsage(inp, out, inp + out if total is None else total, pick("cachedTokens", "cached"))
+    return TokenUsage(
+        inp, out, inp + out if total is None else total, pick("cachedTokens", "cached")
+    )
 
 
 _ERROR_CLASSES: dict[str, type[LlmError]] = {
@@ -309,22 +325,31 @@ class _Counter:
 def _response_from_dict(data: JsonObject, request: ModelRequest, ids: _Counter) -> ModelResponse:
     unknown = set(data) - _ITEM_KEYS
     if unknown:
-        raise TypeError(f"unknown script item keys: {sorted(unknown)} (allowed: {sorted(_ITEM_KEYS)})")
+        raise TypeError(
+            f"unknown script item keys: {sorted(unknown)} (allowed: {sorted(_ITEM_KEYS)})"
+        )
     if data.get("error") is not None:
         raise _error_from(data["error"])
     calls: list[ToolCall] = []
     for raw in data.get("toolCalls") or []:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise TypeError("each script toolCall needs a string 'name' (and optional 'args', 'id')")
+            raise TypeError(
+                "each script toolCall needs a string 'name' (and optional 'args', 'id')"
+            )
         args = raw.get("args", raw.get("input")) or {}
         if not isinstance(args, dict):
             raise TypeError(f"toolCall {raw['name']!r}: 'args' must be an object")
         # string arguments take the same placeholders as text (a demo can forward {{input}})
-        filled = {k: _fill(v, request) if isinstance(v, str) else copy.deepcopy(v) for k, v in args.items()}
+        filled = {
+            k: _fill(v, request) if isinstance(v, str) else copy.deepcopy(v)
+            for k, v in args.items()
+        }
         calls.append(ToolCall(str(raw.get("id") or ids.next_id()), raw["name"], filled))
     finish = data.get("finishReason") or ("tool_calls" if calls else "stop")
     if finish not in _FINISH_REASONS:
-        raise TypeError(f"script finishReason must be one of {list(_FINISH_REASONS)}, not {finish!r}")
+        raise TypeError(
+            f"script finishReason must be one of {list(_FINISH_REASONS)}, not {finish!r}"
+        )
     usage = _usage_from(data["usage"]) if data.get("usage") is not None else TokenUsage()
     return ModelResponse(
         text=_fill(str(data.get("text") or ""), request),
@@ -478,7 +503,8 @@ class ScriptedModel(_RecordingModel):
         if not self.loop and self.remaining:
             left = self._sequence[self._position :]
             raise AssertionError(
-                f"{self!r}: {len(left)} script item(s) not used after {len(self.requests)} call(s): "
+                f"{self!r}: {len(left)} script item(s) not "
+                f"used after {len(self.requests)} call(s): "
                 f"{left!r}"
             )
 
@@ -538,7 +564,9 @@ class FunctionModel(_RecordingModel):
     def __init__(
         self, fn: Callable[[ModelRequest], Any], *, model: str | None = None
     ) -> None:
-        super().__init__(provider="function", model=model or str(getattr(fn, "__name__", "function")))
+        super().__init__(
+            provider="function", model=model or str(getattr(fn, "__name__", "function"))
+        )
         self.fn = fn
 
     async def _next_item(self, request: ModelRequest) -> ScriptItem:
@@ -557,11 +585,15 @@ def _invalid(spec: ModelSpec, message: str, suggestion: str) -> ConfigError:
     return ConfigError(f"{where}: {message}", code="E_LLM_SCRIPT_INVALID", suggestion=suggestion)
 
 
-def _load_script_file(spec: ModelSpec, value: Any, base_dir: Path | None) -> tuple[list[Any], bool | None]:
+def _load_script_file(
+    spec: ModelSpec, value: Any, base_dir: Path | None
+) -> tuple[list[Any], bool | None]:
     import yaml  # lazy: only demos with a script file pay for the import
 
     if not isinstance(value, str) or not value:
-        raise _invalid(spec, "options.scriptFile must be a path string", "e.g. scriptFile: ./script.yaml")
+        raise _invalid(
+            spec, "options.scriptFile must be a path string", "e.g. scriptFile: ./script.yaml"
+        )
     if base_dir is not None:
         # Confined to the bundle like an entry module (docs/testing-models.md).
         from goondan.config.entries import resolve_inside
@@ -582,11 +614,14 @@ def _load_script_file(spec: ModelSpec, value: Any, base_dir: Path | None) -> tup
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise _invalid(
-            spec, f"cannot read script file {path}: {exc.strerror or exc}",
+            spec,
+            f"cannot read script file {path}: {exc.strerror or exc}",
             "scriptFile is relative to the bundle root",
         ) from exc
     except yaml.YAMLError as exc:
-        raise _invalid(spec, f"script file {path} is not valid YAML: {exc}", "fix the YAML syntax") from exc
+        raise _invalid(
+            spec, f"script file {path} is not valid YAML: {exc}", "fix the YAML syntax"
+        ) from exc
     if isinstance(data, dict) and isinstance(data.get("script"), list):
         loop = data.get("loop")
         return data["script"], bool(loop) if loop is not None else None
@@ -606,13 +641,17 @@ def _check_items(spec: ModelSpec, items: list[Any]) -> None:
         unknown = set(item) - _ITEM_KEYS
         if unknown:
             raise _invalid(
-                spec, f"{where} has unknown keys {sorted(unknown)}", f"allowed keys: {sorted(_ITEM_KEYS)}"
+                spec,
+                f"{where} has unknown keys {sorted(unknown)}",
+                f"allowed keys: {sorted(_ITEM_KEYS)}",
             )
         if item.get("when") is not None:
             try:
                 re.compile(str(item["when"]))
             except re.error as exc:
-                raise _invalid(spec, f"{where}.when is not a valid regex: {exc}", "fix the pattern") from exc
+                raise _invalid(
+                    spec, f"{where}.when is not a valid regex: {exc}", "fix the pattern"
+                ) from exc
         elif "steps" in item:
             raise _invalid(spec, f"{where} has 'steps' without 'when'", "steps belong to a rule")
         if "steps" in item:
@@ -664,6 +703,8 @@ def scripted_from_spec(spec: ModelSpec, base_dir: Path | None = None) -> Scripte
     )
 
 
-def create_scripted(spec: ModelSpec, *, retry_policy: Any = None, base_dir: Path | None = None) -> ScriptedModel:
+def create_scripted(
+    spec: ModelSpec, *, retry_policy: Any = None, base_dir: Path | None = None
+) -> ScriptedModel:
     """The factory of ``provider: scripted`` (goondan/config/providers.py)."""
     return scripted_from_spec(spec, base_dir)

@@ -169,7 +169,9 @@ class WireCache:
         self.hits = 0  # requests that reused a conversion (for tests and benchmarks)
         self.misses = 0
 
-    def convert(self, messages: Sequence[JsonObject], key: Hashable = None) -> tuple[Converter, list[bytes]]:
+    def convert(
+        self, messages: Sequence[JsonObject], key: Hashable = None
+    ) -> tuple[Converter, list[bytes]]:
         """The converter state after ``messages``, and the JSON of its ``out`` items as chunks
         that concatenate to the comma-separated items (for :meth:`RawJson.array`).
 
@@ -184,7 +186,9 @@ class WireCache:
                 # An entry that starts with the same message is this conversation before an edit
                 # (a middleware replace/remove): it will not match again, so it gives its slot.
                 first = messages[0]
-                self._entries = [(k, e) for k, e in self._entries if not (e.seen and e.seen[0] is first)]
+                self._entries = [
+                    (k, e) for k, e in self._entries if not (e.seen and e.seen[0] is first)
+                ]
             entry = _Entry(self._factory())
             self._entries.insert(0, (key, entry))
             del self._entries[self._slots:]
@@ -220,7 +224,11 @@ class WireCache:
             # The conversation's list only grew since the entry saw it: no comparison, which is
             # what keeps a step independent of the history's length.
             for position, (entry_key, entry) in enumerate(self._entries):
-                if entry.lineage is lineage and entry_key == key and len(entry.seen) <= len(messages):
+                if (
+                    entry.lineage is lineage
+                    and entry_key == key
+                    and len(entry.seen) <= len(messages)
+                ):
                     if position:
                         self._entries.insert(0, self._entries.pop(position))
                     return entry

@@ -184,7 +184,9 @@ class McpToolProvider:
                     raise failed from exc
                 self._failed(exc.message, turn, elapsed_ms=elapsed_ms, stderr=stderr)
             elif isinstance(exc, Exception):
-                reason = f"{type(exc).__name__}: {exc}" + (f"; the server said: {said}" if said else "")
+                reason = f"{type(exc).__name__}: {exc}" + (
+                    f"; the server said: {said}" if said else ""
+                )
                 self._failed(reason, turn, elapsed_ms=elapsed_ms, stderr=stderr)
                 raise McpError(f"MCP server {self.spec.name!r} failed to start: {exc}"
                                + (f"; the server said: {said}" if said else ""),

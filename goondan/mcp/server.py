@@ -58,7 +58,8 @@ INPUT_SCHEMA: JsonObject = {
         "message": {"type": "string", "description": "What to ask or tell the agent."},
         "conversation": {
             "type": "string",
-            "description": "A name for the conversation to continue (default: one per MCP session).",
+            "description": "A name for the conversation to "
+            "continue (default: one per MCP session).",
         },
     },
     "required": ["message"],
@@ -78,8 +79,11 @@ class ExposedAgent:
 
     def to_tool(self) -> JsonObject:
         """The ``tools/list`` entry."""
-        return {"name": self.tool, "description": self.description or f"Ask the agent {self.agent}.",
-                "inputSchema": INPUT_SCHEMA}
+        return {
+            "name": self.tool,
+            "description": self.description or f"Ask the agent {self.agent}.",
+            "inputSchema": INPUT_SCHEMA,
+        }
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,9 @@ class McpSession:
         """Remember ``task`` as the handling of ``request_id`` until it is done."""
         key = _id_key(request_id)
         self.in_flight[key] = task
-        task.add_done_callback(lambda done: self.in_flight.pop(key, None) if self.in_flight.get(key) is done else None)
+        task.add_done_callback(
+            lambda done: self.in_flight.pop(key, None) if self.in_flight.get(key) is done else None
+        )
 
     def cancel_all(self) -> None:
         """Cancel every request in flight (the session ended)."""
@@ -151,7 +157,9 @@ class McpServer:
     def __repr__(self) -> str:
         return f"<McpServer {self.name!r} tools={sorted(self.agents)}>"
 
-    async def handle(self, session: McpSession, message: Any, notify: NotifyFn) -> JsonObject | None:
+    async def handle(
+        self, session: McpSession, message: Any, notify: NotifyFn
+    ) -> JsonObject | None:
         """The response to ``message`` (``None`` for a notification or a client's response).
         ``notify`` sends a notification about this request (progress) before the response."""
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -160,7 +168,9 @@ class McpServer:
         if method is None and ("result" in message or "error" in message):
             return None  # a response to a request of ours: we send none
         request_id = message.get("id")
-        if not isinstance(method, str) or (request_id is not None and not isinstance(request_id, (str, int))):
+        if not isinstance(method, str) or (
+            request_id is not None and not isinstance(request_id, (str, int))
+        ):
             return error_message(request_id, INVALID_REQUEST, "invalid request")
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
@@ -193,7 +203,11 @@ class McpServer:
 
     def _initialize(self, session: McpSession, params: JsonObject) -> JsonObject:
         asked = params.get("protocolVersion")
-        version = asked if isinstance(asked, str) and asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[0]
+        version = (
+            asked
+            if isinstance(asked, str) and asked in SUPPORTED_VERSIONS
+            else SUPPORTED_VERSIONS[0]
+        )
         session.protocol_version = version
         result: JsonObject = {"protocolVersion": version,
                               "capabilities": {"tools": {"listChanged": False}},
@@ -213,7 +227,9 @@ class McpServer:
         conversation = arguments.get("conversation")
         if not isinstance(message, str):
             raise _RpcError(INVALID_PARAMS, "arguments.message must be a string")
-        if conversation is not None and (not isinstance(conversation, str) or not conversation.strip()):
+        if conversation is not None and (
+            not isinstance(conversation, str) or not conversation.strip()
+        ):
             raise _RpcError(INVALID_PARAMS, "arguments.conversation must be a non-empty string")
         key = f"mcp:{conversation.strip() if conversation else session.id}"
         meta = params.get("_meta")

@@ -11,10 +11,11 @@ report the end of the connection once to ``on_closed``.
   ``application/json`` or a ``text/event-stream`` carrying the response (and any notification
   sent meanwhile). The ``Mcp-Session-Id`` from ``initialize`` goes on every later request; a 404
   on a request carrying it, or a 400 that speaks of the session (:func:`session_gone`), means
-  the session expired (:data:`SESSION_EXPIRED`), and the session re-initialises. Once the session is initialised, a daemon thread keeps the optional
-  ``GET`` stream open for messages the server sends on its own (a ``tools/list_changed`` after
-  a background change, a ``ping``), reconnecting with ``Last-Event-ID``; a server that answers
-  405 has no such stream. Requests go through the HTTP layer (``goondan/http/``) in daemon
+  the session expired (:data:`SESSION_EXPIRED`), and the session re-initialises. Once the session is
+  initialised, a daemon thread keeps the optional ``GET`` stream open for messages the server sends
+  on its own (a ``tools/list_changed`` after a background change, a ``ping``), reconnecting with
+  ``Last-Event-ID``; a server that answers 405 has no such stream. Requests go through the HTTP
+  layer (``goondan/http/``) in daemon
   threads: a failure sending a message is ``E_MCP_CONNECTION`` (with the server's origin, never
   its path or query), one while reading the answer ``E_MCP_PROTOCOL``.
 """
@@ -289,7 +290,9 @@ class HttpTransport:
     def set_protocol_version(self, version: str) -> None:
         self.protocol_version = version
 
-    def _request_headers(self, accept: str = "application/json, text/event-stream") -> dict[str, str]:
+    def _request_headers(
+        self, accept: str = "application/json, text/event-stream"
+    ) -> dict[str, str]:
         headers = {**self.headers, "Content-Type": "application/json", "Accept": accept}
         if self.session_id:
             headers["Mcp-Session-Id"] = self.session_id
@@ -322,9 +325,11 @@ class HttpTransport:
             failure = http.failure_of(exc)
             if failure is None:
                 raise
-            raise McpError(f"MCP server {self.label!r} at {http.safe_origin(self.url)}: {failure.reason}",
-                           code="E_MCP_CONNECTION",
-                           suggestion="Check that the server is running and spec.mcp.url.") from exc
+            raise McpError(
+                f"MCP server {self.label!r} at {http.safe_origin(self.url)}: {failure.reason}",
+                code="E_MCP_CONNECTION",
+                suggestion="Check that the server is running and spec.mcp.url.",
+            ) from exc
         try:
             status = response.status
             if is_initialize and response.headers.get("Mcp-Session-Id"):
@@ -410,8 +415,14 @@ class HttpTransport:
                 headers["Last-Event-ID"] = last_event_id
             try:
                 response = self._pool.request(
-                    "GET", self.url, headers=headers, preload_content=False,
-                    timeout=http.timeout(None, connect_s=min(self.timeout_s, http.CONNECT_TIMEOUT_S)))
+                    "GET",
+                    self.url,
+                    headers=headers,
+                    preload_content=False,
+                    timeout=http.timeout(
+                        None, connect_s=min(self.timeout_s, http.CONNECT_TIMEOUT_S)
+                    ),
+                )
             except Exception as exc:
                 failure = http.failure_of(exc)
                 if failure is None:

@@ -1,4 +1,5 @@
-"""The one generic onion that runs every turn, step and toolCall chain (docs/extensions.md "Middleware: the onion").
+"""The one generic onion that runs every turn, step and toolCall chain (docs/extensions.md
+"Middleware: the onion").
 
 ``run_chain(layers, ctx, core, result_type)`` runs ``layers[0]`` (outermost) first. Each layer
 receives the *same* context object; ``await ctx.next()`` inside a layer runs the next inner
@@ -96,7 +97,8 @@ def middleware_failure(exc: BaseException) -> PipelineError | None:
         f"middleware {label} raised {type(exc).__name__}: {exc}",
         code="E_PIPELINE_MIDDLEWARE_FAILED",
         suggestion="This is a bug in the extension's middleware (or an error it let through): fix "
-        "it, or remove the extension from the Agent's spec.extensions; --debug shows the traceback.",
+        "it, or remove the extension from the Agent's "
+        "spec.extensions; --debug shows the traceback.",
     )
     error.__cause__ = exc
     return error

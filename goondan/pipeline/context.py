@@ -35,7 +35,8 @@ TurnFinishReason = Literal["text_response", "max_steps", "error", "approval_pend
 
 @dataclass
 class TurnResult:
-    """``{turnId, responseMessage?, finishReason, error?}`` (docs/runtime.md "TurnResult and finish reasons")."""
+    """``{turnId, responseMessage?, finishReason, error?}`` (docs/runtime.md
+    "TurnResult and finish reasons")."""
 
     turn_id: str
     finish_reason: TurnFinishReason
@@ -58,7 +59,8 @@ class TurnResult:
 
 @dataclass
 class StepResult:
-    """``{status, hasToolCalls, toolCalls, toolResults, metadata}`` (docs/extensions.md "Contexts")."""
+    """``{status, hasToolCalls, toolCalls, toolResults, metadata}`` (docs/extensions.md
+    "Contexts")."""
 
     status: Literal["completed", "failed"]
     has_tool_calls: bool

@@ -1,4 +1,5 @@
-"""In-process event bus (``api.events``) and the runtime event names (docs/runtime.md "Runtime events").
+"""In-process event bus (``api.events``) and the runtime event names (docs/runtime.md
+"Runtime events").
 
 ``EventBus.on(name, fn)`` returns an unsubscribe callable (docs/extensions.md "Events");
 ``EventBus.emit(name, *args)`` calls every listener of ``name`` in subscription order with
@@ -99,7 +100,9 @@ class EventBus:
 
     def __repr__(self) -> str:
         count = sum(len(v) for v in self._listeners.values())
-        return f"<EventBus events={len(self._listeners)} listeners={count} pending={len(self._tasks)}>"
+        return (
+            f"<EventBus events={len(self._listeners)} listeners={count} pending={len(self._tasks)}>"
+        )
 
     def on(self, name: str, fn: Listener) -> Callable[[], None]:
         """Subscribe ``fn`` to ``name``; the returned callable unsubscribes (idempotent)."""

@@ -52,7 +52,8 @@ ToolCallMiddleware = Callable[[ToolCallContext], Awaitable[ToolCallResult]]
 
 
 def is_async_callable(fn: object) -> bool:
-    """True for ``async def`` functions, partials/methods of them and objects with an async ``__call__``."""
+    """True for ``async def`` functions, partials/methods of them and objects with an async
+    ``__call__``."""
     if inspect.iscoroutinefunction(fn):
         return True
     call = getattr(type(fn), "__call__", None)  # noqa: B004 - we need the class attribute
@@ -70,9 +71,11 @@ def _priority(options: Mapping[str, Any] | None, priority: float | None) -> floa
         return 0 if priority is None else priority
     if not isinstance(options, Mapping):
         raise PipelineError(
-            f"middleware options must be a mapping such as {{'priority': 5}}, got {type(options).__name__}",
+            "middleware options must be a mapping such as "
+            f"{{'priority': 5}}, got {type(options).__name__}",
             code="E_PIPELINE_MIDDLEWARE",
-            suggestion="Call register(type, fn, {'priority': 5}) or register(type, fn, priority=5).",
+            suggestion="Call register(type, fn, {'priority': "
+            "5}) or register(type, fn, priority=5).",
         )
     unknown = sorted(str(k) for k in options if k != "priority")
     if unknown:
@@ -142,7 +145,8 @@ class PipelineRegistry:
             raise PipelineError(
                 f"unknown middleware type {type!r}",
                 code="E_PIPELINE_TYPE",
-                suggestion="Use one of 'turn', 'step' or 'toolCall' (mutate/wrap hooks do not exist).",
+                suggestion="Use one of 'turn', 'step' or "
+                "'toolCall' (mutate/wrap hooks do not exist).",
             )
         if not callable(fn):
             raise PipelineError(
@@ -164,7 +168,8 @@ class PipelineRegistry:
             raise PipelineError(
                 f"middleware priority must be a number, got {priority!r}",
                 code="E_PIPELINE_MIDDLEWARE",
-                suggestion="Pass {'priority': <int>} or priority=<int>; lower values are outer layers (default 0).",
+                suggestion="Pass {'priority': <int>} or priority=<int>; "
+                "lower values are outer layers (default 0).",
             )
         entry = MiddlewareEntry(type, fn, priority, self._order, owner)  # type: ignore[arg-type]
         self._order += 1

@@ -53,7 +53,10 @@ class RetryStep(Exception):
         self.delay_ms = max(0.0, min(float(delay_ms), MAX_RETRY_DELAY_MS))
 
     def __repr__(self) -> str:
-        return f"RetryStep({self.reason!r}, max_retries={self.max_retries}, delay_ms={self.delay_ms:g})"
+        return (
+            f"RetryStep({self.reason!r}, "
+            f"max_retries={self.max_retries}, delay_ms={self.delay_ms:g})"
+        )
 
 
 def _cause_text(retry: RetryStep) -> str:
@@ -67,7 +70,8 @@ def _cause_text(retry: RetryStep) -> str:
 def retry_limit_error(retry: RetryStep, retries: int) -> PipelineError:
     """The error that ends the turn when a step asked for more retries than allowed."""
     return PipelineError(
-        f"step retried {retries} time(s) and a middleware asked again ({retry.reason}){_cause_text(retry)}",
+        f"step retried {retries} time(s) and a middleware "
+        f"asked again ({retry.reason}){_cause_text(retry)}",
         code="E_PIPELINE_RETRY_LIMIT",
         suggestion="The step kept failing; check the cause above (the provider, a tool) or raise "
         "RetryStep with a larger max_retries (at most 10).",

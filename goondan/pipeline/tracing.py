@@ -94,7 +94,8 @@ def start_span(
     trace_id: str | None = None,
     parent_span_id: str | None = None,
 ) -> Span:
-    """Start a root span (new trace id unless one is propagated) or a child of ``parent_span_id``."""
+    """Start a root span (new trace id unless one is propagated) or a child of
+    ``parent_span_id``."""
     return Span(
         name=name, kind=kind, trace_id=trace_id or new_trace_id(), parent_span_id=parent_span_id
     )

@@ -22,8 +22,8 @@ opened (docs/conversations.md "Durability"); ``resume_interrupted=False`` repair
 ``E_TURN_INTERRUPTED`` tool results instead, as before.
 
 Agent-to-agent calls (``agents__request`` and friends, ``ctx.agents``) run in process through an
-:class:`~goondan.runtime.local_router.InProcessAgentRouter`: the target (agent, instanceKey) is opened
-on first use as its own :class:`AgentInstance` (own store and lock), with the same call-stack
+:class:`~goondan.runtime.local_router.InProcessAgentRouter`: the target (agent, instanceKey) is
+opened on first use as its own :class:`AgentInstance` (own store and lock), with the same call-stack
 cycle detection and depth limit as under the orchestrator.
 """
 
@@ -124,7 +124,9 @@ class Runtime:
         if endpoint_configured(self.env):
             from goondan.runtime.otlp_exporter import exporter_from_env
 
-            self.exporter = exporter_from_env(self.env, resource_attributes={"goondan.swarm": self.swarm.name})
+            self.exporter = exporter_from_env(
+                self.env, resource_attributes={"goondan.swarm": self.swarm.name}
+            )
         self._listeners: list[EventListener] = []
         self.resume_interrupted = resume_interrupted
         self._resuming: set[asyncio.Task[TurnResult | None]] = set()  # interrupted turns going on
@@ -189,11 +191,15 @@ class Runtime:
     def _instances(self) -> dict[tuple[str, str], Any]:
         return self.router.instances
 
-    async def instance(self, agent: str | None = None, instance_key: str | None = None) -> AgentInstance:
+    async def instance(
+        self, agent: str | None = None, instance_key: str | None = None
+    ) -> AgentInstance:
         """The (opened on first use) instance of ``agent`` for ``instance_key``."""
         self._check_open()
         name = agent or self.entry_agent
-        instance: AgentInstance = await self.router.instance(name, instance_key or self.default_instance_key)
+        instance: AgentInstance = await self.router.instance(
+            name, instance_key or self.default_instance_key
+        )
         return instance
 
     def _request_timeout_for(self, agent: str) -> int | None:
@@ -322,7 +328,8 @@ class Runtime:
 
     # -- events ------------------------------------------------------------------------------------
     def subscribe(self, callback: Callable[[JsonObject], Any]) -> Callable[[], None]:
-        """Call ``callback(payload)`` for every runtime event of every instance; returns unsubscribe."""
+        """Call ``callback(payload)`` for every runtime event of every instance; returns
+        unsubscribe."""
         self._listeners.append(callback)
 
         def unsubscribe() -> None:

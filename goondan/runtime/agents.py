@@ -1,12 +1,13 @@
-"""Agent-to-agent calls: ``ctx.agents`` and ``ToolContext.runtime`` (docs/orchestrator.md "Agent-to-agent calls").
+"""Agent-to-agent calls: ``ctx.agents`` and ``ToolContext.runtime`` (docs/orchestrator.md
+"Agent-to-agent calls").
 
 One :class:`AgentCallApi` is made per Turn by an :class:`AgentsFactory` (the ``agents_factory``
 hook of ``AgentInstance``). It builds the AgentEvents, enforces the call rules, and hands the
 event to an :class:`AgentRouter`, which only moves events:
 
 * ``IpcAgentRouter`` (``goondan/swarm/agent_process.py``) sends them through the orchestrator;
-* :class:`~goondan.runtime.local_router.InProcessAgentRouter` runs every instance in this process (embedding API,
-  tests).
+* :class:`~goondan.runtime.local_router.InProcessAgentRouter` runs every instance in this process
+  (embedding API, tests).
 
 Rules enforced here, before anything is sent:
 
@@ -106,7 +107,9 @@ class AgentRouter(Protocol):
         """Prepare instance (target, instance_key); ``{target, instanceKey, spawned, cwd}``."""
         ...
 
-    async def list_instances(self, owner: tuple[str, str], *, include_all: bool) -> list[JsonObject]:
+    async def list_instances(
+        self, owner: tuple[str, str], *, include_all: bool
+    ) -> list[JsonObject]:
         """Instances created by ``spawn`` (of ``owner`` unless ``include_all``), oldest first."""
         ...
 
@@ -145,7 +148,9 @@ def response_text(event: AgentEvent) -> str:
         raise AgentError(
             message,
             code=str(error.get("code") or "E_AGENT_REQUEST_FAILED"),
-            suggestion=error.get("suggestion") if isinstance(error.get("suggestion"), str) else None,
+            suggestion=error.get("suggestion")
+            if isinstance(error.get("suggestion"), str)
+            else None,
         )
     return event.input or ""
 
@@ -274,7 +279,8 @@ class AgentCallApi:
         target_ref = f"{target}@{key}"
         if is_request and target_ref == self.self_ref:
             raise AgentError(
-                f"agent {self.self_ref} cannot request itself (the request would wait on its own turn)",
+                f"agent {self.self_ref} cannot request itself "
+                "(the request would wait on its own turn)",
                 code="E_AGENT_CYCLE",
                 suggestion="use a different instanceKey, or answer directly",
             )
@@ -283,7 +289,8 @@ class AgentCallApi:
             raise AgentError(
                 f"agent call cycle refused: {chain}",
                 code="E_AGENT_CYCLE",
-                suggestion="an agent that is waiting for an answer cannot be asked again in the same chain",
+                suggestion="an agent that is waiting for an answer "
+                "cannot be asked again in the same chain",
             )
         hops = self._hops(stack)
         if hops >= self.max_depth:
@@ -307,7 +314,11 @@ class AgentCallApi:
             meta.setdefault("callerTurnId", self.turn_id)
         meta.setdefault("callSource", call_source)
         current = CURRENT_SPAN.get()
-        parent_span = current.span_id if current is not None and current.trace_id == self.trace_id else self.span_id
+        parent_span = (
+            current.span_id
+            if current is not None and current.trace_id == self.trace_id
+            else self.span_id
+        )
         inbound = self.input_event
         event = AgentEvent(
             type=event_type,
@@ -346,7 +357,9 @@ class AgentCallApi:
         event.reply_to = ReplyChannel(target=self.agent_name, correlation_id=correlation_id)
         timeout_ms = int(timeout_ms) if timeout_ms and timeout_ms > 0 else self.request_timeout_ms
         if async_mode:
-            task = asyncio.ensure_future(self._answer_later(target, event, timeout_ms, correlation_id))
+            task = asyncio.ensure_future(
+                self._answer_later(target, event, timeout_ms, correlation_id)
+            )
             self.background.add(task)
             task.add_done_callback(self.background.discard)
             return {"target": target, "response": None, "eventId": event.id,
@@ -370,7 +383,8 @@ class AgentCallApi:
     async def _answer_later(
         self, target: str, event: AgentEvent, timeout_ms: int, correlation_id: str
     ) -> None:
-        """Wait for an async request's answer and deliver it (or its failure) as an inbound event."""
+        """Wait for an async request's answer and deliver it (or its failure) as an inbound
+        event."""
         text: str | None = None
         error: JsonObject | None = None
         try:
@@ -378,12 +392,18 @@ class AgentCallApi:
                 answer = await self.router.request(target, event, timeout_ms=timeout_ms)
             text = response_text(answer)
         except TimeoutError:
-            error = {"code": "E_AGENT_TIMEOUT",
-                     "message": f"agent request timeout ({timeout_ms}ms) waiting for {target}@{event.instance_key}"}
+            error = {
+                "code": "E_AGENT_TIMEOUT",
+                "message": f"agent request timeout ({timeout_ms}ms) "
+                f"waiting for {target}@{event.instance_key}",
+            }
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the callee's failure is the answer, not a crash of this one
-            error = {"code": str(getattr(exc, "code", "E_AGENT_REQUEST_FAILED")), "message": str(exc)}
+            error = {
+                "code": str(getattr(exc, "code", "E_AGENT_REQUEST_FAILED")),
+                "message": str(exc),
+            }
         metadata: JsonObject = {
             "asyncResponseTo": correlation_id, "requestEventId": event.id,
             "status": "ok" if error is None else "error",
@@ -482,7 +502,8 @@ class AgentsFactory:
 
 
 class TurnHandler(Protocol):
-    """What runs an agent instance's turns for a router or an agent process: an ``AgentInstance``."""
+    """What runs an agent instance's turns for a router or an agent process: an
+    ``AgentInstance``."""
 
     async def run(self, event: AgentEvent, *, stream: bool | None = None) -> TurnResult:
         """Run one turn for ``event`` (``stream``: ask the model for deltas; None = default)."""

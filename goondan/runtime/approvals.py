@@ -124,9 +124,12 @@ def decision_result(status: str, tool_call_id: str, tool_name: str,
             suggestion="do not retry the same call; ask the user or take another way")
     if status == "expired":
         return ToolCallResult.failure(
-            tool_call_id, tool_name, "nobody approved this tool call in time (the approval expired)",
-            code=APPROVAL_EXPIRED, suggestion="tell the user the action needs an approval, or "
-            "ask again later")
+            tool_call_id,
+            tool_name,
+            "nobody approved this tool call in time (the approval expired)",
+            code=APPROVAL_EXPIRED,
+            suggestion="tell the user the action needs an approval, or ask again later",
+        )
     return None
 
 
@@ -157,8 +160,13 @@ class ApprovalGate:
     @classmethod
     def of(cls, spec: Any, store: Any, approvals: ApprovalStore) -> ApprovalGate:
         """The gate of an instance: ``spec``'s rules, ``store``'s journal, the workspace's index."""
-        return cls(rules=approval_rules(spec), store=approvals, journal=getattr(store, "journal", None),
-                   agent=spec.name, instance_key=store.instance_key)
+        return cls(
+            rules=approval_rules(spec),
+            store=approvals,
+            journal=getattr(store, "journal", None),
+            agent=spec.name,
+            instance_key=store.instance_key,
+        )
 
     def reset(self) -> None:
         """A turn (or its resumption) starts: forget the last one's calls."""
@@ -244,8 +252,15 @@ def parked_turn(turn_id: str, gate: ApprovalGate) -> TurnResult:
                       metadata={"approvals": [a.to_dict() for a in gate.pending.values()]})
 
 
-async def decided_call(runner: TurnRunner, step: Step, span: Span, call: ToolCall, assistant: Message,
-                       catalog: list[ToolCatalogItem], record: JsonObject) -> ToolCallResult | None:
+async def decided_call(
+    runner: TurnRunner,
+    step: Step,
+    span: Span,
+    call: ToolCall,
+    assistant: Message,
+    catalog: list[ToolCatalogItem],
+    record: JsonObject,
+) -> ToolCallResult | None:
     """The result of a resumed call that asked for approval (``record``: its journal
     ``approval.requested``): approved → it runs (with the approver's arguments); denied or
     expired → an error result; None while still pending (the turn parks again)."""
@@ -288,7 +303,9 @@ def parked_turn_of(store: Any) -> OpenTurn | None:
 
 def any_decided(gate: ApprovalGate, parked: OpenTurn) -> bool:
     """True when an approval of the parked turn is decided (or expired): it can go on."""
-    return any(gate.settle(gate.lookup(record)).status != "pending" for record in parked.approvals.values())
+    return any(
+        gate.settle(gate.lookup(record)).status != "pending" for record in parked.approvals.values()
+    )
 
 
 async def resumable(gate: ApprovalGate | None, store: Any, messages: Sequence[Message],
@@ -342,33 +359,67 @@ class RuntimeApprovals:
         """One approval, or None."""
         return self.store.get(approval)
 
-    async def approve(self, approval: str, *, args: JsonObject | None = None, note: str | None = None,
-                      by: str = "api") -> TurnResult | None:
+    async def approve(
+        self,
+        approval: str,
+        *,
+        args: JsonObject | None = None,
+        note: str | None = None,
+        by: str = "api",
+    ) -> TurnResult | None:
         """Approve (with edited ``args`` if given) and resume the turn."""
         return await self._decide(approval, approve=True, args=args, note=note, reason=None, by=by)
 
-    async def deny(self, approval: str, *, reason: str | None = None, by: str = "api") -> TurnResult | None:
+    async def deny(
+        self, approval: str, *, reason: str | None = None, by: str = "api"
+    ) -> TurnResult | None:
         """Deny (the model sees ``E_APPROVAL_DENIED`` with ``reason``) and resume the turn."""
-        return await self._decide(approval, approve=False, args=None, note=None, reason=reason, by=by)
+        return await self._decide(
+            approval, approve=False, args=None, note=None, reason=reason, by=by
+        )
 
-    async def _decide(self, approval: str, *, approve: bool, args: JsonObject | None, note: str | None,
-                      reason: str | None, by: str) -> TurnResult | None:
-        found, _ = await asyncio.to_thread(self.store.decide, approval, approve=approve, by=by, via="api",
-                                           args=args, note=note, reason=reason)
+    async def _decide(
+        self,
+        approval: str,
+        *,
+        approve: bool,
+        args: JsonObject | None,
+        note: str | None,
+        reason: str | None,
+        by: str,
+    ) -> TurnResult | None:
+        found, _ = await asyncio.to_thread(
+            self.store.decide,
+            approval,
+            approve=approve,
+            by=by,
+            via="api",
+            args=args,
+            note=note,
+            reason=reason,
+        )
         agent, key = str(found.request.get("agent")), str(found.request.get("instanceKey"))
-        event = AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=key, metadata={"approvalId": approval})
+        event = AgentEvent(
+            type=APPROVAL_DECIDED_EVENT, instance_key=key, metadata={"approvalId": approval}
+        )
         result: TurnResult = await self._runtime.run_event(agent, event)
         if result.turn_id:
             return result
         # Not parked any more: the runtime may have resumed it as the instance opened.
         resumed = (await self._runtime.instance(agent, key)).resumed
-        return resumed if resumed is not None and resumed.turn_id == found.request.get("turnId") else None
+        return (
+            resumed
+            if resumed is not None and resumed.turn_id == found.request.get("turnId")
+            else None
+        )
 
 
 MAX_WATCH_S = 5.0  # how often the orchestrator looks for approvals that expired meanwhile
 
 
-def approvals_due(state_root: Path, workspace_id: str, *, startup: bool) -> tuple[list[Approval], float]:
+def approvals_due(
+    state_root: Path, workspace_id: str, *, startup: bool
+) -> tuple[list[Approval], float]:
     """What an orchestrator must wake: approvals whose parked turn can go on, and the seconds
     until it should look again (the next expiry, at most :data:`MAX_WATCH_S`).
 

@@ -57,7 +57,8 @@ class TraceBudgets(EventSink):
         return self._cost.get(trace_id, 0.0)
 
     def admit(self, caller: str, target: str, event: AgentEvent) -> None:
-        """Count one agent request of ``caller``; raise :class:`BudgetExceededError` past a limit."""
+        """Count one agent request of ``caller``; raise :class:`BudgetExceededError` past a
+        limit."""
         trace = event.trace_id or ""
         if not trace:
             return
@@ -89,7 +90,9 @@ class TraceBudgets(EventSink):
             self._remember(self._cost, event.trace_id, self.cost(event.trace_id) + float(cost))
 
     @staticmethod
-    def _remember(table: OrderedDict[str, float] | OrderedDict[str, int], key: str, value: float) -> None:
+    def _remember(
+        table: OrderedDict[str, float] | OrderedDict[str, int], key: str, value: float
+    ) -> None:
         table[key] = value  # type: ignore[assignment]
         table.move_to_end(key)
         while len(table) > _TRACES_KEPT:  # old traces are forgotten, memory stays bounded

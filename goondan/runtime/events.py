@@ -87,7 +87,10 @@ class RuntimeEvent:
 
     def __repr__(self) -> str:
         # One short repr for every event class (the ids that identify it, not every field).
-        return f"<{type(self).__name__} {self.type} {self.agent_name}@{self.instance_key} span={self.span_id}>"
+        return (
+            f"<{type(self).__name__} {self.type} "
+            f"{self.agent_name}@{self.instance_key} span={self.span_id}>"
+        )
 
     def to_dict(self) -> JsonObject:
         """The camelCase payload (built once; treat it as read-only, every sink shares it)."""
@@ -335,7 +338,8 @@ class ToolEnded(RuntimeEvent):
 @_register
 @dataclass(kw_only=True, eq=False, repr=False)
 class AgentRequested(RuntimeEvent):
-    """``agent.requested``: this agent asked another one (an ``agentCall`` span; typed sinks only)."""
+    """``agent.requested``: this agent asked another one (an ``agentCall`` span; typed sinks
+    only)."""
 
     TYPES: ClassVar[tuple[str, ...]] = ("agent.requested",)
     phase: ClassVar[Phase] = "start"

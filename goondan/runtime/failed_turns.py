@@ -83,5 +83,7 @@ def failed_turn_events(
     for message in own:
         if _is_input(message):
             metadata = {**message.metadata, FAILED_TURN_KEY: error_code}
-            events.append(MessageEvent.replace(message.id, dataclasses.replace(message, metadata=metadata)))
+            events.append(
+                MessageEvent.replace(message.id, dataclasses.replace(message, metadata=metadata))
+            )
     return events

@@ -1,9 +1,9 @@
 """What goes into a turn: the user-message text of an event, the model, ``ctx.agents``.
 
 * :func:`input_text` renders an :class:`AgentEvent` as the text of the turn's user message
-  (docs/runtime.md "The turn loop"). Plain input (the REPL, the embedding API) is just the text; events from an
-  agent, or connector events carrying ``properties``, get a ``[goondan_context]`` header so the
-  model knows where the message came from.
+  (docs/runtime.md "The turn loop"). Plain input (the REPL, the embedding API) is just the text;
+  events from an agent, or connector events carrying ``properties``, get a ``[goondan_context]``
+  header so the model knows where the message came from.
 * :func:`model_spec_for` turns an Agent's ``ModelBinding`` into the adapter layer's
   :class:`ModelSpec`, resolving and registering the API key.
 * :class:`UnavailableAgents` is ``ctx.agents`` when no orchestrator is attached.

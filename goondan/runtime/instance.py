@@ -73,7 +73,11 @@ if TYPE_CHECKING:
     from goondan.workspace.store import ConversationStore
 
 __all__ = [
-    "PROCESSING_STATUS_DELAY_S", "AgentInstance", "AgentsApiFactory", "InstanceStatus", "ModelFactory",
+    "PROCESSING_STATUS_DELAY_S",
+    "AgentInstance",
+    "AgentsApiFactory",
+    "InstanceStatus",
+    "ModelFactory",
     "OutgoingHandler",
 ]
 
@@ -94,7 +98,9 @@ class AgentsApiFactory(Protocol):
     agent processes (docs/runtime.md "Agent-to-agent hooks").
     """
 
-    def __call__(self, input_event: AgentEvent, *, turn_id: str, trace_id: str, span_id: str) -> Any: ...
+    def __call__(
+        self, input_event: AgentEvent, *, turn_id: str, trace_id: str, span_id: str
+    ) -> Any: ...
 
 
 def _parent_span(event: AgentEvent) -> str | None:
@@ -213,11 +219,16 @@ class AgentInstance:
         try:
             interrupted = await asyncio.to_thread(store.journal.open_turn)
             mode = resume_mode(interrupted, resume_interrupted=resume_interrupted)
-            state = await asyncio.to_thread(store.load, keep_open_calls=mode in ("resume", "parked"))
+            state = await asyncio.to_thread(
+                store.load, keep_open_calls=mode in ("resume", "parked")
+            )
             if mode == "drop":
                 assert interrupted is not None
-                await asyncio.to_thread(TurnRecorder(store.journal, spec.name, instance_key).turn_ended,
-                                        interrupted.turn_id, "error")
+                await asyncio.to_thread(
+                    TurnRecorder(store.journal, spec.name, instance_key).turn_ended,
+                    interrupted.turn_id,
+                    "error",
+                )
                 interrupted = None
             for diagnostic in store.recovery_diagnostics:
                 log.warning("%s: %s", diagnostic.code, diagnostic.message)
@@ -287,7 +298,8 @@ class AgentInstance:
 
     @property
     def cost(self) -> float | None:
-        """US dollars of this instance's turns so far (``None`` without the Model's ``spec.pricing``).
+        """US dollars of this instance's turns so far (``None`` without the Model's
+        ``spec.pricing``).
 
         Cost is linear in tokens, so the cost of the summed usage is the exact sum of the turns'."""
         return cost_of(self.usage, self.env.pricing)
@@ -382,7 +394,9 @@ class AgentInstance:
             return event, result
         point = plan_resume(self.state.next_messages, turn)
         self.recorder.turn_resumed(turn.turn_id, turn.resumes + 1)
-        self.logger.info("resuming turn %s (interrupted %d time(s))", turn.turn_id, turn.crash_resumes + 1)
+        self.logger.info(
+            "resuming turn %s (interrupted %d time(s))", turn.turn_id, turn.crash_resumes + 1
+        )
         self.resumed = await self._execute(point.event, stream=self.stream, resume=point)
         return point.event, self.resumed
 
@@ -462,7 +476,9 @@ class AgentInstance:
     def _agents_for(self, event: AgentEvent, turn_id: str, span: Span) -> Any:
         if self.agents_factory is None:
             return UnavailableAgents()
-        api = self.agents_factory(event, turn_id=turn_id, trace_id=span.trace_id, span_id=span.span_id)
+        api = self.agents_factory(
+            event, turn_id=turn_id, trace_id=span.trace_id, span_id=span.span_id
+        )
         # agent.* events reach typed sinks only; without one the API is used as it is.
         return TracedAgentCalls(api, self.observer.emit, span) if self.observer.traced else api
 
@@ -523,13 +539,18 @@ class AgentInstance:
         # this point resumes it, and a resumed turn whose answer is written just sends it.
         if approvals.answers(event, result, after_park):
             await self._answer(event, result, span.trace_id)
-        if result.finish_reason != approvals.APPROVAL_PENDING:  # a parked turn stays open (turn.parked)
+        # a parked turn stays open (turn.parked)
+        if result.finish_reason != approvals.APPROVAL_PENDING:
             self.recorder.turn_ended(turn_id, result.finish_reason)
         return result
 
     async def _answer(self, event: AgentEvent, result: TurnResult, trace_id: str) -> None:
         if event.reply_to is not None and self.on_outgoing is not None:
-            await self.on_outgoing(turn_answer(event, result, trace_id, agent_name=self.name, instance_key=self.instance_key))
+            await self.on_outgoing(
+                turn_answer(
+                    event, result, trace_id, agent_name=self.name, instance_key=self.instance_key
+                )
+            )
 
     async def _finalize(self, outcome: TurnOutcome) -> None:
         """End a turn from its outcome: repair, fold-commit, go idle, report ``turn.*``.
@@ -595,9 +616,14 @@ class AgentInstance:
             # The conversation is committed; failed states stay dirty and are retried at the
             # next turn end (and at close), so the turn's result is delivered and the process
             # exits 0: a warning, not an error (docs/extensions.md, "State").
-            then = ("this last change of the state is lost" if closing
-                    else "the state is retried at the next turn end")
-            self.logger.warning("[%s] %s; the conversation is saved, %s", exc.code, exc.message, then)
+            then = (
+                "this last change of the state is lost"
+                if closing
+                else "the state is retried at the next turn end"
+            )
+            self.logger.warning(
+                "[%s] %s; the conversation is saved, %s", exc.code, exc.message, then
+            )
 
     def _commit_and_idle(self) -> ConversationState:
         # One worker-thread hop instead of two: the status is advisory, so recording "idle"

@@ -48,14 +48,18 @@ class Pricing:
 
     def to_dict(self) -> JsonObject:
         """The camelCase ``spec.pricing`` form."""
-        out: JsonObject = {"inputPerMTok": self.input_per_mtok, "outputPerMTok": self.output_per_mtok}
+        out: JsonObject = {
+            "inputPerMTok": self.input_per_mtok,
+            "outputPerMTok": self.output_per_mtok,
+        }
         if self.cached_input_per_mtok is not None:
             out["cachedInputPerMTok"] = self.cached_input_per_mtok
         return out
 
 
 def usage_from_dict(data: Mapping[str, Any] | None) -> TokenUsage:
-    """A :class:`TokenUsage` from its wire form ``{prompt, completion, total, cached?, unknownCalls?}``."""
+    """A :class:`TokenUsage` from its wire form ``{prompt, completion, total, cached?,
+    unknownCalls?}``."""
     if not data:
         return TokenUsage()
     cached = data.get("cached")
@@ -146,7 +150,8 @@ class UsageLedger(EventSink):
     """
 
     def __init__(self, *, traces_kept: int = 1000) -> None:
-        self.instances: dict[tuple[str, str], list[Any]] = {}  # (agent, key) -> [turns, usage, cost]
+        # (agent, key) -> [turns, usage, cost]
+        self.instances: dict[tuple[str, str], list[Any]] = {}
         self.traces: dict[str, list[Any]] = {}
         self.traces_kept = traces_kept
 
@@ -159,8 +164,12 @@ class UsageLedger(EventSink):
             return
         usage = usage_from_dict(getattr(event, "token_usage", None))
         cost = getattr(event, "cost", None)
-        rows = (self.instances.setdefault((event.agent_name, event.instance_key), [0, TokenUsage(), None]),
-                self.traces.setdefault(event.trace_id, [0, TokenUsage(), None]))
+        rows = (
+            self.instances.setdefault(
+                (event.agent_name, event.instance_key), [0, TokenUsage(), None]
+            ),
+            self.traces.setdefault(event.trace_id, [0, TokenUsage(), None]),
+        )
         for row in rows:
             row[0] += 1
             row[1] = row[1] + usage
@@ -175,7 +184,8 @@ class UsageLedger(EventSink):
         return turns, usage, cost
 
     def to_dict(self) -> JsonObject:
-        """``{tokenUsage, cost, turns, instances: [{agent, instanceKey, turns, tokenUsage, cost}]}``."""
+        """``{tokenUsage, cost, turns, instances: [{agent, instanceKey, turns, tokenUsage,
+        cost}]}``."""
         total, cost, turns = TokenUsage(), None, 0
         rows = []
         for (agent, key), (n, usage, spent) in sorted(self.instances.items()):

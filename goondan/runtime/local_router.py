@@ -29,7 +29,8 @@ from goondan.types import AgentEvent, JsonObject, now_iso
 __all__ = ["InProcessAgentRouter", "InstanceFactory", "OnOutgoing"]
 
 OnOutgoing = Callable[[AgentEvent], Awaitable[None]]
-InstanceFactory = Callable[..., Any]  # (agent, key, *, agents_factory, on_outgoing, workdir) -> TurnHandler
+# (agent, key, *, agents_factory, on_outgoing, workdir) -> TurnHandler
+InstanceFactory = Callable[..., Any]
 
 
 @dataclass
@@ -78,10 +79,17 @@ class InProcessAgentRouter:
             if ident not in self.instances:
                 spawned = self._spawned.get(ident)
                 created = self.create_instance(
-                    agent, key,
+                    agent,
+                    key,
                     agents_factory=AgentsFactory(
-                        self, self.catalog, agent_name=agent, instance_key=key, max_depth=self.max_depth,
-                        request_timeout_ms=self.request_timeout_for(agent) if self.request_timeout_for else None,
+                        self,
+                        self.catalog,
+                        agent_name=agent,
+                        instance_key=key,
+                        max_depth=self.max_depth,
+                        request_timeout_ms=self.request_timeout_for(agent)
+                        if self.request_timeout_for
+                        else None,
                     ),
                     on_outgoing=self._on_outgoing,
                     workdir=workdir or (spawned.cwd if spawned else None),
@@ -144,7 +152,8 @@ class InProcessAgentRouter:
 
     @staticmethod
     async def _run_quietly(instance: Any, event: AgentEvent) -> None:
-        with contextlib.suppress(Exception):  # send: callee failures are only logged (by the callee)
+        # send: callee failures are only logged (by the callee)
+        with contextlib.suppress(Exception):
             await instance.run(event)
 
     def _keep(self, task: asyncio.Task[Any]) -> None:
@@ -162,7 +171,9 @@ class InProcessAgentRouter:
         await self.instance(target, instance_key, workdir=cwd)
         return {"target": target, "instanceKey": instance_key, "spawned": not existed, "cwd": cwd}
 
-    async def list_instances(self, owner: tuple[str, str], *, include_all: bool) -> list[JsonObject]:
+    async def list_instances(
+        self, owner: tuple[str, str], *, include_all: bool
+    ) -> list[JsonObject]:
         """Spawned instances, oldest first."""
         rows = [s for s in self._spawned.values() if include_all or s.owner == owner]
         return [s.to_dict() for s in sorted(rows, key=lambda s: s.created_at)]

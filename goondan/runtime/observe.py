@@ -14,10 +14,10 @@ sinks, in order:
   the logger's filter).
 
 :class:`TracedAgentCalls` wraps a turn's agents API so each agent request is an
-``agentCall`` span. A sink implements :class:`EventSink`: ``on_span_start`` / ``on_span_end`` / ``on_event`` (a
-point event such as ``llm.delta``), like the OpenAI Agents SDK's ``TracingProcessor``. Payload
-sinks and the bus see only the documented event types (docs/runtime.md "Runtime events"). A
-failing sink never stops the others or the turn.
+``agentCall`` span. A sink implements :class:`EventSink`: ``on_span_start`` / ``on_span_end`` /
+``on_event`` (a point event such as ``llm.delta``), like the OpenAI Agents SDK's
+``TracingProcessor``. Payload sinks and the bus see only the documented event types (docs/runtime.md
+"Runtime events"). A failing sink never stops the others or the turn.
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ class EventSink:
 
     skips: frozenset[str] = frozenset()
 
-    def handler_for(self, event_class: type[RuntimeEvent]) -> Callable[[RuntimeEvent], object] | None:
+    def handler_for(
+        self, event_class: type[RuntimeEvent]
+    ) -> Callable[[RuntimeEvent], object] | None:
         """What the observer calls with each event of ``event_class`` (``None``: nothing).
 
         Asked once per class by :class:`RuntimeObserver`: by default :meth:`handle`, or
@@ -210,8 +212,12 @@ class RuntimeObserver:
         if event.public and event.phase != "point" and self.logger.isEnabledFor(logging.DEBUG):
             self.logger.debug("%s", event.type, extra={"goondan": event.to_dict()})
 
-    def _route(self, event_class: type[RuntimeEvent]) -> tuple[Callable[[RuntimeEvent], object], ...]:
-        handlers = tuple(h for h in (s.handler_for(event_class) for s in self._sinks) if h is not None)
+    def _route(
+        self, event_class: type[RuntimeEvent]
+    ) -> tuple[Callable[[RuntimeEvent], object], ...]:
+        handlers = tuple(
+            h for h in (s.handler_for(event_class) for s in self._sinks) if h is not None
+        )
         self._routes[event_class] = handlers
         return handlers
 
@@ -223,7 +229,8 @@ class RuntimeObserver:
 
 
 class TracedAgentCalls:
-    """An agents API (``ctx.agents`` / ``ToolContext.runtime``) whose requests are ``agentCall`` spans.
+    """An agents API (``ctx.agents`` / ``ToolContext.runtime``) whose requests are ``agentCall``
+    spans.
 
     ``AgentInstance`` wraps whatever its ``agents_factory`` returned, so each ``request``
     reports ``agent.requested`` and ``agent.answered`` / ``agent.failed`` to the instance's
@@ -241,7 +248,11 @@ class TracedAgentCalls:
     async def request(self, target: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """``api.request(...)`` inside an ``agentCall`` span."""
         current = CURRENT_SPAN.get()
-        parent = current if current is not None and current.trace_id == self._parent.trace_id else self._parent
+        parent = (
+            current
+            if current is not None and current.trace_id == self._parent.trace_id
+            else self._parent
+        )
         span = parent.child(f"request {target}", "agentCall")
         token = CURRENT_SPAN.set(span)
         turn_id = getattr(self.api, "turn_id", None)

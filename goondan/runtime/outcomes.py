@@ -69,7 +69,8 @@ class ToolsRan:
 
 @dataclass(frozen=True)
 class StepFailed:
-    """The step failed without raising: ``error`` is ``{code, message, helpUrl}`` for the TurnResult.
+    """The step failed without raising: ``error`` is ``{code, message, helpUrl}`` for the
+    TurnResult.
 
     ``retry`` is a hint from whoever classified the failure that running the step again could
     succeed (an empty or malformed model reply); the loop decides whether it does.

@@ -1,4 +1,5 @@
-"""The turn journal from the runtime's side: what a turn records, and how an interrupted one resumes.
+"""The turn journal from the runtime's side: what a turn records, and how an interrupted one
+resumes.
 
 docs/conversations.md "Durability". A turn writes ``turn.started`` before its first message
 event, ``toolCall.started`` right before each tool handler runs (with the call's idempotency
@@ -103,7 +104,9 @@ class TurnRecorder:
                       "idempotent": idempotent})
 
     def turn_resumed(self, turn_id: str, attempt: int, cause: str = "crash") -> None:
-        self._append({"type": "turn.resumed", "turnId": turn_id, "attempt": attempt, "cause": cause})
+        self._append(
+            {"type": "turn.resumed", "turnId": turn_id, "attempt": attempt, "cause": cause}
+        )
 
     def turn_ended(self, turn_id: str, finish_reason: str) -> None:
         """``turn.ended``, then the journal is emptied (nothing of the turn is needed any more)."""
@@ -127,7 +130,8 @@ class ResumePoint:
 
 
 def plan_resume(messages: Sequence[Message], turn: OpenTurn) -> ResumePoint:
-    """Decide how ``turn`` goes on from the conversation ``messages`` (loaded with its calls open)."""
+    """Decide how ``turn`` goes on from the conversation ``messages`` (loaded with its calls
+    open)."""
     event = AgentEvent.from_dict(turn.input)
     start = _turn_start(messages, turn.input_message_id)
     if start is None:  # the input never reached the conversation: the turn starts over
@@ -226,7 +230,9 @@ async def finish_interrupted_step(runner: TurnRunner, point: ResumePoint) -> lis
     through the whole toolCall chain and are journaled again."""
     assistant = point.assistant
     assert assistant is not None
-    step = Step(id=assistant.source.step_id or f"{runner.turn_id}-resumed", index=point.steps_taken - 1)
+    step = Step(
+        id=assistant.source.step_id or f"{runner.turn_id}-resumed", index=point.steps_taken - 1
+    )
     runner.turn.steps.append(step)
     runner.last_assistant = assistant
     runner.tool_call_count += len(point.calls)

@@ -3,13 +3,14 @@
 An Agent with ``spec.inputPolicy: steer`` (docs/configuration.md "Agent") takes input for an
 instance whose turn is running into that turn instead of queueing a new one:
 :meth:`AgentInstance.steer <goondan.runtime.instance.AgentInstance.steer>` hands the event to
-the running turn's :class:`SteerQueue`, and the turn loop (:class:`~goondan.runtime.turn.TurnRunner`)
-drains it before each model request: each event becomes a user message rendered like a turn's
-input (:func:`~goondan.runtime.inputs.input_text`, always with its ``[goondan_context]`` header,
-so the model sees where it came from) and tagged ``steered: true`` plus its input id (the claim
-check of a restarted agent process). A turn whose model answered while steered input waited
-takes one more step, so the answer covers it. The turn's answer is the answer of every input
-it took (the agent process answers their callers with it, docs/orchestrator.md "Steering").
+the running turn's :class:`SteerQueue`, and the turn loop
+(:class:`~goondan.runtime.turn.TurnRunner`) drains it before each model request: each event becomes
+a user message rendered like a turn's input (:func:`~goondan.runtime.inputs.input_text`, always with
+its ``[goondan_context]`` header, so the model sees where it came from) and tagged ``steered: true``
+plus its input id (the claim check of a restarted agent process). A turn whose model answered while
+steered input waited takes one more step, so the answer covers it. The turn's answer is the answer
+of every input it took (the agent process answers their callers with it, docs/orchestrator.md
+"Steering").
 
 A turn that ends otherwise (an error, ``maxStepsPerTurn``, a cancel) still records what it took
 (:meth:`SteerQueue.close`): no accepted input is dropped from the conversation.

@@ -103,9 +103,23 @@ def _name(kind: str, payload: JsonObject) -> str:
 # Wire keys a SpanRecord keeps in fields of its own (ids, times, usage, cost, errors). Every other
 # scalar field of a span's events is one of its ``attributes``, under its wire key: a field added
 # to an event class shows up here (and in the OTLP export) without a list to update.
-_RECORD_KEYS = frozenset({"type", "timestamp", "agentName", "instanceKey", "traceId", "spanId",
-                          "parentSpanId", "latencyMs", "duration", "tokenUsage", "cost", "errorCode",
-                          "errorMessage"})
+_RECORD_KEYS = frozenset(
+    {
+        "type",
+        "timestamp",
+        "agentName",
+        "instanceKey",
+        "traceId",
+        "spanId",
+        "parentSpanId",
+        "latencyMs",
+        "duration",
+        "tokenUsage",
+        "cost",
+        "errorCode",
+        "errorMessage",
+    }
+)
 
 
 def _merge_attributes(attributes: JsonObject, payload: JsonObject) -> None:
@@ -183,11 +197,17 @@ class SpanAssembler:
         is_start = str(payload.get("type")).endswith(".started") or payload.get("type") in (
             "tool.called", "agent.requested")
         return SpanRecord(
-            trace_id=str(payload["traceId"]), span_id=str(payload["spanId"]),
-            parent_span_id=payload.get("parentSpanId") or None, name=_name(kind, payload),
-            kind=kind, agent_name=str(payload.get("agentName") or ""),
-            instance_key=str(payload.get("instanceKey") or ""), start_time=timestamp,
-            start_unix_nanos=iso_to_unix_nanos(timestamp) if is_start and timestamp else _end_only_marker,
+            trace_id=str(payload["traceId"]),
+            span_id=str(payload["spanId"]),
+            parent_span_id=payload.get("parentSpanId") or None,
+            name=_name(kind, payload),
+            kind=kind,
+            agent_name=str(payload.get("agentName") or ""),
+            instance_key=str(payload.get("instanceKey") or ""),
+            start_time=timestamp,
+            start_unix_nanos=iso_to_unix_nanos(timestamp)
+            if is_start and timestamp
+            else _end_only_marker,
         )
 
     @staticmethod

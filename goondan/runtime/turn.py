@@ -112,7 +112,8 @@ RESTART_FLAGS = ("restartRequested", "runtimeRestart", "__goondanRestart")
 
 
 def error_dict(exc: BaseException) -> JsonObject:
-    """The structured ``TurnResult.error`` of an exception: ``{code, message, suggestion?, helpUrl}``."""
+    """The structured ``TurnResult.error`` of an exception:
+    ``{code, message, suggestion?, helpUrl}``."""
     if isinstance(exc, GoondanError):
         out: JsonObject = {"code": exc.code, "message": exc.message}
         if exc.suggestion:
@@ -263,7 +264,10 @@ class TurnRunner:
         resume = self.resume
         gate = self.env.approvals
         if resume is not None:  # steps already taken count toward the limit
-            index, satisfied = resume.steps_taken, satisfied or bool(resume.tools_ok & set(required))
+            index, satisfied = (
+                resume.steps_taken,
+                satisfied or bool(resume.tools_ok & set(required)),
+            )
             if resume.final is not None:  # the answer was written before the crash
                 return TurnResult(self.turn_id, "text_response", response_message=resume.final)
             if resume.calls:
@@ -282,8 +286,14 @@ class TurnRunner:
                 return TurnResult(self.turn_id, "error", error=dict(outcome.error))
             if gate is not None and gate.pending:  # parks: the decision resumes it
                 return parked_turn(self.turn_id, gate)
-            refused = next((r.error for r in outcome.tool_results
-                            if r.error is not None and r.error.code == BudgetExceededError.code), None)
+            refused = next(
+                (
+                    r.error
+                    for r in outcome.tool_results
+                    if r.error is not None and r.error.code == BudgetExceededError.code
+                ),
+                None,
+            )
             if refused is not None:
                 # A budget of the trace stopped a nested request: this turn ends too, and so does
                 # every turn waiting on it (docs/observability.md "Budgets").
@@ -321,7 +331,11 @@ class TurnRunner:
     # -- step ------------------------------------------------------------------------------------
     async def _run_step(self, step: Step) -> StepOutcome:
         span = self.span.child(f"step {step.index}", "step")
-        where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id, "step_index": step.index}
+        where: dict[str, Any] = {
+            "turn_id": self.turn_id,
+            "step_id": step.id,
+            "step_index": step.index,
+        }
         self.env.observer.emit(StepStarted(**span_ids(span), **where))
         errors_before = self.error_count
         usage_before = self.usage
@@ -389,7 +403,9 @@ class TurnRunner:
         response = await self._generate(request, step, span)
         # dataclasses.replace keeps ToolCall.invalid_args (malformed arguments the executor
         # answers with E_TOOL_INVALID_ARGS).
-        calls = [c if c.id else dataclasses.replace(c, id=new_id("call")) for c in response.tool_calls]
+        calls = [
+            c if c.id else dataclasses.replace(c, id=new_id("call")) for c in response.tool_calls
+        ]
         text = response.text
         assistant = Message.assistant(
             text, calls, step_id=step.id, call_options=response.tool_call_options or None,
@@ -457,7 +473,8 @@ class TurnRunner:
             spent = own + (float(inherited) if isinstance(inherited, (int, float)) else 0.0)
             if spent > cost_limit:
                 raise BudgetExceededError(
-                    f"trace {self.span.trace_id} cost ${spent:.6f}, over maxCostPerTrace ${cost_limit}",
+                    f"trace {self.span.trace_id} cost ${spent:.6f}, "
+                    f"over maxCostPerTrace ${cost_limit}",
                     suggestion="raise maxCostPerTrace, or use a cheaper Model",
                 )
 
@@ -476,7 +493,8 @@ class TurnRunner:
             env.logger.warning("%s: the model returned an empty reply (attempt %d of 2)",
                                env.spec.name, attempt + 1)
             request = dataclasses.replace(
-                request, messages=[*request.messages, {"role": "user", "content": EMPTY_REPLY_NUDGE}]
+                request,
+                messages=[*request.messages, {"role": "user", "content": EMPTY_REPLY_NUDGE}],
             )
         raise LlmBadResponseError(
             "the model returned an empty reply twice (no text and no tool calls)",
@@ -485,7 +503,9 @@ class TurnRunner:
             "supports the tools it was given.",
         )
 
-    async def _call_model(self, request: ModelRequest, step: Step, step_span: Span) -> ModelResponse:
+    async def _call_model(
+        self, request: ModelRequest, step: Step, step_span: Span
+    ) -> ModelResponse:
         """One model request; an ``llm`` span when a sink traces (``RuntimeObserver.traced``)."""
         env, stream = self.env, self._stream
         on_delta = self._on_delta if stream else None
@@ -564,8 +584,13 @@ class TurnRunner:
             parent_span_id=span.parent_span_id,
             approved=approved is not None,
         )
-        where: dict[str, Any] = {"turn_id": self.turn_id, "step_id": step.id, "step_index": step.index,
-                 "tool_call_id": call.id, "tool_name": call.name}
+        where: dict[str, Any] = {
+            "turn_id": self.turn_id,
+            "step_id": step.id,
+            "step_index": step.index,
+            "tool_call_id": call.id,
+            "tool_name": call.name,
+        }
         env.observer.emit(ToolCalled(**span_ids(span), **where, args=call.args))
 
         async def core(c: ToolCallContext) -> ToolCallResult:
@@ -609,9 +634,15 @@ class TurnRunner:
             CURRENT_SPAN.reset(token)
         result = settle_result(result, call)
         output = result.output
-        if result.ok and isinstance(output, dict) and any(output.get(k) is True for k in RESTART_FLAGS):
+        if (
+            result.ok
+            and isinstance(output, dict)
+            and any(output.get(k) is True for k in RESTART_FLAGS)
+        ):
             reason = output.get("restartReason")
-            self.restart_reason = reason.strip() if isinstance(reason, str) and reason.strip() else call.name
+            self.restart_reason = (
+                reason.strip() if isinstance(reason, str) and reason.strip() else call.name
+            )
         latency = span.finish().duration_ms
         error = None if result.ok else result.error
         if not result.ok:

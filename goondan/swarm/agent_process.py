@@ -1,9 +1,10 @@
 """The agent process: one (agent, instanceKey) behind an IPC channel.
 
 :func:`process_main` is the child entry of :class:`~goondan.swarm.spawner.ProcessSpawner`
-(``spawn`` start method). Arguments (docs/orchestrator.md "Process model"): ``--bundle-dir``, ``--agent-name``,
-``--instance-key``, plus ``--state-root``, ``--swarm``, ``--workdir``, ``--log-dir`` and
-``--process-name`` (stdout/stderr go to ``<log-dir>/<process-name>.{stdout,stderr}.log``).
+(``spawn`` start method). Arguments (docs/orchestrator.md "Process model"): ``--bundle-dir``,
+``--agent-name``, ``--instance-key``, plus ``--state-root``, ``--swarm``, ``--workdir``,
+``--log-dir`` and ``--process-name`` (stdout/stderr go to
+``<log-dir>/<process-name>.{stdout,stderr}.log``).
 
 :class:`AgentWorker` is transport-agnostic and also runs in process (tests, embedding):
 
@@ -81,7 +82,14 @@ from goondan.runtime.agents import TurnHandler, response_event, turn_error
 from goondan.runtime.approvals import APPROVAL_DECIDED_EVENT, APPROVAL_PENDING
 from goondan.types import AgentEvent, JsonObject
 
-__all__ = ["AgentWorker", "IpcAgentRouter", "TurnHandler", "cancelled_error", "parse_args", "process_main"]
+__all__ = [
+    "AgentWorker",
+    "IpcAgentRouter",
+    "TurnHandler",
+    "cancelled_error",
+    "parse_args",
+    "process_main",
+]
 
 _log = logging.getLogger("goondan.ipc")
 
@@ -96,7 +104,9 @@ class IpcAgentRouter:
         self._pending: RequestMatcher[AgentEvent, str] = RequestMatcher()  # route: the target
 
     def __repr__(self) -> str:
-        return f"<IpcAgentRouter {self.agent_name}@{self.instance_key} pending={len(self._pending)}>"
+        return (
+            f"<IpcAgentRouter {self.agent_name}@{self.instance_key} pending={len(self._pending)}>"
+        )
 
     async def _exchange(self, to: str, event: AgentEvent) -> AgentEvent:
         assert event.reply_to is not None
@@ -139,7 +149,9 @@ class IpcAgentRouter:
         return await self._query(SpawnQuery(
             new_correlation_id(), target=target, target_instance_key=instance_key, cwd=cwd))
 
-    async def list_instances(self, owner: tuple[str, str], *, include_all: bool) -> list[JsonObject]:
+    async def list_instances(
+        self, owner: tuple[str, str], *, include_all: bool
+    ) -> list[JsonObject]:
         """Ask the orchestrator for spawned instances."""
         result = await self._query(ListQuery(new_correlation_id(), include_all=include_all))
         rows = result.get("agents")
@@ -191,7 +203,9 @@ class AgentWorker:
 
     async def report(self, control: Control) -> None:
         """Send a control report to the orchestrator (best effort)."""
-        message = control.ipc_message(sender=self.agent_name, to=ORCHESTRATOR, instance_key=self.instance_key)
+        message = control.ipc_message(
+            sender=self.agent_name, to=ORCHESTRATOR, instance_key=self.instance_key
+        )
         with contextlib.suppress(IpcError):
             await self.transport.send(message)
 
@@ -220,7 +234,9 @@ class AgentWorker:
             message = await self.transport.recv()
             if message is None:
                 # Orchestrator gone: finish the running turn, then exit (no orphans).
-                self.router.close(IpcError("the orchestrator closed the channel", code="E_IPC_CLOSED"))
+                self.router.close(
+                    IpcError("the orchestrator closed the channel", code="E_IPC_CLOSED")
+                )
                 self.request_drain()
                 return
             shutdown = decode_shutdown(message)
@@ -242,7 +258,9 @@ class AgentWorker:
                     # Before the control-prefix check: the orchestrator answers spawn / list
                     # queries with ``runtime.answer`` events.
                     if not self.router.resolve(event):
-                        self.logger.debug("dropping late answer %s", event.metadata.get("inReplyTo"))
+                        self.logger.debug(
+                            "dropping late answer %s", event.metadata.get("inReplyTo")
+                        )
                 elif event.type.startswith(CONTROL_PREFIX):  # known or not, never a Turn
                     self.logger.debug("ignoring control event %s", event.type)
                 elif event.type == APPROVAL_DECIDED_EVENT:
@@ -260,11 +278,18 @@ class AgentWorker:
         the orchestrator queues it again (it is not in the Turn's ``turnFinished.steered``)."""
         handler, running = self._handler, self._running
         can_steer = getattr(handler, "can_steer", None)
-        if running is None or running[0] != event.metadata.get(STEER_KEY) or not callable(can_steer) or not can_steer():
+        if (
+            running is None
+            or running[0] != event.metadata.get(STEER_KEY)
+            or not callable(can_steer)
+            or not can_steer()
+        ):
             return
         marker = event.start_marker
         if marker is not None and isinstance(marker.get("path"), str):
-            written = bool(handler.input_written(event)) if hasattr(handler, "input_written") else False
+            written = (
+                bool(handler.input_written(event)) if hasattr(handler, "input_written") else False
+            )
             if not claim_start(Path(marker["path"]), str(marker.get("id")), written):
                 self._steer_skipped.append(event.id)  # started by another process
                 return
@@ -305,8 +330,14 @@ class AgentWorker:
         await self._answer(event, None, cancelled_error(), "error")
         await self.report(TurnFinished(event.id, "error", ok=False, cancelled=True))
 
-    async def _answer(self, event: AgentEvent, text: str | None, error: JsonObject | None, finish: str,
-                      approvals_pending: Any = None) -> None:
+    async def _answer(
+        self,
+        event: AgentEvent,
+        text: str | None,
+        error: JsonObject | None,
+        finish: str,
+        approvals_pending: Any = None,
+    ) -> None:
         """The one way an answer leaves an agent process: after ``event``'s Turn (finished,
         failed, cancelled or parked on approvals) and before its ``turnFinished``, when ``event``
         is a request."""
@@ -320,7 +351,9 @@ class AgentWorker:
             answer.metadata["approvals"] = approvals_pending or []
         await self._flush_stream()  # every streamed event reaches the front-end before the answer
         with contextlib.suppress(IpcError):
-            await self.transport.send(IpcMessage.event(self.agent_name, event.reply_to.target or ORCHESTRATOR, answer))
+            await self.transport.send(
+                IpcMessage.event(self.agent_name, event.reply_to.target or ORCHESTRATOR, answer)
+            )
 
     async def _resume_parked(self, event: AgentEvent) -> None:
         """A decision was stored: the instance resumes its parked turn (docs/approvals.md); its
@@ -353,7 +386,8 @@ class AgentWorker:
         if callable(subscribe):
             subscribe(self.on_runtime_event, everything=True)  # the orchestrator's sinks get all
         reader = asyncio.ensure_future(self._read_loop())
-        interrupted = getattr(handler, "interrupted", None)  # AgentInstance: the journal's open turn
+        # AgentInstance: the journal's open turn
+        interrupted = getattr(handler, "interrupted", None)
         resuming: JsonObject | None = None
         if interrupted is not None:
             resumed = AgentEvent.from_dict(interrupted.input)
@@ -373,7 +407,9 @@ class AgentWorker:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._shutdown_requested:
             with contextlib.suppress(IpcError):
-                await self.transport.send(ShutdownAck(self.instance_key, list(self._queue)).ipc_message(self.agent_name))
+                await self.transport.send(
+                    ShutdownAck(self.instance_key, list(self._queue)).ipc_message(self.agent_name)
+                )
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
@@ -389,7 +425,9 @@ class AgentWorker:
             return True
         check = getattr(handler, "input_written", None)
         written = bool(check(event)) if callable(check) else False
-        return await asyncio.to_thread(claim_start, Path(marker["path"]), str(marker.get("id")), written)
+        return await asyncio.to_thread(
+            claim_start, Path(marker["path"]), str(marker.get("id")), written
+        )
 
     async def _confirm(self, event: AgentEvent) -> None:
         """The claimed Turn ran (or ended): its start is final, the event is never run again."""
@@ -405,10 +443,19 @@ class AgentWorker:
             self._running = None
             if event.metadata.get(WAS_STEERED_KEY) and event.reply_to is not None:
                 # it joined a Turn whose process died: that Turn's caller is answered, not this one
-                await self._answer(event, None, {"code": "E_AGENT_CRASHED", "message": "the turn this input "
-                                                 "joined was interrupted; the input is in the conversation"},
-                                   "error")
-            await self.report(TurnFinished(event.id, "error", ok=True, cancelled=False, duplicate=True))
+                await self._answer(
+                    event,
+                    None,
+                    {
+                        "code": "E_AGENT_CRASHED",
+                        "message": "the turn this input "
+                        "joined was interrupted; the input is in the conversation",
+                    },
+                    "error",
+                )
+            await self.report(
+                TurnFinished(event.id, "error", ok=True, cancelled=False, duplicate=True)
+            )
             return
         await self.report(TurnStarted(event.id))
         error: JsonObject | None
@@ -430,7 +477,10 @@ class AgentWorker:
             parked = result.metadata.get("approvals") if finish == APPROVAL_PENDING else None
             if result.metadata.get("restartRequested") is True:  # e.g. base tool self-restart
                 reason = result.metadata.get("restartReason")
-                restart = {"restart_requested": True, "restart_reason": str(reason) if reason is not None else None}
+                restart = {
+                    "restart_requested": True,
+                    "restart_reason": str(reason) if reason is not None else None,
+                }
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if event.id not in self._cancelled or (current is not None and current.cancelling()):
@@ -455,8 +505,16 @@ class AgentWorker:
             # (``send --wait``): then the resumed turn answers it (_resume_parked)
             if approvals.answers(joined, _result_of(text, error, finish), False):
                 await self._answer(joined, text, error, finish, parked)
-        await self.report(TurnFinished(event.id, finish, ok=error is None, cancelled=cancelled, **restart,
-                                       steered=(*(e.id for e in steered), *skipped)))
+        await self.report(
+            TurnFinished(
+                event.id,
+                finish,
+                ok=error is None,
+                cancelled=cancelled,
+                **restart,
+                steered=(*(e.id for e in steered), *skipped),
+            )
+        )
 
 
 def claim_start(path: Path, event_id: str, written: bool = False) -> bool:
@@ -562,7 +620,9 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
     if bundle is None:
         # The CLI process has just loaded the same bundle: its cache entry is reused
         # (docs/bundle-cache.md).
-        bundle = await asyncio.to_thread(load_bundle_cached, Path(args.bundle_dir), state_root=state_root)
+        bundle = await asyncio.to_thread(
+            load_bundle_cached, Path(args.bundle_dir), state_root=state_root
+        )
     assert bundle is not None
     swarm = bundle.swarm_spec(args.swarm)
     spec = bundle.agent_spec(args.agent_name, swarm=swarm.name)

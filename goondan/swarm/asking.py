@@ -18,8 +18,14 @@ from goondan.types import JsonObject
 __all__ = ["ask_ingress"]
 
 
-async def ask_ingress(ingress: Ingress, connection: str, event: ConnectorEvent, *,
-                      agent: str | None = None, on_progress: ProgressFn | None = None) -> TurnAnswer:
+async def ask_ingress(
+    ingress: Ingress,
+    connection: str,
+    event: ConnectorEvent,
+    *,
+    agent: str | None = None,
+    on_progress: ProgressFn | None = None,
+) -> TurnAnswer:
     """Accept ``event`` on ``connection`` like an emit, run its Turn as a request and return
     its answer (see the module docstring). ``agent`` takes the entry agent's place in the
     routing. Raises :class:`ConnectorEventError` for an invalid event (nothing stored) and what

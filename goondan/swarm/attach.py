@@ -54,13 +54,17 @@ def answering(state_root: Path, key: str) -> tuple[ActiveRuntime, JsonObject] | 
         if active is None or not active.alive or not active.control_socket:
             return None
         with contextlib.suppress(OSError, ValueError):
-            doc = asyncio.run(send_control(Path(active.control_socket), {"command": "status"}, timeout_s=5.0))
+            doc = asyncio.run(
+                send_control(Path(active.control_socket), {"command": "status"}, timeout_s=5.0)
+            )
             if doc.get("ok") and (not active.token or doc.get("token") == active.token):
                 return active, doc
     return None
 
 
-def claim_or_attach(service: Any, *, timeout_s: float = CLAIM_TIMEOUT_S) -> tuple[ActiveRuntime, JsonObject] | None:
+def claim_or_attach(
+    service: Any, *, timeout_s: float = CLAIM_TIMEOUT_S
+) -> tuple[ActiveRuntime, JsonObject] | None:
     """None once this process holds the swarm's lock (it runs the orchestrator), else the
     running orchestrator's record and status. Raises ``E_RUN_ALREADY_RUNNING`` when the lock's
     holder does not answer within ``timeout_s``."""
@@ -76,9 +80,13 @@ def claim_or_attach(service: Any, *, timeout_s: float = CLAIM_TIMEOUT_S) -> tupl
 
             err = already_running(service.swarm.name, service.bundle.root, service.instance_key,
                                   service.lock.holder())
-            raise ConfigError(err.message + f", but it did not answer on its control socket within {timeout_s:.0f} s",
-                              code=err.code, suggestion="see 'goondan logs' for what it is doing, or stop it "
-                              f"with 'goondan stop --bundle {service.bundle.root}'")
+            raise ConfigError(
+                err.message
+                + f", but it did not answer on its control socket within {timeout_s:.0f} s",
+                code=err.code,
+                suggestion="see 'goondan logs' for what it is doing, or stop it "
+                f"with 'goondan stop --bundle {service.bundle.root}'",
+            )
         time.sleep(_POLL_S)
 
 
@@ -91,7 +99,9 @@ def _blocking(coro: Any) -> Any:
 class AttachedBackend(EntryAgentView):
     """``ReplBackend`` over the control socket of a running swarm (see the module docstring)."""
 
-    def __init__(self, active: ActiveRuntime, status: JsonObject, *, instance_key: str = "cli") -> None:
+    def __init__(
+        self, active: ActiveRuntime, status: JsonObject, *, instance_key: str = "cli"
+    ) -> None:
         super().__init__()
         self.active = active
         self.socket = Path(active.control_socket or "")
@@ -111,13 +121,24 @@ class AttachedBackend(EntryAgentView):
 
     async def run_turn(self, text: str) -> TurnResult:
         """One line to the entry agent (or where the ``cli`` Connection routes it)."""
-        request: JsonObject = {"command": "request", "input": text, "instanceKey": self.instance_key,
-                               "cli": True, "stream": bool(self._listeners)}
+        request: JsonObject = {
+            "command": "request",
+            "input": text,
+            "instanceKey": self.instance_key,
+            "cli": True,
+            "stream": bool(self._listeners),
+        }
         answer = await stream_control(self.socket, request, timeout_s=None, on_event=self._dispatch)
         self.turns += 1
         if not answer.get("ok"):
-            error = answer.get("error") if isinstance(answer.get("error"), dict) else {
-                "code": answer.get("code") or "E_RUN_CONTROL", "message": answer.get("message") or ""}
+            error = (
+                answer.get("error")
+                if isinstance(answer.get("error"), dict)
+                else {
+                    "code": answer.get("code") or "E_RUN_CONTROL",
+                    "message": answer.get("message") or "",
+                }
+            )
             return TurnResult(turn_id=new_id("turn"), finish_reason="error", error=error)
         response = answer.get("response")
         finish: Literal["text_response", "max_steps"] = (
@@ -132,8 +153,17 @@ class AttachedBackend(EntryAgentView):
             listener(payload)
 
     def _query(self, what: str) -> JsonObject | None:
-        answer = _blocking(send_control(self.socket, {"command": "inspect", "agent": self.agent_name,
-                                                      "instanceKey": self.instance_key, "what": what}))
+        answer = _blocking(
+            send_control(
+                self.socket,
+                {
+                    "command": "inspect",
+                    "agent": self.agent_name,
+                    "instanceKey": self.instance_key,
+                    "what": what,
+                },
+            )
+        )
         result = answer.get("result") if answer.get("ok") else None
         return result if isinstance(result, dict) else None
 
@@ -154,7 +184,9 @@ class AttachedBackend(EntryAgentView):
         return None  # the orchestrator's ledger: `goondan status`
 
     async def clear(self) -> None:
-        await send_control(self.socket, {"command": "restart", "agent": self.agent_name, "fresh": True})
+        await send_control(
+            self.socket, {"command": "restart", "agent": self.agent_name, "fresh": True}
+        )
 
     async def fold(self) -> int:
         answer = await send_control(self.socket, {"command": "inspect", "agent": self.agent_name,

@@ -56,8 +56,15 @@ class ConnectionRuntime:
     """Ingress + connector supervision for the Swarm ``swarm`` of ``bundle``."""
 
     def __init__(
-        self, bundle: Any, swarm: Any, orchestrator: Orchestrator, spawner: Spawner, *,
-        state_root: Path, grace_period_ms: int = CONNECTOR_GRACE_MS, logger: logging.Logger | None = None,
+        self,
+        bundle: Any,
+        swarm: Any,
+        orchestrator: Orchestrator,
+        spawner: Spawner,
+        *,
+        state_root: Path,
+        grace_period_ms: int = CONNECTOR_GRACE_MS,
+        logger: logging.Logger | None = None,
     ) -> None:
         self.logger = logger or _log
         self.swarm_name: str = swarm.name
@@ -80,17 +87,28 @@ class ConnectionRuntime:
         self._fingerprints = {c.name: fingerprint(c) for c in self.connections}
 
     def __repr__(self) -> str:
-        return f"<ConnectionRuntime swarm={self.swarm_name!r} connections={[c.name for c in self.connections]}>"
+        return (
+            f"<ConnectionRuntime swarm={self.swarm_name!r} "
+            f"connections={[c.name for c in self.connections]}>"
+        )
 
     async def start(self) -> None:
         """Deliver what the inboxes hold, then start the connector processes."""
         for spec in self.skipped:
-            self.logger.info("Connection %s is bound to Swarm %s, not %s: not started", spec.name, spec.swarm,
-                             self.swarm_name, extra={"event": "connector.otherSwarm", "connection": spec.name})
+            self.logger.info(
+                "Connection %s is bound to Swarm %s, not %s: not started",
+                spec.name,
+                spec.swarm,
+                self.swarm_name,
+                extra={"event": "connector.otherSwarm", "connection": spec.name},
+            )
         if self.cli is not None:
-            self.logger.info("Connection %s (cli) is fed by goondan run's terminal, piped stdin, --input "
-                             "and --input-file", self.cli.name,
-                             extra={"event": "connector.cliFrontEnd", "connection": self.cli.name})
+            self.logger.info(
+                "Connection %s (cli) is fed by goondan run's terminal, piped stdin, --input "
+                "and --input-file",
+                self.cli.name,
+                extra={"event": "connector.cliFrontEnd", "connection": self.cli.name},
+            )
         await self.ingress.open()
         self.supervisor.start()
 
@@ -112,9 +130,12 @@ class ConnectionRuntime:
             was, now = old.get(name), new.get(name)
             if (was is not None and was.is_cli) == (now is not None and now.is_cli):
                 continue
-            self.logger.warning("Connection %s: a cli Connection was added, removed or changed kind; restart "
-                                "goondan run to apply it", name,
-                                extra={"event": "connector.reloadDeferred", "connection": name})
+            self.logger.warning(
+                "Connection %s: a cli Connection was added, removed or changed kind; restart "
+                "goondan run to apply it",
+                name,
+                extra={"event": "connector.reloadDeferred", "connection": name},
+            )
             if was is None:
                 del new[name], prints[name]
             else:

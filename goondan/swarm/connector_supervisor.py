@@ -91,11 +91,16 @@ class ConnectorRecord(WorkerRecord):
         handle = self.handle
         return {
             "process": SpawnRequest.connector(self.spec.name, self.spec.connector).process_name,
-            "kind": "connector", "connection": self.spec.name, "connector": self.spec.connector,
-            "status": self.shown_status(STABLE_AFTER_S), "pid": handle.pid if handle is not None else None,
+            "kind": "connector",
+            "connection": self.spec.name,
+            "connector": self.spec.connector,
+            "status": self.shown_status(STABLE_AFTER_S),
+            "pid": handle.pid if handle is not None else None,
             "startedAt": self.started_at if handle is not None else None,
-            "emitted": self.emitted, "consecutiveCrashes": self.consecutive_crashes,
-            "restarts": max(0, self.spawn_count - 1), "lastExitCode": self.last_exit_code,
+            "emitted": self.emitted,
+            "consecutiveCrashes": self.consecutive_crashes,
+            "restarts": max(0, self.spawn_count - 1),
+            "lastExitCode": self.last_exit_code,
             "lastError": self.last_error,
         }
 
@@ -104,8 +109,14 @@ class ConnectorSupervisor:
     """Starts and supervises the connector process of each Connection (module docstring)."""
 
     def __init__(
-        self, spawner: Spawner, ingress: Ingress, connections: Sequence[ConnectionSpec], *,
-        grace_period_ms: int = 5_000, crash_threshold: int = 5, logger: logging.Logger | None = None,
+        self,
+        spawner: Spawner,
+        ingress: Ingress,
+        connections: Sequence[ConnectionSpec],
+        *,
+        grace_period_ms: int = 5_000,
+        crash_threshold: int = 5,
+        logger: logging.Logger | None = None,
     ) -> None:
         self.spawner = spawner
         self.ingress = ingress
@@ -115,11 +126,15 @@ class ConnectorSupervisor:
         self.logger = logger or _log
         self._stopping = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._asks: dict[tuple[str, str], asyncio.Task[Any]] = {}  # (connection, event id) -> its Turn
+        # (connection, event id) -> its Turn
+        self._asks: dict[tuple[str, str], asyncio.Task[Any]] = {}
 
     def __repr__(self) -> str:
         live = sum(1 for r in self.records.values() if r.handle is not None)
-        return f"<ConnectorSupervisor connections={len(self.records)} live={live} stopping={self._stopping}>"
+        return (
+            f"<ConnectorSupervisor connections={len(self.records)} "
+            f"live={live} stopping={self._stopping}>"
+        )
 
     def _task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
@@ -151,9 +166,13 @@ class ConnectorSupervisor:
             rec.exited.set()
             return
         rec.spawned(handle)
-        self.logger.info("started connector %s of Connection %s (pid %s)", rec.spec.connector, rec.name,
-                         handle.pid, extra={"event": "connector.spawned", "connection": rec.name,
-                                            "childPid": handle.pid})
+        self.logger.info(
+            "started connector %s of Connection %s (pid %s)",
+            rec.spec.connector,
+            rec.name,
+            handle.pid,
+            extra={"event": "connector.spawned", "connection": rec.name, "childPid": handle.pid},
+        )
         pump = self._task(self._pump(rec, handle))
         self._task(self._watch(rec, handle, pump))
 
@@ -161,14 +180,20 @@ class ConnectorSupervisor:
         await pump_messages(handle, lambda message: self._on_message(rec, handle, message),
                             name=f"connection {rec.name}", logger=self.logger)
 
-    async def _on_message(self, rec: ConnectorRecord, handle: AgentHandle, message: IpcMessage) -> None:
+    async def _on_message(
+        self, rec: ConnectorRecord, handle: AgentHandle, message: IpcMessage
+    ) -> None:
         if not message.is_control:
-            self.logger.warning("connection %s sent a %s message; connectors only emit", rec.name, message.type)
+            self.logger.warning(
+                "connection %s sent a %s message; connectors only emit", rec.name, message.type
+            )
             return
         event = message.agent_event()
         control = decode_control(event)
         if isinstance(control, Emit) and event.reply_to is not None and control.answer:
-            self._start_ask(rec, handle, event.reply_to.correlation_id, control.event, control.agent)
+            self._start_ask(
+                rec, handle, event.reply_to.correlation_id, control.event, control.agent
+            )
         elif isinstance(control, Emit) and event.reply_to is not None:
             await self._answer_emit(rec, handle, event)
         elif isinstance(control, Cancel):
@@ -182,7 +207,9 @@ class ConnectorSupervisor:
         elif isinstance(control, Completed):
             rec.transition("done")
 
-    async def _answer_emit(self, rec: ConnectorRecord, handle: AgentHandle, event: AgentEvent) -> None:
+    async def _answer_emit(
+        self, rec: ConnectorRecord, handle: AgentHandle, event: AgentEvent
+    ) -> None:
         assert event.reply_to is not None
         correlation = event.reply_to.correlation_id
         answer: Answer
@@ -215,7 +242,9 @@ class ConnectorSupervisor:
         key = (rec.name, event.id)
         task = self._task(self._answer_ask(rec, handle, correlation, event, agent))
         self._asks[key] = task
-        task.add_done_callback(lambda done: self._asks.pop(key, None) if self._asks.get(key) is done else None)
+        task.add_done_callback(
+            lambda done: self._asks.pop(key, None) if self._asks.get(key) is done else None
+        )
 
     async def _answer_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str,
                           event: ConnectorEvent, agent: str | None) -> None:
@@ -230,20 +259,31 @@ class ConnectorSupervisor:
             rec.emitted += 0 if receipt.duplicate or receipt.dropped else 1
             answer = Answer(correlation, result=result.to_dict())
         except asyncio.CancelledError:  # the connector cancelled it: the Turn is cancelled
-            answer = Answer(correlation, error={"code": "E_TURN_CANCELLED", "message": "cancelled by the connector"})
+            answer = Answer(
+                correlation,
+                error={"code": "E_TURN_CANCELLED", "message": "cancelled by the connector"},
+            )
         except GoondanError as err:  # an invalid event, or the inbox cannot be written
-            self.logger.warning("connection %s: event not accepted: %s", rec.name, err.message,
-                                extra={"event": "ingress.invalidEvent", "connection": rec.name})
+            self.logger.warning(
+                "connection %s: event not accepted: %s",
+                rec.name,
+                err.message,
+                extra={"event": "ingress.invalidEvent", "connection": rec.name},
+            )
             answer = Answer(correlation, error={"code": err.code, "message": err.message})
         # a task like the progress sends before it: tasks start in order, so it leaves after them
         self._task(self._send_answer(rec, handle, answer))
 
-    async def _send_answer(self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer | Delta) -> None:
+    async def _send_answer(
+        self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer | Delta
+    ) -> None:
         with contextlib.suppress(IpcError):
             await handle.transport.send(
                 answer.ipc_message(sender=ORCHESTRATOR, to=rec.name, instance_key=rec.name))
 
-    async def _watch(self, rec: ConnectorRecord, handle: AgentHandle, pump: asyncio.Task[Any]) -> None:
+    async def _watch(
+        self, rec: ConnectorRecord, handle: AgentHandle, pump: asyncio.Task[Any]
+    ) -> None:
         ended = await handle.wait()
         try:  # the last reports (connectorError, completed) were written before the exit
             async with asyncio.timeout(2.0):
@@ -257,8 +297,11 @@ class ConnectorSupervisor:
             rec.transition("exit")
         elif ended.ok:
             rec.transition("done")
-            self.logger.info("connector of Connection %s finished (run returned); not restarted", rec.name,
-                             extra={"event": "connector.completed", "connection": rec.name})
+            self.logger.info(
+                "connector of Connection %s finished (run returned); not restarted",
+                rec.name,
+                extra={"event": "connector.completed", "connection": rec.name},
+            )
         else:
             self._crashed(rec, ended.status_code, rec.reported_error or ended.describe())
         rec.reported_error = None
@@ -267,11 +310,22 @@ class ConnectorSupervisor:
     def _crashed(self, rec: ConnectorRecord, code: int | None, cause: str) -> None:
         delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S, cause=cause)
         self.logger.error(
-            "[E_CONNECTOR] Connection %s (connector %s) failed: %s; restarting in %d ms (%d in a row)",
-            rec.name, rec.spec.connector, cause, delay, rec.consecutive_crashes,
-            extra={"event": "connector.crashed", "code": "E_CONNECTOR", "connection": rec.name,
-                   "connector": rec.spec.connector, "exitCode": code, "backoffMs": delay,
-                   "consecutiveCrashes": rec.consecutive_crashes},
+            "[E_CONNECTOR] Connection %s (connector %s) "
+            "failed: %s; restarting in %d ms (%d in a row)",
+            rec.name,
+            rec.spec.connector,
+            cause,
+            delay,
+            rec.consecutive_crashes,
+            extra={
+                "event": "connector.crashed",
+                "code": "E_CONNECTOR",
+                "connection": rec.name,
+                "connector": rec.spec.connector,
+                "exitCode": code,
+                "backoffMs": delay,
+                "consecutiveCrashes": rec.consecutive_crashes,
+            },
         )
         if self._stopping or rec.replacing:
             return
@@ -324,13 +378,17 @@ class ConnectorSupervisor:
             if rec.timer is not None:
                 rec.timer.cancel()
                 rec.timer = None
-        await asyncio.gather(*(self._stop(rec) for rec in self.records.values()), return_exceptions=True)
+        await asyncio.gather(
+            *(self._stop(rec) for rec in self.records.values()), return_exceptions=True
+        )
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _stop(self, rec: ConnectorRecord, reason: ShutdownReason = "orchestrator_shutdown") -> None:
+    async def _stop(
+        self, rec: ConnectorRecord, reason: ShutdownReason = "orchestrator_shutdown"
+    ) -> None:
         while rec.status == "spawning" and rec.handle is None:
             await asyncio.sleep(0.005)
         handle = rec.handle

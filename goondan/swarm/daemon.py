@@ -3,12 +3,12 @@
 ``goondan run --detach`` starts ``goondan run --foreground`` in its own session (stdin closed,
 stdout/stderr appended to the swarm's ``orchestrator.{stdout,stderr}.log``) and returns once
 the swarm answers on its control socket and its connector (and agent) processes run; when one
-crashes meanwhile it stops the swarm and fails with the reason (``E_RUN_START_FAILED``). ``goondan stop`` asks the orchestrator to stop over
-the control socket (a graceful stop: running Turns finish and are folded), then sends SIGTERM
-and finally SIGKILL — to the orchestrator and to the agent and connector processes it had —
-when the grace period passes. ``status``, ``send``, ``logs`` and ``restart`` find the swarm the
-same way: from ``--bundle`` (default: the current directory's bundle), else the most recently
-started swarm. See docs/cli.md, "Service mode".
+crashes meanwhile it stops the swarm and fails with the reason (``E_RUN_START_FAILED``).
+``goondan stop`` asks the orchestrator to stop over the control socket (a graceful stop: running
+Turns finish and are folded), then sends SIGTERM and finally SIGKILL — to the orchestrator and to
+the agent and connector processes it had — when the grace period passes. ``status``, ``send``,
+``logs`` and ``restart`` find the swarm the same way: from ``--bundle`` (default: the current
+directory's bundle), else the most recently started swarm. See docs/cli.md, "Service mode".
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def bundle_runtime_key(bundle: Path, swarm: str | None, state_root: Path) -> tup
 
     loaded = load_bundle_cached(bundle, state_root=state_root)
     spec = loaded.swarm_spec(swarm)
-    return runtime_key(spec.instance_key, workspace_id_for(loaded.root, loaded.package_name)), loaded
+    return runtime_key(
+        spec.instance_key, workspace_id_for(loaded.root, loaded.package_name)
+    ), loaded
 
 
 def _has_bundle(path: Path) -> bool:
@@ -109,7 +111,9 @@ def query_status(active: ActiveRuntime, *, timeout_s: float = 10.0) -> JsonObjec
     from goondan.ipc.controlwire import send_control
 
     assert active.control_socket is not None
-    return asyncio.run(send_control(Path(active.control_socket), {"command": "status"}, timeout_s=timeout_s))
+    return asyncio.run(
+        send_control(Path(active.control_socket), {"command": "status"}, timeout_s=timeout_s)
+    )
 
 
 def detached_argv(state_root: Path, bundle: Path, swarm: str, *, watch: bool = False,
@@ -119,8 +123,20 @@ def detached_argv(state_root: Path, bundle: Path, swarm: str, *, watch: bool = F
 
     # -P: the current directory is not put on sys.path (a goondan.py there is not imported);
     # PYTHONPATH is kept. Agent processes inherit the flag (multiprocessing spawn).
-    argv = [sys.executable, "-P", "-m", "goondan", "--state-root", str(state_root), "-q", "run", str(bundle),
-            "--foreground", "--swarm", swarm]
+    argv = [
+        sys.executable,
+        "-P",
+        "-m",
+        "goondan",
+        "--state-root",
+        str(state_root),
+        "-q",
+        "run",
+        str(bundle),
+        "--foreground",
+        "--swarm",
+        swarm,
+    ]
     if watch:
         argv.append("--watch")
     if env_file:
@@ -134,8 +150,11 @@ def _start_failure(doc: JsonObject) -> str | None:
     for row in _rows(doc):
         if not row.get("consecutiveCrashes"):
             continue
-        what = (f"Connection {row.get('connection')} (connector {row.get('connector')})" if "connection" in row
-                else f"agent process {row.get('process')}")
+        what = (
+            f"Connection {row.get('connection')} (connector {row.get('connector')})"
+            if "connection" in row
+            else f"agent process {row.get('process')}"
+        )
         cause = row.get("lastError") or f"exited with code {row.get('lastExitCode')}"
         return f"{what} failed: {cause}"
     return None
@@ -158,7 +177,9 @@ def _rows(doc: JsonObject) -> list[JsonObject]:
     return [row for row in rows if isinstance(row, dict)]
 
 
-def _await_workers(active: ActiveRuntime, child: subprocess.Popen[bytes], deadline: float) -> str | None:
+def _await_workers(
+    active: ActiveRuntime, child: subprocess.Popen[bytes], deadline: float
+) -> str | None:
     """Wait until every agent and connector process of the swarm runs and kept running for
     :data:`SETTLE_S`; returns why it will not (a crash, the orchestrator's exit, the deadline)."""
     steady: tuple[dict[str, Any], float] | None = None
@@ -196,9 +217,20 @@ def start_detached(
     deadline = time.monotonic() + timeout_s
     private_dirs(log_dir)
     out_path, err_path = log_dir / "orchestrator.stdout.log", log_dir / "orchestrator.stderr.log"
-    with open(out_path, "ab", opener=private_opener) as out, open(err_path, "ab", opener=private_opener) as err:
-        child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                 env=dict(env), cwd=str(cwd), start_new_session=True, pass_fds=tuple(pass_fds))
+    with (
+        open(out_path, "ab", opener=private_opener) as out,
+        open(err_path, "ab", opener=private_opener) as err,
+    ):
+        child = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=dict(env),
+            cwd=str(cwd),
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+        )
     found: list[ActiveRuntime] = []
 
     def ready() -> bool:
@@ -220,9 +252,12 @@ def start_detached(
             return found[0]
         stop_running(found[0], grace_s=5.0)  # the processes it started go too
         _kill_session(child)
-        raise ConfigError(f"the swarm did not start: {failure}", code="E_RUN_START_FAILED",
-                          suggestion=f"fix the cause and start it again (the processes' logs: {log_dir}; "
-                          "'goondan logs --process NAME' shows one)")
+        raise ConfigError(
+            f"the swarm did not start: {failure}",
+            code="E_RUN_START_FAILED",
+            suggestion=f"fix the cause and start it again (the processes' logs: {log_dir}; "
+            "'goondan logs --process NAME' shows one)",
+        )
     if child.poll() is None:  # alive but never ready: do not leave it behind
         _kill_session(child)
         what = f"did not become ready within {timeout_s:.0f} s"
@@ -230,9 +265,12 @@ def start_detached(
         what = f"exited with code {child.returncode}"
     last = [line for line in (tail_lines(err_path, 5) if err_path.exists() else [])]
     detail = ("; last log lines:\n    " + "\n    ".join(last)) if last else ""
-    raise ConfigError(f"the swarm {what} (log: {err_path}){detail}", code="E_RUN_START_FAILED",
-                      suggestion="run it in the foreground ('goondan run --foreground') to see the problem, "
-                      f"or read {err_path}")
+    raise ConfigError(
+        f"the swarm {what} (log: {err_path}){detail}",
+        code="E_RUN_START_FAILED",
+        suggestion="run it in the foreground ('goondan run --foreground') to see the problem, "
+        f"or read {err_path}",
+    )
 
 
 def _kill_session(child: subprocess.Popen[bytes]) -> None:
@@ -312,5 +350,9 @@ def stop_running(active: ActiveRuntime, *, grace_s: float) -> StopReport:
         for pid, start in children:
             _signal(pid, start, signal.SIGKILL)
         wait_for(children_gone, 10.0)
-    left = [pid for pid, start in [(active.pid, active.pid_start), *children] if same_process(pid, start)]
+    left = [
+        pid
+        for pid, start in [(active.pid, active.pid_start), *children]
+        if same_process(pid, start)
+    ]
     return StopReport(active.instance_key, active.pid, mode, [pid for pid, _ in children], left)

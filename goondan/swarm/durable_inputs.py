@@ -42,7 +42,9 @@ _log = logging.getLogger("goondan.swarm.durable_inputs")
 
 def inputs_dir(state_root: Path, bundle_root: Path, package_name: str | None, swarm: str) -> Path:
     """The directory of a Swarm's durable inbox."""
-    workspace = StateLayout(Path(state_root)).workspace_dir(workspace_id_for(bundle_root, package_name))
+    workspace = StateLayout(Path(state_root)).workspace_dir(
+        workspace_id_for(bundle_root, package_name)
+    )
     return workspace / "inputs" / safe_key(swarm)
 
 
@@ -80,7 +82,9 @@ class SwarmInbox(DurableInbox):
             try:
                 await orchestrator.submit(entry.agent, event)
             except GoondanError as err:  # its agent left the Swarm: it waits here for it
-                _log.warning("input %s for %s not delivered: %s", entry.id, entry.agent, err.message)
+                _log.warning(
+                    "input %s for %s not delivered: %s", entry.id, entry.agent, err.message
+                )
         if pending:
             _log.info("%d accepted input(s) had not started; delivering them", len(pending),
                       extra={"event": "inputs.replayed", "count": len(pending)})

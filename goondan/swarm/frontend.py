@@ -31,7 +31,14 @@ from goondan.pipeline.context import TurnResult
 from goondan.swarm.service import SwarmService
 from goondan.types import AgentEvent, JsonObject, TokenUsage, ToolCatalogItem, new_id
 
-__all__ = ["BLOCKED_SIGNALS", "CANCEL_WAIT_S", "EntryAgentView", "OrchestratorBackend", "ServiceThread", "turn_result_of"]
+__all__ = [
+    "BLOCKED_SIGNALS",
+    "CANCEL_WAIT_S",
+    "EntryAgentView",
+    "OrchestratorBackend",
+    "ServiceThread",
+    "turn_result_of",
+]
 
 # Signals only the main thread may take (handled there: Ctrl-C, SIGTERM → KeyboardInterrupt).
 BLOCKED_SIGNALS: frozenset[signal.Signals] = frozenset({signal.SIGINT, signal.SIGTERM})
@@ -165,7 +172,9 @@ class EntryAgentView:
 class OrchestratorBackend(EntryAgentView):
     """``ReplBackend`` over the orchestrator (entry agent, conversation ``instance_key``)."""
 
-    def __init__(self, runner: ServiceThread, *, instance_key: str = "cli", source_name: str = "cli") -> None:
+    def __init__(
+        self, runner: ServiceThread, *, instance_key: str = "cli", source_name: str = "cli"
+    ) -> None:
         super().__init__()
         self.runner = runner
         self.agent_name = runner.service.swarm.entry_agent
@@ -238,13 +247,16 @@ class OrchestratorBackend(EntryAgentView):
         for listener in tuple(self._listeners):
             listener(payload)
 
-    # -- the entry agent's state, asked of its process (goondan.ipc.queries) ------------------------
+    # -- the entry agent's state, asked of its process (goondan.ipc.queries) -----------------------
     def _query(self, what: str) -> JsonObject | None:
-        """Run a ``runtime.inspect`` query on the service loop (None: the process is not running)."""
+        """Run a ``runtime.inspect`` query on the service loop (None: the process is not
+        running)."""
         from goondan.ipc.queries import QUERY_TIMEOUT_S, inspect_agent
 
         orchestrator = self.runner.service.orchestrator
-        future = self.runner.submit(inspect_agent(orchestrator, self.agent_name, self.instance_key, what))
+        future = self.runner.submit(
+            inspect_agent(orchestrator, self.agent_name, self.instance_key, what)
+        )
         return future.result(timeout=QUERY_TIMEOUT_S + 5)
 
     def messages(self) -> list[Message]:
@@ -291,7 +303,9 @@ class OrchestratorBackend(EntryAgentView):
 
     async def clear(self) -> None:
         """``/clear``: restart the entry agent with ``--fresh`` semantics."""
-        await asyncio.wrap_future(self.runner.submit(self.runner.service.restart(self.agent_name, fresh=True)))
+        await asyncio.wrap_future(
+            self.runner.submit(self.runner.service.restart(self.agent_name, fresh=True))
+        )
 
     async def fold(self) -> int:
         """``/fold``: the entry agent folds its pending events (0 when it is not running)."""

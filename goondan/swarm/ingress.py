@@ -15,8 +15,9 @@ process) and what ``goondan run``'s terminal front-end calls for the ``cli`` Con
    (agent, instanceKey) by :meth:`Orchestrator.submit`.
 
 The append and the queueing happen with no suspension point in between (``Orchestrator.submit``
-queues before its first ``await``), so the orchestrator's queue order is the inbox order. :meth:`Ingress.open` replays the pending records of every inbox in
-that order before any new event is accepted.
+queues before its first ``await``), so the orchestrator's queue order is the inbox order.
+:meth:`Ingress.open` replays the pending records of every inbox in that order before any new event
+is accepted.
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ class Accepted:
 def agent_event_for(record: InboxRecord, spec: ConnectionSpec, marker: Path | None) -> AgentEvent:
     """The AgentEvent of an inbox record (docs/connectors.md "Delivery guarantee")."""
     event = record.event
-    properties = {**event.properties, "connection_name": spec.name, "connector_name": spec.connector}
+    properties = {
+        **event.properties,
+        "connection_name": spec.name,
+        "connector_name": spec.connector,
+    }
     # The ingress span (an ``ingress.received`` event) is the parent of the turn it starts:
     # the trace's tree begins where the event entered the swarm (docs/observability.md).
     metadata: dict[str, object] = {"properties": properties, "connectorEventId": event.id}
@@ -156,9 +161,15 @@ class Ingress:
         route = route_event(event, spec.rules, default_agent or self.entry_agent)
         if route is None:  # rules, none matching: dropped (Decision 15)
             self.logger.warning(
-                "Connection %s: event %s (%s) matches no ingress rule; dropped", connection, event.id,
-                event.name, extra={"event": "ingress.unrouted", "connection": connection,
-                                   "eventName": event.name},
+                "Connection %s: event %s (%s) matches no ingress rule; dropped",
+                connection,
+                event.id,
+                event.name,
+                extra={
+                    "event": "ingress.unrouted",
+                    "connection": connection,
+                    "eventName": event.name,
+                },
             )
             return Accepted(EmitReceipt(event.id, dropped=True))
         if route.agent not in self.orchestrator.agents:
@@ -169,7 +180,9 @@ class Ingress:
         record = inbox.append(event, route.agent, route.instance_key)
         self.accepted += 1
         if not submit:
-            agent_event = agent_event_for(record, spec, inbox.marker_path(route.agent, route.instance_key))
+            agent_event = agent_event_for(
+                record, spec, inbox.marker_path(route.agent, route.instance_key)
+            )
             self._received(spec, record, agent_event)
             return Accepted(EmitReceipt(event.id), route.agent, agent_event)
         return Accepted(EmitReceipt(event.id), route.agent,

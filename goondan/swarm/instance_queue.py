@@ -67,7 +67,12 @@ class InstanceQueue:
         if not self.waiting:
             return None
         if current is not None:
-            if not (current.started and not current.cancel_requested and self.steer is not None and self.steer()):
+            if not (
+                current.started
+                and not current.cancel_requested
+                and self.steer is not None
+                and self.steer()
+            ):
                 return None
             event = self.waiting.popleft()
             event.metadata[STEER_KEY] = current.event.id

@@ -48,7 +48,14 @@ from goondan.runtime.agents import response_text
 from goondan.swarm.asking import ask_ingress
 from goondan.types import AgentEvent, JsonObject
 
-__all__ = ["MAX_LINE_BYTES", "exposed_for", "make_ask", "make_attached_ask", "mcp_connection", "serve_stdio"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "exposed_for",
+    "make_ask",
+    "make_attached_ask",
+    "mcp_connection",
+    "serve_stdio",
+]
 
 _log = logging.getLogger("goondan.swarm.mcp_stdio")
 
@@ -57,17 +64,22 @@ MCP_CONNECTOR = ("@goondan/base", "mcp-server")
 EVENT_NAME = "mcp_tool_call"
 
 
-def mcp_connection(connections: Sequence[ConnectionSpec], name: str | None) -> ConnectionSpec | None:
-    """The ``mcp-server`` Connection named ``name`` (``E_CONFIG_REF_NOT_FOUND`` if it is not one), or the
-    first one, or ``None``."""
+def mcp_connection(
+    connections: Sequence[ConnectionSpec], name: str | None
+) -> ConnectionSpec | None:
+    """The ``mcp-server`` Connection named ``name`` (``E_CONFIG_REF_NOT_FOUND`` if it is not one),
+    or the first one, or ``None``."""
     mcp = [c for c in connections if (c.connector_package, c.connector) == MCP_CONNECTOR]
     if name is None:
         return mcp[0] if mcp else None
     found = next((c for c in mcp if c.name == name), None)
     if found is None:
-        raise ConfigError(f"the Swarm has no mcp-server Connection {name!r}",
-                          code="E_CONFIG_REF_NOT_FOUND", suggestion="Connections of the mcp-server connector: "
-                          + (", ".join(c.name for c in mcp) or "none"))
+        raise ConfigError(
+            f"the Swarm has no mcp-server Connection {name!r}",
+            code="E_CONFIG_REF_NOT_FOUND",
+            suggestion="Connections of the mcp-server connector: "
+            + (", ".join(c.name for c in mcp) or "none"),
+        )
     return found
 
 
@@ -80,8 +92,11 @@ def exposed_for(bundle: Any, swarm: Any, spec: ConnectionSpec | None, agents: Se
         or [swarm.entry_agent]
     unknown = [n for n in names if n not in swarm.agents]
     if unknown:
-        raise ConfigError(f"not agents of Swarm {swarm.name!r}: {', '.join(unknown)}",
-                          code="E_CONFIG_REF_NOT_FOUND", suggestion="agents of the Swarm: " + ", ".join(swarm.agents))
+        raise ConfigError(
+            f"not agents of Swarm {swarm.name!r}: {', '.join(unknown)}",
+            code="E_CONFIG_REF_NOT_FOUND",
+            suggestion="agents of the Swarm: " + ", ".join(swarm.agents),
+        )
     exposed = []
     for name in names:
         resource = bundle.get("Agent", name)
@@ -144,7 +159,9 @@ def _progress_filter(progress: ProgressFn) -> Callable[[JsonObject], None]:
     return listener
 
 
-async def serve_stdio(server: McpServer, reader: asyncio.StreamReader, write: Callable[[bytes], None]) -> None:
+async def serve_stdio(
+    server: McpServer, reader: asyncio.StreamReader, write: Callable[[bytes], None]
+) -> None:
     """Answer the messages read from ``reader`` until it ends (see the module docstring)."""
     session = McpSession()  # one per process: each start of the command is a new conversation
     tasks: set[asyncio.Task[None]] = set()

@@ -124,9 +124,16 @@ class Orchestrator(ProcessSupervisor):
         logger: logging.Logger | None = None, idle_timeout_ms: int | None = None,
     ) -> None:
         super().__init__(
-            spawner, swarm_name=swarm_name, agents=agents, grace_period_ms=grace_period_ms,
-            reconcile_interval_s=reconcile_interval_s, crash_threshold=crash_threshold, idle_timeout_ms=idle_timeout_ms,
-            ready_timeout_s=ready_timeout_s, status_path=status_path, logger=logger or _log,
+            spawner,
+            swarm_name=swarm_name,
+            agents=agents,
+            grace_period_ms=grace_period_ms,
+            reconcile_interval_s=reconcile_interval_s,
+            crash_threshold=crash_threshold,
+            idle_timeout_ms=idle_timeout_ms,
+            ready_timeout_s=ready_timeout_s,
+            status_path=status_path,
+            logger=logger or _log,
         )
         self.entry_agent = entry_agent
         self.project_root = project_root
@@ -141,7 +148,10 @@ class Orchestrator(ProcessSupervisor):
 
     def __repr__(self) -> str:
         live = sum(1 for r in self.records.values() if r.alive)
-        return f"<Orchestrator swarm={self.swarm_name!r} processes={live}/{len(self.records)} stopping={self._stopping}>"
+        return (
+            f"<Orchestrator swarm={self.swarm_name!r} "
+            f"processes={live}/{len(self.records)} stopping={self._stopping}>"
+        )
 
     async def __aenter__(self) -> Orchestrator:
         await self.start()
@@ -151,7 +161,10 @@ class Orchestrator(ProcessSupervisor):
         await self.shutdown()
 
     async def shutdown(
-        self, reason: ShutdownReason = "orchestrator_shutdown", *, grace_period_ms: int | None = None
+        self,
+        reason: ShutdownReason = "orchestrator_shutdown",
+        *,
+        grace_period_ms: int | None = None,
     ) -> None:
         """Stop every process gracefully (SIGKILL after the grace period) and fail local waits."""
         if self._stopping:
@@ -193,7 +206,9 @@ class Orchestrator(ProcessSupervisor):
         event.instance_key = event.instance_key or instance_key
         correlation = new_correlation_id()
         event.reply_to = ReplyChannel(target=ORCHESTRATOR, correlation_id=correlation)
-        future = self._pending.expect(correlation, _Route(None, (agent, event.instance_key), event_id=event.id))
+        future = self._pending.expect(
+            correlation, _Route(None, (agent, event.instance_key), event_id=event.id)
+        )
         if on_event is not None:
             event.stream = True
             self._stream_listeners[event.id] = on_event
@@ -218,7 +233,9 @@ class Orchestrator(ProcessSupervisor):
             self._pending.forget(correlation)
             self._stream_listeners.pop(event.id, None)
 
-    async def _await_answer(self, future: asyncio.Future[AgentEvent], agent: str, key: str) -> AgentEvent:
+    async def _await_answer(
+        self, future: asyncio.Future[AgentEvent], agent: str, key: str
+    ) -> AgentEvent:
         """The answer, with a liveness check: a target process that stays *stopped* (SIGSTOP,
         Ctrl-Z, a debugger) for :data:`UNRESPONSIVE_AFTER_S` fails the request with
         ``E_AGENT_UNRESPONSIVE`` instead of leaving the caller (the chat, a control request)
@@ -253,7 +270,12 @@ class Orchestrator(ProcessSupervisor):
         return correlation, future
 
     async def cancel(
-        self, agent: str, event_id: str, *, instance_key: str = "default", timeout_s: float | None = 10.0
+        self,
+        agent: str,
+        event_id: str,
+        *,
+        instance_key: str = "default",
+        timeout_s: float | None = 10.0,
     ) -> bool:
         """Cancel the Turn of ``event_id`` on (agent, instance_key) and wait (up to ``timeout_s``)
         until the process reported it finished; False if that event is neither queued nor
@@ -273,7 +295,9 @@ class Orchestrator(ProcessSupervisor):
     def _cancel_event(self, rec: InstanceRecord, event_id: str) -> bool:
         queued = rec.inbox.remove_waiting(event_id)
         if queued is not None:
-            self._fail_request(queued, rec, "E_TURN_CANCELLED", "the request was cancelled before it started")
+            self._fail_request(
+                queued, rec, "E_TURN_CANCELLED", "the request was cancelled before it started"
+            )
             self._mark_changed()
             return True
         current = rec.inbox.current
@@ -313,11 +337,20 @@ class Orchestrator(ProcessSupervisor):
         existed = (agent, instance_key) in self.records
         rec = self.record(agent, instance_key, owner=owner, workdir=workdir)
         self._ensure_running(rec)
-        return {"target": agent, "instanceKey": instance_key, "spawned": not existed, "cwd": rec.workdir}
+        return {
+            "target": agent,
+            "instanceKey": instance_key,
+            "spawned": not existed,
+            "cwd": rec.workdir,
+        }
 
     def list_spawned(self, owner: tuple[str, str] | None, *, include_all: bool) -> list[JsonObject]:
         """``agents__list``: instances created through ``spawn``, oldest first."""
-        rows = [r for r in self.records.values() if r.owner is not None and (include_all or r.owner == owner)]
+        rows = [
+            r
+            for r in self.records.values()
+            if r.owner is not None and (include_all or r.owner == owner)
+        ]
         rows.sort(key=lambda r: r.created_at)
         return [
             {"target": r.agent_name, "instanceKey": r.instance_key, "ownerAgent": r.owner[0],
@@ -383,7 +416,9 @@ class Orchestrator(ProcessSupervisor):
         if event is None:  # one in flight already, or nothing waits (idle: docs/scaling.md)
             self._arm_idle(rec)
             return
-        self._spawn_task(self._send(rec, handle, IpcMessage.event(ORCHESTRATOR, rec.agent_name, event)))
+        self._spawn_task(
+            self._send(rec, handle, IpcMessage.event(ORCHESTRATOR, rec.agent_name, event))
+        )
 
     def _unsendable(self, rec: InstanceRecord, message: IpcMessage, exc: Exception) -> None:
         """``message`` can never be sent: log it, fail its request and free the instance."""
@@ -399,22 +434,33 @@ class Orchestrator(ProcessSupervisor):
             self._mark_changed()
             self._dispatch(rec)
 
-    async def _route_agent_event(self, sender: InstanceRecord, target: str, event: AgentEvent) -> None:
+    async def _route_agent_event(
+        self, sender: InstanceRecord, target: str, event: AgentEvent
+    ) -> None:
         if target not in self.agents:
             self.logger.warning(
                 "%s sent an event to unknown agent %r", sender.name, target,
                 extra={"event": "orchestrator.unknownTarget", "agentName": sender.agent_name},
             )
             if event.reply_to is not None:
-                await self._answer_error(sender, event, "E_AGENT_NOT_FOUND",
-                                         f"agent {target!r} is not part of swarm {self.swarm_name!r}")
+                await self._answer_error(
+                    sender,
+                    event,
+                    "E_AGENT_NOT_FOUND",
+                    f"agent {target!r} is not part of swarm {self.swarm_name!r}",
+                )
             return
         if self.admit is not None:
             try:
                 self.admit(sender.agent_name, target, event)
             except AgentError as err:
-                self.logger.warning("%s → %s refused: %s", sender.name, target, err.message,
-                                    extra={"event": "orchestrator.budgetExceeded", "agentName": sender.agent_name})
+                self.logger.warning(
+                    "%s → %s refused: %s",
+                    sender.name,
+                    target,
+                    err.message,
+                    extra={"event": "orchestrator.budgetExceeded", "agentName": sender.agent_name},
+                )
                 if event.reply_to is not None:
                     await self._answer_error(sender, event, err.code, err.message)
                 return
@@ -427,25 +473,36 @@ class Orchestrator(ProcessSupervisor):
             ))
         self._enqueue(target, event)
 
-    async def _answer_error(self, to: InstanceRecord, request: AgentEvent, code: str, message: str) -> None:
+    async def _answer_error(
+        self, to: InstanceRecord, request: AgentEvent, code: str, message: str
+    ) -> None:
         assert request.reply_to is not None
         answer = AgentEvent(
             type="agent.response",
             instance_key=to.instance_key,
             source={"kind": "agent", "name": ORCHESTRATOR},
             trace_id=request.trace_id,
-            metadata={"inReplyTo": request.reply_to.correlation_id, "error": {"code": code, "message": message}},
+            metadata={
+                "inReplyTo": request.reply_to.correlation_id,
+                "error": {"code": code, "message": message},
+            },
             auth=request.auth,
         )
         if to.handle is not None:
             await self._send(to, to.handle, IpcMessage.event(ORCHESTRATOR, to.agent_name, answer))
 
-    def _fail_request(self, request: AgentEvent, callee: InstanceRecord, code: str, message: str) -> None:
+    def _fail_request(
+        self, request: AgentEvent, callee: InstanceRecord, code: str, message: str
+    ) -> None:
         """The callee cannot answer ``request``: answer its caller with an error."""
         if request.reply_to is None:
             return
         pending = self._pending.take(request.reply_to.correlation_id)
-        error = {"code": code, "message": message, "target": f"{callee.agent_name}@{callee.instance_key}"}
+        error = {
+            "code": code,
+            "message": message,
+            "target": f"{callee.agent_name}@{callee.instance_key}",
+        }
         answer = AgentEvent(
             type="agent.response",
             source={"kind": "agent", "name": ORCHESTRATOR},
@@ -462,7 +519,11 @@ class Orchestrator(ProcessSupervisor):
         caller = self.records.get(pending.route.caller) if pending.route.caller else None
         if caller is not None and caller.handle is not None:
             answer.instance_key = caller.instance_key
-            self._spawn_task(self._send(caller, caller.handle, IpcMessage.event(ORCHESTRATOR, caller.agent_name, answer)))
+            self._spawn_task(
+                self._send(
+                    caller, caller.handle, IpcMessage.event(ORCHESTRATOR, caller.agent_name, answer)
+                )
+            )
 
     async def _route_response(self, sender: InstanceRecord, event: AgentEvent) -> None:
         correlation = str(event.metadata.get("inReplyTo"))
@@ -478,17 +539,23 @@ class Orchestrator(ProcessSupervisor):
         if caller is None or caller.handle is None:
             self.logger.info("caller of %s is gone; answer dropped", correlation)
             return
-        await self._send(caller, caller.handle, IpcMessage.event(sender.agent_name, caller.agent_name, event))
+        await self._send(
+            caller, caller.handle, IpcMessage.event(sender.agent_name, caller.agent_name, event)
+        )
 
     # -- messages from a process -------------------------------------------------------------------
-    async def _on_message(self, rec: InstanceRecord, handle: AgentHandle, message: IpcMessage) -> None:
+    async def _on_message(
+        self, rec: InstanceRecord, handle: AgentHandle, message: IpcMessage
+    ) -> None:
         if message.is_control:
             await self._on_control(rec, handle, message.agent_event())
         elif message.type == "shutdown_ack":
             ack = decode_shutdown(message)
             if isinstance(ack, ShutdownAck) and ack.pending:
                 rec.inbox.push_front(ack.pending)  # never started: the next process runs them
-            self.logger.info("%s acknowledged shutdown", rec.name, extra={"event": "orchestrator.shutdownAck"})
+            self.logger.info(
+                "%s acknowledged shutdown", rec.name, extra={"event": "orchestrator.shutdownAck"}
+            )
         elif message.type == "event":
             event = message.agent_event()
             if "inReplyTo" in event.metadata:
@@ -535,7 +602,9 @@ class Orchestrator(ProcessSupervisor):
             except Exception:
                 self.logger.exception("runtime event sink failed")
 
-    async def _on_control(self, rec: InstanceRecord, handle: AgentHandle, event: AgentEvent) -> None:
+    async def _on_control(
+        self, rec: InstanceRecord, handle: AgentHandle, event: AgentEvent
+    ) -> None:
         control = decode_control(event)
         if isinstance(control, Delta):  # hot path: no status change
             self._deliver_runtime_event(control.event_id, control.payload)
@@ -543,7 +612,12 @@ class Orchestrator(ProcessSupervisor):
         if isinstance(control, Ready):
             rec.transition("ready")
             rec.ready_signal.set()
-            self.logger.info("%s ready (pid %s)", rec.name, handle.pid, extra={"event": "orchestrator.agentReady"})
+            self.logger.info(
+                "%s ready (pid %s)",
+                rec.name,
+                handle.pid,
+                extra={"event": "orchestrator.agentReady"},
+            )
             settle_on_ready(rec, control, self._pending, self._fail_request, self.logger)
             self._dispatch(rec)
         elif isinstance(control, TurnStarted):
@@ -572,7 +646,9 @@ class Orchestrator(ProcessSupervisor):
             await self._answer_query(rec, handle, control)
         self._mark_changed()
 
-    async def _answer_query(self, rec: InstanceRecord, handle: AgentHandle, query: SpawnQuery | ListQuery) -> None:
+    async def _answer_query(
+        self, rec: InstanceRecord, handle: AgentHandle, query: SpawnQuery | ListQuery
+    ) -> None:
         answer: Answer
         try:
             if isinstance(query, SpawnQuery):
@@ -585,7 +661,9 @@ class Orchestrator(ProcessSupervisor):
             answer = Answer(query.correlation_id, result=result)
         except AgentError as err:
             answer = Answer(query.correlation_id, error={"code": err.code, "message": err.message})
-        message = answer.ipc_message(sender=ORCHESTRATOR, to=rec.agent_name, instance_key=rec.instance_key)
+        message = answer.ipc_message(
+            sender=ORCHESTRATOR, to=rec.agent_name, instance_key=rec.instance_key
+        )
         await self._send(rec, handle, message)
 
     def _release_in_flight(self, rec: InstanceRecord, ended: WorkerExit) -> None:
@@ -602,9 +680,16 @@ class Orchestrator(ProcessSupervisor):
         elif current.started and (interrupted.reply_to or interrupted.start_marker is None):
             what = ended.describe()
             self.logger.warning(
-                "%s exited (%s) during a turn; event %s was interrupted", rec.name, what, interrupted.id,
-                extra={"event": "orchestrator.turnInterrupted", "agentName": rec.agent_name,
-                       "instanceKey": rec.instance_key, "eventId": interrupted.id},
+                "%s exited (%s) during a turn; event %s was interrupted",
+                rec.name,
+                what,
+                interrupted.id,
+                extra={
+                    "event": "orchestrator.turnInterrupted",
+                    "agentName": rec.agent_name,
+                    "instanceKey": rec.instance_key,
+                    "eventId": interrupted.id,
+                },
             )
             rec.hold_interrupted(interrupted, what)
         else:

@@ -17,7 +17,8 @@ runs on a loaded 2-core machine): without it ``run --input`` reaches its first m
 
 A prewarmed process nobody takes (an invalid bundle, another swarm already running) is
 terminated when the orchestrator exits. Memory: one interpreter with the runtime imported,
-about 30 MB resident (20 MB of it private), from the orchestrator's start until the first agent uses it.
+about 30 MB resident (20 MB of it private), from the orchestrator's start until the first agent uses
+it.
 """
 
 from __future__ import annotations
@@ -36,8 +37,14 @@ from typing import Any
 __all__ = ["prewarm_agent_process", "take_prewarmed", "warm_entry"]
 
 # What every agent process imports before its first request (goondan/swarm/agent_process.py).
-WARM_IMPORTS = ("goondan.swarm.agent_process", "goondan.runtime.instance", "goondan.config.cache", "goondan.config.bundle",
-                "goondan.llm.registry", "goondan.llm.http")
+WARM_IMPORTS = (
+    "goondan.swarm.agent_process",
+    "goondan.runtime.instance",
+    "goondan.config.cache",
+    "goondan.config.bundle",
+    "goondan.llm.registry",
+    "goondan.llm.http",
+)
 
 
 class _Warm:
@@ -68,7 +75,8 @@ def warm_entry(conn: Connection) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
     # The imports create long-lived objects only: collecting while they load is wasted work,
-    # and freezing them keeps the agent's later collections small (figures: commands/common.py defer_gc).
+    # and freezing them keeps the agent's later collections small (figures: commands/common.py
+    # defer_gc).
     gc.disable()
     from goondan.codecache import install, save
 
@@ -106,7 +114,11 @@ def prewarm_agent_process() -> None:
                               daemon=False)
     has_mask = hasattr(signal, "pthread_sigmask")
     # Started from the main thread: block Ctrl-C and SIGTERM until the child has set them up.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if has_mask else None
+    mask = (
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        if has_mask
+        else None
+    )
     try:
         start_process(process)
     finally:

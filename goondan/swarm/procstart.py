@@ -1,4 +1,5 @@
-"""Starting a ``spawn`` child without losing the calling thread's signal mask (:func:`start_process`).
+"""Starting a ``spawn`` child without losing the calling thread's signal mask
+(:func:`start_process`).
 
 Kept apart from :mod:`goondan.swarm.spawner` so that ``goondan run`` can start its prewarmed agent
 process (goondan/swarm/prewarm.py) before importing asyncio and the orchestrator.

@@ -1,4 +1,5 @@
-"""A Turn cut short by its process's death, as the orchestrator sees it (docs/orchestrator.md "Crashes").
+"""A Turn cut short by its process's death, as the orchestrator sees it (docs/orchestrator.md
+"Crashes").
 
 An agent process journals its Turns (docs/conversations.md "Durability"): a Turn whose process
 dies resumes in the respawned process, which reports it in its ``runtime.ready``
@@ -44,7 +45,11 @@ def settle_on_ready(rec: InstanceRecord, ready: Ready, pending: Container[str], 
     held, how = rec.take_interrupted() or (None, "")
     resuming = ready.resuming if isinstance(ready.resuming, dict) else None
     if resuming is not None:
-        event = held if held is not None and held.id == resuming.get("id") else AgentEvent.from_dict(resuming)
+        event = (
+            held
+            if held is not None and held.id == resuming.get("id")
+            else AgentEvent.from_dict(resuming)
+        )
         rec.inbox.remove_waiting(event.id)  # a connector event may have been queued again
         if rec.inbox.current is None:
             rec.inbox.current = InFlight(event, started=True)
@@ -62,6 +67,10 @@ def settle_on_ready(rec: InstanceRecord, ready: Ready, pending: Container[str], 
     if held.reply_to is not None and held.reply_to.correlation_id in pending:
         rec.inbox.push_front([held])
         return "requeued"
-    logger.warning("%s: the turn of event %s is not resumed (it had ended, or was killed before "
-                   "its first journal record) and nobody waits for it: it is not run again", rec.name, held.id)
+    logger.warning(
+        "%s: the turn of event %s is not resumed (it had ended, or was killed before "
+        "its first journal record) and nobody waits for it: it is not run again",
+        rec.name,
+        held.id,
+    )
     return "dropped"

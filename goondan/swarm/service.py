@@ -1,4 +1,5 @@
-"""``goondan run``'s runtime: orchestrator + Connections + runtime files + control socket + ``--watch``.
+"""``goondan run``'s runtime: orchestrator + Connections + runtime files + control socket +
+``--watch``.
 
 :class:`SwarmService` assembles, for one bundle and Swarm, a :class:`ProcessSpawner`, the
 :class:`Orchestrator`, the log directory, ``runtime/active.json``, the status snapshot, the
@@ -98,7 +99,10 @@ class _EventStream:
         self.task = asyncio.ensure_future(self._send())
 
     def put(self, payload: JsonObject) -> None:
-        if not self.stopped and self.queued + self.writer.transport.get_write_buffer_size() > STREAM_BUFFER_BYTES:
+        if (
+            not self.stopped
+            and self.queued + self.writer.transport.get_write_buffer_size() > STREAM_BUFFER_BYTES
+        ):
             self._stop(f"more than {STREAM_BUFFER_BYTES} bytes of events unread")
         if self.stopped:
             self.dropped += 1
@@ -152,13 +156,15 @@ def already_running(swarm: str, root: Path, instance_key: str, pid: int | None) 
     return ConfigError(
         f"swarm {swarm!r} of {root} (instanceKey {instance_key!r}) already runs{where}",
         code="E_RUN_ALREADY_RUNNING",
-        suggestion=f"talk to it with 'goondan run {root}' or 'goondan send --bundle {root} TEXT', restart it "
+        suggestion=f"talk to it with 'goondan run {root}' or "
+        f"'goondan send --bundle {root} TEXT', restart it "
         f"with 'goondan restart --bundle {root}' or stop it with 'goondan stop --bundle {root}'",
     )
 
 
 def steering_agents(bundle: Any, swarm: Any) -> set[str]:
-    """The agents of ``swarm`` whose ``inputPolicy`` is ``steer`` (docs/orchestrator.md "Steering")."""
+    """The agents of ``swarm`` whose ``inputPolicy`` is ``steer`` (docs/orchestrator.md
+    "Steering")."""
     agents: set[str] = set()
     for name in swarm.agents:
         with contextlib.suppress(GoondanError):  # reported when the agent's process starts
@@ -270,29 +276,36 @@ class SwarmService:
         """Take the swarm's lock, then start logging, the orchestrator, the control socket and
         the watcher; write active.json."""
         if not self.claim():
-            raise already_running(self.swarm.name, self.bundle.root, self.instance_key, self.lock.holder())
+            raise already_running(
+                self.swarm.name, self.bundle.root, self.instance_key, self.lock.holder()
+            )
         from goondan.otlp import endpoint_configured
 
         # OTLP export (docs/observability.md): spans of every agent process, sent from a thread.
         if endpoint_configured(os.environ):
             from goondan.runtime.otlp_exporter import exporter_from_env
 
-            self.exporter = exporter_from_env(resource_attributes={"goondan.swarm": self.swarm.name})
+            self.exporter = exporter_from_env(
+                resource_attributes={"goondan.swarm": self.swarm.name}
+            )
         if self.exporter is not None:
             self.orchestrator.add_event_sink(self.exporter)
         private_dirs(self.log_dir)
         if self._log_to_file:
             self._install_log_file()
-        engine_start = getattr(self.spawner, "start", None)  # an engine with a cluster to join (Ray):
-        if engine_start is not None:  # joined now, saying so, rather than silently at the first event
+        # an engine with a cluster to join (Ray):
+        engine_start = getattr(self.spawner, "start", None)
+        # joined now, saying so, rather than silently at the first event
+        if engine_start is not None:
             await engine_start()
         await self.orchestrator.start()
         await self._resume_interrupted()
         from goondan.swarm.durable_inputs import SwarmInbox, inputs_dir
 
         # Inputs accepted before a crash whose Turn had not started run first, in order.
-        self.inbox = SwarmInbox(inputs_dir(self.state_root, self.bundle.root, self.bundle.package_name,
-                                           self.swarm.name))
+        self.inbox = SwarmInbox(
+            inputs_dir(self.state_root, self.bundle.root, self.bundle.package_name, self.swarm.name)
+        )
         await self.inbox.open(self.orchestrator)
         self.orchestrator.store_input = self.inbox.record
         await self.connections.start()
@@ -309,11 +322,25 @@ class SwarmService:
             self._watcher.start()
         files = log_files(self.log_dir, "orchestrator")
         self.active = ActiveRuntime(
-            instance_key=self.instance_key, runtime_key=self.key, log_dir=str(self.log_dir), bundle_path=str(self.bundle.root / "goondan.yaml"), swarm=self.swarm.name,
-            pid=os.getpid(), pid_start=pid_start_time(os.getpid()), token=new_id("orch"),
-            started_at=now_iso(), watch=self.watch,
-            logs=[{"process": "orchestrator", "stdout": str(files["stdout"]), "stderr": str(files["stderr"])}],
-            control_socket=str(self.socket_path), status_file=str(self.status_file),
+            instance_key=self.instance_key,
+            runtime_key=self.key,
+            log_dir=str(self.log_dir),
+            bundle_path=str(self.bundle.root / "goondan.yaml"),
+            swarm=self.swarm.name,
+            pid=os.getpid(),
+            pid_start=pid_start_time(os.getpid()),
+            token=new_id("orch"),
+            started_at=now_iso(),
+            watch=self.watch,
+            logs=[
+                {
+                    "process": "orchestrator",
+                    "stdout": str(files["stdout"]),
+                    "stderr": str(files["stderr"]),
+                }
+            ],
+            control_socket=str(self.socket_path),
+            status_file=str(self.status_file),
         )
         await asyncio.to_thread(write_active, self.state_root, self.active)
         # inspect from another directory masks this bundle's secrets (docs/security.md).
@@ -330,16 +357,27 @@ class SwarmService:
         found = await asyncio.to_thread(interrupted_instances, self.state_root, self.workspace_id)
         for agent, key in found:
             if agent in self.orchestrator.agents:
-                _log.info("resuming the interrupted turn of %s@%s", agent, key,
-                          extra={"event": "orchestrator.resumeAtStart", "agentName": agent, "instanceKey": key})
+                _log.info(
+                    "resuming the interrupted turn of %s@%s",
+                    agent,
+                    key,
+                    extra={
+                        "event": "orchestrator.resumeAtStart",
+                        "agentName": agent,
+                        "instanceKey": key,
+                    },
+                )
                 await self.orchestrator.spawn_instance(agent, key)
 
     def _install_log_file(self) -> None:
         path = log_files(self.log_dir, "orchestrator")["stderr"]
         for log in (path, log_files(self.log_dir, "orchestrator")["stdout"]):
-            os.close(private_opener(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND))  # 0600, as the agents'
+            # 0600, as the agents'
+            os.close(private_opener(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND))
         handler = logging.FileHandler(path, encoding="utf-8")
-        handler.setFormatter(JsonLineFormatter(process="orchestrator", swarm=self.swarm.name, pid=os.getpid()))
+        handler.setFormatter(
+            JsonLineFormatter(process="orchestrator", swarm=self.swarm.name, pid=os.getpid())
+        )
         handler.addFilter(SecretMaskingFilter())
         logger = logging.getLogger("goondan")
         if logger.level == logging.NOTSET or logger.level > logging.INFO:
@@ -356,7 +394,9 @@ class SwarmService:
         if self._server is not None:
             self._server.close()
         if self._control_tasks:  # requests of attached clients (`goondan run`, `send`) finish first
-            await asyncio.wait(set(self._control_tasks), timeout=self.swarm.shutdown_grace_ms / 1000)
+            await asyncio.wait(
+                set(self._control_tasks), timeout=self.swarm.shutdown_grace_ms / 1000
+            )
         await self.connections.stop()
         await self.orchestrator.shutdown()
         if self.inbox is not None:
@@ -417,7 +457,9 @@ class SwarmService:
                         shutil.rmtree(meta.parent)
 
         await asyncio.to_thread(clear)
-        _log.info("cleared the history of agent %s", agent, extra={"event": "orchestrator.historyCleared"})
+        _log.info(
+            "cleared the history of agent %s", agent, extra={"event": "orchestrator.historyCleared"}
+        )
 
     async def _reload(self, bundle: Any, changed_agents: list[str]) -> None:
         """``--watch``: new configuration; restart only the agents whose inputs changed."""
@@ -437,13 +479,25 @@ class SwarmService:
                           extra={"event": "orchestrator.configReloaded", "agentName": agent})
         connections = await self.connections.reload(bundle)
         # one line the chat shows above its prompt (goondan.console.prompt.AbovePromptHandler)
-        what = (f"; changed: {', '.join(changed)}; restarted: {', '.join(processes) or 'none running'}"
-                " (history kept)" if changed else "; no agent changed")
-        what += "".join(f"; Connections {kind}: {', '.join(names)}" for kind, names in connections.items() if names)
+        what = (
+            f"; changed: {', '.join(changed)}; restarted: {', '.join(processes) or 'none running'}"
+            " (history kept)"
+            if changed
+            else "; no agent changed"
+        )
+        what += "".join(
+            f"; Connections {kind}: {', '.join(names)}"
+            for kind, names in connections.items()
+            if names
+        )
         _log.info("bundle reloaded%s", what, extra={"event": "orchestrator.bundleReloaded"})
 
-    async def _control_request(self, request: JsonObject, on_event: Callable[[JsonObject], None] | None = None,
-                               on_accepted: Callable[[JsonObject], None] | None = None) -> JsonObject:
+    async def _control_request(
+        self,
+        request: JsonObject,
+        on_event: Callable[[JsonObject], None] | None = None,
+        on_accepted: Callable[[JsonObject], None] | None = None,
+    ) -> JsonObject:
         """``{"command": "request", "input", "agent"?, "instanceKey"?, "timeoutMs"?, "cli"?}``: one
         message to an agent (default: the entry agent), for scripts, headless runs and a
         ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it).
@@ -470,7 +524,11 @@ class SwarmService:
                 on_accepted({"id": event.id, "agent": agent, "instanceKey": key})
         timeout = request.get("timeoutMs")
         answer = await self.orchestrator.request(
-            agent, event, instance_key=key, timeout_ms=int(timeout) if timeout else None, on_event=on_event,
+            agent,
+            event,
+            instance_key=key,
+            timeout_ms=int(timeout) if timeout else None,
+            on_event=on_event,
         )
         error = answer.metadata.get("error")
         # an attached `goondan run` (cli) also gets what its console shows: the whole error,
@@ -480,14 +538,30 @@ class SwarmService:
         if isinstance(error, dict):
             if request.get("cli"):
                 extra = {"error": error}
-            return {"ok": False, "code": error.get("code"), "message": error.get("message"), **extra}
+            return {
+                "ok": False,
+                "code": error.get("code"),
+                "message": error.get("message"),
+                **extra,
+            }
         if answer.metadata.get("finishReason") == APPROVAL_PENDING:
             return {"ok": True, "agent": agent, "instanceKey": key, "status": "waitingForApproval",
                     "approvals": answer.metadata.get("approvals") or [], "response": None, **extra}
-        return {"ok": True, "agent": agent, "instanceKey": key, "response": answer.input or "", **extra}
+        return {
+            "ok": True,
+            "agent": agent,
+            "instanceKey": key,
+            "response": answer.input or "",
+            **extra,
+        }
 
-    async def _streamed_request(self, request: JsonObject, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                                on_accepted: Callable[[JsonObject], None] | None = None) -> JsonObject | None:
+    async def _streamed_request(
+        self,
+        request: JsonObject,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        on_accepted: Callable[[JsonObject], None] | None = None,
+    ) -> JsonObject | None:
         """A ``stream`` request: runtime events as ``{"event"}`` lines, then the answer; the
         client closing the connection cancels the Turn (None: nobody to answer)."""
 
@@ -545,22 +619,41 @@ class SwarmService:
             from goondan.ipc.queries import inspect_agent
 
             agent = str(request.get("agent") or self.swarm.entry_agent)
-            result = await inspect_agent(self.orchestrator, agent, str(request.get("instanceKey") or "control"),
-                                         str(request.get("what") or "state"))
+            result = await inspect_agent(
+                self.orchestrator,
+                agent,
+                str(request.get("instanceKey") or "control"),
+                str(request.get("what") or "state"),
+            )
             return {"ok": True, "result": result}
         if command == "status":
             active = self.active
             from goondan.workspace.approvals import ApprovalStore
 
-            pending = await asyncio.to_thread(ApprovalStore(self.state_root, self.workspace_id).list, status="pending")
-            return {"ok": True, **self.orchestrator.status_document(),
-                    "approvals": [a.to_dict() for a in pending if a.request.get("agent") in self.swarm.agents],
-                    "connections": self.connections.snapshot(), "instanceKey": self.instance_key,
-                    "runtimeKey": self.key, "bundle": str(self.bundle.root), "watch": self.watch,
-                    "logDir": str(self.log_dir), "usage": self.ledger.to_dict(), "pid": os.getpid(),
-                    "token": active.token if active is not None else None,
-                    "swarm": self.swarm.name, "entryAgent": self.swarm.entry_agent,
-                    "cliConnection": self.connections.cli.name if self.connections.cli is not None else None}
+            pending = await asyncio.to_thread(
+                ApprovalStore(self.state_root, self.workspace_id).list, status="pending"
+            )
+            return {
+                "ok": True,
+                **self.orchestrator.status_document(),
+                "approvals": [
+                    a.to_dict() for a in pending if a.request.get("agent") in self.swarm.agents
+                ],
+                "connections": self.connections.snapshot(),
+                "instanceKey": self.instance_key,
+                "runtimeKey": self.key,
+                "bundle": str(self.bundle.root),
+                "watch": self.watch,
+                "logDir": str(self.log_dir),
+                "usage": self.ledger.to_dict(),
+                "pid": os.getpid(),
+                "token": active.token if active is not None else None,
+                "swarm": self.swarm.name,
+                "entryAgent": self.swarm.entry_agent,
+                "cliConnection": self.connections.cli.name
+                if self.connections.cli is not None
+                else None,
+            }
         return {"ok": False, "code": "E_RUN_CONTROL", "message": f"unknown command {command!r}"}
 
     async def _watch_approvals(self) -> None:
@@ -573,14 +666,18 @@ class SwarmService:
         startup = True
         while True:
             try:
-                due, wait = await asyncio.to_thread(approvals_due, self.state_root, workspace, startup=startup)
+                due, wait = await asyncio.to_thread(
+                    approvals_due, self.state_root, workspace, startup=startup
+                )
                 startup = False
                 for found in due:
                     if found.id not in woken:
                         woken.add(found.id)
                         await self._approval_decided(found.id, force=True)
             except GoondanError as exc:
-                _log.warning("approvals: %s", exc.message, extra={"event": "orchestrator.approvalsFailed"})
+                _log.warning(
+                    "approvals: %s", exc.message, extra={"event": "orchestrator.approvalsFailed"}
+                )
                 wait = 5.0
             await asyncio.sleep(wait)
 
@@ -593,12 +690,21 @@ class SwarmService:
         from goondan.types import AgentEvent
         from goondan.workspace.approvals import ApprovalStore
 
-        found = await asyncio.to_thread(ApprovalStore(self.state_root, self.workspace_id).get, approval)
+        found = await asyncio.to_thread(
+            ApprovalStore(self.state_root, self.workspace_id).get, approval
+        )
         agent = str(found.request.get("agent")) if found is not None else ""
-        if found is None or (found.status == "pending" and not force) or agent not in self.swarm.agents:
+        if (
+            found is None
+            or (found.status == "pending" and not force)
+            or agent not in self.swarm.agents
+        ):
             return {"ok": True, "applied": False}
-        event = AgentEvent(type=APPROVAL_DECIDED_EVENT, instance_key=str(found.request.get("instanceKey")),
-                           metadata={"approvalId": approval})
+        event = AgentEvent(
+            type=APPROVAL_DECIDED_EVENT,
+            instance_key=str(found.request.get("instanceKey")),
+            metadata={"approvalId": approval},
+        )
         applied = await self.orchestrator.deliver_now(agent, event)
         return {"ok": True, "applied": applied, "status": found.status}
 
@@ -618,25 +724,39 @@ class SwarmService:
                 raise ValueError("a control request is a JSON object")
             answer = await self._control_answer(request, reader, writer)
         except GoondanError as err:
-            answer = {"ok": False, "code": err.code, "message": err.message, "suggestion": err.suggestion}
+            answer = {
+                "ok": False,
+                "code": err.code,
+                "message": err.message,
+                "suggestion": err.suggestion,
+            }
         except (ValueError, AttributeError) as exc:  # a malformed request
             answer = {"ok": False, "code": "E_RUN_CONTROL", "message": str(exc)}
         except Exception:  # a bug: the traceback goes to the log, not to the client
             _log.exception("control request failed", extra={"event": "orchestrator.controlFailed"})
-            answer = {"ok": False, "code": "E_INTERNAL", "message": "the orchestrator failed on this request",
-                      "suggestion": "see 'goondan logs' for the orchestrator's traceback and report it"}
+            answer = {
+                "ok": False,
+                "code": "E_INTERNAL",
+                "message": "the orchestrator failed on this request",
+                "suggestion": "see 'goondan logs' for the orchestrator's traceback and report it",
+            }
         with contextlib.suppress(OSError, RuntimeError):
             if answer is not None:
                 data = encode_line(answer)
                 if len(data) > MAX_CONTROL_BYTES:
                     big = message_too_large(len(data))
-                    data = encode_line({"ok": False, "code": big.code, "message": f"the answer: {big.message}"})
+                    data = encode_line(
+                        {"ok": False, "code": big.code, "message": f"the answer: {big.message}"}
+                    )
                 writer.write(data)
                 try:
                     async with asyncio.timeout(DRAIN_TIMEOUT_S):
                         await writer.drain()
                 except TimeoutError:  # a client that does not read: its buffer is dropped
-                    _log.warning("an attached client did not read its answer for %.0f s", DRAIN_TIMEOUT_S,
-                                 extra={"event": "orchestrator.answerDropped"})
+                    _log.warning(
+                        "an attached client did not read its answer for %.0f s",
+                        DRAIN_TIMEOUT_S,
+                        extra={"event": "orchestrator.answerDropped"},
+                    )
                     writer.transport.abort()
             writer.close()

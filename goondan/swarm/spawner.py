@@ -136,7 +136,9 @@ class WorkerExit:
         if exitcode is None:
             return cls("signalled" if not killed else "killed", None, None)
         if exitcode < 0:
-            return cls("killed" if killed and -exitcode == signal.SIGKILL else "signalled", None, -exitcode)
+            return cls(
+                "killed" if killed and -exitcode == signal.SIGKILL else "signalled", None, -exitcode
+            )
         return cls("exited", exitcode, None)
 
     @property
@@ -168,7 +170,10 @@ class AgentHandle(abc.ABC):
         self.started_monotonic = time.monotonic()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.request.process_name} pid={self.pid} exit={self.exitcode}>"
+        return (
+            f"<{type(self).__name__} {self.request.process_name} "
+            f"pid={self.pid} exit={self.exitcode}>"
+        )
 
     @property
     @abc.abstractmethod
@@ -257,7 +262,9 @@ class _ProcessHandle(AgentHandle):
             self._process.join(0)
             await asyncio.sleep(0.001)
         code = self._process.exitcode
-        return WorkerExit.from_exitcode(int(code) if code is not None else None, killed=self._killed)
+        return WorkerExit.from_exitcode(
+            int(code) if code is not None else None, killed=self._killed
+        )
 
     def kill(self) -> None:
         pid = self._process.pid
@@ -351,7 +358,9 @@ WorkerFactory = Callable[[SpawnRequest, Transport], Awaitable[int | None]]
 
 
 class _TaskHandle(AgentHandle):
-    def __init__(self, request: SpawnRequest, transport: Transport, task: asyncio.Task[int | None]) -> None:
+    def __init__(
+        self, request: SpawnRequest, transport: Transport, task: asyncio.Task[int | None]
+    ) -> None:
         super().__init__(request, transport)
         self._task = task
         self._killed = False

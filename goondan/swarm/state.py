@@ -191,7 +191,8 @@ class SwarmLock:
 
 @dataclass
 class ActiveRuntime:
-    """``runtime/active.json`` (docs/orchestrator.md "`goondan run`") plus ``controlSocket`` and ``statusFile``."""
+    """``runtime/active.json`` (docs/orchestrator.md "`goondan run`") plus ``controlSocket`` and
+    ``statusFile``."""
 
     instance_key: str
     bundle_path: str
@@ -213,10 +214,18 @@ class ActiveRuntime:
 
     def to_dict(self) -> JsonObject:
         return {
-            "instanceKey": self.instance_key, "bundlePath": self.bundle_path, "startedAt": self.started_at,
-            "watch": self.watch, "swarm": self.swarm, "pid": self.pid, "logs": self.logs,
-            "controlSocket": self.control_socket, "statusFile": self.status_file,
-            "runtimeKey": self.runtime_key, "logDir": self.log_dir, "pidStart": self.pid_start,
+            "instanceKey": self.instance_key,
+            "bundlePath": self.bundle_path,
+            "startedAt": self.started_at,
+            "watch": self.watch,
+            "swarm": self.swarm,
+            "pid": self.pid,
+            "logs": self.logs,
+            "controlSocket": self.control_socket,
+            "statusFile": self.status_file,
+            "runtimeKey": self.runtime_key,
+            "logDir": self.log_dir,
+            "pidStart": self.pid_start,
             "token": self.token,
         }
 
@@ -252,7 +261,9 @@ def _atomic_write(path: Path, data: JsonObject) -> None:
 def write_active(state_root: Path, active: ActiveRuntime) -> None:
     """Write ``active.json`` and ``orchestrators/<key>.json``."""
     _atomic_write(active_path(state_root), active.to_dict())
-    _atomic_write(runtime_dir(state_root) / "orchestrators" / f"{active.runtime_key}.json", active.to_dict())
+    _atomic_write(
+        runtime_dir(state_root) / "orchestrators" / f"{active.runtime_key}.json", active.to_dict()
+    )
 
 
 def clear_active(state_root: Path, active: ActiveRuntime) -> None:
@@ -280,8 +291,13 @@ def running_records(state_root: Path) -> list[ActiveRuntime]:
 
 
 def read_active(state_root: Path, key: str | None = None) -> ActiveRuntime | None:
-    """The record of orchestrator ``key`` (a runtime key; ``active.json`` if None); None when absent."""
-    path = active_path(state_root) if key is None else runtime_dir(state_root) / "orchestrators" / f"{safe_key(key)}.json"
+    """The record of orchestrator ``key`` (a runtime key; ``active.json`` if None); None when
+    absent."""
+    path = (
+        active_path(state_root)
+        if key is None
+        else runtime_dir(state_root) / "orchestrators" / f"{safe_key(key)}.json"
+    )
     try:
         return ActiveRuntime.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
@@ -309,9 +325,14 @@ class LiveProcess:
 
     def to_dict(self) -> JsonObject:
         return {
-            "orchestratorKey": self.orchestrator_key, "process": self.process, "agentName": self.agent_name,
-            "instanceKey": self.instance_key, "pid": self.pid, "status": self.status,
-            "startedAt": self.started_at, "uptimeSeconds": self.uptime_s,
+            "orchestratorKey": self.orchestrator_key,
+            "process": self.process,
+            "agentName": self.agent_name,
+            "instanceKey": self.instance_key,
+            "pid": self.pid,
+            "status": self.status,
+            "startedAt": self.started_at,
+            "uptimeSeconds": self.uptime_s,
         }
 
 
@@ -344,7 +365,9 @@ def list_live_processes(state_root: Path) -> list[LiveProcess]:
             _uptime(active.started_at) if alive else None,
         ))
         try:
-            status = json.loads(Path(active.status_file or status_path(state_root, active.runtime_key)).read_text())
+            status = json.loads(
+                Path(active.status_file or status_path(state_root, active.runtime_key)).read_text()
+            )
         except (OSError, ValueError):
             continue
         for proc in status.get("processes") or []:
@@ -353,9 +376,16 @@ def list_live_processes(state_root: Path) -> list[LiveProcess]:
             state = str(proc.get("status")) if alive else "terminated"
             if alive and pid and not live:
                 state = "terminated"
-            rows.append(LiveProcess(
-                active.instance_key, str(proc.get("process")), str(proc.get("agentName")),
-                str(proc.get("instanceKey")), pid if live else None, state,
-                proc.get("startedAt") if live else None, _uptime(proc.get("startedAt")) if live else None,
-            ))
+            rows.append(
+                LiveProcess(
+                    active.instance_key,
+                    str(proc.get("process")),
+                    str(proc.get("agentName")),
+                    str(proc.get("instanceKey")),
+                    pid if live else None,
+                    state,
+                    proc.get("startedAt") if live else None,
+                    _uptime(proc.get("startedAt")) if live else None,
+                )
+            )
     return rows

@@ -1,4 +1,5 @@
-"""Supervision state: worker records, crash backoff, reconciliation plans (docs/orchestrator.md "Supervision").
+"""Supervision state: worker records, crash backoff, reconciliation plans (docs/orchestrator.md
+"Supervision").
 
 Pure data and pure functions, so the policy is testable without processes. Every worker kind
 has a :class:`WorkerRecord`: agent instances an :class:`InstanceRecord` (applied by
@@ -47,7 +48,16 @@ ProcessStatus = Literal[
 # report ``ready`` and then take turns; a connector process reports ``run`` (its ``run(ctx)``
 # started: it listens) and ``done`` (``run`` returned: its work is finished).
 Trigger = Literal[
-    "spawn", "ready", "turnStarted", "turnFinished", "run", "done", "drain", "exit", "crash", "backoff"
+    "spawn",
+    "ready",
+    "turnStarted",
+    "turnFinished",
+    "run",
+    "done",
+    "drain",
+    "exit",
+    "crash",
+    "backoff",
 ]
 _ALIVE: Final = ("spawning", "idle", "running", "processing", "draining")
 _DOWN: Final = ("pending", "completed", "terminated", "crashed", "crashLoopBackOff")
@@ -82,7 +92,9 @@ def backoff_ms(consecutive_crashes: int, threshold: int = 5, cap_ms: int = 300_0
 
 def iso_from_epoch(epoch: float) -> str:
     """Epoch seconds as ISO-8601 UTC with milliseconds."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 @dataclass(kw_only=True)
@@ -156,8 +168,12 @@ class WorkerRecord:
         also while its next attempt starts and runs, so one that keeps failing never looks
         ``running``/``idle`` between its crashes — until the count starts over (a finished
         turn, a restart) or it has run for ``stable_after_s``."""
-        stable = (stable_after_s is not None and self.handle is not None and self.started_monotonic is not None
-                  and time.monotonic() - self.started_monotonic > stable_after_s)
+        stable = (
+            stable_after_s is not None
+            and self.handle is not None
+            and self.started_monotonic is not None
+            and time.monotonic() - self.started_monotonic > stable_after_s
+        )
         if self.crash_looping and not stable and self.status not in ("completed", "terminated"):
             return "crashLoopBackOff"
         return self.status
@@ -326,7 +342,8 @@ class InstanceRecord(WorkerRecord):
 
 @dataclass
 class ReconcilePlan:
-    """``{toSpawn, toTerminate, toRespawn}`` of one reconciliation pass (docs/orchestrator.md "Supervision")."""
+    """``{toSpawn, toTerminate, toRespawn}`` of one reconciliation pass (docs/orchestrator.md
+    "Supervision")."""
 
     to_spawn: list[tuple[str, str]] = field(default_factory=list)
     to_terminate: list[tuple[str, str]] = field(default_factory=list)
@@ -335,8 +352,13 @@ class ReconcilePlan:
     def to_dict(self) -> JsonObject:
         return {
             "toSpawn": [{"agentName": a, "instanceKey": k} for a, k in self.to_spawn],
-            "toTerminate": [{"agentName": a, "instanceKey": k, "reason": "config_change"} for a, k in self.to_terminate],
-            "toRespawn": [{"agentName": a, "instanceKey": k, "backoffMs": b} for a, k, b in self.to_respawn],
+            "toTerminate": [
+                {"agentName": a, "instanceKey": k, "reason": "config_change"}
+                for a, k in self.to_terminate
+            ],
+            "toRespawn": [
+                {"agentName": a, "instanceKey": k, "backoffMs": b} for a, k, b in self.to_respawn
+            ],
         }
 
 

@@ -125,7 +125,9 @@ class ProcessSupervisor(abc.ABC):
 
     # -- hooks of the router -----------------------------------------------------------------------
     @abc.abstractmethod
-    async def _on_message(self, rec: InstanceRecord, handle: AgentHandle, message: IpcMessage) -> None:
+    async def _on_message(
+        self, rec: InstanceRecord, handle: AgentHandle, message: IpcMessage
+    ) -> None:
         """A message from ``rec``'s process."""
 
     @abc.abstractmethod
@@ -133,7 +135,9 @@ class ProcessSupervisor(abc.ABC):
         """``rec``'s process ended with an event in flight: requeue or fail it."""
 
     @abc.abstractmethod
-    def _fail_request(self, request: AgentEvent, callee: InstanceRecord, code: str, message: str) -> None:
+    def _fail_request(
+        self, request: AgentEvent, callee: InstanceRecord, code: str, message: str
+    ) -> None:
         """``request`` queued on ``callee`` will never be answered: answer its caller."""
 
     @abc.abstractmethod
@@ -160,7 +164,10 @@ class ProcessSupervisor(abc.ABC):
         for rec in self.records.values():
             rec.cancel_spawn_timer()
         await asyncio.gather(
-            *(self._stop_record(rec, reason, grace_period_ms) for rec in list(self.records.values())),
+            *(
+                self._stop_record(rec, reason, grace_period_ms)
+                for rec in list(self.records.values())
+            ),
             return_exceptions=True,
         )
         await self._wait_all_exited()
@@ -194,7 +201,9 @@ class ProcessSupervisor(abc.ABC):
         # A background task's exception would otherwise surface only at garbage collection.
         exc = None if task.cancelled() else task.exception()
         if exc is not None:
-            self.logger.error("orchestrator task failed: %r", exc, extra={"event": "orchestrator.taskFailed"})
+            self.logger.error(
+                "orchestrator task failed: %r", exc, extra={"event": "orchestrator.taskFailed"}
+            )
             self.logger.debug("orchestrator task traceback", exc_info=exc)
 
     def _mark_changed(self) -> None:
@@ -281,8 +290,12 @@ class ProcessSupervisor(abc.ABC):
         try:
             handle = await self.spawner.spawn(request)
         except Exception as exc:
-            self.logger.error("spawning %s failed: %s", rec.name, exc,
-                              extra={"event": "orchestrator.spawnFailed", "agentName": rec.agent_name})
+            self.logger.error(
+                "spawning %s failed: %s",
+                rec.name,
+                exc,
+                extra={"event": "orchestrator.spawnFailed", "agentName": rec.agent_name},
+            )
             self._on_crash(rec, None)
             rec.exited.set()
             return
@@ -298,7 +311,9 @@ class ProcessSupervisor(abc.ABC):
         await pump_messages(handle, lambda message: self._on_message(rec, handle, message),
                             name=rec.name, logger=self.logger)
 
-    async def _ready_watchdog(self, rec: InstanceRecord, handle: AgentHandle, signal: asyncio.Event) -> None:
+    async def _ready_watchdog(
+        self, rec: InstanceRecord, handle: AgentHandle, signal: asyncio.Event
+    ) -> None:
         """Kill a process that does not report ``ready`` in time (``signal`` is set by its
         ``ready`` report or its exit)."""
         try:
@@ -306,10 +321,14 @@ class ProcessSupervisor(abc.ABC):
                 await signal.wait()
         except TimeoutError:
             if rec.handle is handle:
-                self.logger.error("%s not ready after %.0f s; killing it", rec.name, self.ready_timeout_s)
+                self.logger.error(
+                    "%s not ready after %.0f s; killing it", rec.name, self.ready_timeout_s
+                )
                 handle.kill()
 
-    async def _watch(self, rec: InstanceRecord, handle: AgentHandle, pump: asyncio.Task[Any]) -> None:
+    async def _watch(
+        self, rec: InstanceRecord, handle: AgentHandle, pump: asyncio.Task[Any]
+    ) -> None:
         ended = await handle.wait()
         # Messages written just before the exit (the last answer, turnFinished) come first.
         try:
@@ -321,7 +340,9 @@ class ProcessSupervisor(abc.ABC):
             await handle.transport.aclose()
         if not ended.ok and handle.pid is not None and handle.pid != os.getpid():
             # A crashed (e.g. SIGKILLed) agent process could not stop its tools' processes.
-            await asyncio.to_thread(sweep, {ORCHESTRATOR_ENV: owner_token(), AGENT_PROCESS_ENV: str(handle.pid)})
+            await asyncio.to_thread(
+                sweep, {ORCHESTRATOR_ENV: owner_token(), AGENT_PROCESS_ENV: str(handle.pid)}
+            )
         try:
             self._on_exit(rec, ended)
         except Exception:  # bookkeeping bug: keep supervising the other processes
@@ -345,8 +366,12 @@ class ProcessSupervisor(abc.ABC):
             self._ensure_running(rec)
 
     def _on_crash(self, rec: InstanceRecord, code: int | None) -> None:
-        delay = rec.count_crash(self.crash_threshold, cause=f"exited with code {code}" if code is None or code >= 0
-                                else f"killed by signal {-code}")
+        delay = rec.count_crash(
+            self.crash_threshold,
+            cause=f"exited with code {code}"
+            if code is None or code >= 0
+            else f"killed by signal {-code}",
+        )
         self.logger.warning(
             "%s crashed (exit %s, %d in a row)", rec.name, code, rec.consecutive_crashes,
             extra={"event": "orchestrator.agentCrashed", "agentName": rec.agent_name,
@@ -397,7 +422,7 @@ class ProcessSupervisor(abc.ABC):
         if reason == "config_change" and rec.agent_name not in self.agents and not rec.queue:
             self.records.pop(rec.key, None)
 
-    # -- idle release (docs/scaling.md "Idle instances") ---------------------------------------------
+    # -- idle release (docs/scaling.md "Idle instances") -------------------------------------------
     def _is_idle(self, rec: InstanceRecord) -> bool:
         return (rec.status == "idle" and not rec.queue and rec.inbox.current is None
                 and rec.stop_mode is None and not self._stopping)
@@ -431,9 +456,16 @@ class ProcessSupervisor(abc.ABC):
 
     async def _restart_record(self, rec: InstanceRecord, reason: str) -> None:
         """Gracefully replace one agent process (its conversation and queue are kept)."""
-        self.logger.info("%s restarts at its own request (%s)", rec.name, reason or "no reason given",
-                         extra={"event": "orchestrator.selfRestart", "agentName": rec.agent_name,
-                                "instanceKey": rec.instance_key})
+        self.logger.info(
+            "%s restarts at its own request (%s)",
+            rec.name,
+            reason or "no reason given",
+            extra={
+                "event": "orchestrator.selfRestart",
+                "agentName": rec.agent_name,
+                "instanceKey": rec.instance_key,
+            },
+        )
         rec.hold_dispatch("restart")
         try:
             await self._stop_record(rec, "restart", None)
@@ -470,7 +502,11 @@ class ProcessSupervisor(abc.ABC):
     def status_document(self) -> JsonObject:
         """``processes.json``: the orchestrator and every agent process."""
         return {
-            "orchestrator": {"pid": os.getpid(), "startedAt": self.started_at, "swarm": self.swarm_name},
+            "orchestrator": {
+                "pid": os.getpid(),
+                "startedAt": self.started_at,
+                "swarm": self.swarm_name,
+            },
             "updatedAt": now_iso(),
             "processes": self.snapshot(),
         }

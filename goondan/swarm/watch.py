@@ -37,7 +37,11 @@ def _digest(path: Path) -> str:
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "resource"}
+        return {
+            f.name: _plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.name != "resource"
+        }
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -50,7 +54,11 @@ def _plain(value: Any) -> Any:
 def agent_fingerprints(bundle: Any, swarm: str | None) -> dict[str, str]:
     """``{agent: sha256}`` over everything that shapes the agent's process."""
     spec = bundle.swarm_spec(swarm)
-    policy = {"maxSteps": spec.max_steps_per_turn, "grace": spec.shutdown_grace_ms, "agents": sorted(spec.agents)}
+    policy = {
+        "maxSteps": spec.max_steps_per_turn,
+        "grace": spec.shutdown_grace_ms,
+        "agents": sorted(spec.agents),
+    }
     out: dict[str, str] = {}
     for name in spec.agents:
         agent = bundle.agent_spec(name, swarm=spec.name)
@@ -62,7 +70,9 @@ def agent_fingerprints(bundle: Any, swarm: str | None) -> dict[str, str]:
             "entries": {str(p): _digest(Path(p)) for p in entries},
             "policy": policy,
         }
-        out[name] = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+        out[name] = hashlib.sha256(
+            json.dumps(data, sort_keys=True, default=str).encode()
+        ).hexdigest()
     return out
 
 
@@ -129,11 +139,17 @@ class BundleWatcher:
         from goondan.config import load_bundle
 
         try:
-            bundle = await asyncio.to_thread(load_bundle, self.bundle.root, state_root=self.state_root)
+            bundle = await asyncio.to_thread(
+                load_bundle, self.bundle.root, state_root=self.state_root
+            )
             fingerprints = await asyncio.to_thread(agent_fingerprints, bundle, self.swarm)
         except GoondanError as err:
-            _log.error("bundle changed but does not load; keeping the running configuration: [%s] %s",
-                       err.code, err.message, extra={"event": "orchestrator.reloadFailed"})
+            _log.error(
+                "bundle changed but does not load; keeping the running configuration: [%s] %s",
+                err.code,
+                err.message,
+                extra={"event": "orchestrator.reloadFailed"},
+            )
             return
         changed = sorted(a for a, fp in fingerprints.items() if self._fingerprints.get(a) != fp)
         self.bundle, self._fingerprints = bundle, fingerprints

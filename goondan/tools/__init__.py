@@ -1,4 +1,5 @@
-"""Tools: ``resource__export`` names, argument schemas, providers, registry, per-step catalog, executor."""
+"""Tools: ``resource__export`` names, argument schemas, providers, registry, per-step catalog,
+executor."""
 
 from __future__ import annotations
 

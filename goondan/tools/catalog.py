@@ -1,4 +1,5 @@
-"""The per-step Tool Catalog: what the LLM is offered in one step (docs/tools.md "Registry and catalog").
+"""The per-step Tool Catalog: what the LLM is offered in one step (docs/tools.md
+"Registry and catalog").
 
 The catalog starts from ``Agent.spec.tools`` (the config bindings, in declaration order, each
 export in order) followed by the tools extensions registered with ``api.tools.register``; a

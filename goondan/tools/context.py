@@ -8,8 +8,8 @@ call. ``runtime`` is the optional agent-to-agent API (``request``/``send``/``spa
 merged with the Agent reference's ``config``; ``max_output_bytes`` is the cap the executor applies
 to the result (a tool that produces a lot should stop reading there, docs/tools.md).
 ``idempotency_key`` is stable for this call across crashes and resumes (``gdn_`` + 40 hex; send it
-as an ``Idempotency-Key`` header, docs/tools.md "Idempotency"). The v1 interfaces ``swarmBundle`` and
-``oauth`` deliberately do not exist.
+as an ``Idempotency-Key`` header, docs/tools.md "Idempotency"). The v1 interfaces ``swarmBundle``
+and ``oauth`` deliberately do not exist.
 """
 
 from __future__ import annotations

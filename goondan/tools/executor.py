@@ -1,4 +1,5 @@
-"""``ToolExecutor``: run one tool call and turn every failure into an error result (docs/tools.md "Errors are results").
+"""``ToolExecutor``: run one tool call and turn every failure into an error result (docs/tools.md
+"Errors are results").
 
 ``await executor.execute(call, catalog=step_catalog, context=tool_ctx)`` never raises (only
 ``asyncio.CancelledError`` propagates). In order:
@@ -50,7 +51,11 @@ from goondan.tools.schema import validate_args
 from goondan.types import ToolCall, ToolCallResult, ToolCatalogItem
 
 __all__ = [
-    "TRUNCATION_SUFFIX", "ToolExecutor", "ToolFailure", "run_in_daemon_thread", "truncate_error_message",
+    "TRUNCATION_SUFFIX",
+    "ToolExecutor",
+    "ToolFailure",
+    "run_in_daemon_thread",
+    "truncate_error_message",
 ]
 
 TRUNCATION_SUFFIX = "... (truncated)"
@@ -164,7 +169,11 @@ class ToolExecutor:
         if call.invalid_args is not None:
             # The model wrote arguments that are not a JSON object: answer with the raw text so
             # it can correct itself on the next step (docs/models.md).
-            raw = call.invalid_args if len(call.invalid_args) <= 500 else mask_cut(call.invalid_args[:500]) + "…"
+            raw = (
+                call.invalid_args
+                if len(call.invalid_args) <= 500
+                else mask_cut(call.invalid_args[:500]) + "…"
+            )
             return self._fail(
                 call, tool, f"Invalid arguments for tool '{name}': not a JSON object: {raw}",
                 code="E_TOOL_INVALID_ARGS", name="ToolInvalidArgsError",
@@ -231,7 +240,9 @@ class ToolExecutor:
             # it is the scrub alone — done on the loop, cheaper than a worker-thread hop.
             output = scrub_output(output)
         else:
-            output = await asyncio.to_thread(finalize_output, output, limit=limit, spill_to=spill_to)
+            output = await asyncio.to_thread(
+                finalize_output, output, limit=limit, spill_to=spill_to
+            )
         return ToolCallResult.success(call.id, name, output)
 
     def _fail(
@@ -267,5 +278,7 @@ def _ms(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def _for_call(context: ToolContext, call_id: str, config: dict[str, Any], limit: int) -> ToolContext:
+def _for_call(
+    context: ToolContext, call_id: str, config: dict[str, Any], limit: int
+) -> ToolContext:
     return dataclasses.replace(context, tool_call_id=call_id, config=config, max_output_bytes=limit)

@@ -107,7 +107,8 @@ def _execute(entry: Path, name: str, kind: str) -> ModuleType:
         raise ToolLoadError(
             f"{kind} entry {entry.name} failed to load: {type(exc).__name__}: {mask(str(exc))}",
             code="E_TOOL_LOAD",
-            suggestion="Fix the error in the entry module (run it with python to see the traceback).",
+            suggestion="Fix the error in the entry module "
+            "(run it with python to see the traceback).",
             location=where,
         ) from exc
     return module

@@ -54,7 +54,8 @@ def build_tool_name(resource_name: str, export_name: str) -> str:
             raise ToolLoadError(
                 f"tool {label} name {part!r} must not contain '__'",
                 code="E_TOOL_NAME",
-                suggestion="Use '-' or a single '_' inside names; '__' separates resource and export.",
+                suggestion="Use '-' or a single '_' inside "
+                "names; '__' separates resource and export.",
             )
     return f"{resource_name}{SEPARATOR}{export_name}"
 
@@ -72,7 +73,9 @@ def tool_name_problem(full_name: object) -> str | None:
     if SEPARATOR in export or resource.endswith("_") or export.startswith("_"):
         return f"tool name {full_name!r} must contain '__' exactly once, as the separator"
     if not _RESOURCE_RE.fullmatch(resource):
-        return f"resource part {resource!r} of {full_name!r} may use only letters, digits, '-' and '_'"
+        return (
+            f"resource part {resource!r} of {full_name!r} may use only letters, digits, '-' and '_'"
+        )
     if not _EXPORT_RE.fullmatch(export):
         return (
             f"export part {export!r} of {full_name!r} may use only lower-case letters, "

@@ -63,9 +63,12 @@ class ToolSettings:
         """Settings from an ``AgentSpec`` (tools without their own cap use the Agent's)."""
         limits = {t.name: t.max_output_bytes for t in getattr(spec, "tools", ())
                   if getattr(t, "max_output_bytes", None)}
-        configs = {t.name: dict(getattr(t, "config", None) or {}) for t in getattr(spec, "tools", ())}
+        configs = {
+            t.name: dict(getattr(t, "config", None) or {}) for t in getattr(spec, "tools", ())
+        }
         return cls(
-            max_output_bytes=getattr(spec, "max_tool_output_bytes", None) or DEFAULT_MAX_OUTPUT_BYTES,
+            max_output_bytes=getattr(spec, "max_tool_output_bytes", None)
+            or DEFAULT_MAX_OUTPUT_BYTES,
             tool_max_output_bytes=limits,
             tool_configs=configs,
             spill=bool(getattr(spec, "spill_tool_output", False)),
@@ -85,7 +88,10 @@ def scrub_output(value: JsonValue) -> JsonValue:
     if isinstance(value, str):
         return mask(clean_text(value))
     if isinstance(value, dict):
-        return {mask(clean_text(k)) if isinstance(k, str) else k: scrub_output(v) for k, v in value.items()}
+        return {
+            mask(clean_text(k)) if isinstance(k, str) else k: scrub_output(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [scrub_output(v) for v in value]
     return value
@@ -144,7 +150,9 @@ def _shrink(value: JsonValue, threshold: int) -> JsonValue:
     return value
 
 
-def cap_output(output: JsonValue, limit: int, *, spill: Callable[[str], str | None] | None = None) -> JsonValue:
+def cap_output(
+    output: JsonValue, limit: int, *, spill: Callable[[str], str | None] | None = None
+) -> JsonValue:
     """``output`` if its JSON form fits ``limit`` bytes, else a marked, shortened version."""
     text = _dumps(output)
     size = len(text.encode("utf-8"))
@@ -155,7 +163,9 @@ def cap_output(output: JsonValue, limit: int, *, spill: Callable[[str], str | No
     if file:
         info["file"] = file
     if isinstance(output, str):
-        marker = f"\n…[output truncated: {size} bytes, limit {limit}" + (f"; full output in {file}]" if file else "]")
+        marker = f"\n…[output truncated: {size} bytes, limit {limit}" + (
+            f"; full output in {file}]" if file else "]"
+        )
         # The string is stored as JSON: leave room for its quotes and escapes.
         budget = limit - len(marker.encode("utf-8")) - 2
         kept = _cut(output, budget)

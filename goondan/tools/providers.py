@@ -146,7 +146,9 @@ class _DaemonWorkers:
         if self._idle.acquire(blocking=False):
             self._jobs.put(job)
         else:
-            threading.Thread(target=self._work, args=(job,), name="goondan-tool", daemon=True).start()
+            threading.Thread(
+                target=self._work, args=(job,), name="goondan-tool", daemon=True
+            ).start()
 
     def _work(self, job: Callable[[], None]) -> None:
         if hasattr(signal, "pthread_sigmask"):

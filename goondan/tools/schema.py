@@ -107,7 +107,9 @@ def validate_value(schema: Any, value: Any, path: str = "$") -> SchemaViolation 
     return None
 
 
-def _validate_object(schema: Mapping[str, Any], value: Mapping[str, Any], path: str) -> SchemaViolation | None:
+def _validate_object(
+    schema: Mapping[str, Any], value: Mapping[str, Any], path: str
+) -> SchemaViolation | None:
     required = schema.get("required")
     if isinstance(required, list):
         for name in required:

@@ -41,7 +41,14 @@ from goondan.workspace.files import (
 )
 from goondan.workspace.paths import StateLayout
 
-__all__ = ["Approval", "ApprovalStatus", "ApprovalStore", "approval_id", "format_time", "parse_time"]
+__all__ = [
+    "Approval",
+    "ApprovalStatus",
+    "ApprovalStore",
+    "approval_id",
+    "format_time",
+    "parse_time",
+]
 
 ApprovalStatus = Literal["pending", "approved", "denied", "expired"]
 STATUSES: tuple[str, ...] = ("pending", "approved", "denied", "expired")
@@ -50,7 +57,9 @@ _DECISION = ".decision.json"
 
 def approval_id(agent: str, instance_key: str, turn_id: str, tool_call_id: str) -> str:
     """``apr_`` + 24 hex digits of sha256 over the call's identity: the same call, the same id."""
-    digest = hashlib.sha256(f"{agent}\0{instance_key}\0{turn_id}\0{tool_call_id}".encode()).hexdigest()
+    digest = hashlib.sha256(
+        f"{agent}\0{instance_key}\0{turn_id}\0{tool_call_id}".encode()
+    ).hexdigest()
     return "apr_" + digest[:24]
 
 
@@ -62,7 +71,9 @@ def parse_time(text: str) -> datetime:
 
 def format_time(value: datetime) -> str:
     """``value`` in the form of :func:`goondan.types.now_iso` (UTC, milliseconds, ``Z``)."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return (
+        value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    )
 
 
 @dataclass(frozen=True)
@@ -207,8 +218,11 @@ class ApprovalStore:
             if found is None:
                 continue
             req = found.request
-            if ((status is None or found.status == status) and (agent is None or req.get("agent") == agent)
-                    and (instance_key is None or req.get("instanceKey") == instance_key)):
+            if (
+                (status is None or found.status == status)
+                and (agent is None or req.get("agent") == agent)
+                and (instance_key is None or req.get("instanceKey") == instance_key)
+            ):
                 out.append(found)
         out.sort(key=lambda a: (str(a.request.get("requestedAt")), a.id))
         return out
@@ -223,9 +237,12 @@ class ApprovalStore:
         taken). Raises ``E_APPROVAL_NOT_FOUND`` for an unknown id."""
         current = self.get(approval, now=now)
         if current is None:
-            raise WorkspaceError(f"no approval {approval!r} in this workspace", code="E_APPROVAL_NOT_FOUND",
-                                 suggestion="'goondan approvals list' shows the ids; check --bundle "
-                                 "and --state-root")
+            raise WorkspaceError(
+                f"no approval {approval!r} in this workspace",
+                code="E_APPROVAL_NOT_FOUND",
+                suggestion="'goondan approvals list' shows the ids; check --bundle "
+                "and --state-root",
+            )
         if current.decision is not None:
             return current, False
         at = format_time(now) if now is not None else now_iso()
@@ -252,7 +269,10 @@ class ApprovalStore:
         """Delete every approval of (agent, instance key); returns how many."""
         removed = 0
         for found in self.list(agent=agent, instance_key=instance_key):
-            for path in (self._path(found.id), self._path(found.id).with_name(found.id + _DECISION)):
+            for path in (
+                self._path(found.id),
+                self._path(found.id).with_name(found.id + _DECISION),
+            ):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             removed += 1

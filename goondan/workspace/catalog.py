@@ -154,8 +154,14 @@ def find_instances(state_root: Path, key: str, *, agent: str | None = None,
     return found
 
 
-def select_instances(state_root: Path, key: str, *, agent: str | None = None,
-                     workspace_id: str | None = None, allow_many: bool = True) -> list[InstanceInfo]:
+def select_instances(
+    state_root: Path,
+    key: str,
+    *,
+    agent: str | None = None,
+    workspace_id: str | None = None,
+    allow_many: bool = True,
+) -> list[InstanceInfo]:
     """Like :func:`find_instances` but raises when nothing (or, optionally, several) match."""
     found = find_instances(state_root, key, agent=agent, workspace_id=workspace_id)
     if not found:
@@ -247,8 +253,10 @@ def delete_instance(info: InstanceInfo, *, force: bool = False) -> None:
     if not force and info.locked():
         pid = info.lock_pid()
         raise InstanceLockedError(
-            f"instance {info.label} is in use by {'process ' + str(pid) if pid else 'another process'}",
-            pid=pid, location=str(info.paths.dir),
+            f"instance {info.label} is in use by "
+            f"{'process ' + str(pid) if pid else 'another process'}",
+            pid=pid,
+            location=str(info.paths.dir),
             suggestion="stop that process first, or pass --force to delete anyway",
         )
     import shutil  # deletion only: shutil imports bz2 and lzma, kept off the start path
@@ -264,4 +272,6 @@ def delete_instance(info: InstanceInfo, *, force: bool = False) -> None:
         from goondan.workspace.approvals import ApprovalStore
 
         parents = info.paths.dir.parents
-        ApprovalStore(parents[3], parents[1].name).remove_instance(info.agent_name, info.instance_key)
+        ApprovalStore(parents[3], parents[1].name).remove_instance(
+            info.agent_name, info.instance_key
+        )

@@ -4,8 +4,8 @@ A claim file is JSON lines, one record per write. Two kinds of record:
 
 * ``{"id": ..., "owner": "<pid>:<start time>"}`` — a *reservation*: that process is about to
   start the id's work (a Turn) and has not yet made its start durable;
-* ``{"id": ...}`` — the start is *final*: the work's input is durable wherever the work keeps it (the Turn's
-  user message in the conversation).
+* ``{"id": ...}`` — the start is *final*: the work's input is durable wherever the work keeps it
+  (the Turn's user message in the conversation).
 
 :func:`claim` takes an exclusive ``fcntl.flock`` on the file, reads what other processes
 appended since this process last looked, and reserves the id unless it is final or reserved by
@@ -37,8 +37,18 @@ from pathlib import Path
 
 from goondan.workspace.files import append_or_undo, fsync_dir, io_error, private_dirs, write_all
 
-__all__ = ["STARTED", "claim", "claim_states", "compact", "confirm", "owner_alive", "owner_token", "pid_start_time",
-           "read_claims", "started_ids"]
+__all__ = [
+    "STARTED",
+    "claim",
+    "claim_states",
+    "compact",
+    "confirm",
+    "owner_alive",
+    "owner_token",
+    "pid_start_time",
+    "read_claims",
+    "started_ids",
+]
 
 STARTED = ""  # the state of an id whose start is final; otherwise the owner token
 _lock = threading.Lock()
@@ -211,7 +221,9 @@ def compact(path: Path, consumed: set[str]) -> int:
         os.close(fd)
 
 
-def _locked(path: Path, decide: Callable[[dict[str, str]], str | None], claim_id: str) -> str | None:
+def _locked(
+    path: Path, decide: Callable[[dict[str, str]], str | None], claim_id: str
+) -> str | None:
     """Under the file lock: read what is new, ask ``decide`` for the state to append (None:
     nothing), append it. Returns the state appended (None: nothing was)."""
     key = str(path)

@@ -137,7 +137,8 @@ def private_opener(path: str, flags: int) -> int:
 
 
 def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Replace ``path`` with ``data``: temp file in the same directory + fsync + rename + dir fsync."""
+    """Replace ``path`` with ``data``: temp file in the same directory + fsync + rename + dir
+    fsync."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)

@@ -130,7 +130,8 @@ class DurableInbox:
             private_dirs(sub)
 
     def open_entries(self) -> list[InboxEntry]:
-        """Open for appending; returns the pending entries (accepted, Turn not started), in order."""
+        """Open for appending; returns the pending entries (accepted, Turn not started), in
+        order."""
         try:
             self._make_dirs()
             self.compact_path.unlink(missing_ok=True)  # a compaction that crashed before its rename
@@ -213,7 +214,9 @@ class DurableInbox:
         if self._fd is None:
             raise RuntimeError(f"{self!r} is not open")
         entry = InboxEntry(str(event["id"]), event, agent, instance_key, now_iso())
-        line = json.dumps(entry.to_dict(), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        line = (
+            json.dumps(entry.to_dict(), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        )
         try:
             append_or_undo(self._fd, line)
         except OSError as exc:

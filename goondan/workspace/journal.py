@@ -1,4 +1,5 @@
-"""The turn journal: where a running turn records its durable points (docs/conversations.md "Durability").
+"""The turn journal: where a running turn records its durable points (docs/conversations.md
+"Durability").
 
 One file per instance, ``<instance dir>/turn.jsonl``, JSON lines with camelCase keys. Each
 record is ONE ``write`` on an ``O_APPEND`` descriptor, like ``events.jsonl``: it reaches the
@@ -53,7 +54,9 @@ JOURNAL_FILE = "turn.jsonl"
 
 def idempotency_key(agent: str, instance_key: str, turn_id: str, tool_call_id: str) -> str:
     """The key of one tool call, stable across resumes: ``gdn_`` + 40 hex of a sha256."""
-    digest = hashlib.sha256(f"{agent}\0{instance_key}\0{turn_id}\0{tool_call_id}".encode()).hexdigest()
+    digest = hashlib.sha256(
+        f"{agent}\0{instance_key}\0{turn_id}\0{tool_call_id}".encode()
+    ).hexdigest()
     return "gdn_" + digest[:40]
 
 
@@ -64,7 +67,8 @@ class OpenTurn:
     turn_id: str
     input: JsonObject
     started_calls: dict[str, JsonObject] = field(default_factory=dict)  # toolCallId -> record
-    approvals: dict[str, JsonObject] = field(default_factory=dict)  # toolCallId -> approval.requested
+    # toolCallId -> approval.requested
+    approvals: dict[str, JsonObject] = field(default_factory=dict)
     parked: bool = False
     crash_resumes: int = 0  # turn.resumed records with cause "crash"
     resumes: int = 0  # all turn.resumed records

@@ -3,7 +3,8 @@
 System Root (docs/conversations.md "Where state lives")::
 
     <stateRoot>/workspaces/<workspaceId>/instances/<instanceDir>/
-        metadata.json  turn.jsonl  messages/base.jsonl  messages/events.jsonl  extensions/<name>.json  .lock
+        metadata.json  turn.jsonl  messages/base.jsonl  messages/events.jsonl
+        extensions/<name>.json  .lock
 
 * state root: ``--state-root`` > ``GOONDAN_STATE_ROOT`` > ``stateRoot`` in
   ``~/.goondan/config.toml`` > ``~/.goondan`` (resolving never creates anything, so a read-only
@@ -75,10 +76,13 @@ def read_user_config(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
         ) from exc
     except OSError as exc:  # a directory, an I/O error …: still the user's file, not a bug
         raise WorkspaceError(
-            f"cannot read {path}: {exc.strerror or exc}", code="E_WORKSPACE_CONFIG",
-            location=str(path), suggestion="make it a TOML file (or remove it), or pass --state-root",
+            f"cannot read {path}: {exc.strerror or exc}",
+            code="E_WORKSPACE_CONFIG",
+            location=str(path),
+            suggestion="make it a TOML file (or remove it), or pass --state-root",
         ) from exc
-    import tomllib  # only when the file exists: most starts have none (docs/runtime.md "Performance")
+    # only when the file exists: most starts have none (docs/runtime.md "Performance")
+    import tomllib
 
     try:
         return tomllib.loads(raw.decode("utf-8"))

@@ -56,7 +56,9 @@ class Rewrite:
 CommitPlan = Append | Rewrite | Noop
 
 
-def plan_commit(state: ConversationState, on_disk: Sequence[Message] | MessagePrefix | None) -> CommitPlan:
+def plan_commit(
+    state: ConversationState, on_disk: Sequence[Message] | MessagePrefix | None
+) -> CommitPlan:
     """How to fold ``state`` into a base file holding ``on_disk`` (None: not read yet).
 
     O(new messages) for an appending turn: the bases are compared by length and ends only."""
@@ -84,7 +86,8 @@ def _same_base(state: ConversationState, on_disk: Sequence[Message] | MessagePre
 
 @dataclass
 class RecoveryPlan:
-    """What recovery does to a base + leftover events (shared by ``load`` and ``fold --dry-run``)."""
+    """What recovery does to a base + leftover events (shared by ``load`` and
+    ``fold --dry-run``)."""
 
     state: ConversationState
     already_committed: int = 0
@@ -130,18 +133,29 @@ def plan_recovery(base: list[Message], leftovers: list[MessageEvent], *, events_
             if e.type == "append" and e.message is not None and e.message.id not in present
         )
         state.emit_all(repairs)
-        plan.dropped_results = results_before + plan.synthetic_results - count_tool_results(state.next_messages)
+        plan.dropped_results = (
+            results_before + plan.synthetic_results - count_tool_results(state.next_messages)
+        )
         parts = []
         if plan.synthetic_results:
-            parts.append(f"added {plan.synthetic_results} synthetic E_TURN_INTERRUPTED tool result(s) "
-                         "for tool calls that never got one")
+            parts.append(
+                f"added {plan.synthetic_results} synthetic E_TURN_INTERRUPTED tool result(s) "
+                "for tool calls that never got one"
+            )
         if plan.dropped_results:
             parts.append(f"dropped {plan.dropped_results} orphan or duplicate tool result(s)")
-        plan.diagnostics.append(Diagnostic(
-            code=REPAIRED, severity="warning", file=base_file or None,
-            message="; ".join(parts) or "reordered tool results",
-            extra={"syntheticResults": plan.synthetic_results, "droppedResults": plan.dropped_results},
-        ))
+        plan.diagnostics.append(
+            Diagnostic(
+                code=REPAIRED,
+                severity="warning",
+                file=base_file or None,
+                message="; ".join(parts) or "reordered tool results",
+                extra={
+                    "syntheticResults": plan.synthetic_results,
+                    "droppedResults": plan.dropped_results,
+                },
+            )
+        )
         plan.repairs = repairs
     return plan
 

@@ -29,7 +29,9 @@ __all__ = ["RECORD_FILE", "iter_workspace_records", "record_bundle_workspace", "
 RECORD_FILE = "workspace.json"
 
 
-def record_workspace(state_root: Path, workspace_id: str, bundle_root: Path, secret_env: list[str]) -> bool:
+def record_workspace(
+    state_root: Path, workspace_id: str, bundle_root: Path, secret_env: list[str]
+) -> bool:
     """Write the record of ``workspace_id`` unless it already says the same; True if written."""
     path = StateLayout(Path(state_root)).workspace_dir(workspace_id) / RECORD_FILE
     record = {"bundleRoot": str(bundle_root), "secretEnv": sorted(set(secret_env))}
@@ -80,5 +82,10 @@ def iter_workspace_records(state_root: Path) -> Iterator[dict[str, Any]]:
         if not isinstance(record, dict) or not isinstance(record.get("bundleRoot"), str):
             continue
         names = record.get("secretEnv")
-        yield {"workspaceId": directory.name, "bundleRoot": record["bundleRoot"],
-               "secretEnv": [n for n in names if isinstance(n, str)] if isinstance(names, list) else []}
+        yield {
+            "workspaceId": directory.name,
+            "bundleRoot": record["bundleRoot"],
+            "secretEnv": [n for n in names if isinstance(n, str)]
+            if isinstance(names, list)
+            else [],
+        }

@@ -30,8 +30,8 @@ Exactly-once across a crash between "base written" and "events emptied":
 
 * delta append — the committed messages are then a suffix of ``base.jsonl`` equal (by id) to a
   prefix of the leftover append events; recovery skips that prefix. This relies on the invariant
-  that message ids are unique within an instance (ids are stable forever, docs/conversations.md), and on
-  ``events.jsonl`` holding exactly what a commit folds (recovery logs its appended repairs).
+  that message ids are unique within an instance (ids are stable forever, docs/conversations.md),
+  and on ``events.jsonl`` holding exactly what a commit folds (recovery logs its appended repairs).
 * rewrite — before the rename the old base is hard-linked (or copied) to ``base.jsonl.prev``. If
   that file exists at open and differs in content from ``base.jsonl``, the rename happened, so the
   leftover events are already in base and are discarded instead of replayed.
@@ -148,7 +148,8 @@ class ConversationStore(Protocol):
 
 
 def read_metadata(paths: InstancePaths) -> dict[str, Any] | None:
-    """``metadata.json`` as a dict; None when absent or empty; ``WorkspaceCorruptError`` when invalid.
+    """``metadata.json`` as a dict; None when absent or empty; ``WorkspaceCorruptError`` when
+    invalid.
 
     Empty counts as absent: status writes are not fsync-ed (see the module docstring), so a power
     loss can leave a zero-length file (or, on some file systems, one of NUL bytes) behind.
@@ -182,7 +183,8 @@ def metadata_matches(meta: dict[str, Any], agent_name: str, instance_key: str) -
 
 def locate_instance(layout: StateLayout, workspace_id: str, agent_name: str,
                     instance_key: str) -> tuple[InstancePaths, bool]:
-    """The directory for (agent, key) and whether it exists yet (docs/conversations.md "Where state lives", plus collisions)."""
+    """The directory for (agent, key) and whether it exists yet (docs/conversations.md
+    "Where state lives", plus collisions)."""
     candidates = [layout.instance(workspace_id, name) for name in (
         instance_dir_name(agent_name, instance_key), collision_dir_name(agent_name, instance_key))]
     # Look at every candidate before picking a free one: the pair's directory may be the
@@ -323,7 +325,7 @@ class InstanceStore:
                                  code="E_WORKSPACE_CLOSED", suggestion="open the instance again")
         return self._journal
 
-    # -- loading and recovery ------------------------------------------------------------------------
+    # -- loading and recovery ----------------------------------------------------------------------
     def load(self, *, keep_open_calls: bool = False) -> ConversationState:
         """The conversation with leftovers folded and tool pairs repaired; events are empty.
 
@@ -522,7 +524,9 @@ class InstanceStore:
         the two fsyncs of a durable replace cost more than the rest of a step on a real disk.
         """
         if status not in ("idle", "processing", "waitingForApproval"):
-            raise ValueError(f"status must be 'idle', 'processing' or 'waitingForApproval', not {status!r}")
+            raise ValueError(
+                f"status must be 'idle', 'processing' or 'waitingForApproval', not {status!r}"
+            )
         self._require_open()
         self._metadata = {**self._metadata, "status": status, "updatedAt": now_iso()}
         atomic_write(self.paths.metadata, _json_bytes(self._metadata), fsync=False)
@@ -548,8 +552,11 @@ class InstanceStore:
         """Write the state atomically unless unchanged; return True when it was written."""
         self._require_open()
         try:
-            # clean_json: a lone surrogate in a state must not make it unsaveable (docs/security.md).
-            data = (json.dumps(clean_json(value), ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+            # clean_json: a lone surrogate in a state must not make it unsaveable
+            # (docs/security.md).
+            data = (json.dumps(clean_json(value), ensure_ascii=False, indent=2) + "\n").encode(
+                "utf-8"
+            )
         except (TypeError, ValueError) as exc:
             raise WorkspaceError(
                 f"the state of extension {name!r} is not JSON-serialisable: {exc}",
@@ -598,7 +605,9 @@ class InstanceStore:
         if self._broken is not None:
             raise WorkspaceError(
                 f"instance {self.agent_name}:{self.instance_key}: {self._broken}; "
-                "nothing more is written to it", code="E_WORKSPACE_IO", location=str(self.paths.dir),
+                "nothing more is written to it",
+                code="E_WORKSPACE_IO",
+                location=str(self.paths.dir),
                 suggestion="fix the disk problem, then restart the agent (reopening recovers it)",
             )
         return self._events_fd

@@ -38,7 +38,9 @@ class Asker:
         self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
 
-    async def __call__(self, event: ConnectorEvent, agent: str | None, on_progress: Any) -> TurnAnswer:
+    async def __call__(
+        self, event: ConnectorEvent, agent: str | None, on_progress: Any
+    ) -> TurnAnswer:
         self.calls.append((event, agent))
         self.started.set()
         if on_progress is not None:
@@ -52,7 +54,12 @@ class Asker:
         if self.fail:
             return TurnAnswer(EmitReceipt(event.id), agent, event.instance_key,
                               error_code="E_AGENT_REQUEST_FAILED", error_message="model down")
-        return TurnAnswer(EmitReceipt(event.id), agent, event.instance_key, text=f"answer: {event.message['text']}")
+        return TurnAnswer(
+            EmitReceipt(event.id),
+            agent,
+            event.instance_key,
+            text=f"answer: {event.message['text']}",
+        )
 
 
 def context(tmp_path: Path, asker: Asker, **config: str) -> ConnectorContext:
@@ -88,7 +95,9 @@ def test_bad_requests_get_the_json_rpc_binding_errors_and_run_no_turn(tmp_path: 
                                           headers=AUTH, timeout=10.0)
             assert json.loads(raw.data)["error"]["code"] == -32700
             assert (await rpc(url, "ListTasks", {}))["error"]["code"] == -32601
-            assert (await rpc(url, "SendMessage", {"message": {"parts": []}}))["error"]["code"] == -32602
+            assert (await rpc(url, "SendMessage", {"message": {"parts": []}}))["error"][
+                "code"
+            ] == -32602
             bad_context = message("hi", contextId="../../etc")
             assert (await rpc(url, "SendMessage", bad_context))["error"]["code"] == -32602
             unknown_skill = message("hi", metadata={"skill": "coder"})  # not exposed
@@ -111,11 +120,18 @@ def test_messages_map_context_to_instance_key_and_skill_to_agent(tmp_path: Path)
             assert first["status"]["state"] == "TASK_STATE_COMPLETED"
             assert first["artifacts"][0]["parts"] == [{"text": "answer: hello"}]
             context_id = first["contextId"]
-            second = (await rpc(url, "SendMessage", message("code it", contextId=context_id,
-                                                            metadata={"skill": "coder"})))["result"]["task"]
+            second = (
+                await rpc(
+                    url,
+                    "SendMessage",
+                    message("code it", contextId=context_id, metadata={"skill": "coder"}),
+                )
+            )["result"]["task"]
             assert second["contextId"] == context_id and second["id"] != first["id"]
             assert [(e.instance_key, e.properties["agent"], agent) for e, agent in asker.calls] == [
-                (f"a2a:{context_id}", "assistant", "assistant"), (f"a2a:{context_id}", "coder", "coder")]
+                (f"a2a:{context_id}", "assistant", "assistant"),
+                (f"a2a:{context_id}", "coder", "coder"),
+            ]
             # a completed task cannot be cancelled; GetTask keeps the last historyLength messages
             assert (await rpc(url, "CancelTask", {"id": first["id"]}))["error"]["code"] == -32002
             got = (await rpc(url, "GetTask", {"id": first["id"], "historyLength": 1}))["result"]
@@ -123,7 +139,11 @@ def test_messages_map_context_to_instance_key_and_skill_to_agent(tmp_path: Path)
             asker.fail = True
             failed = (await rpc(url, "SendMessage", message("again")))["result"]["task"]
             assert failed["status"]["state"] == "TASK_STATE_FAILED"
-            assert failed["status"]["message"]["parts"][0]["text"] == "[E_AGENT_REQUEST_FAILED] model down"
+            assert (
+                failed["status"]["message"]["parts"][0]["text"]
+                == "[E_AGENT_REQUEST_FAILED] model down"
+            )
+
     asyncio.run(body())
 
 
@@ -132,7 +152,11 @@ def test_cancel_task_cancels_the_asked_turn(tmp_path: Path) -> None:
         asker = Asker()
         asker.hang = True
         async with running(a2a, context(tmp_path, asker)) as url:
-            sent = await rpc(url, "SendMessage", {**message("wait"), "configuration": {"returnImmediately": True}})
+            sent = await rpc(
+                url,
+                "SendMessage",
+                {**message("wait"), "configuration": {"returnImmediately": True}},
+            )
             task = sent["result"]["task"]
             assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
             await asyncio.wait_for(asker.started.wait(), 10)
@@ -142,7 +166,9 @@ def test_cancel_task_cancels_the_asked_turn(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-def test_without_a_token_it_does_not_start_unless_unauthenticated_is_allowed(tmp_path: Path) -> None:
+def test_without_a_token_it_does_not_start_unless_unauthenticated_is_allowed(
+    tmp_path: Path,
+) -> None:
     async def body() -> None:
         ctx = context(tmp_path, Asker())
         ctx.secrets.clear()
@@ -152,7 +178,9 @@ def test_without_a_token_it_does_not_start_unless_unauthenticated_is_allowed(tmp
         assert err.value.code == "E_CONNECTOR_UNSIGNED"
         async with running(a2a, context(tmp_path, Asker(), ALLOW_UNAUTHENTICATED="true",
                                         PUBLIC_URL="https://agents.example/a2a")) as url:
-            card = await asyncio.to_thread(_pool.request, "GET", url + "/.well-known/agent-card.json", timeout=10.0)
+            card = await asyncio.to_thread(
+                _pool.request, "GET", url + "/.well-known/agent-card.json", timeout=10.0
+            )
             assert card.status == 200 and "securitySchemes" not in json.loads(card.data)
             assert json.loads(card.data)["supportedInterfaces"][0]["url"] == "https://agents.example/a2a"
     asyncio.run(body())
@@ -163,11 +191,15 @@ def _tool_context() -> ToolContext:
                        tool_call_id="c", message=None, workdir=Path.cwd())
 
 
-def test_the_a2a_tool_provider_lists_card_skills_and_maps_answers_and_errors(tmp_path: Path) -> None:
+def test_the_a2a_tool_provider_lists_card_skills_and_maps_answers_and_errors(
+    tmp_path: Path,
+) -> None:
     async def body() -> None:
         asker = Asker()
         async with running(a2a, context(tmp_path, asker, AGENTS="assistant,coder")) as url:
-            spec = A2aAgentSpec("peer", None, url + "/a2a", headers={"Authorization": {"value": f"Bearer {TOKEN}"}})
+            spec = A2aAgentSpec(
+                "peer", None, url + "/a2a", headers={"Authorization": {"value": f"Bearer {TOKEN}"}}
+            )
             provider = A2aToolProvider(spec, env={})
             tools = {t.name: t for t in await provider.list_tools()}
             assert sorted(tools) == ["peer__assistant", "peer__coder"]
@@ -182,8 +214,12 @@ def test_the_a2a_tool_provider_lists_card_skills_and_maps_answers_and_errors(tmp
             with pytest.raises(ToolFailure) as failed:
                 await provider.call("peer__assistant", _tool_context(), {"message": "x"})
             assert failed.value.code == "E_A2A_TASK_FAILED" and "model down" in failed.value.message
-            wrong = A2aToolProvider(A2aAgentSpec("peer", None, url + "/a2a",
-                                                 headers={"Authorization": {"value": "Bearer no"}}), env={})
+            wrong = A2aToolProvider(
+                A2aAgentSpec(
+                    "peer", None, url + "/a2a", headers={"Authorization": {"value": "Bearer no"}}
+                ),
+                env={},
+            )
             assert await wrong.list_tools() == []  # the card answered 401: no tools this step
             provider._headers = lambda: {"Authorization": "Bearer no"}  # type: ignore[method-assign]
             with pytest.raises(ToolFailure) as refused:
@@ -200,10 +236,14 @@ def test_a_cancelled_a2a_tool_call_cancels_the_remote_task(tmp_path: Path) -> No
         asker = Asker()
         asker.hang = True
         async with running(a2a, context(tmp_path, asker)) as url:
-            spec = A2aAgentSpec("peer", None, url + "/a2a", headers={"Authorization": {"value": f"Bearer {TOKEN}"}})
+            spec = A2aAgentSpec(
+                "peer", None, url + "/a2a", headers={"Authorization": {"value": f"Bearer {TOKEN}"}}
+            )
             provider = A2aToolProvider(spec, env={})
             await provider.list_tools()
-            call = asyncio.ensure_future(provider.call("peer__assistant", _tool_context(), {"message": "slow"}))
+            call = asyncio.ensure_future(
+                provider.call("peer__assistant", _tool_context(), {"message": "slow"})
+            )
             await asyncio.wait_for(asker.started.wait(), 10)
             call.cancel()
             await asyncio.wait([call], timeout=20)
@@ -218,23 +258,56 @@ def test_methods_paths_and_a_dropped_stream_leave_the_task_running(tmp_path: Pat
         asker = Asker()
         asker.hang = True
         async with running(a2a, context(tmp_path, asker)) as url:
-            get = await asyncio.to_thread(_pool.request, "GET", url + "/a2a", headers=AUTH, timeout=10.0)
-            post_card = await asyncio.to_thread(_pool.request, "POST", url + "/.well-known/agent-card.json",
-                                                body=b"{}", headers=AUTH, timeout=10.0)
-            other = await asyncio.to_thread(_pool.request, "GET", url + "/elsewhere", headers=AUTH, timeout=10.0)
+            get = await asyncio.to_thread(
+                _pool.request, "GET", url + "/a2a", headers=AUTH, timeout=10.0
+            )
+            post_card = await asyncio.to_thread(
+                _pool.request,
+                "POST",
+                url + "/.well-known/agent-card.json",
+                body=b"{}",
+                headers=AUTH,
+                timeout=10.0,
+            )
+            other = await asyncio.to_thread(
+                _pool.request, "GET", url + "/elsewhere", headers=AUTH, timeout=10.0
+            )
             assert (get.status, post_card.status, other.status) == (405, 405, 404)
             # a browser page of another site is refused (DNS rebinding); a loopback page is not
-            foreign = await asyncio.to_thread(_pool.request, "GET", url + "/.well-known/agent-card.json",
-                                              headers={**AUTH, "Origin": "http://evil.example"}, timeout=10.0)
-            local = await asyncio.to_thread(_pool.request, "GET", url + "/.well-known/agent-card.json",
-                                            headers={**AUTH, "Origin": "http://localhost:3000"}, timeout=10.0)
+            foreign = await asyncio.to_thread(
+                _pool.request,
+                "GET",
+                url + "/.well-known/agent-card.json",
+                headers={**AUTH, "Origin": "http://evil.example"},
+                timeout=10.0,
+            )
+            local = await asyncio.to_thread(
+                _pool.request,
+                "GET",
+                url + "/.well-known/agent-card.json",
+                headers={**AUTH, "Origin": "http://localhost:3000"},
+                timeout=10.0,
+            )
             assert (foreign.status, local.status) == (403, 200)
-            # a streaming client that goes away does not cancel its Task (A2A: tasks outlive streams)
+            # a streaming client that goes away does not cancel its Task (A2A: tasks outlive
+            # streams)
             own_pool = urllib3.PoolManager(retries=False)  # its connection is dropped below
             stream = await asyncio.to_thread(
-                own_pool.request, "POST", url + "/a2a", preload_content=False, timeout=10.0, headers=AUTH,
-                body=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
-                                 "params": message("stream me")}).encode())
+                own_pool.request,
+                "POST",
+                url + "/a2a",
+                preload_content=False,
+                timeout=10.0,
+                headers=AUTH,
+                body=json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "SendStreamingMessage",
+                        "params": message("stream me"),
+                    }
+                ).encode(),
+            )
             assert stream.headers["Content-Type"].startswith("text/event-stream")
             first = await asyncio.to_thread(stream.readline)
             task = json.loads(first.removeprefix(b"data: "))["result"]["task"]

@@ -37,8 +37,13 @@ COMMENT = {"action": "created", "repository": REPO, "sender": SENDER,
 
 
 def headers(kind: str, body: bytes, delivery: str = "d-1", secret: str = SECRET) -> dict[str, str]:
-    return {"X-GitHub-Event": kind, "X-GitHub-Delivery": delivery, "Content-Type": "application/json",
-            "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()}
+    return {
+        "X-GitHub-Event": kind,
+        "X-GitHub-Delivery": delivery,
+        "Content-Type": "application/json",
+        "X-Hub-Signature-256": "sha256="
+        + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
+    }
 
 
 def context(tmp_path: Path, inbox: RecordingInbox, secret_name: str = "SIGNING_SECRET") -> Any:
@@ -46,13 +51,27 @@ def context(tmp_path: Path, inbox: RecordingInbox, secret_name: str = "SIGNING_S
                         secrets={secret_name: SECRET})
 
 
-@pytest.mark.parametrize(("kind", "payload", "name", "text", "props"), [
-    ("push", PUSH, "github_push", "Fix the parser", {"ref": "refs/heads/main"}),
-    ("pull_request", PULL, "github_pull_request", "Add webhooks",
-     {"action": "opened", "number": "42", "ref": "feature/hooks"}),
-    ("issues", ISSUE, "github_issue", "It crashes", {"action": "opened", "number": "7"}),
-    ("issue_comment", COMMENT, "github_issue_comment", "Me too", {"action": "created", "number": "7"}),
-])
+@pytest.mark.parametrize(
+    ("kind", "payload", "name", "text", "props"),
+    [
+        ("push", PUSH, "github_push", "Fix the parser", {"ref": "refs/heads/main"}),
+        (
+            "pull_request",
+            PULL,
+            "github_pull_request",
+            "Add webhooks",
+            {"action": "opened", "number": "42", "ref": "feature/hooks"},
+        ),
+        ("issues", ISSUE, "github_issue", "It crashes", {"action": "opened", "number": "7"}),
+        (
+            "issue_comment",
+            COMMENT,
+            "github_issue_comment",
+            "Me too",
+            {"action": "created", "number": "7"},
+        ),
+    ],
+)
 def test_supported_events(tmp_path: Path, kind: str, payload: dict[str, Any], name: str, text: str,
                           props: dict[str, str]) -> None:
     async def body() -> None:
@@ -62,8 +81,17 @@ def test_supported_events(tmp_path: Path, kind: str, payload: dict[str, Any], na
             status, answer = await post(url, raw, headers(kind, raw, delivery=f"guid-{kind}"))
             assert status == 200 and answer["id"] == f"guid-{kind}"
             event = inbox.events[0]
-            assert (event.name, event.instance_key, event.message["text"]) == (name, "github:octo/hello", text)
-            assert event.properties == {"event": kind, "repo": "octo/hello", "sender": "mona", **props}
+            assert (event.name, event.instance_key, event.message["text"]) == (
+                name,
+                "github:octo/hello",
+                text,
+            )
+            assert event.properties == {
+                "event": kind,
+                "repo": "octo/hello",
+                "sender": "mona",
+                **props,
+            }
 
     asyncio.run(body())
 
@@ -90,8 +118,13 @@ def test_redelivery_ping_unsupported_and_refusals(tmp_path: Path) -> None:
             ping = json.dumps({"zen": "Keep it simple.", "hook_id": 1}).encode()
             assert await post(url, ping, headers("ping", ping)) == (200, {"ok": True, "ping": True})
             star = json.dumps({"action": "created", "repository": REPO}).encode()
-            assert await post(url, star, headers("star", star)) == (200, {"ok": True, "ignored": True})
-            unsigned = {k: v for k, v in headers("issues", raw).items() if k != "X-Hub-Signature-256"}
+            assert await post(url, star, headers("star", star)) == (
+                200,
+                {"ok": True, "ignored": True},
+            )
+            unsigned = {
+                k: v for k, v in headers("issues", raw).items() if k != "X-Hub-Signature-256"
+            }
             assert (await post(url, raw, unsigned))[0] == 401
             assert (await post(url, raw, headers("issues", raw, secret="nope")))[0] == 401
             assert (await post(url, b"{oops", headers("issues", b"{oops")))[0] == 400

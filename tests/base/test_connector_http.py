@@ -54,8 +54,11 @@ def test_content_length_and_chunked_bodies() -> None:
         async with serving(echo) as (url, _):
             raw = await raw_exchange(url, post(b"hello", b"Connection: close"))
             assert status_of(raw) == 200 and raw.endswith(b'{"len":5,"body":"hello"}')
-            chunked = (b"POST /in HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                       b"Connection: close\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n")
+            chunked = (
+                b"POST /in HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                b"Connection: close\r\n\r\n5;ext=1\r\nhello\r\n6\r\n "
+                b"world\r\n0\r\nX-Trailer: 1\r\n\r\n"
+            )
             raw = await raw_exchange(url, chunked)
             assert raw.endswith(b'"body":"hello world"}')
             assert echo.requests[1].headers["transfer-encoding"] == "chunked"
@@ -74,7 +77,10 @@ def test_malformed_requests_are_refused_with_a_status_and_closed() -> None:
         (b"POST /in HTTP/1.1\r\nbad header line\r\n\r\n", 400),
         (b"POST /in HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
         (b"POST /in HTTP/1.1\r\n" + b"X-Big: " + b"a" * 20000 + b"\r\n\r\n", 431),
-        (b"POST /in HTTP/1.1\r\n" + b"".join(b"X-H%d: 1\r\n" % i for i in range(101)) + b"\r\n", 431),
+        (
+            b"POST /in HTTP/1.1\r\n" + b"".join(b"X-H%d: 1\r\n" % i for i in range(101)) + b"\r\n",
+            431,
+        ),
         (b"POST /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n", 431),
         (b"POST /in HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n", 413),
         (b"GET /in HTTP/1.1\r\n\r\n", 405),
@@ -97,7 +103,8 @@ def test_malformed_requests_are_refused_with_a_status_and_closed() -> None:
 def test_slow_headers_and_bodies_time_out() -> None:
     async def body() -> None:
         async with serving(Echo(), header_timeout=0.2, body_timeout=0.2) as (url, _):
-            raw = await raw_exchange(url, b"POST /in HTTP/1.1\r\nHost: x\r\n")  # never ends the headers
+            # never ends the headers
+            raw = await raw_exchange(url, b"POST /in HTTP/1.1\r\nHost: x\r\n")
             assert status_of(raw) == 408
             raw = await raw_exchange(url, b"POST /in HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
             assert status_of(raw) == 408
@@ -110,7 +117,9 @@ def test_expect_100_continue_is_answered_before_the_body() -> None:
         async with serving(Echo()) as (url, _):
             host, port = url.removeprefix("http://").split(":")
             reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(b"POST /in HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+            writer.write(
+                b"POST /in HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+            )
             await writer.drain()
             interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 15)
             assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -204,7 +213,10 @@ def test_one_address_holds_at_most_its_share() -> None:
         echo = Echo()
         echo.hold = asyncio.Event()
         async with serving(echo, max_connections_per_ip=2) as (url, _):
-            held = [asyncio.create_task(raw_exchange(url, post(b"x", b"Connection: close"))) for _ in range(2)]
+            held = [
+                asyncio.create_task(raw_exchange(url, post(b"x", b"Connection: close")))
+                for _ in range(2)
+            ]
             await _until(lambda: len(echo.requests) == 2, "two busy requests")
             # a third connection from 127.0.0.1 finds its two slots busy: 503, although the
             # server as a whole has room

@@ -33,7 +33,9 @@ class Asker:
         self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
 
-    async def __call__(self, event: ConnectorEvent, agent: str | None, on_progress: Any) -> TurnAnswer:
+    async def __call__(
+        self, event: ConnectorEvent, agent: str | None, on_progress: Any
+    ) -> TurnAnswer:
         self.calls.append((event, agent))
         self.started.set()
         if on_progress is not None:
@@ -89,13 +91,20 @@ def test_sessions_tools_and_calls_follow_the_streamable_http_rules(tmp_path: Pat
             assert (await send(url, listing, {"Mcp-Session-Id": "nope"})).status == 404
             wrong = await send(url, listing, {**with_session, "MCP-Protocol-Version": "1999-01-01"})
             assert wrong.status == 400
-            note = await send(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, with_session)
+            note = await send(
+                url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, with_session
+            )
             assert note.status == 202 and note.data == b""
             tools = json.loads((await send(url, listing, with_session)).data)["result"]["tools"]
             assert [(t["name"], t["description"]) for t in tools] == [
                 ("ask_assistant", "Answers."), ("ask_coder", "Ask the agent coder.")]
-            unknown = json.loads((await send(url, {"jsonrpc": "2.0", "id": 2, "method": "server/discover"},
-                                             with_session)).data)
+            unknown = json.loads(
+                (
+                    await send(
+                        url, {"jsonrpc": "2.0", "id": 2, "method": "server/discover"}, with_session
+                    )
+                ).data
+            )
             assert unknown["error"]["code"] == -32601
 
             call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
@@ -157,8 +166,13 @@ def test_a_missing_or_wrong_bearer_token_is_refused(tmp_path: Path, header: str 
         async with running(mcp_server, context(tmp_path, asker)) as url:
             headers = dict(ACCEPT) if header is None else {**ACCEPT, "Authorization": header}
             response = await asyncio.to_thread(
-                _pool.request, "POST", url + "/mcp", body=b'{"jsonrpc":"2.0","id":1,"method":"initialize"}',
-                headers=headers, timeout=10.0)
+                _pool.request,
+                "POST",
+                url + "/mcp",
+                body=b'{"jsonrpc":"2.0","id":1,"method":"initialize"}',
+                headers=headers,
+                timeout=10.0,
+            )
             assert response.status == 401
             assert response.headers["WWW-Authenticate"].startswith("Bearer")
             assert not asker.calls
@@ -175,12 +189,19 @@ def test_without_a_token_the_connector_refuses_to_start_unless_allowed(tmp_path:
         with pytest.raises(ConnectorError) as info:
             async with running(mcp_server, ctx):
                 pass
-        assert info.value.code == "E_CONNECTOR_UNSIGNED" and "ALLOW_UNAUTHENTICATED" in str(info.value.suggestion)
+        assert info.value.code == "E_CONNECTOR_UNSIGNED" and "ALLOW_UNAUTHENTICATED" in str(
+            info.value.suggestion
+        )
         open_ctx = context(tmp_path, Asker(), ALLOW_UNAUTHENTICATED="true")
         async with running(mcp_server, open_ctx) as url:
             response = await asyncio.to_thread(
-                _pool.request, "POST", url + "/mcp", body=b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
-                headers=ACCEPT, timeout=10.0)
+                _pool.request,
+                "POST",
+                url + "/mcp",
+                body=b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
+                headers=ACCEPT,
+                timeout=10.0,
+            )
             assert response.status == 400  # no session, but no token asked for
 
     asyncio.run(body())

@@ -27,7 +27,9 @@ SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 def signed(body: bytes, *, timestamp: int | None = None, secret: str = SECRET,
            retry: int | None = None) -> dict[str, str]:
     ts = str(int(time.time()) if timestamp is None else timestamp)
-    digest = hmac.new(secret.encode(), b"v0:" + ts.encode() + b":" + body, hashlib.sha256).hexdigest()
+    digest = hmac.new(
+        secret.encode(), b"v0:" + ts.encode() + b":" + body, hashlib.sha256
+    ).hexdigest()
     headers = {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}",
                "Content-Type": "application/json"}
     if retry is not None:
@@ -53,7 +55,9 @@ def context(tmp_path: Path, inbox: RecordingInbox, **config: str) -> Any:
 def test_url_verification_answers_the_challenge(tmp_path: Path) -> None:
     async def body() -> None:
         async with running(slack, context(tmp_path, RecordingInbox())) as url:
-            raw = json.dumps({"token": "t", "challenge": "3eZbrw1aB", "type": "url_verification"}).encode()
+            raw = json.dumps(
+                {"token": "t", "challenge": "3eZbrw1aB", "type": "url_verification"}
+            ).encode()
             assert await post(url, raw, signed(raw)) == (200, {"challenge": "3eZbrw1aB"})
 
     asyncio.run(body())
@@ -62,7 +66,9 @@ def test_url_verification_answers_the_challenge(tmp_path: Path) -> None:
 def test_app_mention_in_a_thread_and_retries_are_deduplicated(tmp_path: Path) -> None:
     async def body() -> None:
         inbox = RecordingInbox()
-        async with running(slack, context(tmp_path, inbox, SLACK_WEBHOOK_PATH="/slack/events")) as url:
+        async with running(
+            slack, context(tmp_path, inbox, SLACK_WEBHOOK_PATH="/slack/events")
+        ) as url:
             raw = envelope({**MENTION, "thread_ts": "1715599999.000100"})
             status, answer = await post(url + "/slack/events", raw, signed(raw))
             assert status == 200 and answer["id"] == "Ev0001" and answer["duplicate"] is False
@@ -132,14 +138,19 @@ def test_signatures_replays_and_malformed_bodies_are_refused(tmp_path: Path) -> 
             cases = [
                 ({"Content-Type": "application/json"}, 401, "missing_signature"),
                 (signed(raw, secret="other"), 401, "invalid_signature"),
-                (signed(raw, timestamp=now - 301), 401, "stale_timestamp"),   # a replay
+                (signed(raw, timestamp=now - 301), 401, "stale_timestamp"),  # a replay
                 (signed(raw, timestamp=now + 400), 401, "stale_timestamp"),
                 ({**signed(raw), "X-Slack-Request-Timestamp": "soon"}, 401, "invalid_timestamp"),
-                ({**signed(raw), "X-Slack-Request-Timestamp": str(now - 1)}, 401, "invalid_signature"),
+                (
+                    {**signed(raw), "X-Slack-Request-Timestamp": str(now - 1)},
+                    401,
+                    "invalid_signature",
+                ),
             ]
             for headers, status, error in cases:
                 assert await post(url, raw, headers) == (status, {"ok": False, "error": error})
-            assert (await post(url, raw, signed(raw, timestamp=now - 200)))[0] == 200  # inside the window
+            # inside the window
+            assert (await post(url, raw, signed(raw, timestamp=now - 200)))[0] == 200
             assert (await post(url, b"{oops", signed(b"{oops")))[0] == 400
             assert (await post(url, raw, signed(raw), method="GET"))[0] == 405
             assert (await post(url + "/x", raw, signed(raw)))[0] == 404
@@ -168,7 +179,10 @@ def test_a_timestamp_too_large_for_a_float_is_refused_not_a_server_error(tmp_pat
             raw = envelope(MENTION)
             huge = "1" + "0" * 400  # an int, but now - int(...) overflows a float
             headers = {**signed(raw), "X-Slack-Request-Timestamp": huge}
-            assert await post(url, raw, headers) == (401, {"ok": False, "error": "invalid_timestamp"})
+            assert await post(url, raw, headers) == (
+                401,
+                {"ok": False, "error": "invalid_timestamp"},
+            )
             assert inbox.calls == 0
 
     asyncio.run(body())

@@ -84,31 +84,52 @@ def answer_in_thread(request: Any) -> dict[str, Any]:
 def to_agent_event(event: ConnectorEvent) -> AgentEvent:
     """What the orchestrator's ingress routing hands the agent (docs/connectors.md)."""
     properties = {**event.properties, "connection_name": "slack-in", "connector_name": "slack"}
-    return AgentEvent(type=event.name, input=event_text(event), instance_key=event.instance_key,
-                      source={"kind": "connector", "name": "slack"}, metadata={"properties": properties})
+    return AgentEvent(
+        type=event.name,
+        input=event_text(event),
+        instance_key=event.instance_key,
+        source={"kind": "connector", "name": "slack"},
+        metadata={"properties": properties},
+    )
 
 
-def test_an_app_mention_is_answered_in_its_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_app_mention_is_answered_in_its_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "bundle").mkdir()
     (tmp_path / "bundle" / "goondan.yaml").write_text(BUNDLE)
     model = ScriptedModel([answer_in_thread, "Answered in the thread."])
 
     async def body() -> None:
         inbox = RecordingInbox()
-        ctx = make_context(tmp_path / "state", inbox, connector="slack",
-                           config={"SLACK_WEBHOOK_PORT": "0"}, secrets={"SLACK_SIGNING_SECRET": SECRET})
+        ctx = make_context(
+            tmp_path / "state",
+            inbox,
+            connector="slack",
+            config={"SLACK_WEBHOOK_PORT": "0"},
+            secrets={"SLACK_SIGNING_SECRET": SECRET},
+        )
         async with running(slack, ctx) as url:
             raw = json.dumps({"type": "event_callback", "event_id": "Ev42", "event": {
                 "type": "app_mention", "user": "U2", "text": "<@UBOT> status?", "channel": "C100",
                 "ts": "1715600050.000200", "thread_ts": "1715600000.000100"}}).encode()
             ts = str(int(time.time()))
-            sig = "v0=" + hmac.new(SECRET.encode(), f"v0:{ts}:".encode() + raw, hashlib.sha256).hexdigest()
-            status, _ = await post(url, raw, {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sig})
+            sig = (
+                "v0="
+                + hmac.new(SECRET.encode(), f"v0:{ts}:".encode() + raw, hashlib.sha256).hexdigest()
+            )
+            status, _ = await post(
+                url, raw, {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sig}
+            )
             assert status == 200
         event = inbox.events[0]
         assert event.instance_key == "slack:C100:1715600000.000100"
-        async with Runtime.from_bundle(tmp_path / "bundle", state_root=tmp_path / "rt",
-                                       models={"bot": model}, env={"SLACK_SIGNING_SECRET": SECRET}) as rt:
+        async with Runtime.from_bundle(
+            tmp_path / "bundle",
+            state_root=tmp_path / "rt",
+            models={"bot": model},
+            env={"SLACK_SIGNING_SECRET": SECRET},
+        ) as rt:
             result = await rt.run_event("bot", to_agent_event(event))
         assert result.finish_reason == "text_response", result.error
         assert result.text == "Answered in the thread."
@@ -119,9 +140,15 @@ def test_an_app_mention_is_answered_in_its_thread(tmp_path: Path, monkeypatch: p
         asyncio.run(body())
         sends = fake.calls_of("chat.postMessage")
         assert len(sends) == 1
-        assert sends[0].params == {"channel": "C100", "thread_ts": "1715600000.000100", "text": "On it!"}
+        assert sends[0].params == {
+            "channel": "C100",
+            "thread_ts": "1715600000.000100",
+            "text": "On it!",
+        }
         assert sends[0].authorization == f"Bearer {fake.token}"
     model.assert_complete()
     header = json.loads(last_user_text(model.requests[0]).split("\n")[1])
-    assert header["event"] == "app_mention" and header["instanceKey"] == "slack:C100:1715600000.000100"
+    assert (
+        header["event"] == "app_mention" and header["instanceKey"] == "slack:C100:1715600000.000100"
+    )
     assert header["properties"]["connector_name"] == "slack"

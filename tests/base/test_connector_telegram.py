@@ -33,23 +33,49 @@ def fake() -> Iterator[FakeTelegram]:
 
 
 def context(state: Path, inbox: RecordingInbox, fake: FakeTelegram, **config: str) -> Any:
-    return make_context(state, inbox, connector="telegram-polling",
-                        config={"TELEGRAM_API_BASE_URL": fake.url, "TELEGRAM_POLL_TIMEOUT_SECONDS": "1",
-                                "TELEGRAM_RETRY_DELAY_MS": "50", **config},
-                        secrets={"TELEGRAM_BOT_TOKEN": fake.token})
+    return make_context(
+        state,
+        inbox,
+        connector="telegram-polling",
+        config={
+            "TELEGRAM_API_BASE_URL": fake.url,
+            "TELEGRAM_POLL_TIMEOUT_SECONDS": "1",
+            "TELEGRAM_RETRY_DELAY_MS": "50",
+            **config,
+        },
+        secrets={"TELEGRAM_BOT_TOKEN": fake.token},
+    )
 
 
-def test_messages_become_events_and_bots_and_empty_messages_are_skipped(tmp_path: Path, fake: FakeTelegram) -> None:
+def test_messages_become_events_and_bots_and_empty_messages_are_skipped(
+    tmp_path: Path, fake: FakeTelegram
+) -> None:
     first = fake.add_text(42, "hello")
     fake.add_text(42, "I am a bot", is_bot=True)
     fake.add_update({"message": {"message_id": 3, "chat": {"id": 42, "type": "private"},
                                  "from": {"id": 77, "is_bot": False}, "sticker": {"file_id": "s"}}})
     fake.add_update({"edited_message": {"message_id": 1, "chat": {"id": 42}, "text": "edit"}})
-    fake.add_update({"message": {"message_id": 5, "date": 1, "chat": {"id": -100, "type": "group", "title": "Team"},
-                                 "from": {"id": 77, "is_bot": False}, "caption": "look",
-                                 "photo": [{"file_id": "small", "file_unique_id": "s1", "width": 90, "height": 90},
-                                           {"file_id": "big", "file_unique_id": "b1", "width": 800,
-                                            "height": 800, "file_size": 5000}]}})
+    fake.add_update(
+        {
+            "message": {
+                "message_id": 5,
+                "date": 1,
+                "chat": {"id": -100, "type": "group", "title": "Team"},
+                "from": {"id": 77, "is_bot": False},
+                "caption": "look",
+                "photo": [
+                    {"file_id": "small", "file_unique_id": "s1", "width": 90, "height": 90},
+                    {
+                        "file_id": "big",
+                        "file_unique_id": "b1",
+                        "width": 800,
+                        "height": 800,
+                        "file_size": 5000,
+                    },
+                ],
+            }
+        }
+    )
     last = fake.add_update({"message": {"message_id": 6, "chat": {"id": 42, "type": "private"},
                                         "from": {"id": 77, "is_bot": False},
                                         "document": {"file_id": "doc1", "file_name": "a.png",
@@ -59,18 +85,37 @@ def test_messages_become_events_and_bots_and_empty_messages_are_skipped(tmp_path
         inbox = RecordingInbox()
         async with running(telegram, context(tmp_path, inbox, fake), http=False):
             await wait_for(lambda: len(inbox.events) == 3, "three events")
-            await wait_for(lambda: (tmp_path / "telegram-offset.json").exists()
-                           and json.loads((tmp_path / "telegram-offset.json").read_text())["offset"] == last + 1,
-                           "the offset to pass the last update")
+            await wait_for(
+                lambda: (
+                    (tmp_path / "telegram-offset.json").exists()
+                    and json.loads((tmp_path / "telegram-offset.json").read_text())["offset"]
+                    == last + 1
+                ),
+                "the offset to pass the last update",
+            )
         text, photo, document = inbox.events
-        assert (text.name, text.instance_key, text.message["text"]) == ("telegram_message", "telegram:42", "hello")
+        assert (text.name, text.instance_key, text.message["text"]) == (
+            "telegram_message",
+            "telegram:42",
+            "hello",
+        )
         assert text.id == f"telegram-update-{first}"
-        assert text.properties == {"update_id": str(first), "chat_id": "42", "chat_type": "private",
-                                   "chat_username": "alice", "message_id": str(first + 1), "date": "1700000000",
-                                   "from_id": "77", "from_username": "alice", "from_first_name": "Alice"}
+        assert text.properties == {
+            "update_id": str(first),
+            "chat_id": "42",
+            "chat_type": "private",
+            "chat_username": "alice",
+            "message_id": str(first + 1),
+            "date": "1700000000",
+            "from_id": "77",
+            "from_username": "alice",
+            "from_first_name": "Alice",
+        }
         assert photo.instance_key == "telegram:-100"
         assert photo.message["text"] == "look\n[telegram_photo] file_id=big"
-        assert photo.properties["photo_file_id"] == "big" and photo.properties["has_photo"] == "true"
+        assert (
+            photo.properties["photo_file_id"] == "big" and photo.properties["has_photo"] == "true"
+        )
         assert photo.properties["chat_title"] == "Team"
         assert document.message["text"] == "[telegram_image_document] file_id=doc1"
         assert document.properties["image_document_mime_type"] == "image/png"
@@ -78,7 +123,9 @@ def test_messages_become_events_and_bots_and_empty_messages_are_skipped(tmp_path
     asyncio.run(body())
 
 
-def test_updates_are_consumed_exactly_once_across_a_restart(tmp_path: Path, fake: FakeTelegram) -> None:
+def test_updates_are_consumed_exactly_once_across_a_restart(
+    tmp_path: Path, fake: FakeTelegram
+) -> None:
     async def body() -> None:
         inbox = RecordingInbox()
         ids = [fake.add_text(1, "one"), fake.add_text(1, "two")]
@@ -88,8 +135,13 @@ def test_updates_are_consumed_exactly_once_across_a_restart(tmp_path: Path, fake
         ids += [fake.add_text(1, "three"), fake.add_text(1, "four")]
         async with running(telegram, context(tmp_path, inbox, fake), http=False):
             await wait_for(lambda: len(inbox.events) == 4, "the next two events")
-            await wait_for(lambda: any(int(c.params.get("offset", 0)) == ids[-1] + 1
-                                       for c in fake.calls_of("getUpdates")), "a poll confirming the last")
+            await wait_for(
+                lambda: any(
+                    int(c.params.get("offset", 0)) == ids[-1] + 1
+                    for c in fake.calls_of("getUpdates")
+                ),
+                "a poll confirming the last",
+            )
         assert [e.message["text"] for e in inbox.events] == ["one", "two", "three", "four"]
         assert inbox.calls == 4  # not even a duplicate was re-emitted
         offsets = [c.params.get("offset") for c in fake.calls_of("getUpdates")]
@@ -98,7 +150,9 @@ def test_updates_are_consumed_exactly_once_across_a_restart(tmp_path: Path, fake
     asyncio.run(body())
 
 
-def test_a_crash_between_emit_and_offset_write_is_deduplicated(tmp_path: Path, fake: FakeTelegram) -> None:
+def test_a_crash_between_emit_and_offset_write_is_deduplicated(
+    tmp_path: Path, fake: FakeTelegram
+) -> None:
     class CrashAfterStore(RecordingInbox):
         async def emit(self, event: ConnectorEvent) -> EmitReceipt:
             receipt = await super().emit(event)
@@ -115,7 +169,8 @@ def test_a_crash_between_emit_and_offset_write_is_deduplicated(tmp_path: Path, f
         async with running(telegram, context(tmp_path, inbox, fake), http=False):
             await wait_for(lambda: inbox.calls == 2, "the update to be handed over again")
             await wait_for(lambda: (tmp_path / "telegram-offset.json").exists(), "the offset")
-        assert [e.message["text"] for e in inbox.events] == ["only once"]  # the second was a duplicate
+        # the second was a duplicate
+        assert [e.message["text"] for e in inbox.events] == ["only once"]
 
     asyncio.run(body())
 
@@ -166,7 +221,9 @@ def test_configuration_errors(tmp_path: Path, fake: FakeTelegram) -> None:
         asyncio.run(telegram.run(bad))
 
 
-def test_initial_offset_applies_until_an_offset_is_stored(tmp_path: Path, fake: FakeTelegram) -> None:
+def test_initial_offset_applies_until_an_offset_is_stored(
+    tmp_path: Path, fake: FakeTelegram
+) -> None:
     skipped = fake.add_text(3, "old")
     fake.add_text(3, "new")
 

@@ -48,8 +48,14 @@ def test_a_signed_post_is_emitted_and_answered_with_the_receipt(tmp_path: Path) 
     async def body() -> None:
         inbox = RecordingInbox()
         async with running(webhook, context(tmp_path, inbox)) as url:
-            payload = json.dumps({"event": "deploy", "instanceKey": "ops:1", "text": "ship it",
-                                  "properties": {"route": "ops", "n": 3, "ok": True, "x": {"y": 1}}}).encode()
+            payload = json.dumps(
+                {
+                    "event": "deploy",
+                    "instanceKey": "ops:1",
+                    "text": "ship it",
+                    "properties": {"route": "ops", "n": 3, "ok": True, "x": {"y": 1}},
+                }
+            ).encode()
             status, answer = await post(url + "/", payload, {"X-Signature-256": sign(payload)})
             assert status == 200
             event = inbox.events[0]
@@ -91,19 +97,38 @@ def test_a_repeated_id_is_accepted_once(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
-@pytest.mark.parametrize(("headers", "payload", "status", "error"), [
-    ({}, b'{"text": "x"}', 401, "missing_signature"),
-    ({"X-Signature-256": sign(b'{"text": "other"}')}, b'{"text": "x"}', 401, "invalid_signature"),
-    ({"X-Signature-256": sign(b'{"text": "x"}', "wrong-secret")}, b'{"text": "x"}', 401, "invalid_signature"),
-    ({"X-Signature-256": "sha256=zz"}, b'{"text": "x"}', 401, "invalid_signature"),
-    ("sign", b"{not json", 400, "invalid_json"),
-    ("sign", b"[1, 2]", 400, "invalid_payload"),
-    ("sign", b'{"event": 5}', 400, "invalid_payload"),
-    ("sign", b'{"properties": "flat"}', 400, "invalid_payload"),
-    ("sign", b"\xff\xfe", 400, "invalid_json"),
-])
-def test_refused_requests_emit_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                       headers: Any, payload: bytes, status: int, error: str) -> None:
+@pytest.mark.parametrize(
+    ("headers", "payload", "status", "error"),
+    [
+        ({}, b'{"text": "x"}', 401, "missing_signature"),
+        (
+            {"X-Signature-256": sign(b'{"text": "other"}')},
+            b'{"text": "x"}',
+            401,
+            "invalid_signature",
+        ),
+        (
+            {"X-Signature-256": sign(b'{"text": "x"}', "wrong-secret")},
+            b'{"text": "x"}',
+            401,
+            "invalid_signature",
+        ),
+        ({"X-Signature-256": "sha256=zz"}, b'{"text": "x"}', 401, "invalid_signature"),
+        ("sign", b"{not json", 400, "invalid_json"),
+        ("sign", b"[1, 2]", 400, "invalid_payload"),
+        ("sign", b'{"event": 5}', 400, "invalid_payload"),
+        ("sign", b'{"properties": "flat"}', 400, "invalid_payload"),
+        ("sign", b"\xff\xfe", 400, "invalid_json"),
+    ],
+)
+def test_refused_requests_emit_nothing(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    headers: Any,
+    payload: bytes,
+    status: int,
+    error: str,
+) -> None:
     async def body() -> None:
         inbox = RecordingInbox()
         async with running(webhook, context(tmp_path, inbox)) as url:
@@ -135,7 +160,9 @@ def test_wrong_path_wrong_method_and_oversized_bodies(tmp_path: Path) -> None:
             assert status_of(await raw_exchange(url, chunked)) == 413
             # the query string does not change the path
             small = b'{"text": "q"}'
-            assert (await post(url + "/hooks/in?x=1", small, {"X-Signature-256": sign(small)}))[0] == 200
+            assert (await post(url + "/hooks/in?x=1", small, {"X-Signature-256": sign(small)}))[
+                0
+            ] == 200
             assert inbox.calls == 1
 
     asyncio.run(body())
@@ -174,7 +201,10 @@ def test_keep_alive_serves_many_requests_on_one_connection(tmp_path: Path) -> No
             reader, writer = await asyncio.open_connection(host, int(port))
             for i in range(3):
                 data = json.dumps({"text": f"m{i}"}).encode()
-                writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+                writer.write(
+                    b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(data), data)
+                )
                 await writer.drain()
                 response = await asyncio.wait_for(_read_one(reader), 15)
                 assert status_of(response) == 200
@@ -195,8 +225,13 @@ def test_address_file_and_config_errors(tmp_path: Path) -> None:
         (tmp_path / "address.json").write_text('{"host": "127.0.0.1", "port": 1}')  # stale
         ctx = context(tmp_path, inbox, secret=False)
         task = asyncio.create_task(webhook.run(ctx))
-        await wait_for(lambda: (tmp_path / "address.json").exists()
-                       and json.loads((tmp_path / "address.json").read_text())["port"] != 1, "a fresh address")
+        await wait_for(
+            lambda: (
+                (tmp_path / "address.json").exists()
+                and json.loads((tmp_path / "address.json").read_text())["port"] != 1
+            ),
+            "a fresh address",
+        )
         data = json.loads((tmp_path / "address.json").read_text())
         assert data["url"] == f"http://127.0.0.1:{data['port']}/"
         assert (await post(data["url"], {"text": "x"}))[0] == 200
@@ -231,18 +266,29 @@ def test_a_large_refused_body_still_gets_its_413(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
-def test_the_signature_recipe_of_the_example_readme_is_accepted(tmp_path: Path, repo_root: Path) -> None:
+def test_the_signature_recipe_of_the_example_readme_is_accepted(
+    tmp_path: Path, repo_root: Path
+) -> None:
     readme = (repo_root / "examples" / "webhook" / "README.md").read_text(encoding="utf-8")
     recipe = next(line for line in readme.splitlines() if line.startswith("SIG=$("))
-    payload = json.dumps({"text": "The database is down", "properties": {"route": "ops", "service": "db"}})
+    payload = json.dumps(
+        {"text": "The database is down", "properties": {"route": "ops", "service": "db"}}
+    )
     script = f"BODY='{payload}'\n{recipe}\nprintf '%s' \"$SIG\""
-    signature = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True,
-                               env={"PATH": os.environ["PATH"], "WEBHOOK_SIGNING_SECRET": SECRET}).stdout
+    signature = subprocess.run(
+        ["sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": os.environ["PATH"], "WEBHOOK_SIGNING_SECRET": SECRET},
+    ).stdout
 
     async def body() -> None:
         inbox = RecordingInbox()
         async with running(webhook, context(tmp_path, inbox, PATH="/hooks")) as url:
-            status, _ = await post(url + "/hooks", payload, {"X-Signature-256": f"sha256={signature}"})
+            status, _ = await post(
+                url + "/hooks", payload, {"X-Signature-256": f"sha256={signature}"}
+            )
             assert status == 200
             assert inbox.events[0].properties == {"route": "ops", "service": "db"}
 
@@ -250,11 +296,16 @@ def test_the_signature_recipe_of_the_example_readme_is_accepted(tmp_path: Path, 
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
-def test_the_timestamped_signature_recipe_of_the_docs_is_accepted(tmp_path: Path, repo_root: Path) -> None:
+def test_the_timestamped_signature_recipe_of_the_docs_is_accepted(
+    tmp_path: Path, repo_root: Path
+) -> None:
     doc = (repo_root / "docs" / "base-connectors.md").read_text(encoding="utf-8")
     recipe = next(line for line in doc.splitlines() if line.startswith("SIG=$(printf '%s.%s'"))
     payload = json.dumps({"text": "The database is down"})
-    script = f"SECRET={SECRET}\nBODY='{payload}'\nTS=$(date +%s)\n{recipe}\nprintf '%s %s' \"$TS\" \"$SIG\""
+    script = (
+        f"SECRET={SECRET}\nBODY='{payload}'\nTS=$(date "
+        f'+%s)\n{recipe}\nprintf \'%s %s\' "$TS" "$SIG"'
+    )
     ts, signature = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True,
                                    env={"PATH": os.environ["PATH"]}).stdout.split()
 

@@ -31,7 +31,9 @@ RFC_8032 = [
 
 
 @pytest.mark.parametrize(("key", "message", "signature"), RFC_8032)
-def test_the_rfc_8032_vectors_verify_and_any_change_breaks_them(key: str, message: str, signature: str) -> None:
+def test_the_rfc_8032_vectors_verify_and_any_change_breaks_them(
+    key: str, message: str, signature: str
+) -> None:
     public, data, sig = bytes.fromhex(key), bytes.fromhex(message), bytes.fromhex(signature)
     assert verify(public, data, sig)
     assert not verify(public, data + b"\0", sig)

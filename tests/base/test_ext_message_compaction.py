@@ -82,7 +82,9 @@ def test_character_limit_triggers_and_below_limits_nothing_happens(
     assert texts(model.requests[0]) == ["x" * 30, "y" * 30, "z", "go"]
 
 
-def test_a_call_is_not_removed_without_its_retained_result(tmp_path: Path, state_root: Path) -> None:
+def test_a_call_is_not_removed_without_its_retained_result(
+    tmp_path: Path, state_root: Path
+) -> None:
     """The result is in the retained tail, so its call stays too; the limits cannot be met by
     removing only u0, so compaction falls back to truncate (keeping this turn's input)."""
     history = [Message.user("u0"), *tool_exchange(1), Message.user("u2")]
@@ -117,5 +119,7 @@ def test_truncate_mode_without_summary_and_invalid_config(
         records = run_compaction(tmp_path, state_root, config, history, model)
     assert texts(model.requests[0]) == ["go"]
     assert shape(records) == [("user", "user", "go"), ("assistant", "assistant", "ok")]
-    warnings = [r.getMessage() for r in caplog.records if "W_BASE_EXTENSION_CONFIG" in r.getMessage()]
+    warnings = [
+        r.getMessage() for r in caplog.records if "W_BASE_EXTENSION_CONFIG" in r.getMessage()
+    ]
     assert len(warnings) == 2 and "maxCharacters" in warnings[0]

@@ -20,7 +20,9 @@ BASE = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@
 def one_turn(bundle: Path, state_root: Path, model: ScriptedModel, text: str = "go",
              history: list[Message] | None = None) -> tuple[Any, list[dict[str, Any]]]:
     async def main() -> tuple[Any, list[dict[str, Any]]]:
-        async with Runtime.from_bundle(bundle, state_root=state_root, models={"agent": model}) as rt:
+        async with Runtime.from_bundle(
+            bundle, state_root=state_root, models={"agent": model}
+        ) as rt:
             instance = await rt.instance("agent")
             if history:
                 await instance.apply_message_events([MessageEvent.append(m) for m in history])
@@ -51,13 +53,17 @@ def test_context_message_appends_inbound_context_once_and_keeps_the_agent_prompt
     assert marker["segmentIds"] == ["runtime.inbound", "runtime.route.summary"]
 
 
-def test_context_message_dedupes_and_can_drop_the_agent_prompt(tmp_path: Path, state_root: Path) -> None:
+def test_context_message_dedupes_and_can_drop_the_agent_prompt(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = base_bundle(tmp_path / "b", ("context-message", {"includeAgentPrompt": False,
                                                               "includeSwarmCatalog": True}))
 
     async def main() -> tuple[ScriptedModel, list[dict[str, Any]]]:
         model = ScriptedModel(["one", "two"])
-        async with Runtime.from_bundle(bundle, state_root=state_root, models={"agent": model}) as rt:
+        async with Runtime.from_bundle(
+            bundle, state_root=state_root, models={"agent": model}
+        ) as rt:
             instance = await rt.instance("agent")
             await rt.run_turn("agent", "a")
             await rt.run_turn("agent", "b")
@@ -68,13 +74,25 @@ def test_context_message_dedupes_and_can_drop_the_agent_prompt(tmp_path: Path, s
     catalog = [r for r in records if r["data"]["role"] == "system"]
     assert len(catalog) == 1  # the second turn finds the same content (same hash) and skips it
     lines = catalog[0]["data"]["content"].splitlines()
-    assert lines[:4] == ["[runtime_catalog]", "swarm=default", "entryAgent=agent", "selfAgent=agent"]
+    assert lines[:4] == [
+        "[runtime_catalog]",
+        "swarm=default",
+        "entryAgent=agent",
+        "selfAgent=agent",
+    ]
     assert lines[-1].startswith("Use callableAgents above")
 
 
-def test_required_tools_guard_asks_again_until_the_tool_ran(tmp_path: Path, state_root: Path) -> None:
-    bundle = base_bundle(tmp_path / "b", ("required-tools-guard",
-                                          {"requiredTools": ["calc__add"], "errorMessage": "call calc__add!"}))
+def test_required_tools_guard_asks_again_until_the_tool_ran(
+    tmp_path: Path, state_root: Path
+) -> None:
+    bundle = base_bundle(
+        tmp_path / "b",
+        (
+            "required-tools-guard",
+            {"requiredTools": ["calc__add"], "errorMessage": "call calc__add!"},
+        ),
+    )
     model = ScriptedModel(["lazy answer", {"toolCalls": [call("calc__add", a=1, b=2)]}, "done"])
     result, records = one_turn(bundle, state_root, model)
     assert result.finish_reason == "text_response" and result.text == "done"
@@ -94,17 +112,25 @@ def test_required_tools_guard_without_tools_does_nothing(tmp_path: Path, state_r
     assert result.text == "fine" and len(model.requests) == 1
 
 
-def test_inter_agent_response_format_rewrites_marked_messages(tmp_path: Path, state_root: Path) -> None:
+def test_inter_agent_response_format_rewrites_marked_messages(
+    tmp_path: Path, state_root: Path
+) -> None:
     meta = {"kind": "inter_agent_response", "version": 1, "requestId": "r1", "requestEventId": "e1",
             "fromAgentId": "worker", "toAgentId": "agent", "async": True, "status": "ok",
             "receivedAt": "2026-01-01T00:00:00Z", "requestMetadata": {"task": "x"}}
-    answered = Message.create("user", [{"type": "text", "text": "raw"}], source=Message.user("x").source,
-                              metadata={"__goondanInterAgentResponse": meta})
+    answered = Message.create(
+        "user",
+        [{"type": "text", "text": "raw"}],
+        source=Message.user("x").source,
+        metadata={"__goondanInterAgentResponse": meta},
+    )
     answered.data["content"] = {"response": {"value": 42}}  # the reference's content shape
     failed = Message.user("raw", metadata={"__goondanInterAgentResponse": {
         **meta, "requestId": "r2", "status": "error", "errorCode": "E_X", "errorMessage": "boom"}})
     plain = Message.user("untouched", metadata={"__goondanInterAgentResponse": {"kind": "other"}})
-    bundle = base_bundle(tmp_path / "b", ("inter-agent-response-format", {"includeRequestMetadata": True}))
+    bundle = base_bundle(
+        tmp_path / "b", ("inter-agent-response-format", {"includeRequestMetadata": True})
+    )
     model = ScriptedModel(["seen"])
     _, records = one_turn(bundle, state_root, model, history=[answered, failed, plain])
     sent = texts(model.requests[0])
@@ -113,7 +139,10 @@ def test_inter_agent_response_format_rewrites_marked_messages(tmp_path: Path, st
     assert sent[1].endswith("error(E_X): boom\nrequestMetadata={\n  \"task\": \"x\"\n}")
     assert sent[2] == "untouched"
     first = records[0]
-    assert first["id"] == answered.id and first["metadata"]["__goondanInterAgentResponseFormatted"] is True
+    assert (
+        first["id"] == answered.id
+        and first["metadata"]["__goondanInterAgentResponseFormatted"] is True
+    )
     assert first["source"] == {"type": "extension", "extensionName": "inter-agent-response-format"}
 
 
@@ -137,10 +166,15 @@ def test_wait_and_self_restart_tools(tmp_path: Path) -> None:
 def test_a_restart_request_reaches_the_turn_result(tmp_path: Path, state_root: Path) -> None:
     bundle = base_bundle(tmp_path / "b", ("logging", None))
     text = (bundle / "goondan.yaml").read_text()
-    text = text.replace("  tools:\n    - Tool/calc\n",
-                        '  tools:\n    - Tool/calc\n    - ref: {kind: Tool, name: self-restart, package: "@goondan/base"}\n')
+    text = text.replace(
+        "  tools:\n    - Tool/calc\n",
+        "  tools:\n    - Tool/calc\n    - ref: {kind: Tool, "
+        'name: self-restart, package: "@goondan/base"}\n',
+    )
     (bundle / "goondan.yaml").write_text(text)
-    model = ScriptedModel([{"toolCalls": [call("self-restart__request", reason="new prompt")]}, "bye"])
+    model = ScriptedModel(
+        [{"toolCalls": [call("self-restart__request", reason="new prompt")]}, "bye"]
+    )
     result, _ = one_turn(bundle, state_root, model)
     assert result.metadata["restartRequested"] is True
     assert result.metadata["restartReason"] == "new prompt"

@@ -15,7 +15,14 @@ from goondan.tools import ToolContext, ToolFailure, load_entry_module
 from tests.support.aio import run
 from tests.support.process_tree import alive
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 handlers = load_entry_module(TOOLS / "bash.py").handlers
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell tool")
@@ -52,7 +59,9 @@ def test_exec_cwd_is_relative_to_the_workdir_and_absolute_paths_are_kept(tmp_pat
     assert out["stdout"].strip() == str(tmp_path / "sub") == out["cwd"]
     other = tmp_path / "other"
     other.mkdir()
-    assert call("exec", tmp_path / "sub", {"command": "pwd", "cwd": str(other)})["cwd"] == str(other)
+    assert call("exec", tmp_path / "sub", {"command": "pwd", "cwd": str(other)})["cwd"] == str(
+        other
+    )
     err = failure("exec", tmp_path, {"command": "pwd", "cwd": "missing"})
     assert err.code == "E_BASE_PATH_NOT_FOUND"
 
@@ -63,12 +72,19 @@ def test_exec_env_is_merged_over_the_allow_listed_process_env(
     """Only allow-listed variables are inherited (docs/base-package.md); passEnv widens it."""
     monkeypatch.setenv("BASE_TOOL_INHERITED", "kept")
     command = 'echo "$BASE_TOOL_INHERITED $A $B $C $D"'
-    out = call("exec", tmp_path, {"command": command, "env": {"A": "x", "B": 2, "C": True, "D": 1.5}})
+    out = call(
+        "exec", tmp_path, {"command": command, "env": {"A": "x", "B": 2, "C": True, "D": 1.5}}
+    )
     assert out["stdout"] == " x 2 true 1.5\n"
     ctx = dataclasses.replace(context(tmp_path), config={"passEnv": ["BASE_TOOL_*"]})
-    out = run(handlers["exec"](ctx, {"command": command, "env": {"A": "x", "B": 2, "C": True, "D": 1.5}}))
+    out = run(
+        handlers["exec"](ctx, {"command": command, "env": {"A": "x", "B": 2, "C": True, "D": 1.5}})
+    )
     assert out["stdout"] == "kept x 2 true 1.5\n"
-    assert failure("exec", tmp_path, {"command": "true", "env": {"A": {"x": 1}}}).code == "E_TOOL_INVALID_ARGS"
+    assert (
+        failure("exec", tmp_path, {"command": "true", "env": {"A": {"x": 1}}}).code
+        == "E_TOOL_INVALID_ARGS"
+    )
 
 
 def test_exec_timeout_sends_sigterm(tmp_path: Path) -> None:
@@ -116,7 +132,9 @@ def test_output_is_decoded_as_utf8_with_replacement(tmp_path: Path) -> None:
 def test_invalid_inputs_raise(tmp_path: Path) -> None:
     assert failure("exec", tmp_path, {}).code == "E_TOOL_INVALID_ARGS"
     assert failure("exec", tmp_path, {"command": 3}).code == "E_TOOL_INVALID_ARGS"
-    assert failure("exec", tmp_path, {"command": "true", "timeoutMs": 0}).code == "E_TOOL_INVALID_ARGS"
+    assert (
+        failure("exec", tmp_path, {"command": "true", "timeoutMs": 0}).code == "E_TOOL_INVALID_ARGS"
+    )
 
 
 @pytest.mark.skipif(not Path("/bin/bash").exists(), reason="needs /bin/bash")
@@ -125,8 +143,18 @@ def test_script_runs_in_the_workdir_with_args(tmp_path: Path) -> None:
     (tmp_path / "scripts" / "hello.sh").write_text('echo "$PWD|$1|$2|$GREETING"; exit 4\n')
     out = call("script", tmp_path, {"path": "scripts/hello.sh", "args": ["a b", "c"],
                                      "env": {"GREETING": "hi"}})
-    assert set(out) == {"path", "shell", "args", "durationMs", "stdout", "stderr", "exitCode", "truncated",
-                        "signal", "timedOut"}
+    assert set(out) == {
+        "path",
+        "shell",
+        "args",
+        "durationMs",
+        "stdout",
+        "stderr",
+        "exitCode",
+        "truncated",
+        "signal",
+        "timedOut",
+    }
     assert out["stdout"] == f"{tmp_path}|a b|c|hi\n"
     assert out["exitCode"] == 4 and out["shell"] == "/bin/bash" and out["args"] == ["a b", "c"]
     assert out["path"] == str(tmp_path / "scripts" / "hello.sh")
@@ -137,5 +165,8 @@ def test_script_with_another_shell_and_errors(tmp_path: Path) -> None:
     out = call("script", tmp_path, {"path": "s.sh", "shell": "/bin/sh"})
     assert out["stdout"] == f"{tmp_path / 's.sh'}\n" and out["args"] == []
     assert failure("script", tmp_path, {"path": "nope.sh"}).code == "E_BASE_PATH_NOT_FOUND"
-    assert failure("script", tmp_path, {"path": "s.sh", "shell": str(tmp_path / "no-shell")}).code == "E_BASE_EXEC"
+    assert (
+        failure("script", tmp_path, {"path": "s.sh", "shell": str(tmp_path / "no-shell")}).code
+        == "E_BASE_EXEC"
+    )
     assert failure("script", tmp_path, {"path": "s.sh", "args": [1]}).code == "E_TOOL_INVALID_ARGS"

@@ -1,4 +1,5 @@
-"""The standard tools as a bundle uses them: manifest ↔ modules, a real turn, ``goondan validate``."""
+"""The standard tools as a bundle uses them: manifest ↔ modules, a real turn,
+``goondan validate``."""
 
 from __future__ import annotations
 
@@ -89,7 +90,9 @@ def test_an_agent_writes_a_file_in_its_workdir(tmp_path: Path, state_root: Path)
     ])
 
     async def main() -> None:
-        async with Runtime.from_bundle(bundle, state_root=state_root, models={"writer": model}) as rt:
+        async with Runtime.from_bundle(
+            bundle, state_root=state_root, models={"writer": model}
+        ) as rt:
             turn = await rt.run_turn("writer", "write today's note")
             assert turn.response_message is not None and turn.response_message.text == "done"
             tool_results = [m for m in (await rt.instance("writer")).messages

@@ -9,7 +9,14 @@ import pytest
 
 from goondan.tools import ToolContext, ToolFailure, load_entry_module
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 handlers = load_entry_module(TOOLS / "file_system.py").handlers
 
 
@@ -42,11 +49,16 @@ def test_paths_outside_the_workdir_need_allow_paths(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     outside = tmp_path / "outside.txt"
-    assert failure("write", workdir, {"path": str(outside), "content": "abs"}).code == "E_BASE_PATH_OUTSIDE"
+    assert (
+        failure("write", workdir, {"path": str(outside), "content": "abs"}).code
+        == "E_BASE_PATH_OUTSIDE"
+    )
     assert not outside.exists()
     call("write", workdir, {"path": str(outside), "content": "abs"}, allowPaths=[str(tmp_path)])
     assert outside.read_text() == "abs"
-    assert call("read", workdir, {"path": "../outside.txt"}, allowPaths=[".."])["path"] == str(outside)
+    assert call("read", workdir, {"path": "../outside.txt"}, allowPaths=[".."])["path"] == str(
+        outside
+    )
 
 
 def test_read_truncates_at_max_bytes_without_splitting_a_character(tmp_path: Path) -> None:
@@ -66,7 +78,10 @@ def test_read_and_write_errors(tmp_path: Path) -> None:
     assert failure("read", tmp_path, {}).code == "E_TOOL_INVALID_ARGS"
     assert failure("write", tmp_path, {"path": "x", "content": ""}).code == "E_TOOL_INVALID_ARGS"
     assert failure("write", tmp_path, {"path": "x", "content": 5}).code == "E_TOOL_INVALID_ARGS"
-    assert failure("write", tmp_path, {"path": "x", "content": "y", "append": "yes"}).code == "E_TOOL_INVALID_ARGS"
+    assert (
+        failure("write", tmp_path, {"path": "x", "content": "y", "append": "yes"}).code
+        == "E_TOOL_INVALID_ARGS"
+    )
 
 
 def _tree(root: Path) -> None:
@@ -92,7 +107,10 @@ def test_list_flat_and_recursive_sorted_by_path(tmp_path: Path) -> None:
         "a.txt", "b", "b-file", "b/c.txt", "b/deep", "b/deep/d.txt"]
     assert out["count"] == 6
     files = call("list", tmp_path, {"path": "b", "recursive": True, "includeDirs": False})
-    assert [(e["name"], e["path"]) for e in files["entries"]] == [("c.txt", "c.txt"), ("d.txt", "deep/d.txt")]
+    assert [(e["name"], e["path"]) for e in files["entries"]] == [
+        ("c.txt", "c.txt"),
+        ("d.txt", "deep/d.txt"),
+    ]
     dirs = call("list", tmp_path, {"recursive": True, "includeFiles": False})
     assert [e["path"] for e in dirs["entries"]] == ["b", "b/deep"]
 
@@ -111,4 +129,7 @@ def test_mkdir_recursive_and_not(tmp_path: Path) -> None:
     assert call("mkdir", tmp_path, {"path": "x/n", "recursive": False})["recursive"] is False
     assert (tmp_path / "x" / "n").is_dir()
     assert failure("mkdir", tmp_path, {"path": "x/n", "recursive": False}).code == "E_BASE_FS"
-    assert failure("mkdir", tmp_path, {"path": "p/q", "recursive": False}).code == "E_BASE_PATH_NOT_FOUND"
+    assert (
+        failure("mkdir", tmp_path, {"path": "p/q", "recursive": False}).code
+        == "E_BASE_PATH_NOT_FOUND"
+    )

@@ -13,7 +13,14 @@ import pytest
 from goondan.tools import ToolContext, ToolFailure, load_entry_module
 from tests.support.aio import run
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 
 
 def _closed_port() -> int:
@@ -22,9 +29,13 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _failure(tool: str, export: str, args: dict[str, Any], config: dict[str, Any] | None = None) -> ToolFailure:
+def _failure(
+    tool: str, export: str, args: dict[str, Any], config: dict[str, Any] | None = None
+) -> ToolFailure:
     handlers = load_entry_module(TOOLS / tool).handlers
-    ctx = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd(), config=config or {})
+    ctx = ToolContext(
+        "agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd(), config=config or {}
+    )
     with pytest.raises(ToolFailure) as info:
         run(handlers[export](ctx, args))
     return info.value
@@ -37,7 +48,9 @@ def test_http_fetch_names_the_refusal_without_urllib3s_repr() -> None:
     assert error.message == f"request to {url} failed: Connection refused"
 
 
-def test_a_chat_tool_names_the_refusal_without_urllib3s_repr_or_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_chat_tool_names_the_refusal_without_urllib3s_repr_or_the_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-secret-value")
     monkeypatch.setenv("SLACK_API_BASE_URL", f"http://127.0.0.1:{_closed_port()}/api")
     error = _failure("slack.py", "send", {"channelId": "C4", "text": "x"})

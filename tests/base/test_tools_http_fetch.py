@@ -16,7 +16,14 @@ from goondan.tools import ToolContext, ToolFailure, load_entry_module
 from tests.support.aio import run
 from tests.support.loopback import loopback_server, url_of
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 handlers = load_entry_module(TOOLS / "http_fetch.py").handlers
 RELEASE = threading.Event()   # lets the /slow handler finish when the test is done
 
@@ -80,18 +87,33 @@ def failure(export: str, args: dict[str, Any]) -> ToolFailure:
 
 
 def test_get_returns_status_headers_and_body(base_url: str) -> None:
-    out = call("get", {"url": f"{base_url}/hello", "headers": {"X-Num": 5, "X-Flag": True, "X-Skip": None}})
-    assert set(out) == {"url", "method", "status", "statusText", "headers", "body", "truncated", "durationMs"}
+    out = call(
+        "get", {"url": f"{base_url}/hello", "headers": {"X-Num": 5, "X-Flag": True, "X-Skip": None}}
+    )
+    assert set(out) == {
+        "url",
+        "method",
+        "status",
+        "statusText",
+        "headers",
+        "body",
+        "truncated",
+        "durationMs",
+    }
     assert out["url"] == f"{base_url}/hello" and out["method"] == "GET"
     assert out["status"] == 200 and out["statusText"] == "OK" and out["truncated"] is False
-    assert out["headers"]["x-custom"] == "yes" and out["headers"]["content-type"] == "application/json"
+    assert (
+        out["headers"]["x-custom"] == "yes" and out["headers"]["content-type"] == "application/json"
+    )
     sent = json.loads(out["body"])["headers"]
     assert sent["X-Num"] == "5" and sent["X-Flag"] == "true" and "X-Skip" not in sent
 
 
 def test_error_statuses_are_outputs_and_redirects_are_followed(base_url: str) -> None:
     out = call("get", {"url": f"{base_url}/missing"})
-    assert out["status"] == 404 and out["statusText"] == "Not Found" and out["body"] == "no such page"
+    assert (
+        out["status"] == 404 and out["statusText"] == "Not Found" and out["body"] == "no such page"
+    )
     out = call("get", {"url": f"{base_url}/redirect"})
     assert out["status"] == 200 and out["url"] == f"{base_url}/text"
 
@@ -107,10 +129,22 @@ def test_post_json_body_and_body_string(base_url: str) -> None:
     out = call("post", {"url": f"{base_url}/echo", "body": {"a": [1, "é"]}})
     assert out["status"] == 201 and out["method"] == "POST"
     echoed = json.loads(out["body"])
-    assert echoed["contentType"] == "application/json" and json.loads(echoed["body"]) == {"a": [1, "é"]}
-    out = call("post", {"url": f"{base_url}/echo", "body": {"a": 1}, "headers": {"Content-Type": "text/x-json"}})
+    assert echoed["contentType"] == "application/json" and json.loads(echoed["body"]) == {
+        "a": [1, "é"]
+    }
+    out = call(
+        "post",
+        {"url": f"{base_url}/echo", "body": {"a": 1}, "headers": {"Content-Type": "text/x-json"}},
+    )
     assert json.loads(out["body"])["contentType"] == "text/x-json"
-    out = call("post", {"url": f"{base_url}/echo", "bodyString": "raw=1", "headers": {"content-type": "text/plain"}})
+    out = call(
+        "post",
+        {
+            "url": f"{base_url}/echo",
+            "bodyString": "raw=1",
+            "headers": {"content-type": "text/plain"},
+        },
+    )
     assert json.loads(out["body"]) == {"contentType": "text/plain", "body": "raw=1"}
 
 
@@ -123,7 +157,9 @@ def test_timeouts_and_network_errors_raise(base_url: str) -> None:
     assert failure("get", {"url": f"http://127.0.0.1:{port}/"}).code == "E_BASE_HTTP"
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/x", "file:///etc/passwd", "example.com", "http://", 5])
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/x", "file:///etc/passwd", "example.com", "http://", 5]
+)
 def test_only_http_urls_are_accepted(url: object) -> None:
     assert failure("get", {"url": url}).code == "E_TOOL_INVALID_ARGS"
 

@@ -10,7 +10,14 @@ import pytest
 
 from goondan.tools import ToolContext, ToolFailure, load_entry_module
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 handlers = load_entry_module(TOOLS / "json_query.py").handlers
 DOC = json.dumps({"a": {"b": [{"c": 1}, "two", None]}, "list": [1, [2, [3, [4]]]],
                   "odd key": {"x": True}, "0": "zero", "s": "héllo", "n": 3.5})
@@ -39,12 +46,20 @@ def failure(export: str, args: dict[str, Any]) -> ToolFailure:
     (".list[1][1][0]", 3),
 ])
 def test_query_finds_values(path: str, value: Any) -> None:
-    assert call("query", {"data": DOC, "path": path}) == {"path": path, "found": True, "value": value}
+    assert call("query", {"data": DOC, "path": path}) == {
+        "path": path,
+        "found": True,
+        "value": value,
+    }
 
 
 @pytest.mark.parametrize("path", [".a.x", ".a.b[3]", ".s.len", ".list.x", ".a.b[0].c.d"])
 def test_query_reports_missing_paths(path: str) -> None:
-    assert call("query", {"data": DOC, "path": path}) == {"path": path, "found": False, "value": None}
+    assert call("query", {"data": DOC, "path": path}) == {
+        "path": path,
+        "found": False,
+        "value": None,
+    }
 
 
 def test_query_root_and_errors() -> None:
@@ -70,7 +85,11 @@ def test_pick_keeps_existing_keys() -> None:
     (".odd key.x", 1, "boolean"), (".a.b[2]", 0, "null"), (".missing", 0, "null"),
 ])
 def test_count(path: str, count: int, kind: str) -> None:
-    assert call("count", {"data": DOC, "path": path}) == {"path": path, "count": count, "type": kind}
+    assert call("count", {"data": DOC, "path": path}) == {
+        "path": path,
+        "count": count,
+        "type": kind,
+    }
 
 
 def test_flatten_depths() -> None:

@@ -13,7 +13,14 @@ from goondan.tools import ToolContext, ToolFailure, load_entry_module
 from tests.support.aio import run
 from tests.support.fake_slack import FakeSlack, fake_slack
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 handlers = load_entry_module(TOOLS / "slack.py").handlers
 
 
@@ -44,7 +51,9 @@ def test_send_in_a_thread_then_read_edit_react_delete(fake: FakeSlack) -> None:
     post = fake.calls_of("chat.postMessage")[0]
     assert post.params == {"channel": "C4", "text": "On it!", "thread_ts": "1715599999.000100",
                            "unfurl_links": False}
-    assert post.authorization == f"Bearer {fake.token}" and post.content_type.startswith("application/json")
+    assert post.authorization == f"Bearer {fake.token}" and post.content_type.startswith(
+        "application/json"
+    )
     ts = sent["messageTs"]
 
     read = call("read", {"channelId": "C4", "threadTs": "1715599999.000100"})
@@ -52,7 +61,12 @@ def test_send_in_a_thread_then_read_edit_react_delete(fake: FakeSlack) -> None:
     assert read["messages"][0]["text"] == "On it!" and read["hasMore"] is False
     assert fake.calls_of("conversations.replies")[0].http_method == "GET"
     one = call("read", {"channelId": "C4", "messageTs": ts})
-    assert (one["method"], one["count"], one["found"], one["messageTs"]) == ("conversations.history", 1, True, ts)
+    assert (one["method"], one["count"], one["found"], one["messageTs"]) == (
+        "conversations.history",
+        1,
+        True,
+        ts,
+    )
     assert fake.calls_of("conversations.history")[0].params["inclusive"] == "true"
 
     assert call("edit", {"channelId": "C4", "ts": ts, "text": "Done."}) == \
@@ -61,20 +75,37 @@ def test_send_in_a_thread_then_read_edit_react_delete(fake: FakeSlack) -> None:
     reacted = call("react", {"channelId": "C4", "messageTs": ts, "emoji": ":white_check_mark:",
                              "emojis": ["eyes", "white_check_mark"]})
     assert reacted["emojis"] == ["white_check_mark", "eyes"] and reacted["reactionCount"] == 2
-    assert [c.params["name"] for c in fake.calls_of("reactions.add")] == ["white_check_mark", "eyes"]
-    again = call("react", {"channelId": "C4", "messageTs": ts, "emoji": "eyes"})  # already_reacted is fine
+    assert [c.params["name"] for c in fake.calls_of("reactions.add")] == [
+        "white_check_mark",
+        "eyes",
+    ]
+    # already_reacted is fine
+    again = call("react", {"channelId": "C4", "messageTs": ts, "emoji": "eyes"})
     assert again["reactionCount"] == 1
     assert call("delete", {"channelId": "C4", "timestamp": ts})["deleted"] is True
     assert fake.messages["C4"] == []
 
 
-def test_api_errors_are_tool_failures_with_codes(fake: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_errors_are_tool_failures_with_codes(
+    fake: FakeSlack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     error = failure("send", {"channelId": "CNOPE", "text": "x"})
-    assert error.code == "E_BASE_SLACK_API" and error.message == "[slack] chat.postMessage failed: channel_not_found"
-    assert failure("edit", {"channelId": "C4", "messageTs": "1.2", "text": "x"}).message.endswith("message_not_found")
-    assert "invalid_auth" in failure("send", {"channelId": "C4", "text": "x", "token": "xoxb-wrong"}).message
+    assert (
+        error.code == "E_BASE_SLACK_API"
+        and error.message == "[slack] chat.postMessage failed: channel_not_found"
+    )
+    assert failure("edit", {"channelId": "C4", "messageTs": "1.2", "text": "x"}).message.endswith(
+        "message_not_found"
+    )
+    assert (
+        "invalid_auth"
+        in failure("send", {"channelId": "C4", "text": "x", "token": "xoxb-wrong"}).message
+    )
     fake.ratelimited = 1
-    assert "ratelimited (retry after 30 s)" in failure("send", {"channelId": "C4", "text": "x"}).message
+    assert (
+        "ratelimited (retry after 30 s)"
+        in failure("send", {"channelId": "C4", "text": "x"}).message
+    )
     monkeypatch.delenv("SLACK_BOT_TOKEN")
     assert failure("send", {"channelId": "C4", "text": "x"}).code == "E_BASE_SLACK_TOKEN_MISSING"
     monkeypatch.setenv("BRAIN_SLACK_BOT_TOKEN", fake.token)
@@ -100,7 +131,9 @@ def test_invalid_inputs(fake: FakeSlack, export: str, args: dict[str, Any], need
 
 def test_download_file_with_the_bearer_token(fake: FakeSlack, tmp_path: Path) -> None:
     fake.files["cat.png"] = b"\x89PNG-data"
-    out = call("download_file", {"url": f"{fake.url}/files/cat.png", "savePath": "out/cat.png"}, tmp_path)
+    out = call(
+        "download_file", {"url": f"{fake.url}/files/cat.png", "savePath": "out/cat.png"}, tmp_path
+    )
     assert out["sizeBytes"] == 9 and out["contentType"] == "image/png" and out["etag"] == '"e1"'
     assert out["base64"] == base64.b64encode(b"\x89PNG-data").decode()
     assert out["dataUrl"].startswith("data:image/png;base64,")
@@ -111,7 +144,9 @@ def test_download_file_with_the_bearer_token(fake: FakeSlack, tmp_path: Path) ->
     assert small["base64"] is None and small["dataUrl"] is None and small["savedPath"] is None
     too_big = failure("download_file", {"url": f"{fake.url}/files/cat.png", "maxBytes": 4})
     assert too_big.code == "E_BASE_HTTP" and "maxBytes" in too_big.message
-    assert failure("download_file", {"url": f"{fake.url}/files/none.png"}).code == "E_BASE_SLACK_API"
+    assert (
+        failure("download_file", {"url": f"{fake.url}/files/none.png"}).code == "E_BASE_SLACK_API"
+    )
 
 
 def test_network_failures(monkeypatch: pytest.MonkeyPatch) -> None:

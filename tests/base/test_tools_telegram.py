@@ -13,7 +13,14 @@ from goondan.tools import ToolContext, ToolFailure, load_entry_module, validate_
 from tests.support.aio import run
 from tests.support.fake_telegram import FakeTelegram, fake_telegram
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 handlers = load_entry_module(TOOLS / "telegram.py").handlers
 
 
@@ -38,29 +45,58 @@ def failure(export: str, args: dict[str, Any]) -> ToolFailure:
 
 
 def test_send_edit_delete_react_and_chat_action(fake: FakeTelegram) -> None:
-    sent = call("send", {"chatId": "42", "text": "*hi*", "parseMode": "MARKDOWN-V2", "replyToMessageId": 7,
-                         "allowSendingWithoutReply": True, "disableWebPagePreview": True,
-                         "disableNotification": True})
+    sent = call(
+        "send",
+        {
+            "chatId": "42",
+            "text": "*hi*",
+            "parseMode": "MARKDOWN-V2",
+            "replyToMessageId": 7,
+            "allowSendingWithoutReply": True,
+            "disableWebPagePreview": True,
+            "disableNotification": True,
+        },
+    )
     assert sent["ok"] is True and sent["chatId"] == 42 and sent["text"] == "*hi*"
     params = fake.calls_of("sendMessage")[0].params
-    assert params == {"chat_id": 42, "text": "*hi*", "parse_mode": "MarkdownV2", "disable_notification": True,
-                      "link_preview_options": {"is_disabled": True},
-                      "reply_parameters": {"message_id": 7, "allow_sending_without_reply": True}}
+    assert params == {
+        "chat_id": 42,
+        "text": "*hi*",
+        "parse_mode": "MarkdownV2",
+        "disable_notification": True,
+        "link_preview_options": {"is_disabled": True},
+        "reply_parameters": {"message_id": 7, "allow_sending_without_reply": True},
+    }
     message_id = sent["messageId"]
-    assert call("edit", {"chatId": 42, "messageId": message_id, "text": "edited", "parseMode": "html"}) == \
-        {"ok": True, "chatId": 42, "messageId": message_id, "edited": True}
+    assert call(
+        "edit", {"chatId": 42, "messageId": message_id, "text": "edited", "parseMode": "html"}
+    ) == {"ok": True, "chatId": 42, "messageId": message_id, "edited": True}
     assert fake.calls_of("editMessageText")[0].params["parse_mode"] == "HTML"
-    reacted = call("react", {"chatId": 42, "messageId": message_id, "emoji": "👍", "emojis": ["🔥", "👍"],
-                             "isBig": True})
+    reacted = call(
+        "react",
+        {
+            "chatId": 42,
+            "messageId": message_id,
+            "emoji": "👍",
+            "emojis": ["🔥", "👍"],
+            "isBig": True,
+        },
+    )
     assert reacted == {"ok": True, "chatId": 42, "messageId": message_id, "cleared": False,
                        "emojis": ["👍", "🔥"], "reactionCount": 2}
     assert fake.calls_of("setMessageReaction")[0].params["reaction"] == [
         {"type": "emoji", "emoji": "👍"}, {"type": "emoji", "emoji": "🔥"}]
     cleared = call("react", {"chatId": 42, "messageId": message_id, "clear": True})
-    assert cleared["cleared"] is True and fake.calls_of("setMessageReaction")[1].params["reaction"] == []
+    assert (
+        cleared["cleared"] is True
+        and fake.calls_of("setMessageReaction")[1].params["reaction"] == []
+    )
     assert call("set_chat_action", {"chatId": "@news", "status": "upload-photo"}) == \
         {"ok": True, "chatId": "@news", "status": "upload-photo", "action": "upload_photo"}
-    assert fake.calls_of("sendChatAction")[0].params == {"chat_id": "@news", "action": "upload_photo"}
+    assert fake.calls_of("sendChatAction")[0].params == {
+        "chat_id": "@news",
+        "action": "upload_photo",
+    }
     assert call("delete", {"chatId": -100, "messageId": str(message_id)})["deleted"] is True
 
 
@@ -97,7 +133,11 @@ def test_invalid_inputs(fake: FakeTelegram, export: str, args: dict[str, Any], n
 
 def test_download_file_masks_the_token(fake: FakeTelegram, tmp_path: Path) -> None:
     fake.files["ph1"] = b"JPEGDATA"
-    out = call("download_file", {"file_id": "ph1", "outputPath": "photo.jpg", "includeBase64": False}, tmp_path)
+    out = call(
+        "download_file",
+        {"file_id": "ph1", "outputPath": "photo.jpg", "includeBase64": False},
+        tmp_path,
+    )
     assert out["filePath"] == "photos/ph1.jpg" and out["sizeBytes"] == 8 and out["fileSize"] == 8
     assert out["downloadUrl"] == f"{fake.url}/file/bot<token>/photos/ph1.jpg"
     assert fake.token not in str(out)
@@ -120,4 +160,7 @@ def test_parse_mode_is_case_insensitive_through_the_declared_schema(fake: FakeTe
         assert validate_args(schemas["edit"], {**args, "messageId": 1}) is None, mode
         call("send", args)
         assert fake.calls_of("sendMessage")[-1].params["parse_mode"] == wire
-    assert failure("send", {"chatId": 42, "text": "x", "parseMode": "rtf"}).code == "E_TOOL_INVALID_ARGS"
+    assert (
+        failure("send", {"chatId": 42, "text": "x", "parseMode": "rtf"}).code
+        == "E_TOOL_INVALID_ARGS"
+    )

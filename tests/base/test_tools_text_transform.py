@@ -9,7 +9,14 @@ import pytest
 
 from goondan.tools import ToolContext, ToolFailure, load_entry_module
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 handlers = load_entry_module(TOOLS / "text_transform.py").handlers
 
 
@@ -53,7 +60,11 @@ def test_replace_first_or_all_literally() -> None:
 
 
 def test_split_and_join() -> None:
-    assert call("split", {"text": "a\nb\nc"}) == {"delimiter": "\n", "count": 3, "parts": ["a", "b", "c"]}
+    assert call("split", {"text": "a\nb\nc"}) == {
+        "delimiter": "\n",
+        "count": 3,
+        "parts": ["a", "b", "c"],
+    }
     assert call("split", {"text": "a,b,c", "delimiter": ",", "maxParts": 2})["parts"] == ["a", "b"]
     assert call("split", {"text": "abc", "delimiter": ""})["parts"] == ["a", "b", "c"]
     assert call("split", {"text": "", "delimiter": ","})["parts"] == [""]
@@ -65,12 +76,20 @@ def test_split_and_join() -> None:
 
 
 def test_trim_and_case() -> None:
-    assert call("trim", {"text": "  hi \n"}) == {"original": "  hi \n", "result": "hi", "mode": "both",
-                                                 "trimmedLength": 2}
+    assert call("trim", {"text": "  hi \n"}) == {
+        "original": "  hi \n",
+        "result": "hi",
+        "mode": "both",
+        "trimmedLength": 2,
+    }
     assert call("trim", {"text": "  hi ", "mode": "start"})["result"] == "hi "
     assert call("trim", {"text": "  hi ", "mode": "end"})["result"] == "  hi"
     assert failure("trim", {"text": "x", "mode": "middle"}).code == "E_TOOL_INVALID_ARGS"
-    assert call("case", {"text": "Straße", "to": "upper"}) == {"original": "Straße", "result": "STRASSE", "to": "upper"}
+    assert call("case", {"text": "Straße", "to": "upper"}) == {
+        "original": "Straße",
+        "result": "STRASSE",
+        "to": "upper",
+    }
     assert call("case", {"text": "ABC", "to": "lower"})["result"] == "abc"
     assert failure("case", {"text": "x", "to": "title"}).code == "E_TOOL_INVALID_ARGS"
     assert failure("case", {"text": 1, "to": "upper"}).code == "E_TOOL_INVALID_ARGS"

@@ -35,8 +35,12 @@ def parked(tmp_path: Path, state_root: Path) -> tuple[Path, dict[str, Any]]:
     (root / "work" / "old.txt").write_text("old")
 
     async def main() -> dict[str, Any]:
-        model = ScriptedModel([{"toolCalls": [{"name": "files__delete", "args": {"path": "old.txt"}}]}])
-        async with Runtime.from_bundle(root, state_root=state_root, models={"assistant": model}) as rt:
+        model = ScriptedModel(
+            [{"toolCalls": [{"name": "files__delete", "args": {"path": "old.txt"}}]}]
+        )
+        async with Runtime.from_bundle(
+            root, state_root=state_root, models={"assistant": model}
+        ) as rt:
             result = await rt.run_turn(None, "delete old.txt", instance_key="k")
         [row] = result.metadata["approvals"]
         return dict(row)
@@ -53,38 +57,63 @@ def test_list_json_has_the_listing_fields(parked: tuple[Path, dict[str, Any]], s
     assert listed["id"] == row["id"] and listed["status"] == "pending"
     assert listed["tool"] == "files__delete" and listed["args"] == {"path": "old.txt"}
     assert listed["agent"] == "assistant" and listed["instanceKey"] == "k" and listed["requestedAt"]
-    code, text, _ = run(capsys, "--state-root", str(state_root), "approvals", "list", "--bundle", str(root))
-    assert code == 0 and row["id"] in text and "files__delete" in text and '"path": "old.txt"' in text
+    code, text, _ = run(
+        capsys, "--state-root", str(state_root), "approvals", "list", "--bundle", str(root)
+    )
+    assert (
+        code == 0 and row["id"] in text and "files__delete" in text and '"path": "old.txt"' in text
+    )
 
 
-def test_bad_args_are_refused_before_anything_is_decided(parked: tuple[Path, dict[str, Any]], state_root: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_args_are_refused_before_anything_is_decided(
+    parked: tuple[Path, dict[str, Any]], state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, row = parked
     for bad in ("{not json", "[1]", '{"path": 5}', "{}"):
-        code, _, err = run(capsys, "--state-root", str(state_root), "approvals", "approve", row["id"], "--args", bad)
+        code, _, err = run(
+            capsys,
+            "--state-root",
+            str(state_root),
+            "approvals",
+            "approve",
+            row["id"],
+            "--args",
+            bad,
+        )
         assert code == 2 and "E_APPROVAL_ARGS" in err, (bad, err)
     code, out, _ = run(capsys, "--state-root", str(state_root), "approvals", "list", "--json")
     assert json.loads(out)[0]["status"] == "pending"
-    code, _, err = run(capsys, "--state-root", str(state_root), "approvals", "deny", "apr_ffffffffffffffffffffffff")
+    code, _, err = run(
+        capsys, "--state-root", str(state_root), "approvals", "deny", "apr_ffffffffffffffffffffffff"
+    )
     assert code == 2 and "E_APPROVAL_NOT_FOUND" in err
 
 
 def test_approve_while_stopped_then_the_next_runtime_runs_the_edited_call(
-        parked: tuple[Path, dict[str, Any]], state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parked: tuple[Path, dict[str, Any]], state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, row = parked
     (root / "work" / "older.txt").write_text("older")
     code, out, _ = run(capsys, "--state-root", str(state_root), "approvals", "approve", row["id"],
                        "--args", '{"path": "older.txt"}', "--note", "the older one", "--json")
     assert code == 0
     decided = json.loads(out)
-    assert decided["status"] == "approved" and decided["decided"] is True and decided["notified"] is False
+    assert (
+        decided["status"] == "approved"
+        and decided["decided"] is True
+        and decided["notified"] is False
+    )
     assert decided["via"] == "cli" and decided["note"] == "the older one"
-    code, out, _ = run(capsys, "--state-root", str(state_root), "approvals", "deny", row["id"], "--reason", "no")
+    code, out, _ = run(
+        capsys, "--state-root", str(state_root), "approvals", "deny", row["id"], "--reason", "no"
+    )
     assert code == 0 and "already approved" in out and "nothing changed" in out
 
     async def main() -> None:
         model = ScriptedModel(["deleted the older file"])
-        async with Runtime.from_bundle(root, state_root=state_root, models={"assistant": model}) as rt:
+        async with Runtime.from_bundle(
+            root, state_root=state_root, models={"assistant": model}
+        ) as rt:
             done = await rt.approvals.approve(row["id"])  # applies the stored (CLI) decision
             assert done is not None and done.text == "deleted the older file"
             assert "deleted older.txt" in json.dumps(model.requests[0].messages)
@@ -93,23 +122,31 @@ def test_approve_while_stopped_then_the_next_runtime_runs_the_edited_call(
     assert (root / "work" / "old.txt").exists() and not (root / "work" / "older.txt").exists()
 
 
-def test_deleting_the_instance_removes_its_approvals(parked: tuple[Path, dict[str, Any]], state_root: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_deleting_the_instance_removes_its_approvals(
+    parked: tuple[Path, dict[str, Any]], state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     [info] = [i for i in iter_instances(state_root) if i.instance_key == "k"]
     delete_instance(info)
-    code, out, _ = run(capsys, "--state-root", str(state_root), "approvals", "list", "--all", "--json")
+    code, out, _ = run(
+        capsys, "--state-root", str(state_root), "approvals", "list", "--all", "--json"
+    )
     assert code == 0 and json.loads(out) == []
 
 
 def test_a_decision_taken_while_stopped_is_applied_when_the_instance_opens(
-        parked: tuple[Path, dict[str, Any]], state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parked: tuple[Path, dict[str, Any]], state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, row = parked
-    code, _, _ = run(capsys, "--state-root", str(state_root), "approvals", "deny", row["id"], "--reason", "keep")
+    code, _, _ = run(
+        capsys, "--state-root", str(state_root), "approvals", "deny", row["id"], "--reason", "keep"
+    )
     assert code == 0
 
     async def main() -> None:
         model = ScriptedModel(["kept it"])
-        async with Runtime.from_bundle(root, state_root=state_root, models={"assistant": model}) as rt:
+        async with Runtime.from_bundle(
+            root, state_root=state_root, models={"assistant": model}
+        ) as rt:
             instance = await rt.instance(None, "k")
             assert (await instance.resume()) is not None
             assert instance.parked is None

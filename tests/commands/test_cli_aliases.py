@@ -86,8 +86,24 @@ def test_config_selects_the_bundle_before_or_after_the_command(
 def test_run_accepts_no_install_as_a_no_op(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "goondan", "--state-root", str(tmp_path / "state"), "run", "--no-install",
-         "--config", str(bundle), "--input", "hi"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(tmp_path / "state"),
+            "run",
+            "--no-install",
+            "--config",
+            str(bundle),
+            "--input",
+            "hi",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "answered by the scripted model" in proc.stdout

@@ -11,7 +11,17 @@ import pytest
 from goondan import cli
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
-GLOBAL = {"--state-root", "--bundle", "--config", "--json", "--quiet", "--no-color", "--verbose", "--debug", "--help"}
+GLOBAL = {
+    "--state-root",
+    "--bundle",
+    "--config",
+    "--json",
+    "--quiet",
+    "--no-color",
+    "--verbose",
+    "--debug",
+    "--help",
+}
 
 
 def _help(*path: str) -> str:
@@ -40,15 +50,20 @@ def _paths() -> list[tuple[str, ...]]:
 def _option_names(options: str) -> set[str]:
     """The long names of the option lines (``  -f, --force`` / ``  --git / --no-git``)."""
     names: set[str] = set()
-    for match in re.finditer(r"^  (?:-\w, )*(--[a-z][a-z-]*)(?:, (--[a-z][a-z-]*))?(?: / (--[a-z][a-z-]*))?",
-                             options, re.M):
+    for match in re.finditer(
+        r"^  (?:-\w, )*(--[a-z][a-z-]*)(?:, (--[a-z][a-z-]*))?(?: / (--[a-z][a-z-]*))?",
+        options,
+        re.M,
+    ):
         names.update(n for n in match.groups() if n)
     return names
 
 
 def _section(path: tuple[str, ...]) -> str:
     text = DOC.read_text(encoding="utf-8")
-    match = re.search(rf"^### `goondan {' '.join(path)}\b[^\n]*\n(.*?)(?=^### |\Z)", text, re.M | re.S)
+    match = re.search(
+        rf"^### `goondan {' '.join(path)}\b[^\n]*\n(.*?)(?=^### |\Z)", text, re.M | re.S
+    )
     assert match, f"docs/cli.md has no section for goondan {' '.join(path)}"
     return match.group(1)
 
@@ -69,4 +84,6 @@ def test_global_options_and_exit_codes_are_documented() -> None:
         assert f"`{opt}" in text or f", {opt}`" in text, opt
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |", "| 6 |", "| 130 |"):
         assert code in text
-    assert "Exit codes: 0 ok, 1 error, 2 usage, 3 config, 4 validation" in _help().replace("\n  ", " ")
+    assert "Exit codes: 0 ok, 1 error, 2 usage, 3 config, 4 validation" in _help().replace(
+        "\n  ", " "
+    )

@@ -59,7 +59,9 @@ def test_command_table_includes_the_service_commands() -> None:
     assert ("instance", "restart") in _command_paths()
 
 
-def test_state_root_after_the_subcommand_is_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_state_root_after_the_subcommand_is_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     other = tmp_path / "other-root"
     code, out, _ = run(capsys, "status", "--all", "--state-root", str(other), "--json")
     assert code == 0 and json.loads(out) == {"swarms": []}
@@ -67,14 +69,17 @@ def test_state_root_after_the_subcommand_is_used(tmp_path: Path, capsys: pytest.
     assert code == 3 and "[E_RUN_NOT_RUNNING]" in err
 
 
-def test_json_before_or_after_instance_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_before_or_after_instance_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, "instance", "list", "--state-root", str(tmp_path), "--json")
     assert code == 0 and json.loads(out)["instances"] == []
     code, out, _ = run(capsys, "--json", "instance", "list", "--state-root", str(tmp_path))
     assert code == 0 and json.loads(out)["instances"] == []
 
 
-PROSE = {"needs", "never", "runs", "loads", "addition", "itself", "masks"}  # "goondan needs …" in messages is not a command
+# "goondan needs …" in messages is not a command
+PROSE = {"needs", "never", "runs", "loads", "addition", "itself", "masks"}
 
 
 def test_messages_and_docs_name_only_commands_that_exist() -> None:
@@ -107,6 +112,10 @@ def test_repl_refuses_a_path_given_as_the_agent_name(capsys: pytest.CaptureFixtu
 
 
 def test_completion_scripts(capsys: pytest.CaptureFixture[str]) -> None:
-    for shell, marker in (("bash", "complete -o"), ("zsh", "compdef"), ("fish", "complete --no-files")):
+    for shell, marker in (
+        ("bash", "complete -o"),
+        ("zsh", "compdef"),
+        ("fish", "complete --no-files"),
+    ):
         code, out, _ = run(capsys, "completion", shell)
         assert code == 0 and marker in out and "_GOONDAN_COMPLETE" in out

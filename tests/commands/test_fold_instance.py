@@ -13,7 +13,9 @@ from goondan.conversation import Message, MessageEvent
 from goondan.types import ToolCall
 from goondan.workspace import InstanceStore
 
-REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "workspace" / "reference-root"
+REFERENCE_ROOT = (
+    Path(__file__).resolve().parent.parent / "fixtures" / "workspace" / "reference-root"
+)
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str, stdin: str | None = None,
@@ -43,13 +45,17 @@ def leave_interrupted_turn(root: Path, key: str = "k1", agent: str = "planner") 
     return store
 
 
-def test_fold_dry_run_then_fold_then_nothing(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fold_dry_run_then_fold_then_nothing(
+    state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = leave_interrupted_turn(state_root)
     code, out, _ = run(capsys, "fold", "k1", "--dry-run")
     assert code == 0 and "would fold 2 leftover events" in out and "would add 1 synthetic" in out
     assert store.paths.events.read_bytes() != b""  # dry run writes nothing
     code, out, _ = run(capsys, "fold", "k1")
-    assert code == 0 and "folded 2 leftover events, added 1 synthetic tool result; 3 messages" in out
+    assert (
+        code == 0 and "folded 2 leftover events, added 1 synthetic tool result; 3 messages" in out
+    )
     assert store.paths.events.read_bytes() == b""
     assert len(store.paths.base.read_bytes().splitlines()) == 3
     before = store.paths.base.read_bytes()
@@ -82,7 +88,9 @@ def test_fold_needs_a_key_or_all(state_root: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "[E_USAGE]" in err
 
 
-def test_fold_refuses_a_locked_instance(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fold_refuses_a_locked_instance(
+    state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     leave_interrupted_turn(state_root)
     with InstanceStore.open(state_root, "demo-11112222", "planner", "k1"):
         code, _, err = run(capsys, "fold", "k1")
@@ -130,15 +138,23 @@ def test_instance_delete_without_a_terminal_needs_force(state_root: Path,
     assert code == 2 and "--force" in err and store.paths.dir.exists()
 
 
-def test_instance_delete_refuses_an_ambiguous_key(state_root: Path, capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_instance_delete_refuses_an_ambiguous_key(
+    state_root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = leave_interrupted_turn(state_root, agent="planner")
     second = leave_interrupted_turn(state_root, agent="coder")
     code, _, err = run(capsys, "instance", "delete", "k1", stdin="y\n", monkeypatch=monkeypatch)
     assert code != 0 and "[E_WORKSPACE_INSTANCE_AMBIGUOUS]" in err
     assert first.paths.dir.exists() and second.paths.dir.exists()
-    code, out, _ = run(capsys, "instance", "delete", "k1", "--agent", "coder", stdin="y\n", monkeypatch=monkeypatch)
-    assert code == 0 and "1 instance?" in out and first.paths.dir.exists() and not second.paths.dir.exists()
+    code, out, _ = run(
+        capsys, "instance", "delete", "k1", "--agent", "coder", stdin="y\n", monkeypatch=monkeypatch
+    )
+    assert (
+        code == 0
+        and "1 instance?" in out
+        and first.paths.dir.exists()
+        and not second.paths.dir.exists()
+    )
 
 
 def test_instance_delete_refuses_a_locked_instance(state_root: Path,

@@ -18,7 +18,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("template", ["default", "multi-agent", "minimal"])
-def test_init_creates_a_valid_bundle(tmp_path: Path, template: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_creates_a_valid_bundle(
+    tmp_path: Path, template: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = tmp_path / "My Project"
     code, out, _ = run(capsys, "init", str(project), "--template", template, "--no-git")
     assert code == 0, out
@@ -29,7 +31,9 @@ def test_init_creates_a_valid_bundle(tmp_path: Path, template: str, capsys: pyte
     assert report.valid, [d.to_dict() for d in report.errors]
 
 
-def test_init_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_refuses_to_overwrite_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(capsys, "init", str(tmp_path), "--no-git")[0] == 0
     code, _, err = run(capsys, "init", str(tmp_path), "--no-git")
     assert code == 3 and "[E_INIT_EXISTS]" in err
@@ -38,14 +42,18 @@ def test_init_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.
 
 def test_doctor_on_a_valid_project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, "init", str(tmp_path / "p"), "--no-git")
-    code, out, _ = run(capsys, "doctor", "--bundle", str(tmp_path / "p"), "--state-root", str(tmp_path / "s"))
+    code, out, _ = run(
+        capsys, "doctor", "--bundle", str(tmp_path / "p"), "--state-root", str(tmp_path / "s")
+    )
     assert code == 0, out
     assert out.startswith("Goondan Doctor")
     assert "✓ [Bundle]" in out and "Summary:" in out
     assert "⚠ [API keys]" in out  # conftest strips every key
 
 
-def test_doctor_fails_on_a_state_root_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_fails_on_a_state_root_that_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "file"
     bad.write_text("x")
     code, out, _ = run(capsys, "doctor", "--bundle", str(tmp_path), "--state-root", str(bad))
@@ -53,9 +61,13 @@ def test_doctor_fails_on_a_state_root_that_is_a_file(tmp_path: Path, capsys: pyt
     assert "✗ [State] state root" in out
 
 
-def test_doctor_masks_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_masks_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdefghijklmnop")
-    _, out, _ = run(capsys, "doctor", "--bundle", str(tmp_path), "--state-root", str(tmp_path / "s"))
+    _, out, _ = run(
+        capsys, "doctor", "--bundle", str(tmp_path), "--state-root", str(tmp_path / "s")
+    )
     assert "sk-proj-abcdefghijklmnop" not in out
     assert "OPENAI_API_KEY: set (sk-p…)" in out
 
@@ -76,7 +88,9 @@ def test_doctor_asks_only_for_the_keys_the_bundle_needs(
         "spec: {entryAgent: Agent/a, agents: [Agent/a]}\n"
     )
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdefghijklmnop")
-    code, out, _ = run(capsys, "doctor", "--bundle", str(project), "--state-root", str(tmp_path / "s"))
+    code, out, _ = run(
+        capsys, "doctor", "--bundle", str(project), "--state-root", str(tmp_path / "s")
+    )
     assert code == 0, out
     assert "✓ [API keys] Model/local: no key needed (http://127.0.0.1:8080/v1)" in out
     assert "⚠ [API keys] Model/claude: needs ANTHROPIC_API_KEY" in out
@@ -112,7 +126,10 @@ def test_multi_agent_template_gives_the_planner_the_agents_tool(
                                                            "package": "@goondan/base"}}]
     offline = next(d for d in docs if d["kind"] == "Model" and d["metadata"]["name"] == "offline")
     steps = offline["spec"]["options"]["script"][-1]["steps"]
-    assert [c["args"]["target"] for s in steps for c in s.get("toolCalls", [])] == ["coder", "reviewer"]
+    assert [c["args"]["target"] for s in steps for c in s.get("toolCalls", [])] == [
+        "coder",
+        "reviewer",
+    ]
 
 
 def test_doctor_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return int(info.value.code or 0), out, err
 
 
-def make_instance(root: Path, key: str = "chat:1", agent: str = "planner", turns: int = 3) -> InstanceStore:
+def make_instance(
+    root: Path, key: str = "chat:1", agent: str = "planner", turns: int = 3
+) -> InstanceStore:
     store = InstanceStore.open(root, "demo-11112222", agent, key, fsync=False)
     state = store.load()
     for turn in range(turns):
@@ -56,7 +58,9 @@ def test_inspect_workspace_lists_the_reference_layout(capsys: pytest.CaptureFixt
 
 
 def test_inspect_workspace_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "inspect", "workspace", "--state-root", str(REFERENCE_ROOT), "--json")
+    code, out, _ = run(
+        capsys, "inspect", "workspace", "--state-root", str(REFERENCE_ROOT), "--json"
+    )
     data = json.loads(out)
     rows = {i["instanceKey"]: i for w in data["workspaces"] for i in w["instances"]}
     assert code == 0 and set(rows) == {"cli:1", "telegram:42", "slack:C01:1700000000.1"}
@@ -64,7 +68,9 @@ def test_inspect_workspace_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows["telegram:42"]["agentName"] == "planner" and rows["telegram:42"]["sizeBytes"] > 0
 
 
-def test_inspect_workspace_on_an_empty_root(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_workspace_on_an_empty_root(
+    state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, "inspect", "workspace")
     assert code == 0 and "No workspaces found." in out
 
@@ -80,7 +86,9 @@ def test_inspect_instance_transcript(state_root: Path, capsys: pytest.CaptureFix
     assert "pending events: 0" in out and 'memory: {"facts": ["likes tea"]}' in out
 
 
-def test_inspect_instance_limit_and_sections(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_instance_limit_and_sections(
+    state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     make_instance(state_root).close()
     code, out, _ = run(capsys, "inspect", "instance", "chat:1", "--messages", "--limit", "2")
     assert code == 0 and "last 2 of 12" in out
@@ -90,7 +98,9 @@ def test_inspect_instance_limit_and_sections(state_root: Path, capsys: pytest.Ca
     assert json.loads(out) == {"extension": "memory", "state": {"facts": ["likes tea"]}}
 
 
-def test_inspect_instance_json_and_raw(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_instance_json_and_raw(
+    state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = make_instance(state_root)
     event = MessageEvent.append(Message.user("pending one"))
     store.append_event(event, "t9")
@@ -99,14 +109,18 @@ def test_inspect_instance_json_and_raw(state_root: Path, capsys: pytest.CaptureF
     data = json.loads(out)
     assert code == 0 and len(data["messages"]) == 3
     assert data["pendingEvents"][0]["turnId"] == "t9" and data["instance"]["pendingEvents"] == 1
-    code, out, _ = run(capsys, "inspect", "instance", "chat:1", "--raw", "--messages", "--limit", "1")
+    code, out, _ = run(
+        capsys, "inspect", "instance", "chat:1", "--raw", "--messages", "--limit", "1"
+    )
     assert json.loads(out)["data"]["content"][0]["text"] == "answer 2"
     code, out, _ = run(capsys, "inspect", "instance", "chat:1", "--events")
     assert "[t9] append" in out and "pending one" in out
 
 
 def test_inspect_instance_reference_layout(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "inspect", "instance", "telegram:42", "--state-root", str(REFERENCE_ROOT))
+    code, out, _ = run(
+        capsys, "inspect", "instance", "telegram:42", "--state-root", str(REFERENCE_ROOT)
+    )
     assert code == 0 and "Hi! How can I help?" in out and "likes tea" in out
     code, out, _ = run(capsys, "inspect", "instance", "cli:1", "--state-root", str(REFERENCE_ROOT))
     assert code == 0 and "pending events: 1" in out and "pong" in out
@@ -132,7 +146,9 @@ def test_unknown_instance_is_exit_3(state_root: Path, capsys: pytest.CaptureFixt
     assert code == 3 and "[E_WORKSPACE_INSTANCE_NOT_FOUND]" in err and "Traceback" not in err
 
 
-def test_ambiguous_instance_asks_for_agent(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ambiguous_instance_asks_for_agent(
+    state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     make_instance(state_root, agent="planner", turns=1).close()
     make_instance(state_root, agent="coder", turns=2).close()
     code, _, err = run(capsys, "inspect", "instance", "chat:1")
@@ -141,7 +157,9 @@ def test_ambiguous_instance_asks_for_agent(state_root: Path, capsys: pytest.Capt
     assert code == 0 and "8 messages" in out
 
 
-def test_corrupt_base_is_reported_with_file_and_line(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_corrupt_base_is_reported_with_file_and_line(
+    state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = make_instance(state_root, turns=1)
     store.close()
     lines = store.paths.base.read_bytes().splitlines(keepends=True)

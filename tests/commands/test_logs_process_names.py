@@ -31,8 +31,13 @@ def logged(state_root: Path) -> Path:
 
 
 def test_help_and_docs_name_connection_processes() -> None:
-    shown = subprocess.run([sys.executable, "-m", "goondan", "logs", "--help"], capture_output=True, text=True,
-                           timeout=60, check=False)
+    shown = subprocess.run(
+        [sys.executable, "-m", "goondan", "logs", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert "'connection.<name>'" in " ".join(shown.stdout.split())
     assert "connector.<" not in shown.stdout
     cli_md = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")

@@ -90,10 +90,14 @@ def test_record_dependency_keeps_other_documents(tmp_path: Path) -> None:
     (bare / "goondan.yaml").write_text(BUNDLE.split("---\n", 1)[1])
     record_dependency(bare / "goondan.yaml", "x", "^1.0.0")
     first = next(yaml.safe_load_all((bare / "goondan.yaml").read_text()))
-    assert first["kind"] == "Package" and first["spec"]["dependencies"] == [{"name": "x", "version": "^1.0.0"}]
+    assert first["kind"] == "Package" and first["spec"]["dependencies"] == [
+        {"name": "x", "version": "^1.0.0"}
+    ]
 
 
-def test_init_template_package_equals_package_new(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_template_package_equals_package_new(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = gd(capsys, "init", str(tmp_path / "p1"), "-t", "package", "-n", "@acme/tools", "--no-git")
     assert out.exit_code == 0, out.output
     out = gd(capsys, "package", "new", str(tmp_path / "p2"), "-n", "@acme/tools")
@@ -101,7 +105,9 @@ def test_init_template_package_equals_package_new(tmp_path: Path, capsys: pytest
     for root in (tmp_path / "p1", tmp_path / "p2"):
         project = tomllib.loads((root / "pyproject.toml").read_text())
         assert project["project"]["name"] == "goondan-acme-tools"
-        assert project["project"]["entry-points"]["goondan.packages"] == {"@acme/tools": "goondan_acme_tools"}
+        assert project["project"]["entry-points"]["goondan.packages"] == {
+            "@acme/tools": "goondan_acme_tools"
+        }
         assert (root / "goondan_acme_tools" / "goondan.yaml").is_file()
     again = gd(capsys, "package", "new", str(tmp_path / "p2"), "-n", "@acme/tools")
     assert again.exit_code == 3 and "E_INIT_EXISTS" in again.output
@@ -109,7 +115,9 @@ def test_init_template_package_equals_package_new(tmp_path: Path, capsys: pytest
     assert bad.exit_code == 3 and "E_PACKAGE_INVALID_NAME" in bad.output
 
 
-def test_add_without_install_reports_a_missing_distribution(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_add_without_install_reports_a_missing_distribution(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "goondan.yaml").write_text(BUNDLE)
     out = gd(capsys, "package", "add", "@acme/tools@^0.1", "--no-install", "-b", str(tmp_path))
     assert out.exit_code == 3
@@ -127,14 +135,20 @@ def test_add_and_list_the_builtin_base(tmp_path: Path, capsys: pytest.CaptureFix
     listed = gd(capsys, "package", "list", "--json", "-b", str(tmp_path))
     data = json.loads(listed.output)
     row = data["dependencies"][0]
-    assert row["name"] == "@goondan/base" and row["source"] == "builtin" and row["requested"] == "^0.0.3-alpha17"
+    assert (
+        row["name"] == "@goondan/base"
+        and row["source"] == "builtin"
+        and row["requested"] == "^0.0.3-alpha17"
+    )
     assert "goondan ships" in row["warnings"][0]
     assert (tmp_path / "goondan.lock.yaml").is_file()
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_a_scaffolded_package_builds_installs_and_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_scaffolded_package_builds_installs_and_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Acceptance: package new → pip wheel → `goondan package add` pip-installs it into a fresh
     venv → a bundle validates and runs its tool and extension (scripted model, repl --input)."""
     pytest.importorskip("setuptools")
@@ -148,10 +162,16 @@ def test_a_scaffolded_package_builds_installs_and_runs(tmp_path: Path, capsys: p
     # A fresh venv that sees this checkout's environment (goondan, pip) through a .pth file, so
     # nothing is downloaded and the package lands in the new venv only.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     python = str(venv / "bin" / "python")
     paths = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(subprocess.run([python, "-c", paths], capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [python, "-c", paths], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     dev_site = subprocess.run([sys.executable, "-c", paths], capture_output=True, text=True,
                               check=True).stdout.strip()
     (site / "_goondan_dev.pth").write_text(f"import site; site.addsitedir({dev_site!r})\n")

@@ -26,7 +26,9 @@ def goondan(*args: str, state_root: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def delegated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("trace-state")
-    result = goondan("run", "--bundle", str(EXAMPLE), "--input", "What is 17 * 23?", state_root=root)
+    result = goondan(
+        "run", "--bundle", str(EXAMPLE), "--input", "What is 17 * 23?", state_root=root
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "The worker says: 17 * 23 = 391"
     return root
@@ -47,9 +49,17 @@ def test_inspect_trace_last_is_one_tree_across_agents(delegated: Path) -> None:
     data = json.loads(result.stdout)
     [root] = data["spans"]
     assert root["parentSpanId"] is None and root["name"] == "turn coordinator"
-    assert _path(root, ["step 0", "agents__request", "request worker", "turn worker", "step 0", "llm"]) == [
-        "turn coordinator", "step 0", "agents__request", "request worker", "turn worker", "step 0",
-        "llm delegation-worker"]
+    assert _path(
+        root, ["step 0", "agents__request", "request worker", "turn worker", "step 0", "llm"]
+    ) == [
+        "turn coordinator",
+        "step 0",
+        "agents__request",
+        "request worker",
+        "turn worker",
+        "step 0",
+        "llm delegation-worker",
+    ]
 
     def check(node: dict[str, Any], parent: dict[str, Any] | None) -> int:
         assert node["traceId"] == data["traceId"]
@@ -63,7 +73,9 @@ def test_inspect_trace_last_is_one_tree_across_agents(delegated: Path) -> None:
 
 
 def test_inspect_trace_flat_json_and_text(delegated: Path) -> None:
-    flat = json.loads(goondan("inspect", "trace", "--last", "--json", "--flat", state_root=delegated).stdout)
+    flat = json.loads(
+        goondan("inspect", "trace", "--last", "--json", "--flat", state_root=delegated).stdout
+    )
     spans = flat["spans"]
     ids = {s["spanId"] for s in spans}
     assert [s for s in spans if s["parentSpanId"] is None] == [spans[0]]
@@ -78,17 +90,41 @@ def test_inspect_trace_flat_json_and_text(delegated: Path) -> None:
     lines = text.stdout.splitlines()
     assert lines[0].startswith(f"trace {flat['traceId']}")
     indent = {line.strip().split("  ")[0]: len(line) - len(line.lstrip()) for line in lines[1:]}
-    assert indent["turn coordinator"] < indent["agents__request"] < indent["request worker"] < indent["turn worker"]
+    assert (
+        indent["turn coordinator"]
+        < indent["agents__request"]
+        < indent["request worker"]
+        < indent["turn worker"]
+    )
 
 
 def test_inspect_instance_traces_lists_the_trace(delegated: Path) -> None:
-    flat = json.loads(goondan("inspect", "trace", "--last", "--json", "--flat", state_root=delegated).stdout)
-    listed = goondan("inspect", "instance", "delegation", "--agent", "worker", "--traces", "--json", state_root=delegated)
+    flat = json.loads(
+        goondan("inspect", "trace", "--last", "--json", "--flat", state_root=delegated).stdout
+    )
+    listed = goondan(
+        "inspect",
+        "instance",
+        "delegation",
+        "--agent",
+        "worker",
+        "--traces",
+        "--json",
+        state_root=delegated,
+    )
     assert listed.returncode == 0, listed.stderr
     traces = json.loads(listed.stdout)["traces"]
     assert [t["traceId"] for t in traces] == [flat["traceId"]]
     assert traces[0]["agents"] == ["coordinator", "worker"] and traces[0]["spanCount"] == 10
-    text = goondan("inspect", "instance", "delegation", "--agent", "coordinator", "--traces", state_root=delegated)
+    text = goondan(
+        "inspect",
+        "instance",
+        "delegation",
+        "--agent",
+        "coordinator",
+        "--traces",
+        state_root=delegated,
+    )
     assert flat["traceId"] in text.stdout
 
 

@@ -40,18 +40,23 @@ spec: {entryAgent: Agent/helper, agents: [Agent/helper]}
 """
 
 
-def validate(tmp_path: Path, provider: str, params: str, *args: str) -> subprocess.CompletedProcess[str]:
+def validate(
+    tmp_path: Path, provider: str, params: str, *args: str
+) -> subprocess.CompletedProcess[str]:
     root = tmp_path / provider
     root.mkdir(exist_ok=True)
-    (root / "goondan.yaml").write_text(BUNDLE.replace("PROVIDER", provider).replace("PARAMS", params),
-                                       encoding="utf-8")
+    (root / "goondan.yaml").write_text(
+        BUNDLE.replace("PROVIDER", provider).replace("PARAMS", params), encoding="utf-8"
+    )
     return subprocess.run([sys.executable, "-m", "goondan", "validate", str(root), "--json", *args],
                           capture_output=True, text=True, timeout=60, check=False)
 
 
 def _params_warnings(done: subprocess.CompletedProcess[str]) -> list[dict[str, str]]:
     report = json.loads(done.stdout)
-    return [d for d in report["warnings"] + report["errors"] if d["code"] == "W_CONFIG_UNKNOWN_PARAM"]
+    return [
+        d for d in report["warnings"] + report["errors"] if d["code"] == "W_CONFIG_UNKNOWN_PARAM"
+    ]
 
 
 @pytest.mark.parametrize(("provider", "typo", "meant"), [
@@ -77,7 +82,9 @@ def test_a_params_typo_is_a_warning_with_did_you_mean_and_an_error_with_strict(
     ("google", "{topK: 3, responseMimeType: application/json}"),
     ("anthropic", "{my_gateway_route: blue}"),  # unknown on purpose, close to nothing known
 ])
-def test_known_and_deliberately_unknown_params_pass_strict(tmp_path: Path, provider: str, params: str) -> None:
+def test_known_and_deliberately_unknown_params_pass_strict(
+    tmp_path: Path, provider: str, params: str
+) -> None:
     done = validate(tmp_path, provider, params, "--strict")
     assert done.returncode == 0, done.stdout
     assert _params_warnings(done) == []

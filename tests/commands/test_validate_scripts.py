@@ -21,7 +21,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return int(info.value.code or 0), out, err
 
 
-def test_a_broken_script_is_a_validation_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_broken_script_is_a_validation_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bundle = tmp_path / "b"
     shutil.copytree(EXAMPLE, bundle)
     assert run(capsys, "validate", str(bundle))[0] == 0

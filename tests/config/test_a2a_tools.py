@@ -27,7 +27,12 @@ def test_a_valid_a2a_tool_yields_a_remote_agent_spec(tmp_path: Path) -> None:
 
 def test_an_a2a_tool_without_exports_accepts_any_required_skill_and_warns_on_unset_headers(
         tmp_path: Path) -> None:
-    spec = {"a2a": {"url": "http://127.0.0.1:8100", "headers": {"Authorization": {"valueFrom": {"env": "X"}}}}}
+    spec = {
+        "a2a": {
+            "url": "http://127.0.0.1:8100",
+            "headers": {"Authorization": {"valueFrom": {"env": "X"}}},
+        }
+    }
     errors, warnings = _codes(tmp_path, spec, agent={"requiredTools": ["time__anything"]})
     assert errors == []
     assert "W_CONFIG_ENV_UNSET" in warnings

@@ -28,12 +28,27 @@ def _bundle(tmp_path: Path, exports: list[dict[str, Any]], tool_ref: Any = "Tool
         docs.append({"apiVersion": "goondan.ai/v1", "kind": "Tool", "metadata": {"name": "time"},
                      "spec": {"mcp": {"command": ["python", "-m", "mcp_server_time"]}}})
     docs += [
-        {"apiVersion": "goondan.ai/v1", "kind": "Agent", "metadata": {"name": "a"},
-         "spec": {"prompt": {"system": "s"}, "modelConfig": {"modelRef": "Model/m"}, "tools": tools}},
-        {"apiVersion": "goondan.ai/v1", "kind": "Swarm", "metadata": {"name": "default"},
-         "spec": {"entryAgent": "Agent/a", "agents": ["Agent/a"]}}]
+        {
+            "apiVersion": "goondan.ai/v1",
+            "kind": "Agent",
+            "metadata": {"name": "a"},
+            "spec": {
+                "prompt": {"system": "s"},
+                "modelConfig": {"modelRef": "Model/m"},
+                "tools": tools,
+            },
+        },
+        {
+            "apiVersion": "goondan.ai/v1",
+            "kind": "Swarm",
+            "metadata": {"name": "default"},
+            "spec": {"entryAgent": "Agent/a", "agents": ["Agent/a"]},
+        },
+    ]
     (tmp_path / "goondan.yaml").write_text(yaml.safe_dump_all(docs), encoding="utf-8")
-    (tmp_path / "tool.py").write_text("handlers = {'exec': lambda c, i: 1, 'read': lambda c, i: 2}\n")
+    (tmp_path / "tool.py").write_text(
+        "handlers = {'exec': lambda c, i: 1, 'read': lambda c, i: 2}\n"
+    )
     return tmp_path
 
 
@@ -67,7 +82,9 @@ def test_agent_reference_overrides_every_export(tmp_path: Path) -> None:
 
 
 def test_mcp_tools_take_the_agent_reference_approval(tmp_path: Path) -> None:
-    root = _bundle(tmp_path, [{"name": "read"}], mcp_ref={"ref": "Tool/time", "approval": "required"})
+    root = _bundle(
+        tmp_path, [{"name": "read"}], mcp_ref={"ref": "Tool/time", "approval": "required"}
+    )
     assert _errors(root) == []
     rules = approval_rules(load_bundle(root).agent_spec("a"))
     assert rules.rule("time__get_current_time") is not None

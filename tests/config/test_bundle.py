@@ -54,18 +54,33 @@ def test_showcase_is_valid_and_uses_every_kind(state_root: Path) -> None:
     bundle = report.bundle
     assert bundle is not None and bundle.package_name == "showcase"
     kinds = {r.kind for r in bundle.resources}
-    assert kinds == {"Package", "Model", "Agent", "Swarm", "Tool", "Extension", "Connector", "Connection"}
+    assert kinds == {
+        "Package",
+        "Model",
+        "Agent",
+        "Swarm",
+        "Tool",
+        "Extension",
+        "Connector",
+        "Connection",
+    }
     assert len(bundle.of_kind("Agent")) == 2
 
 
 def test_showcase_agent_spec() -> None:
     bundle = load_bundle(SHOWCASE)
     swarm = bundle.swarm_spec()
-    assert (swarm.name, swarm.entry_agent, swarm.agents) == ("default", "assistant", ["assistant", "reviewer"])
+    assert (swarm.name, swarm.entry_agent, swarm.agents) == (
+        "default",
+        "assistant",
+        ["assistant", "reviewer"],
+    )
     assert swarm.max_steps_per_turn == 16 and swarm.shutdown_grace_ms == 10_000
     assert swarm.instance_key == "default"
     agent = bundle.agent_spec("assistant")
-    assert agent.system_prompt.startswith("You are a helpful assistant for unit conversions.\n\nAlways show")
+    assert agent.system_prompt.startswith(
+        "You are a helpful assistant for unit conversions.\n\nAlways show"
+    )
     assert agent.model.provider == "scripted" and agent.model.name == "scripted"
     assert agent.params == {"temperature": 0.2, "maxTokens": 1024}
     assert agent.max_steps_per_turn == 16
@@ -107,13 +122,20 @@ def test_defaults(tmp_path: Path) -> None:
 def test_an_agent_workdir_is_relative_to_the_bundle_root(tmp_path: Path) -> None:
     """Decision 16: ``ToolContext.workdir`` defaults to the bundle root and an Agent's
     ``spec.workdir`` sets it (relative to the bundle root)."""
-    text = BASIC.replace("  prompts: {systemPrompt: hi}\n", "  prompts: {systemPrompt: hi}\n  workdir: ./work\n")
+    text = BASIC.replace(
+        "  prompts: {systemPrompt: hi}\n", "  prompts: {systemPrompt: hi}\n  workdir: ./work\n"
+    )
     bundle = load_bundle(write(tmp_path, {"goondan.yaml": text}))
     assert bundle.agent_spec("a").workdir == tmp_path / "work"
 
 
 def test_swarm_selection_errors(tmp_path: Path) -> None:
-    two = BASIC + "---\n" + HEADER + "kind: Swarm\nmetadata: {name: other}\nspec: {entryAgent: a, agents: [a]}\n"
+    two = (
+        BASIC
+        + "---\n"
+        + HEADER
+        + "kind: Swarm\nmetadata: {name: other}\nspec: {entryAgent: a, agents: [a]}\n"
+    )
     bundle = load_bundle(write(tmp_path, {"goondan.yaml": two}))
     with pytest.raises(ConfigError) as err:
         bundle.swarm_spec()
@@ -151,35 +173,49 @@ PKG_TOOL = HEADER + "kind: Package\nmetadata: {{name: \"{name}\"}}\n---\n" + HEA
 
 
 def _with_deps(deps: str, tools: str = "Tool/shared") -> str:
-    return BASIC.replace("metadata: {name: basic}", "metadata: {name: basic}\nspec:\n  dependencies:\n" + deps).replace(
-        "prompts: {systemPrompt: hi}", f"prompts: {{systemPrompt: hi}}\n  tools: [{tools}]")
+    return BASIC.replace(
+        "metadata: {name: basic}", "metadata: {name: basic}\nspec:\n  dependencies:\n" + deps
+    ).replace("prompts: {systemPrompt: hi}", f"prompts: {{systemPrompt: hi}}\n  tools: [{tools}]")
 
 
 def test_builtin_installed_and_path_packages(tmp_path: Path, state_root: Path) -> None:
     builtin = tmp_path / "builtin"
-    write(builtin, {"@goondan/base/goondan.yaml": PKG_TOOL.format(name="@goondan/base", tool="bash"),
-                    "@goondan/base/t.py": "handlers = {'run': print}\n"})
+    write(
+        builtin,
+        {
+            "@goondan/base/goondan.yaml": PKG_TOOL.format(name="@goondan/base", tool="bash"),
+            "@goondan/base/t.py": "handlers = {'run': print}\n",
+        },
+    )
     installed = state_root / "packages" / "@acme" / "kit" / "1.2.3"
     write(installed, {"dist/goondan.yaml": PKG_TOOL.format(name="@acme/kit", tool="shared"),
-                      "t.py": "handlers = {'run': print}\n",  # entries are relative to the package root
+                      # entries are relative to the package root
+                      "t.py": "handlers = {'run': print}\n",
                       "goondan.yaml": "this: is ignored because dist/ wins\n"})
     bundle_root = tmp_path / "bundle"
-    write(bundle_root, {
-        "goondan.yaml": _with_deps(
-            "    - {name: \"@goondan/base\", version: ^1.0.0}\n"
-            "    - {name: \"@acme/kit\", version: ^1.0.0}\n"
-            "    - {name: local-kit, path: ./vendor/local-kit}\n",
-            tools="Tool/shared, Tool/bash, {kind: Tool, name: helper, package: local-kit}"),
-        "goondan.lock.yaml": "lockfileVersion: 1\npackages:\n  \"@acme/kit@1.0.0\": {}\n  \"@acme/kit@1.2.3\": {}\n",
-        "vendor/local-kit/goondan.yaml": PKG_TOOL.format(name="local-kit", tool="helper"),
-        "vendor/local-kit/t.py": "handlers = {'run': print}\n",
-    })
+    write(
+        bundle_root,
+        {
+            "goondan.yaml": _with_deps(
+                '    - {name: "@goondan/base", version: ^1.0.0}\n'
+                '    - {name: "@acme/kit", version: ^1.0.0}\n'
+                "    - {name: local-kit, path: ./vendor/local-kit}\n",
+                tools="Tool/shared, Tool/bash, {kind: Tool, name: helper, package: local-kit}",
+            ),
+            "goondan.lock.yaml": "lockfileVersion: 1\npackages:\n  "
+            '"@acme/kit@1.0.0": {}\n  "@acme/kit@1.2.3": {}\n',
+            "vendor/local-kit/goondan.yaml": PKG_TOOL.format(name="local-kit", tool="helper"),
+            "vendor/local-kit/t.py": "handlers = {'run': print}\n",
+        },
+    )
     report = validate_bundle(bundle_root, state_root=state_root, builtin_root=builtin, env={})
     assert report.valid, [d.to_dict() for d in report.errors]
     bundle = report.bundle
     assert bundle is not None
     # dependencies first, in declaration order; then local resources
-    assert [r.package for r in bundle.resources][:6] == ["@goondan/base"] * 2 + ["@acme/kit"] * 2 + ["local-kit"] * 2
+    assert [r.package for r in bundle.resources][:6] == ["@goondan/base"] * 2 + [
+        "@acme/kit"
+    ] * 2 + ["local-kit"] * 2
     tools = {t.name: t for t in bundle.agent_spec("a").tools}
     assert tools["shared"].entry == installed / "t.py"
     assert tools["shared"].package == "@acme/kit"
@@ -189,13 +225,21 @@ def test_builtin_installed_and_path_packages(tmp_path: Path, state_root: Path) -
 
 
 def test_own_scope_wins_over_dependencies(tmp_path: Path, state_root: Path) -> None:
-    write(tmp_path, {
-        "goondan.yaml": _with_deps("    - {name: kit, path: ./kit}\n") + "---\n" + HEADER + (
-            "kind: Tool\nmetadata: {name: shared}\nspec:\n  entry: ./t.py\n  exports: [{name: run}]\n"),
-        "t.py": "handlers = {'run': print}\n",
-        "kit/goondan.yaml": PKG_TOOL.format(name="kit", tool="shared"),
-        "kit/t.py": "handlers = {'run': print}\n",
-    })
+    write(
+        tmp_path,
+        {
+            "goondan.yaml": _with_deps("    - {name: kit, path: ./kit}\n")
+            + "---\n"
+            + HEADER
+            + (
+                "kind: Tool\nmetadata: {name: shared}\nspec:\n  "
+                "entry: ./t.py\n  exports: [{name: run}]\n"
+            ),
+            "t.py": "handlers = {'run': print}\n",
+            "kit/goondan.yaml": PKG_TOOL.format(name="kit", tool="shared"),
+            "kit/t.py": "handlers = {'run': print}\n",
+        },
+    )
     bundle = load_bundle(tmp_path, state_root=state_root)
     [tool] = bundle.agent_spec("a").tools
     assert tool.package is None and tool.entry == tmp_path / "t.py"
@@ -203,7 +247,11 @@ def test_own_scope_wins_over_dependencies(tmp_path: Path, state_root: Path) -> N
 
 
 def test_resolve_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = {"MY_KEY": "sk-test-123456", "GOONDAN_SECRET_GITHUB_APP_PRIVATE_KEY": "pem-data-xyz", "BLANK": "  "}
+    env = {
+        "MY_KEY": "sk-test-123456",
+        "GOONDAN_SECRET_GITHUB_APP_PRIVATE_KEY": "pem-data-xyz",
+        "BLANK": "  ",
+    }
     assert resolve_value({"value": "literal-secret"}, env) == "literal-secret"
     assert resolve_value({"valueFrom": {"env": "MY_KEY"}}, env) == "sk-test-123456"
     assert resolve_value({"valueFrom": {"env": "NOT_SET"}}, env) is None
@@ -215,10 +263,13 @@ def test_resolve_value(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_model_binding_resolves_api_key(tmp_path: Path) -> None:
-    text = BASIC.replace("spec: {provider: scripted, model: s}",
-                         "spec: {provider: openai, model: gpt, apiKey: {valueFrom: {env: OPENAI_API_KEY}}}")
+    text = BASIC.replace(
+        "spec: {provider: scripted, model: s}",
+        "spec: {provider: openai, model: gpt, apiKey: {valueFrom: {env: OPENAI_API_KEY}}}",
+    )
     report = validate_bundle(write(tmp_path, {"goondan.yaml": text}), env={})
-    assert [d.code for d in report.warnings] == ["W_CONFIG_ENV_UNSET"]  # CI has no key: not an error
+    # CI has no key: not an error
+    assert [d.code for d in report.warnings] == ["W_CONFIG_ENV_UNSET"]
     assert report.bundle is not None
     model = report.bundle.agent_spec("a").model
     assert model.resolve_api_key({}) == (None, "OPENAI_API_KEY")
@@ -237,11 +288,27 @@ def test_tool_export_idempotent_is_a_boolean_defaulting_to_false(tmp_path: Path)
     """docs/tools.md "Idempotency": ``idempotent: true`` lets a resumed turn run the call again."""
     tool = ("kind: Tool\nmetadata: {name: t}\nspec:\n  entry: ./t.py\n"
             "  exports: [{name: run, idempotent: true}, {name: other}]\n")
-    write(tmp_path, {"goondan.yaml": BASIC + "---\n" + HEADER + tool, "t.py": "handlers = {'run': print, 'other': print}\n"})
+    write(
+        tmp_path,
+        {
+            "goondan.yaml": BASIC + "---\n" + HEADER + tool,
+            "t.py": "handlers = {'run': print, 'other': print}\n",
+        },
+    )
     bundle = load_bundle(tmp_path)
     binding = bundle.tool_binding(bundle.get("Tool", "t"))  # type: ignore[arg-type]
     assert [(e.name, e.idempotent) for e in binding.exports] == [("run", True), ("other", False)]
-    write(tmp_path, {"goondan.yaml": BASIC + "---\n" + HEADER + tool.replace("idempotent: true", "idempotent: yes please")})
+    write(
+        tmp_path,
+        {
+            "goondan.yaml": BASIC
+            + "---\n"
+            + HEADER
+            + tool.replace("idempotent: true", "idempotent: yes please")
+        },
+    )
     with pytest.raises(BundleError) as info:
         load_bundle(tmp_path)
-    assert "idempotent" in str(info.value) or any("idempotent" in d.message for d in info.value.diagnostics)
+    assert "idempotent" in str(info.value) or any(
+        "idempotent" in d.message for d in info.value.diagnostics
+    )

@@ -95,18 +95,34 @@ def _edit(path: Path, extra: str = "\n# edited\n") -> None:
     path.write_text(path.read_text(encoding="utf-8") + extra, encoding="utf-8")
 
 
-@pytest.mark.parametrize("change", [
-    "prompt", "tool", "manifest", "env-edit", "env-new", "env-local-new", "new-yaml", "version", "env-var",
-    "lockfile",
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "prompt",
+        "tool",
+        "manifest",
+        "env-edit",
+        "env-new",
+        "env-local-new",
+        "new-yaml",
+        "version",
+        "env-var",
+        "lockfile",
+    ],
+)
 def test_every_input_change_is_a_miss(change: str, tmp_path: Path, env: dict[str, str],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     bundle, state = copy(QUICKSTART, tmp_path), tmp_path / "state"
     (bundle / ".env").write_text("UNRELATED=1\n", encoding="utf-8")
     manifest = bundle / "goondan.yaml"
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace(
-        "  model: gpt-4o-mini", "  model: gpt-4o-mini\n  apiKey: {valueFrom: {env: GOONDAN_CACHE_TEST_KEY}}", 1),
-        encoding="utf-8")
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace(
+            "  model: gpt-4o-mini",
+            "  model: gpt-4o-mini\n  apiKey: {valueFrom: {env: GOONDAN_CACHE_TEST_KEY}}",
+            1,
+        ),
+        encoding="utf-8",
+    )
     env.pop("GOONDAN_CACHE_TEST_KEY", None)
     counter = Counter(monkeypatch)
     load(bundle, state, env)
@@ -137,7 +153,9 @@ def test_every_input_change_is_a_miss(change: str, tmp_path: Path, env: dict[str
     elif change == "env-var":
         env = {**env, "GOONDAN_CACHE_TEST_KEY": "sk-now-set"}
     elif change == "lockfile":
-        (bundle / "goondan.lock.yaml").write_text("lockfileVersion: 1\npackages: {}\n", encoding="utf-8")
+        (bundle / "goondan.lock.yaml").write_text(
+            "lockfileVersion: 1\npackages: {}\n", encoding="utf-8"
+        )
     reloaded = load(bundle, state, env)
     assert counter.calls == 2, change
     if change != "env-var":  # load_bundle validates against os.environ
@@ -156,15 +174,24 @@ def test_a_path_dependency_edit_is_a_miss(tmp_path: Path, env: dict[str, str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     dep = tmp_path / "dep"
     (dep / "tools").mkdir(parents=True)
-    (dep / "tools" / "t.py").write_text("handlers = {'go': lambda args, ctx: 'ok'}\n", encoding="utf-8")
+    (dep / "tools" / "t.py").write_text(
+        "handlers = {'go': lambda args, ctx: 'ok'}\n", encoding="utf-8"
+    )
     (dep / "goondan.yaml").write_text(
-        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: dep}\nspec: {version: 1.0.0}\n---\n"
+        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: "
+        "{name: dep}\nspec: {version: 1.0.0}\n---\n"
         "apiVersion: goondan.ai/v1\nkind: Tool\nmetadata: {name: t}\n"
-        "spec: {entry: ./tools/t.py, exports: [{name: go}]}\n", encoding="utf-8")
+        "spec: {entry: ./tools/t.py, exports: [{name: go}]}\n",
+        encoding="utf-8",
+    )
     bundle = copy(QUICKSTART, tmp_path)
     manifest = bundle / "goondan.yaml"
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace(
-        "  description:", "  dependencies:\n    - {name: dep, path: ../dep}\n  description:", 1), encoding="utf-8")
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace(
+            "  description:", "  dependencies:\n    - {name: dep, path: ../dep}\n  description:", 1
+        ),
+        encoding="utf-8",
+    )
     state = tmp_path / "state"
     counter = Counter(monkeypatch)
     load(bundle, state, env)
@@ -197,13 +224,19 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path: Path, env: dict[str,
     assert counter.calls == len(broken_shapes)
 
 
-def test_an_unusable_cache_location_falls_back_silently(tmp_path: Path, env: dict[str, str]) -> None:
+def test_an_unusable_cache_location_falls_back_silently(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
     bundle = copy(QUICKSTART, tmp_path)
     blocker = tmp_path / "a-file"
     blocker.write_text("", encoding="utf-8")
     env = {**env, "GOONDAN_CACHE_DIR": str(blocker / "cache")}  # cannot be created (nor read)
-    assert load(bundle, tmp_path / "state", env) == load_bundle(bundle, state_root=tmp_path / "state")
-    assert load(bundle, tmp_path / "state", env) == load_bundle(bundle, state_root=tmp_path / "state")
+    assert load(bundle, tmp_path / "state", env) == load_bundle(
+        bundle, state_root=tmp_path / "state"
+    )
+    assert load(bundle, tmp_path / "state", env) == load_bundle(
+        bundle, state_root=tmp_path / "state"
+    )
 
 
 def test_the_cache_dir_env_and_the_off_switch(tmp_path: Path, env: dict[str, str]) -> None:
@@ -219,22 +252,38 @@ def test_the_cache_dir_env_and_the_off_switch(tmp_path: Path, env: dict[str, str
 def test_a_literal_secret_in_yaml_is_never_cached(tmp_path: Path, env: dict[str, str]) -> None:
     bundle, state = copy(QUICKSTART, tmp_path), tmp_path / "state"
     manifest = bundle / "goondan.yaml"
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace(
-        "  model: gpt-4o-mini", "  model: gpt-4o-mini\n  apiKey: {value: sk-literal-in-yaml-123}", 1),
-        encoding="utf-8")
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace(
+            "  model: gpt-4o-mini",
+            "  model: gpt-4o-mini\n  apiKey: {value: sk-literal-in-yaml-123}",
+            1,
+        ),
+        encoding="utf-8",
+    )
     loaded = load(bundle, state, env)
     assert any(w.code == "W_CONFIG_INLINE_SECRET" for w in loaded.warnings)
     assert not entry_path(bundle, state, env).exists()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(secret=st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="\"'#\\"),
-                      min_size=12, max_size=40))
-def test_no_environment_value_reaches_the_cache(secret: str, tmp_path: Path, env: dict[str, str]) -> None:
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    secret=st.text(
+        alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="\"'#\\"),
+        min_size=12,
+        max_size=40,
+    )
+)
+def test_no_environment_value_reaches_the_cache(
+    secret: str, tmp_path: Path, env: dict[str, str]
+) -> None:
     case = tmp_path / f"case-{abs(hash(secret))}"
     case.mkdir()
     bundle, state = copy(QUICKSTART, case), case / "state"
-    (bundle / ".env").write_text(f"OPENAI_API_KEY={secret}\nOTHER_TOKEN={secret}\n", encoding="utf-8")
+    (bundle / ".env").write_text(
+        f"OPENAI_API_KEY={secret}\nOTHER_TOKEN={secret}\n", encoding="utf-8"
+    )
     load(bundle, state, {**env, "OPENAI_API_KEY": secret, "GOONDAN_FAKE_PROVIDER_KEY": secret})
     raw = entry_path(bundle, state, env).read_bytes()
     assert secret.encode() not in raw
@@ -261,10 +310,14 @@ def test_repl_on_a_cache_hit_imports_neither_yaml_nor_the_validator(tmp_path: Pa
     for key in ("GOONDAN_NO_CACHE", "GOONDAN_CACHE_DIR", "OTEL_EXPORTER_OTLP_ENDPOINT",
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "GOONDAN_OTLP_ENDPOINT"):
         env.pop(key, None)
-    cold = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    cold = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
     assert cold.returncode == 0, cold.stderr
     assert "'yaml'" in cold.stderr  # the first start parses and validates
-    warm = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    warm = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
     assert warm.returncode == 0, warm.stderr
     assert "HEAVY []" in warm.stderr, warm.stderr
     assert warm.stdout == cold.stdout

@@ -53,8 +53,13 @@ CASES: dict[str, tuple[int | None, str | None]] = {
     "W_CONFIG_REQUIRED_TOOL_UNKNOWN": (24, "Agent/a"),
 }
 READ_FAILURES = {
-    "E_CONFIG_NOT_FOUND", "E_CONFIG_PARSE_ERROR", "E_CONFIG_TOO_MANY_DOCUMENTS",
-    "E_CONFIG_ALIAS_LIMIT", "E_CONFIG_TOO_DEEP", "E_CONFIG_FILE_TOO_LARGE", "E_CONFIG_FILE_UNREADABLE",
+    "E_CONFIG_NOT_FOUND",
+    "E_CONFIG_PARSE_ERROR",
+    "E_CONFIG_TOO_MANY_DOCUMENTS",
+    "E_CONFIG_ALIAS_LIMIT",
+    "E_CONFIG_TOO_DEEP",
+    "E_CONFIG_FILE_TOO_LARGE",
+    "E_CONFIG_FILE_UNREADABLE",
 }
 
 
@@ -83,7 +88,9 @@ def test_fixture_reports_code_line_and_resource(code: str, state_root: Path) -> 
 
 def _minimal(tmp_path: Path) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "goondan.yaml").write_text((FIXTURES / "W_CONFIG_NO_SWARM" / "goondan.yaml").read_text())
+    (tmp_path / "goondan.yaml").write_text(
+        (FIXTURES / "W_CONFIG_NO_SWARM" / "goondan.yaml").read_text()
+    )
     return tmp_path
 
 
@@ -116,7 +123,9 @@ def test_unreadable_file(tmp_path: Path) -> None:
     path.write_text("apiVersion: goondan.ai/v1\n")
     path.chmod(0)
     try:
-        assert [d.code for d in validate_bundle(bundle, env={}).errors] == ["E_CONFIG_FILE_UNREADABLE"]
+        assert [d.code for d in validate_bundle(bundle, env={}).errors] == [
+            "E_CONFIG_FILE_UNREADABLE"
+        ]
     finally:
         path.chmod(0o600)
 
@@ -138,7 +147,9 @@ def test_symlinked_entry_outside_the_bundle(tmp_path: Path) -> None:
         "apiVersion: goondan.ai/v1\nkind: Tool\nmetadata: {name: t}\n"
         "spec:\n  entry: ./t.py\n  exports: [{name: run}]\n")
     report = validate_bundle(bundle, env={})
-    assert [(d.code, d.line, d.field) for d in report.errors] == [("E_CONFIG_PATH_ESCAPE", 5, "spec.entry")]
+    assert [(d.code, d.line, d.field) for d in report.errors] == [
+        ("E_CONFIG_PATH_ESCAPE", 5, "spec.entry")
+    ]
 
 
 def test_absolute_entry_is_refused(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ HEAD = [
 ]
 
 
-def _bundle(tmp_path: Path, tool_spec: dict[str, Any], agent_extra: dict[str, Any] | None = None) -> Path:
+def _bundle(
+    tmp_path: Path, tool_spec: dict[str, Any], agent_extra: dict[str, Any] | None = None
+) -> Path:
     docs = [*HEAD,
             {"apiVersion": "goondan.ai/v1", "kind": "Tool", "metadata": {"name": "time"},
              "spec": tool_spec},
@@ -56,7 +58,10 @@ def test_url_server_without_exports_accepts_any_required_tool(tmp_path: Path) ->
 
 def test_mcp_block_errors(tmp_path: Path) -> None:
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"mcp": {"command": ["x"]}, "entry": "./t.py", "exports": [{"name": "a"}]}, "E_CONFIG_MCP"),
+        (
+            {"mcp": {"command": ["x"]}, "entry": "./t.py", "exports": [{"name": "a"}]},
+            "E_CONFIG_MCP",
+        ),
         ({"exports": ["a"]}, "E_CONFIG_MCP"),
         ({"mcp": {"command": ["x"], "url": "http://h/mcp"}}, "E_CONFIG_MCP"),
         ({"mcp": {}}, "E_CONFIG_MCP"),

@@ -40,7 +40,11 @@ def test_pricing_and_budgets_are_accepted_and_resolved(tmp_path: Path) -> None:
     bundle = load_bundle(tmp_path)
     spec = bundle.agent_spec("a")
     assert spec.model.pricing == {"inputPerMTok": 3, "outputPerMTok": 15, "cachedInputPerMTok": 0.3}
-    assert spec.budget == {"maxTokensPerTurn": 1000, "maxCostPerTrace": 0.5, "maxAgentRequestsPerTrace": 4}
+    assert spec.budget == {
+        "maxTokensPerTurn": 1000,
+        "maxCostPerTrace": 0.5,
+        "maxAgentRequestsPerTrace": 4,
+    }
 
 
 def test_invalid_pricing_and_budget_are_validation_errors(tmp_path: Path) -> None:
@@ -48,7 +52,9 @@ def test_invalid_pricing_and_budget_are_validation_errors(tmp_path: Path) -> Non
 
     from goondan.errors import GoondanError
 
-    bad = BUNDLE.replace("inputPerMTok: 3", "inputPerMTok: -1").replace("maxTokensPerTurn: 1000", "maxTokensPerTurn: zero")
+    bad = BUNDLE.replace("inputPerMTok: 3", "inputPerMTok: -1").replace(
+        "maxTokensPerTurn: 1000", "maxTokensPerTurn: zero"
+    )
     (tmp_path / "goondan.yaml").write_text(bad)
     with pytest.raises(GoondanError) as info:
         load_bundle(tmp_path)

@@ -89,7 +89,9 @@ def codes(report: object) -> list[str]:
 def test_semver_ranges_and_python_versions() -> None:
     assert satisfies("1.2.5", "^1.2.0") and not satisfies("2.0.0", "^1.2.0")
     assert satisfies("0.0.3-alpha20", "^0.0.3-alpha17") and not satisfies("0.1.0", "^0.0.3-alpha17")
-    assert satisfies("1.4.0", ">=1.0.0 <2.0.0 || 3.x") and satisfies("3.1.0", ">=1.0.0 <2.0.0 || 3.x")
+    assert satisfies("1.4.0", ">=1.0.0 <2.0.0 || 3.x") and satisfies(
+        "3.1.0", ">=1.0.0 <2.0.0 || 3.x"
+    )
     assert not satisfies("1.3.0-beta", "^1.2.0")  # pre-releases only match on their own version
     assert str(from_python("1.2")) == "1.2.0" and str(from_python("1.2.0rc1")) == "1.2.0-rc1"
 
@@ -219,8 +221,10 @@ def test_prompt_and_prompts(tmp_path: Path) -> None:
         (root / "p.md").write_text("from file")
         (root / "goondan.yaml").write_text(
             "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: app}\n---\n"
-            + MODEL_AGENT_SWARM.split("---\n", 1)[1].replace("  prompt: {system: hi}\n", prompt)
-            .replace('  tools:\n    - ref: {kind: Tool, name: hello, package: "@acme/tools"}\n', ""))
+            + MODEL_AGENT_SWARM.split("---\n", 1)[1]
+            .replace("  prompt: {system: hi}\n", prompt)
+            .replace('  tools:\n    - ref: {kind: Tool, name: hello, package: "@acme/tools"}\n', "")
+        )
         return root
 
     both = validate_bundle(agent("  prompt: {system: a}\n  prompts: {systemPrompt: b}\n"))
@@ -240,14 +244,25 @@ def test_prompt_and_prompts(tmp_path: Path) -> None:
     assert none.bundle is not None and none.bundle.agent_spec("a").system_prompt == ""
 
 
-BASE_MANIFEST = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "goondan.yaml"
+BASE_MANIFEST = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "goondan.yaml"
+)
 HAS_CLI_CONNECTOR = any(
-    isinstance(d, dict) and d.get("kind") == "Connector" and d.get("metadata", {}).get("name") == "cli"
+    isinstance(d, dict)
+    and d.get("kind") == "Connector"
+    and d.get("metadata", {}).get("name") == "cli"
     for d in yaml.safe_load_all(BASE_MANIFEST.read_text())
 )
 
 
-@pytest.mark.skipif(not HAS_CLI_CONNECTOR, reason="the base `cli` Connector is added by the connectors work")
+@pytest.mark.skipif(
+    not HAS_CLI_CONNECTOR, reason="the base `cli` Connector is added by the connectors work"
+)
 def test_reference_smoke_test_sample_validates_with_its_cli_connection(tmp_path: Path) -> None:
     """The reference's samples/smoke-test as it is: Package → base ^0.0.3-alpha17, prompt.system,
     a Connection on the base `cli` connector."""
@@ -327,7 +342,9 @@ def test_tutorial_shapes_get_a_suggestion_naming_the_right_form(tmp_path: Path) 
         .replace('    - ref: {kind: Tool, name: hello, package: "@acme/tools"}\n',
                  '    - ref: "Tool/hello"\n      package: "@acme/tools"\n'))
     report = validate_bundle(root)
-    hints = {d.field: d.suggestion or "" for d in report.errors if d.code == "E_CONFIG_UNKNOWN_FIELD"}
+    hints = {
+        d.field: d.suggestion or "" for d in report.errors if d.code == "E_CONFIG_UNKNOWN_FIELD"
+    }
     assert "prompt: {system:" in hints["spec.system"]
     assert "ref: {kind: Tool" in hints["spec.tools[0].package"]
 

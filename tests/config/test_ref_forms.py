@@ -73,7 +73,9 @@ def _bundle(tmp_path: Path, text: str = BUNDLE) -> Path:
     return tmp_path
 
 
-def test_the_ref_wrapper_is_accepted_wherever_a_ref_string_is(tmp_path: Path, state_root: Path) -> None:
+def test_the_ref_wrapper_is_accepted_wherever_a_ref_string_is(
+    tmp_path: Path, state_root: Path
+) -> None:
     root = _bundle(tmp_path)
     report = validate_bundle(root, env={}, state_root=state_root)
     assert report.valid and not report.errors, [d.to_dict() for d in report.errors]
@@ -89,7 +91,9 @@ def test_the_ref_wrapper_is_accepted_wherever_a_ref_string_is(tmp_path: Path, st
 def test_a_wrapped_ref_is_checked_like_a_plain_one(tmp_path: Path, state_root: Path) -> None:
     text = BUNDLE.replace('entryAgent: {ref: "Agent/b"}', 'entryAgent: {ref: "Agent/nobody"}')
     text = text.replace('modelRef: {ref: "Model/other"}', 'modelRef: {ref: "Tool/other"}')
-    text = text.replace('connectorRef: {ref: "Connector/c"}', 'connectorRef: {ref: "Connector/c", package: x}')
+    text = text.replace(
+        'connectorRef: {ref: "Connector/c"}', 'connectorRef: {ref: "Connector/c", package: x}'
+    )
     report = validate_bundle(_bundle(tmp_path, text), env={}, state_root=state_root)
     found = {(d.code, d.field) for d in report.errors}
     assert ("E_CONFIG_REF_NOT_FOUND", "spec.entryAgent") in found

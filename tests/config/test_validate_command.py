@@ -83,8 +83,19 @@ def test_usage_error_is_exit_2() -> None:
 def test_whole_process(tmp_path: Path) -> None:
     """The console entry point maps the command's exit codes (no traceback)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "goondan", "validate", str(INVALID / "E_CONFIG_TOO_DEEP"), "--format", "json"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "validate",
+            str(INVALID / "E_CONFIG_TOO_DEEP"),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert proc.returncode == 3, proc.stderr
     assert json.loads(proc.stdout)["errors"][0]["code"] == "E_CONFIG_TOO_DEEP"

@@ -14,7 +14,9 @@ from goondan.swarm.asking import ask_ingress
 from tests.connectors.test_ingress import event, make, run
 
 
-def test_the_answer_is_the_turns_text_and_the_agent_replaces_the_entry_agent(tmp_path: Path) -> None:
+def test_the_answer_is_the_turns_text_and_the_agent_replaces_the_entry_agent(
+    tmp_path: Path,
+) -> None:
     record: list[str] = []
 
     async def main() -> list[TurnAnswer]:
@@ -32,7 +34,8 @@ def test_the_answer_is_the_turns_text_and_the_agent_replaces_the_entry_agent(tmp
     assert (to_entry.agent, to_entry.text) == ("a", "to entry")
     assert failed.error_code is not None and failed.outcome_text()[1] is True
     lines = (tmp_path / "conn" / "inbox.jsonl").read_text().splitlines()
-    assert [json.loads(line)["event"]["id"] for line in lines] == ["q1", "q2", "q3"]  # durable, in order
+    # durable, in order
+    assert [json.loads(line)["event"]["id"] for line in lines] == ["q1", "q2", "q3"]
     assert sorted(record) == ["a@k echo:to entry", "a@k fail", "b@k echo:to b"]
 
 
@@ -45,14 +48,17 @@ def test_rules_still_route_an_asked_event(tmp_path: Path) -> None:
         orch, ingress = make(tmp_path, record, rules)
         async with orch:
             await ingress.open()
-            pinned = await ask_ingress(ingress, "conn", event("echo:x", id="r1", agent="pinned"), agent="b")
+            pinned = await ask_ingress(
+                ingress, "conn", event("echo:x", id="r1", agent="pinned"), agent="b"
+            )
             dropped = await ask_ingress(ingress, "conn", event("echo:y", id="r2"), agent="b")
             again = await ask_ingress(ingress, "conn", event("echo:z", id="r1"), agent="b")
         ingress.close()
         return [pinned, dropped, again]
 
     pinned, dropped, again = run(main)
-    assert (pinned.agent, pinned.instance_key, pinned.text) == ("a", "fixed", "x")  # the rule's agentRef wins
+    # the rule's agentRef wins
+    assert (pinned.agent, pinned.instance_key, pinned.text) == ("a", "fixed", "x")
     assert dropped.receipt.dropped and dropped.outcome_text() == (
         "no ingress rule of the Connection matches this call: dropped", True)
     assert again.receipt.duplicate and again.agent is None
@@ -66,22 +72,35 @@ def test_cancelling_an_ask_cancels_its_turn_and_the_next_one_runs(tmp_path: Path
         orch, ingress = make(tmp_path, record)
         async with orch:
             await ingress.open()
-            slow = asyncio.ensure_future(ask_ingress(ingress, "conn", event("sleep:600000:late", id="s1")))
-            await orch.wait_until(lambda: any(r.inbox.current is not None and r.inbox.current.started
-                                              for r in orch.records.values()), 30)
+            slow = asyncio.ensure_future(
+                ask_ingress(ingress, "conn", event("sleep:600000:late", id="s1"))
+            )
+            await orch.wait_until(
+                lambda: any(
+                    r.inbox.current is not None and r.inbox.current.started
+                    for r in orch.records.values()
+                ),
+                30,
+            )
             slow.cancel()
             answer = await ask_ingress(ingress, "conn", event("echo:next", id="s2"))
         ingress.close()
         return answer
 
-    assert run(main).text == "next"  # same (agent, instanceKey): it ran only because the first ended
+    # same (agent, instanceKey): it ran only because the first ended
+    assert run(main).text == "next"
     assert record == ["a@k sleep:600000:late", "a@k echo:next"]  # started, cancelled (10 min sleep)
 
 
 def test_the_wire_form_round_trips_and_progress_lines_name_steps_and_tools() -> None:
-    answer = TurnAnswer(EmitReceipt("e1"), "a", "mcp:x", text="hi", error_code="E_X", error_message="m")
+    answer = TurnAnswer(
+        EmitReceipt("e1"), "a", "mcp:x", text="hi", error_code="E_X", error_message="m"
+    )
     assert TurnAnswer.from_dict(answer.to_dict(), "e1") == answer
     assert TurnAnswer.from_dict(None, "e9") == TurnAnswer(EmitReceipt("e9"))
     assert progress_text({"type": "step.started", "stepIndex": 1}) == "step 2"
-    assert progress_text({"type": "tool.called", "toolName": "bash__exec", "args": {"secret": 1}}) == "tool bash__exec"
+    assert (
+        progress_text({"type": "tool.called", "toolName": "bash__exec", "args": {"secret": 1}})
+        == "tool bash__exec"
+    )
     assert progress_text({"type": "tool.failed", "toolName": "t__x"}) == "tool t__x failed"

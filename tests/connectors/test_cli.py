@@ -26,7 +26,9 @@ from goondan.tools.loader import load_entry_module
     ("[1, 2]", 7, ("stdin_message", "[1, 2]", "cli:7", {})),
     ("{not json", 8, ("stdin_message", "{not json", "cli:8", {})),
 ])
-def test_parse_cli_line(line: str, index: int, expected: tuple[str, str, str, dict[str, str]] | None) -> None:
+def test_parse_cli_line(
+    line: str, index: int, expected: tuple[str, str, str, dict[str, str]] | None
+) -> None:
     event = parse_cli_line(line, index)
     if expected is None:
         assert event is None
@@ -35,8 +37,12 @@ def test_parse_cli_line(line: str, index: int, expected: tuple[str, str, str, di
     assert (event.name, event.message["text"], event.instance_key, event.properties) == expected
 
 
-def test_builtin_cli_connector_emits_stdin_lines_until_eof(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    module = load_entry_module(Path(BUILTIN_ROOT) / "@goondan" / "base" / "connectors" / "cli.py", kind="connector")
+def test_builtin_cli_connector_emits_stdin_lines_until_eof(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = load_entry_module(
+        Path(BUILTIN_ROOT) / "@goondan" / "base" / "connectors" / "cli.py", kind="connector"
+    )
     monkeypatch.setattr("sys.stdin", io.StringIO("one\n\ntwo\n"))
     emitted: list[ConnectorEvent] = []
 
@@ -44,7 +50,16 @@ def test_builtin_cli_connector_emits_stdin_lines_until_eof(tmp_path: Path, monke
         emitted.append(event)
         return EmitReceipt(event.id)
 
-    ctx = ConnectorContext(connection_name="c", connector_name="cli", config={}, secrets={}, emit=emit,
-                           state_dir=tmp_path)
+    ctx = ConnectorContext(
+        connection_name="c",
+        connector_name="cli",
+        config={},
+        secrets={},
+        emit=emit,
+        state_dir=tmp_path,
+    )
     asyncio.run(module.run(ctx))
-    assert [(e.message["text"], e.instance_key) for e in emitted] == [("one", "cli:0"), ("two", "cli:2")]
+    assert [(e.message["text"], e.instance_key) for e in emitted] == [
+        ("one", "cli:0"),
+        ("two", "cli:2"),
+    ]

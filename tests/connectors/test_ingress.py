@@ -27,8 +27,15 @@ AGENTS = ["a", "b"]
 
 
 def spec(name: str = "conn", rules: tuple[IngressRule, ...] = ()) -> ConnectionSpec:
-    return ConnectionSpec(name=name, connector="trigger", connector_package=None, entry=Path("x.py"),
-                          swarm="s", events=("msg",), rules=rules)
+    return ConnectionSpec(
+        name=name,
+        connector="trigger",
+        connector_package=None,
+        entry=Path("x.py"),
+        swarm="s",
+        events=("msg",),
+        rules=rules,
+    )
 
 
 def run(fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -39,9 +46,16 @@ def run(fn: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(main())
 
 
-def make(tmp_path: Path, record: list[str], rules: tuple[IngressRule, ...] = ()) -> tuple[Orchestrator, Ingress]:
-    orch = Orchestrator(InProcessSpawner(in_process_worker(AGENTS, record)), swarm_name="s", entry_agent="a",
-                        agents=AGENTS, reconcile_interval_s=0)
+def make(
+    tmp_path: Path, record: list[str], rules: tuple[IngressRule, ...] = ()
+) -> tuple[Orchestrator, Ingress]:
+    orch = Orchestrator(
+        InProcessSpawner(in_process_worker(AGENTS, record)),
+        swarm_name="s",
+        entry_agent="a",
+        agents=AGENTS,
+        reconcile_interval_s=0,
+    )
     return orch, Ingress(orch, [spec(rules=rules)], {"conn": tmp_path / "conn"}, entry_agent="a")
 
 
@@ -53,8 +67,11 @@ def test_accept_appends_routes_and_runs_each_event_as_its_own_turn(tmp_path: Pat
     record: list[str] = []
 
     async def main() -> None:
-        orch, ingress = make(tmp_path, record, (IngressRule(properties={"to": "b"}, agent="b", instance_key="fixed"),
-                                                IngressRule()))
+        orch, ingress = make(
+            tmp_path,
+            record,
+            (IngressRule(properties={"to": "b"}, agent="b", instance_key="fixed"), IngressRule()),
+        )
         async with orch:
             await ingress.open()
             first = await ingress.accept("conn", event("echo:1", id="e1"))
@@ -69,8 +86,14 @@ def test_accept_appends_routes_and_runs_each_event_as_its_own_turn(tmp_path: Pat
         header = input_text(second.event)
         assert header.startswith("[goondan_context]")
         context = json.loads(header.splitlines()[1])
-        assert context["properties"] == {"to": "b", "connection_name": "conn", "connector_name": "trigger"}
-        assert context["instanceKey"] == "fixed" and "__goondanStartMarker" not in json.dumps(context)
+        assert context["properties"] == {
+            "to": "b",
+            "connection_name": "conn",
+            "connector_name": "trigger",
+        }
+        assert context["instanceKey"] == "fixed" and "__goondanStartMarker" not in json.dumps(
+            context
+        )
 
     run(main)
     assert sorted(record) == ["a@k echo:1", "b@fixed echo:2"]
@@ -96,8 +119,15 @@ def test_duplicate_id_is_not_stored_or_delivered_again(tmp_path: Path) -> None:
         orch2, ingress2 = make(tmp_path, record)
         async with orch2:
             assert await ingress2.open() == 0
-            repeated = await ingress2.accept("conn", {"id": "same", "name": "msg", "instanceKey": "k",
-                                                      "message": {"type": "text", "text": "x"}})
+            repeated = await ingress2.accept(
+                "conn",
+                {
+                    "id": "same",
+                    "name": "msg",
+                    "instanceKey": "k",
+                    "message": {"type": "text", "text": "x"},
+                },
+            )
             assert repeated.receipt.duplicate
         ingress2.close()
 
@@ -118,7 +148,9 @@ def test_event_matching_no_rule_is_dropped_with_a_warning(tmp_path: Path,
             dropped = await ingress.accept("conn", event("echo:lost", id="e1"))
             assert dropped.receipt.dropped and not dropped.receipt.duplicate
             assert dropped.agent is None and dropped.event is None
-            routed = await ingress.accept("conn", ConnectorEvent.text("other", "echo:kept", instance_key="k", id="e2"))
+            routed = await ingress.accept(
+                "conn", ConnectorEvent.text("other", "echo:kept", instance_key="k", id="e2")
+            )
             assert routed.agent == "b" and not routed.receipt.dropped
             await orch.wait_until(lambda: len(record) == 1, 30)
         ingress.close()
@@ -129,15 +161,24 @@ def test_event_matching_no_rule_is_dropped_with_a_warning(tmp_path: Path,
     lines = (tmp_path / "conn" / "inbox.jsonl").read_text().splitlines()
     assert [json.loads(line)["event"]["id"] for line in lines] == ["e2"]
     [warning] = [r for r in caplog.records if getattr(r, "event", None) == "ingress.unrouted"]
-    assert warning.levelname == "WARNING" and "e1" in warning.getMessage() and "conn" in warning.getMessage()
+    assert (
+        warning.levelname == "WARNING"
+        and "e1" in warning.getMessage()
+        and "conn" in warning.getMessage()
+    )
 
 
 def test_non_string_properties_of_an_event_dict_are_dropped_with_a_debug_log(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """connectors.md §3: the orchestrator keeps string properties only (reference parsing);
     a connector's own normaliser (``ConnectorEvent.text``) still stringifies primitives."""
-    raw = {"id": "e1", "name": "msg", "instanceKey": "k", "message": {"type": "text", "text": "echo:x"},
-           "properties": {"s": "x", "n": 42, "b": True, "z": None, "o": {"deep": "1"}}}
+    raw = {
+        "id": "e1",
+        "name": "msg",
+        "instanceKey": "k",
+        "message": {"type": "text", "text": "echo:x"},
+        "properties": {"s": "x", "n": 42, "b": True, "z": None, "o": {"deep": "1"}},
+    }
     record: list[str] = []
 
     async def main() -> Any:
@@ -152,13 +193,22 @@ def test_non_string_properties_of_an_event_dict_are_dropped_with_a_debug_log(
     with caplog.at_level("DEBUG", logger="goondan.connectors.event"):
         accepted = run(main)
     assert accepted.event is not None
-    assert accepted.event.metadata["properties"] == {"s": "x", "connection_name": "conn", "connector_name": "trigger"}
+    assert accepted.event.metadata["properties"] == {
+        "s": "x",
+        "connection_name": "conn",
+        "connector_name": "trigger",
+    }
     stored = json.loads((tmp_path / "conn" / "inbox.jsonl").read_text())
     assert stored["event"]["properties"] == {"s": "x"}
-    dropped = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG" and "dropped" in r.getMessage()]
+    dropped = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "DEBUG" and "dropped" in r.getMessage()
+    ]
     assert len(dropped) == 4 and all("'msg'" in line for line in dropped)
-    assert ConnectorEvent.text("msg", "x", instance_key="k", properties={"n": 42, "b": True}).properties == {
-        "n": "42", "b": "true"}
+    assert ConnectorEvent.text(
+        "msg", "x", instance_key="k", properties={"n": 42, "b": True}
+    ).properties == {"n": "42", "b": "true"}
 
 
 @pytest.mark.parametrize("bad", [
@@ -205,7 +255,14 @@ def test_open_replays_unstarted_events_in_order_and_skips_started_ones(tmp_path:
     run(main)
     assert record == ["a@k echo:1", "a@k echo:3", "a@k echo:4", "a@k echo:5"]
     lines = (directory / "inbox.jsonl").read_text().splitlines()
-    assert [json.loads(line)["event"]["id"] for line in lines] == ["e0", "e1", "e2", "e3", "e4", "e5"]
+    assert [json.loads(line)["event"]["id"] for line in lines] == [
+        "e0",
+        "e1",
+        "e2",
+        "e3",
+        "e4",
+        "e5",
+    ]
 
 
 def test_event_routed_to_an_agent_outside_the_swarm_is_refused(tmp_path: Path) -> None:
@@ -241,15 +298,23 @@ def test_an_accepted_event_is_an_ingress_span_parent_of_its_turn(tmp_path: Path)
             duplicate = await ingress.accept("conn", event("echo:1", id="e1"))
         ingress.close()
         assert accepted.event is not None and duplicate.receipt.duplicate
-        [received] = [e for e in recorder.events if isinstance(e, IngressReceived)]  # not the duplicate
+        # not the duplicate
+        [received] = [e for e in recorder.events if isinstance(e, IngressReceived)]
         assert received.trace_id == accepted.event.trace_id
         assert received.span_id == accepted.event.parent_span_id  # the turn's parent
-        assert (received.source, received.event_id, received.event_type, received.target) == ("conn", "e1", "msg", "a")
+        assert (received.source, received.event_id, received.event_type, received.target) == (
+            "conn",
+            "e1",
+            "msg",
+            "a",
+        )
 
     run(main)
 
 
-def test_image_and_file_messages_become_the_reference_input_and_no_reply_is_expected(tmp_path: Path) -> None:
+def test_image_and_file_messages_become_the_reference_input_and_no_reply_is_expected(
+    tmp_path: Path,
+) -> None:
     """connectors.md §3 and §4 step 5: an image message's Turn input is ``[image] <url>``, a
     file's ``[file:<name>] <url>``; the AgentEvent built from a connector event carries no
     ``replyTo`` (replies go out through tools)."""

@@ -15,8 +15,10 @@ from tests.support.connector_e2e import base_bundle
 
 
 def _connections(tmp_path: Path, connector: str, spec: str) -> list[ConnectionSpec]:
-    document = ("apiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {name: inbound}\nspec:\n"
-                f"  connectorRef: {{kind: Connector, name: {connector}, package: \"@goondan/base\"}}\n{spec}")
+    document = (
+        "apiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {name: inbound}\nspec:\n"
+        f'  connectorRef: {{kind: Connector, name: {connector}, package: "@goondan/base"}}\n{spec}'
+    )
     root = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, document)
     return connections_for_swarm(load_bundle(root, state_root=tmp_path / "state"), "default")
 
@@ -34,12 +36,16 @@ def _connections(tmp_path: Path, connector: str, spec: str) -> list[ConnectionSp
     ("a2a", "  secrets: {AUTH_TOKEN: {valueFrom: {env: A2A_TOKEN}}}\n", {"A2A_TOKEN": "t"}),
     ("a2a", "  config: {ALLOW_UNAUTHENTICATED: {value: \"true\"}}\n", {}),
 ])
-def test_connections_that_start(tmp_path: Path, connector: str, spec: str, env: dict[str, str]) -> None:
+def test_connections_that_start(
+    tmp_path: Path, connector: str, spec: str, env: dict[str, str]
+) -> None:
     check_connections_signed(_connections(tmp_path, connector, spec), env)
 
 
 @pytest.mark.parametrize("connector", ["webhook", "github", "slack", "discord"])
-def test_an_unset_secret_stops_the_start_and_names_the_variable(tmp_path: Path, connector: str) -> None:
+def test_an_unset_secret_stops_the_start_and_names_the_variable(
+    tmp_path: Path, connector: str
+) -> None:
     name = "DISCORD_PUBLIC_KEY" if connector == "discord" else "SIGNING_SECRET"
     spec = (f"  secrets: {{{name}: {{valueFrom: {{env: HOOK_KEY}}}}}}\n"
             "  config: {ALLOW_UNSIGNED: {value: \"false\"}}\n")

@@ -83,26 +83,49 @@ def test_connections_belong_to_their_swarm_and_resolve_values(
     assert [c.name for c in other_connections(bundle, "first")] == ["explicit"]
     assert [c.name for c in connections_for_swarm(bundle, "second")] == ["explicit"]
     spec = first[0]
-    assert (spec.connector, spec.connector_package, spec.events, spec.is_cli) == ("c", None, ("e",), False)
+    assert (spec.connector, spec.connector_package, spec.events, spec.is_cli) == (
+        "c",
+        None,
+        ("e",),
+        False,
+    )
     assert spec.entry == (tmp_path / "c.py").absolute()
-    assert spec.rules == (IngressRule(event="e", properties={"n": "1"}, agent="b", instance_key_property="chat",
-                                      instance_key_prefix="c:"),)
-    config, secrets, unset = resolve_connection_values(spec, {"GOONDAN_TEST_CONN_TOKEN": "tok-123456789"})
+    assert spec.rules == (
+        IngressRule(
+            event="e",
+            properties={"n": "1"},
+            agent="b",
+            instance_key_property="chat",
+            instance_key_prefix="c:",
+        ),
+    )
+    config, secrets, unset = resolve_connection_values(
+        spec, {"GOONDAN_TEST_CONN_TOKEN": "tok-123456789"}
+    )
     assert config == {"PORT": "8080"}
     assert secrets == {"TOKEN": "tok-123456789", "signingSecret": "legacy-signing-secret"}
     assert unset == ["config.MISSING"]
     assert mask("token tok-123456789") == "token ***" and "8080" in mask("port 8080")
 
 
-def test_a_route_with_both_instance_key_and_instance_key_property_is_rejected(tmp_path: Path) -> None:
+def test_a_route_with_both_instance_key_and_instance_key_property_is_rejected(
+    tmp_path: Path,
+) -> None:
     """connectors.md §4 step 4: ``route.instanceKey`` together with ``route.instanceKeyProperty``
-    is invalid (MUST NOT); ``goondan validate`` reports it on the route, either one alone is valid."""
+    is invalid (MUST NOT); ``goondan validate`` reports it on the route, either one alone is
+    valid."""
     from goondan.config import validate_bundle
 
     def report(route: str) -> Any:
-        (tmp_path / "goondan.yaml").write_text(BUNDLE.replace(
-            "route: {agentRef: Agent/b, instanceKeyProperty: chat, instanceKeyPrefix: \"c:\"}", route))
-        return validate_bundle(tmp_path, env={"GOONDAN_TEST_CONN_TOKEN": "t"}, state_root=tmp_path / "state")
+        (tmp_path / "goondan.yaml").write_text(
+            BUNDLE.replace(
+                'route: {agentRef: Agent/b, instanceKeyProperty: chat, instanceKeyPrefix: "c:"}',
+                route,
+            )
+        )
+        return validate_bundle(
+            tmp_path, env={"GOONDAN_TEST_CONN_TOKEN": "t"}, state_root=tmp_path / "state"
+        )
 
     (tmp_path / "c.py").write_text("async def run(ctx):\n    pass\n")
     both = report("route: {instanceKey: fixed, instanceKeyProperty: chat}")

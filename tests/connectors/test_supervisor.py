@@ -43,9 +43,15 @@ def test_worker_kinds_have_entry_points_names_and_arguments(tmp_path: Path) -> N
     with pytest.raises(ValueError, match="unknown worker kind"):
         resolve_worker_entry("robot")
     request = SpawnRequest.connector("slack in", "slack")
-    assert (request.kind, request.worker_name, request.process_name) == ("connector", "slack in", "connection.slack-in")
+    assert (request.kind, request.worker_name, request.process_name) == (
+        "connector",
+        "slack in",
+        "connection.slack-in",
+    )
     assert SpawnRequest("a", "k").kind == "agent" and SpawnRequest("a", "k").process_name == "a.k"
-    spawner = ProcessSpawner(tmp_path, state_root=tmp_path / "s", swarm="sw", log_dir=tmp_path / "logs")
+    spawner = ProcessSpawner(
+        tmp_path, state_root=tmp_path / "s", swarm="sw", log_dir=tmp_path / "logs"
+    )
     argv = spawner.argv(request)
     args = parse_args(argv)
     assert (args.connection_name, args.connector_name, args.swarm, args.process_name) == (
@@ -91,7 +97,9 @@ spec:
     return bundle
 
 
-def _runtime(bundle_dir: Path, state_root: Path, record: list[str]) -> tuple[Orchestrator, ConnectionRuntime]:
+def _runtime(
+    bundle_dir: Path, state_root: Path, record: list[str]
+) -> tuple[Orchestrator, ConnectionRuntime]:
     bundle = load_bundle(bundle_dir, state_root=state_root)
     swarm = bundle.swarm_spec(None)
     argv_of = ProcessSpawner(bundle.root, state_root=state_root, swarm=swarm.name)
@@ -104,15 +112,23 @@ def _runtime(bundle_dir: Path, state_root: Path, record: list[str]) -> tuple[Orc
         return result
 
     spawner = InProcessSpawner(worker)
-    orch = Orchestrator(spawner, swarm_name=swarm.name, entry_agent=swarm.entry_agent, agents=swarm.agents,
-                        reconcile_interval_s=0)
+    orch = Orchestrator(
+        spawner,
+        swarm_name=swarm.name,
+        entry_agent=swarm.entry_agent,
+        agents=swarm.agents,
+        reconcile_interval_s=0,
+    )
     runtime = ConnectionRuntime(bundle, swarm, orch, spawner, state_root=state_root)
     runtime.supervisor.crash_threshold = 2
     return orch, runtime
 
 
 def test_failures_are_logged_and_retried_with_backoff_while_the_rest_runs(
-    tmp_path: Path, state_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    state_root: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bundle = _bundle(tmp_path, {"broken": "start", "norun": "norun", "done": "return"})
     record: list[str] = []
@@ -137,7 +153,11 @@ def test_failures_are_logged_and_retried_with_backoff_while_the_rest_runs(
             assert records["done"].spawn_count == 1  # returned: not restarted
             await runtime.stop()
             assert all(r.handle is None for r in records.values())
-            assert {r.status for r in records.values()} <= {"terminated", "completed", "crashLoopBackOff"}
+            assert {r.status for r in records.values()} <= {
+                "terminated",
+                "completed",
+                "crashLoopBackOff",
+            }
 
     run(main)
     crashed = [r for r in caplog.records if getattr(r, "event", None) == "connector.crashed"]
@@ -152,7 +172,10 @@ def test_failures_are_logged_and_retried_with_backoff_while_the_rest_runs(
 
 
 def test_connections_of_another_swarm_are_logged_not_started(
-    tmp_path: Path, state_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    state_root: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bundle = tmp_path / "bundle"
     shutil.copytree(FIXTURE, bundle)
@@ -185,7 +208,9 @@ spec:
             await runtime.stop()
 
     run(main)
-    assert any("Connection elsewhere is bound to Swarm second" in r.getMessage() for r in caplog.records)
+    assert any(
+        "Connection elsewhere is bound to Swarm second" in r.getMessage() for r in caplog.records
+    )
 
 
 def _connection(name: str, port_file: Path, instance_key: str) -> str:
@@ -234,7 +259,12 @@ def test_reload_restarts_changed_starts_added_and_stops_removed_connections(
                                 + _connection("change", ports["change"], "c2")
                                 + _connection("new", ports["new"], "n1"))
             changes = await runtime.reload(load_bundle(bundle, state_root=state_root))
-            assert changes == {"restarted": ["change"], "updated": [], "added": ["new"], "removed": ["gone"]}
+            assert changes == {
+                "restarted": ["change"],
+                "updated": [],
+                "added": ["new"],
+                "removed": ["gone"],
+            }
             assert sorted(records) == ["change", "keep", "new", "trig"]
             await orch.wait_until(lambda: records["change"].spawn_count == 2
                                   and all(r.status == "running" for r in records.values()), 30)
@@ -277,7 +307,10 @@ def run(ctx):
 
 
 def test_a_sync_run_runs_in_a_thread_with_the_same_ctx_until_told_to_stop(
-    tmp_path: Path, state_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    state_root: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Decision 18: ``def run(ctx)`` (sync) is a valid connector entry: it runs in a thread,
     emits through ``ctx.emit_sync`` and returns when ``ctx.stopping`` is set."""
@@ -319,6 +352,7 @@ spec:
     # The stop waited for the thread to see ctx.stopping and return (SYNC_STOP_GRACE_S).
     messages = [r.getMessage() for r in caplog.records]
     assert "sync connector emitted s1" in messages and "sync connector stopping" in messages
-    # connectors.md §3 (Python adaptation): ctx.logger is a logging.Logger named after the Connection.
+    # connectors.md §3 (Python adaptation): ctx.logger is a logging.Logger named after the
+    # Connection.
     assert {r.name for r in caplog.records if r.getMessage().startswith("sync connector")} == {
         "goondan.connector.sync"}

@@ -47,7 +47,9 @@ def test_renderer_streams_text_and_prints_tool_lines() -> None:
                      "args": {"value": 12}})
     renderer.handle({"type": "tool.completed", "toolCallId": "c1", "toolName": "units__convert",
                      "status": "ok", "latencyMs": 1.25})
-    renderer.handle({"type": "tool.called", "toolCallId": "c2", "toolName": "files__read", "args": {}})
+    renderer.handle(
+        {"type": "tool.called", "toolCallId": "c2", "toolName": "files__read", "args": {}}
+    )
     renderer.handle({"type": "tool.failed", "toolCallId": "c2", "toolName": "files__read",
                      "errorCode": "E_TOOL_FAILED", "errorMessage": "nope", "latencyMs": 2})
     renderer.handle({"type": "llm.delta", "kind": "text", "text": "Done."})
@@ -65,7 +67,9 @@ def test_renderer_prints_whole_answer_without_stream_and_errors() -> None:
     renderer = TurnRenderer(out, tty=False, stream=False)
     renderer.start_turn()
     renderer.handle({"type": "llm.delta", "kind": "text", "text": "ignored"})
-    renderer.end_turn(TurnResult("t", "text_response", response_message=Message.assistant("Whole.")))
+    renderer.end_turn(
+        TurnResult("t", "text_response", response_message=Message.assistant("Whole."))
+    )
     renderer.start_turn()
     renderer.end_turn(TurnResult("t", "error", error={"code": "E_LLM_HTTP", "message": "boom"}))
     renderer.cancelled()

@@ -37,10 +37,14 @@ def _session(tmp_path: Path, answers: list[str], model: ScriptedModel) -> tuple[
     runner = asyncio.Runner()
     out = io.StringIO()
     reader = _Reader(answers)
-    rt = Runtime.from_bundle(root, state_root=tmp_path / "s", models={"assistant": model}, stream=False)
+    rt = Runtime.from_bundle(
+        root, state_root=tmp_path / "s", models={"assistant": model}, stream=False
+    )
     try:
         instance = runner.run(rt.instance(None, "k"))
-        session = ReplSession(InstanceBackend(instance), runner, reader=reader, out=out, stream=False)  # type: ignore[arg-type]
+        session = ReplSession(
+            InstanceBackend(instance), runner, reader=reader, out=out, stream=False
+        )  # type: ignore[arg-type]
         session._turn("delete old.txt")
     finally:
         runner.run(rt.aclose())

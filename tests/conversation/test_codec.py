@@ -90,9 +90,14 @@ def test_complete_last_record_without_newline_is_kept() -> None:
         (b"garbage", "invalid JSON"),
         (b"[1, 2]", "not a valid record"),
         (b'{"id": 5, "data": {"role": "user", "content": "x"}}', "not a valid record"),
-        (b'{"id": "a", "data": {"role": "user"}, "source": {"type": "user"}}', "not a valid record"),
-        (b'{"id": "a", "data": {"role": "user", "content": ""}, "source": {"type": "robot"}}',
-         "not a valid record"),
+        (
+            b'{"id": "a", "data": {"role": "user"}, "source": {"type": "user"}}',
+            "not a valid record",
+        ),
+        (
+            b'{"id": "a", "data": {"role": "user", "content": ""}, "source": {"type": "robot"}}',
+            "not a valid record",
+        ),
         (b"\xff\xfe", "invalid JSON"),
     ],
 )

@@ -60,8 +60,11 @@ def test_duplicate_ids_fall_back_to_truncate_and_rebuild() -> None:
 
 
 def test_several_calls_with_partial_results_in_the_wrong_order() -> None:
-    history = [Message.assistant("", [ToolCall("c1", "a"), ToolCall("c2", "b"), ToolCall("c3", "c")]),
-               result("c3", "c"), result("c1", "a")]
+    history = [
+        Message.assistant("", [ToolCall("c1", "a"), ToolCall("c2", "b"), ToolCall("c3", "c")]),
+        result("c3", "c"),
+        result("c1", "a"),
+    ]
     repaired = apply(history)
     assert [tool_result_ids(m) for m in repaired[1:]] == [["c3"], ["c1"], ["c2"]]
     assert repaired[-1].metadata == {"synthetic": True}
@@ -121,8 +124,22 @@ def test_tool_call_groups_keep_calls_with_their_results() -> None:
     answer = Message.assistant("done")
     groups = tool_call_groups([user, first, result_a, second, result_b, result_c, answer])
     assert groups == [[0], [1, 2, 4], [3, 5], [6]]
-    both = Message.create("tool", [
-        {"type": "tool-result", "toolCallId": "a", "toolName": "t__x", "output": {"type": "json", "value": 1}},
-        {"type": "tool-result", "toolCallId": "c", "toolName": "t__x", "output": {"type": "json", "value": 3}},
-    ], source=result_a.source)
+    both = Message.create(
+        "tool",
+        [
+            {
+                "type": "tool-result",
+                "toolCallId": "a",
+                "toolName": "t__x",
+                "output": {"type": "json", "value": 1},
+            },
+            {
+                "type": "tool-result",
+                "toolCallId": "c",
+                "toolName": "t__x",
+                "output": {"type": "json", "value": 3},
+            },
+        ],
+        source=result_a.source,
+    )
     assert tool_call_groups([first, second, both]) == [[0, 1, 2]]

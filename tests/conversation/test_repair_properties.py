@@ -22,7 +22,12 @@ CALL_IDS = st.sampled_from(["c1", "c2", "c3", "c4"])
 
 def _tool_message(ids: list[str], text: bool) -> Message:
     parts: list[JsonObject] = [
-        {"type": "tool-result", "toolCallId": i, "toolName": "t__x", "output": {"type": "text", "value": i}}
+        {
+            "type": "tool-result",
+            "toolCallId": i,
+            "toolName": "t__x",
+            "output": {"type": "text", "value": i},
+        }
         for i in ids
     ]
     if text:
@@ -73,7 +78,9 @@ def _assert_provider_valid(messages: list[Message]) -> None:
 
 @SETTINGS
 @given(histories())
-def test_repaired_history_is_provider_valid_and_repair_is_idempotent(history: list[Message]) -> None:
+def test_repaired_history_is_provider_valid_and_repair_is_idempotent(
+    history: list[Message],
+) -> None:
     repaired = _apply(history)
     _assert_provider_valid(repaired)
     assert repair_tool_pairs(repaired) == []
@@ -107,4 +114,6 @@ def test_orphan_and_duplicate_results_in_the_middle() -> None:
     done = Message.assistant("done")
     repaired = _apply([hi, call, first, again, done])
     assert [m.id for m in repaired] == [hi.id, call.id, first.id, again.id, done.id]
-    assert tool_result_ids(repaired[3]) == [] and repaired[3].data["content"] == [{"type": "text", "text": "note"}]
+    assert tool_result_ids(repaired[3]) == [] and repaired[3].data["content"] == [
+        {"type": "text", "text": "note"}
+    ]

@@ -12,8 +12,12 @@ from goondan.conversation.state import LlmView, MessagePrefix
 
 
 def msg(mid: str, text: str = "") -> Message:
-    return Message(id=mid, data={"role": "user", "content": text or mid}, source=MessageSource("user"),
-                   created_at="2026-03-04T08:05:09.120Z")
+    return Message(
+        id=mid,
+        data={"role": "user", "content": text or mid},
+        source=MessageSource("user"),
+        created_at="2026-03-04T08:05:09.120Z",
+    )
 
 
 def dicts(messages: list[Message]) -> list[dict[str, object]]:
@@ -23,7 +27,9 @@ def dicts(messages: list[Message]) -> list[dict[str, object]]:
 def llm_view_matches(state: ConversationState, expected: list[Message]) -> bool:
     """``to_llm_messages()`` is exactly the ``data`` dicts (the same objects) of ``expected``."""
     view = state.to_llm_messages()
-    return len(view) == len(expected) and all(d is m.data for d, m in zip(view, expected, strict=True))
+    return len(view) == len(expected) and all(
+        d is m.data for d, m in zip(view, expected, strict=True)
+    )
 
 
 def test_append_replace_remove_truncate() -> None:
@@ -151,7 +157,9 @@ def test_llm_view_survives_detach_and_adopt(base_ids: list[str], sequence: list[
 
 @settings(max_examples=150, deadline=None)
 @given(base_ids=st.lists(ids, max_size=8), sequence=st.lists(events, max_size=30))
-def test_fold_then_reload_equals_next_messages(base_ids: list[str], sequence: list[MessageEvent]) -> None:
+def test_fold_then_reload_equals_next_messages(
+    base_ids: list[str], sequence: list[MessageEvent]
+) -> None:
     state = ConversationState([msg(i) for i in base_ids])
     state.emit_all(sequence)
     data = b"".join(encode_message(m) for m in state.next_messages)
@@ -196,9 +204,13 @@ def test_a_detached_message_list_is_never_changed_behind_anyone(
 
 
 @settings(max_examples=300, deadline=None)
-@given(base_ids=st.lists(ids, max_size=8), sequence=st.lists(events, max_size=40),
-       actions=st.lists(st.sampled_from(["emit", "commit", "old-emit", "old-read", "llm"]), min_size=40,
-                        max_size=90))
+@given(
+    base_ids=st.lists(ids, max_size=8),
+    sequence=st.lists(events, max_size=40),
+    actions=st.lists(
+        st.sampled_from(["emit", "commit", "old-emit", "old-read", "llm"]), min_size=40, max_size=90
+    ),
+)
 def test_a_successor_shares_the_history_without_anyone_seeing_another_s_changes(
     base_ids: list[str], sequence: list[MessageEvent], actions: list[str]
 ) -> None:

@@ -14,11 +14,25 @@ import pytest
 
 from tests.support.process_tree import ProcessWatch, watch_run_module
 
-RUN_MODULES = ("test_run", "test_base_connectors_run", "test_connector_delivery", "test_agents_tools_run",
-               "test_connectors_run", "test_budget_run", "test_self_restart", "test_connector_sync_run",
-               "test_delegation_http", "test_instance_live", "test_otlp_phoenix", "test_service_mode",
-               "test_webhook_event_from_body", "test_durable_inputs", "test_steering_run", "test_approvals_run",
-               "test_resume_run")
+RUN_MODULES = (
+    "test_run",
+    "test_base_connectors_run",
+    "test_connector_delivery",
+    "test_agents_tools_run",
+    "test_connectors_run",
+    "test_budget_run",
+    "test_self_restart",
+    "test_connector_sync_run",
+    "test_delegation_http",
+    "test_instance_live",
+    "test_otlp_phoenix",
+    "test_service_mode",
+    "test_webhook_event_from_body",
+    "test_durable_inputs",
+    "test_steering_run",
+    "test_approvals_run",
+    "test_resume_run",
+)
 
 
 @pytest.fixture(autouse=True)

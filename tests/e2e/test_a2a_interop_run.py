@@ -49,7 +49,9 @@ def test_a_swarm_calls_another_swarms_agent_over_a2a_as_a_tool(tmp_path: Path) -
         fake_b.enqueue(FakeReply.reply("the answer from B"))
         fake_a.enqueue(FakeReply.calls(("peer__assistant", {"message": "question for B"})),
                        FakeReply.reply("A relays: the answer from B"))
-        bundle_b = base_bundle(tmp_path / "b", fake_b.base_url("openai"), {"assistant": ""}, B_CONNECTION)
+        bundle_b = base_bundle(
+            tmp_path / "b", fake_b.base_url("openai"), {"assistant": ""}, B_CONNECTION
+        )
         state_b = tmp_path / "state-b"
         with goondan_run(bundle_b, state_b, {"A2A_AUTH_TOKEN": TOKEN}):
             port = webhook_port(state_b, "a2a-in")
@@ -74,11 +76,27 @@ def test_a_swarm_calls_another_swarms_agent_over_a2a_as_a_tool(tmp_path: Path) -
             assert "peer__assistant" in names
 
             trace = subprocess.run(
-                [sys.executable, "-m", "goondan", "--state-root", str(state_a), "inspect", "trace", "--last"],
-                capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+                [
+                    sys.executable,
+                    "-m",
+                    "goondan",
+                    "--state-root",
+                    str(state_a),
+                    "inspect",
+                    "trace",
+                    "--last",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=REPO,
+                env=env,
+            )
             assert trace.returncode == 0, trace.stderr
             # the tool call's span, under A's first step: "    peer__assistant  599.0 ms"
             lines = [line.strip() for line in trace.stdout.splitlines()]
-            assert any(line.startswith("peer__assistant ") and line.endswith(" ms") for line in
-                       lines[lines.index(next(x for x in lines if x.startswith("step 0"))):]), trace.stdout
+            assert any(
+                line.startswith("peer__assistant ") and line.endswith(" ms")
+                for line in lines[lines.index(next(x for x in lines if x.startswith("step 0"))) :]
+            ), trace.stdout
     assert TOKEN not in run.stdout + run.stderr + trace.stdout

@@ -45,10 +45,14 @@ spec:
 
 
 def _bundle(tmp_path: Path, endpoint: str) -> Path:
-    root = base_bundle(tmp_path / "bundle", endpoint, {"assistant": CATALOG_TOOLS, "researcher": ""}, CONNECTION)
+    root = base_bundle(
+        tmp_path / "bundle", endpoint, {"assistant": CATALOG_TOOLS, "researcher": ""}, CONNECTION
+    )
     text = (root / "goondan.yaml").read_text()
-    text = text.replace("prompts: {systemPrompt: You are assistant.}",
-                        "prompts: {systemPrompt: You are assistant.}\n  description: Answers general questions.")
+    text = text.replace(
+        "prompts: {systemPrompt: You are assistant.}",
+        "prompts: {systemPrompt: You are assistant.}\n  description: Answers general questions.",
+    )
     (root / "goondan.yaml").write_text(text)
     return root
 
@@ -59,13 +63,17 @@ def _user_texts(request: RecordedRequest) -> list[str]:
 
 
 async def _client(port: int, *, streaming: bool = True) -> Any:
-    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx.Timeout(60))
+    http = httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx.Timeout(60)
+    )
     factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
     return await factory.create_from_url(f"http://127.0.0.1:{port}")
 
 
 def _request(text: str, context_id: str | None = None) -> SendMessageRequest:
-    return SendMessageRequest(message=new_text_message(text, context_id=context_id, role=Role.ROLE_USER))
+    return SendMessageRequest(
+        message=new_text_message(text, context_id=context_id, role=Role.ROLE_USER)
+    )
 
 
 async def _conversation(port: int) -> dict[str, Any]:
@@ -86,9 +94,12 @@ async def _cancel(port: int, fake: FakeProvider) -> dict[str, Any]:
         sent = await client._transport.send_message(
             SendMessageRequest(message=new_text_message("never mind", role=Role.ROLE_USER),
                                configuration={"return_immediately": True}))
-        await asyncio.to_thread(fake.wait_for_requests, 4, 30.0)  # the Turn reached the (hanging) model
+        # the Turn reached the (hanging) model
+        await asyncio.to_thread(fake.wait_for_requests, 4, 30.0)
         cancelled = await client.cancel_task(CancelTaskRequest(id=sent.task.id))
-        again = [e async for e in client.send_message(_request("still there?", sent.task.context_id))]
+        again = [
+            e async for e in client.send_message(_request("still there?", sent.task.context_id))
+        ]
         return {"cancelled": cancelled, "again": again}
     finally:
         await client.close()
@@ -115,8 +126,12 @@ def test_an_a2a_client_reads_the_card_sends_streams_continues_and_cancels(
             first = seen["first"]
             kinds = [e.WhichOneof("payload") for e in first]
             assert kinds[0] == "task" and kinds[-1] == "status_update"
-            progress = [e.status_update.status.message.parts[0].text for e in first
-                        if e.WhichOneof("payload") == "status_update" and e.status_update.status.message.parts]
+            progress = [
+                e.status_update.status.message.parts[0].text
+                for e in first
+                if e.WhichOneof("payload") == "status_update"
+                and e.status_update.status.message.parts
+            ]
             assert progress[:3] == ["step 1", "tool agents__catalog", "tool agents__catalog done"]
             answers = [e.artifact_update.artifact.parts[0].text for e in first
                        if e.WhichOneof("payload") == "artifact_update"]
@@ -133,16 +148,28 @@ def test_an_a2a_client_reads_the_card_sends_streams_continues_and_cancels(
             assert keys == [f"a2a:{first[0].task.context_id}"]
 
             # a missing or wrong token: 401, the card included
-            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).encode()
+            body = json.dumps(
+                {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
+            ).encode()
             for method, path in (("POST", "/a2a"), ("GET", "/.well-known/agent-card.json")):
-                for headers in ({}, {"Authorization": "Bearer wrong-token"}, {"Authorization": TOKEN}):
-                    status, answer = http_request(port, method, path, body if method == "POST" else b"", headers)
-                    assert status == 401 and answer == {"ok": False, "error": "unauthorized"}, (path, headers)
+                for headers in (
+                    {},
+                    {"Authorization": "Bearer wrong-token"},
+                    {"Authorization": TOKEN},
+                ):
+                    status, answer = http_request(
+                        port, method, path, body if method == "POST" else b"", headers
+                    )
+                    assert status == 401 and answer == {"ok": False, "error": "unauthorized"}, (
+                        path,
+                        headers,
+                    )
 
             # cancelling a task cancels its Turn: the context's next message is answered
             cancel = asyncio.run(_cancel(port, fake))
             assert cancel["cancelled"].status.state == TaskState.TASK_STATE_CANCELED
-            assert cancel["again"][-1].task.status.state == TaskState.TASK_STATE_COMPLETED  # not streamed
+            # not streamed
+            assert cancel["again"][-1].task.status.state == TaskState.TASK_STATE_COMPLETED
             assert cancel["again"][-1].task.artifacts[0].parts[0].text == "yes"
             assert _user_texts(fake.requests[4])[-1] == "still there?"
             fake.assert_all_used()

@@ -56,9 +56,18 @@ def test_every_agents_tool_works_under_goondan_run(tmp_path: Path, state_root: P
                 for_model=coordinator,
             ),
             FakeReply.calls(
-                FakeToolCall("agents__send", {"target": "worker", "instanceKey": "w1", "input": "note this"}),
-                FakeToolCall("agents__request", {"target": "worker", "instanceKey": "w1",
-                                                 "input": "Compute 17 * 23.", "timeoutMs": 120000}),
+                FakeToolCall(
+                    "agents__send", {"target": "worker", "instanceKey": "w1", "input": "note this"}
+                ),
+                FakeToolCall(
+                    "agents__request",
+                    {
+                        "target": "worker",
+                        "instanceKey": "w1",
+                        "input": "Compute 17 * 23.",
+                        "timeoutMs": 120000,
+                    },
+                ),
                 for_model=coordinator,
             ),
             FakeReply.reply("The worker computed 391.", for_model=coordinator),
@@ -73,7 +82,12 @@ def test_every_agents_tool_works_under_goondan_run(tmp_path: Path, state_root: P
         final = [r.json for r in fake.requests if r.json["model"] == coordinator][-1]
     results = _results(final)
     assert results["agents__catalog"]["callableAgents"] == ["worker"]
-    assert results["agents__spawn"] == {"target": "worker", "instanceKey": "w1", "spawned": True, "cwd": None}
+    assert results["agents__spawn"] == {
+        "target": "worker",
+        "instanceKey": "w1",
+        "spawned": True,
+        "cwd": None,
+    }
     assert results["agents__list"]["count"] == 1
     assert results["agents__list"]["agents"][0]["instanceKey"] == "w1"
     assert results["agents__send"]["accepted"] is True
@@ -95,8 +109,13 @@ def test_an_async_request_under_the_orchestrator_answers_with_a_later_turn(
     monkeypatch.setenv(FAKE_KEY_ENV, "sk-agents-tools-key")
     with FakeProvider() as fake:
         fake.enqueue(
-            FakeReply.calls(FakeToolCall("agents__request", {"target": "worker", "input": "Compute 2 + 2.",
-                                                             "async": True}), for_model=coordinator),
+            FakeReply.calls(
+                FakeToolCall(
+                    "agents__request",
+                    {"target": "worker", "input": "Compute 2 + 2.", "async": True},
+                ),
+                for_model=coordinator,
+            ),
             FakeReply.reply("I asked the worker; the answer will follow.", for_model=coordinator),
             FakeReply.reply("2 + 2 = 4", for_model=worker),
             FakeReply.reply("The worker says 4.", for_model=coordinator),
@@ -105,8 +124,14 @@ def test_an_async_request_under_the_orchestrator_answers_with_a_later_turn(
 
         async def main() -> str:
             spawner = ProcessSpawner(bundle, state_root=state_root, log_dir=state_root / "logs")
-            orch = Orchestrator(spawner, swarm_name="default", entry_agent="coordinator",
-                                agents=["coordinator", "worker"], project_root=bundle, grace_period_ms=5000)
+            orch = Orchestrator(
+                spawner,
+                swarm_name="default",
+                entry_agent="coordinator",
+                agents=["coordinator", "worker"],
+                project_root=bundle,
+                grace_period_ms=5000,
+            )
             async with orch:
                 first = response_text(await orch.request("coordinator", "Go.", instance_key="cli",
                                                          timeout_ms=60_000))

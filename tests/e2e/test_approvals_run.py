@@ -87,9 +87,15 @@ class Swarm:
         self.env = {**os.environ, FAKE_KEY_ENV: "sk-approvals-test"}
 
     def goondan(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "goondan", "--state-root", str(self.state_root), *args],
-                              capture_output=True, text=True, timeout=timeout, cwd=self.root, env=self.env,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "goondan", "--state-root", str(self.state_root), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.root,
+            env=self.env,
+            check=False,
+        )
 
     def start(self) -> None:
         done = self.goondan("run", "--detach", str(self.root))
@@ -138,7 +144,9 @@ def _park(swarm: Swarm, text: str) -> dict[str, Any]:
     return dict(row)
 
 
-def test_park_restart_approve_deny_and_expire_under_run_detach(tmp_path: Path, state_root: Path) -> None:
+def test_park_restart_approve_deny_and_expire_under_run_detach(
+    tmp_path: Path, state_root: Path
+) -> None:
     with FakeProvider() as fake:
         fake.enqueue(
             FakeReply.calls(("files__delete", {"path": "old.txt"})),

@@ -67,9 +67,21 @@ def _wait(predicate: Any, timeout: float, what: str) -> None:
 
 def _start_run(state_root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(FIXTURE),
-         "--foreground"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env},
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(FIXTURE),
+            "--foreground",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env},
     )
 
 
@@ -77,7 +89,9 @@ def _count(texts: list[str], marker: str) -> int:
     return sum(line.count(marker) for line in texts)
 
 
-def test_sigkill_of_goondan_run_after_emit_delivers_each_event_once(state_root: Path, tmp_path: Path) -> None:
+def test_sigkill_of_goondan_run_after_emit_delivers_each_event_once(
+    state_root: Path, tmp_path: Path
+) -> None:
     port_file = tmp_path / "port.json"
     env = {"TRIGGER_PORT_FILE": str(port_file), "TRIGGER_FAIL": ""}
     trials = 3
@@ -121,12 +135,16 @@ spec:
 def post_webhook(port: int, event_id: str, text: str) -> dict[str, Any]:
     """A signed POST of one event to the ``durable`` conversation; the 200 answer."""
     body = json.dumps({"id": event_id, "text": text, "instanceKey": "durable"}).encode()
-    status, answer = http_request(port, "POST", "/", body, {"X-Signature-256": sign_webhook(WEBHOOK_SECRET, body)})
+    status, answer = http_request(
+        port, "POST", "/", body, {"X-Signature-256": sign_webhook(WEBHOOK_SECRET, body)}
+    )
     assert status == 200, answer
     return answer
 
 
-def test_sigkill_of_goondan_run_after_a_webhook_200_delivers_each_event_once(state_root: Path, tmp_path: Path) -> None:
+def test_sigkill_of_goondan_run_after_a_webhook_200_delivers_each_event_once(
+    state_root: Path, tmp_path: Path
+) -> None:
     """The same guarantee through the built-in webhook connector's HTTP answer."""
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, WEBHOOK_CONNECTION)
     trials = 3
@@ -139,7 +157,11 @@ def test_sigkill_of_goondan_run_after_a_webhook_200_delivers_each_event_once(sta
             proc.send_signal(signal.SIGKILL)  # the orchestrator alone, the moment the 200 arrived
             proc.wait(timeout=30)
         # the orphaned connector sees its channel close, stops listening and removes its address
-        _wait(lambda: address_file(state_root, "http-in") is None, 30, "the orphaned connector to stop")
+        _wait(
+            lambda: address_file(state_root, "http-in") is None,
+            30,
+            "the orphaned connector to stop",
+        )
     proc = start_run(bundle, state_root, {})
     try:
         answer = post_webhook(webhook_port(state_root, "http-in"), "evt-0", "<<again>>")
@@ -172,7 +194,9 @@ class _Spawner(Spawner):
         return await (self.tasks if request.kind == "connector" else self.processes).spawn(request)
 
 
-def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str, crash_threshold: int = 5) -> None:
+def _harness(
+    bundle: Any, state_root: str, port_file: str, record_dir: str, crash_threshold: int = 5
+) -> None:
     """A forked ``goondan run --foreground``: the same components, scripted agent processes
     (``crash_threshold``: crashes respawned at once, before the back-off)."""
     os.environ["TRIGGER_PORT_FILE"] = port_file
@@ -186,10 +210,23 @@ def _harness(bundle: Any, state_root: str, port_file: str, record_dir: str, cras
     async def main() -> None:
         root = Path(state_root)
         swarm = bundle.swarm_spec(None)
-        spawner = _Spawner(ProcessSpawner(bundle.root, state_root=root, swarm=swarm.name,
-                                          log_dir=root / "logs", targets={"agent": script_child_main}))
-        orchestrator = Orchestrator(spawner, swarm_name=swarm.name, entry_agent=swarm.entry_agent,
-                                    agents=swarm.agents, reconcile_interval_s=0, crash_threshold=crash_threshold)
+        spawner = _Spawner(
+            ProcessSpawner(
+                bundle.root,
+                state_root=root,
+                swarm=swarm.name,
+                log_dir=root / "logs",
+                targets={"agent": script_child_main},
+            )
+        )
+        orchestrator = Orchestrator(
+            spawner,
+            swarm_name=swarm.name,
+            entry_agent=swarm.entry_agent,
+            agents=swarm.agents,
+            reconcile_interval_s=0,
+            crash_threshold=crash_threshold,
+        )
         connections = ConnectionRuntime(bundle, swarm, orchestrator, spawner, state_root=root)
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -256,8 +293,9 @@ def test_two_hundred_orchestrator_sigkills_lose_and_duplicate_nothing(
 
     def start() -> Any:
         variant.forget_address()
-        process = context.Process(target=_harness,
-                                  args=(bundle, str(state_root), str(variant.port_file), str(record_dir)))
+        process = context.Process(
+            target=_harness, args=(bundle, str(state_root), str(variant.port_file), str(record_dir))
+        )
         process.start()
         return process
 
@@ -296,7 +334,9 @@ def _live_pid(pid_file: Path, not_this: int | None) -> int | None:
 @pytest.mark.slow
 @pytest.mark.soak
 @pytest.mark.timeout(1200)
-def test_two_hundred_agent_process_sigkills_lose_and_duplicate_nothing(state_root: Path, tmp_path: Path) -> None:
+def test_two_hundred_agent_process_sigkills_lose_and_duplicate_nothing(
+    state_root: Path, tmp_path: Path
+) -> None:
     """Issue 27 item 8: the agent process running the webhook's events is SIGKILLed right after
     each HTTP 200, 0-4 ms later (a seeded jitter sweeping the claim → input → confirm window;
     not a wait), while the orchestrator lives on and respawns it. Every event's Turn must run
@@ -308,7 +348,9 @@ def test_two_hundred_agent_process_sigkills_lose_and_duplicate_nothing(state_roo
     bundle = load_bundle(variant.bundle_dir, state_root=state_root)
     variant.forget_address()
     process = multiprocessing.get_context("fork").Process(
-        target=_harness, args=(bundle, str(state_root), str(variant.port_file), str(record_dir), 1_000_000))
+        target=_harness,
+        args=(bundle, str(state_root), str(variant.port_file), str(record_dir), 1_000_000),
+    )
     process.start()
     pid_file = record_dir / "assistant.durable.pid"
     jitter = __import__("random").Random(27)

@@ -26,7 +26,9 @@ def run(ctx):
 '''
 
 
-def test_a_sync_connector_emits_and_stops_in_a_real_process(tmp_path: Path, state_root: Path) -> None:
+def test_a_sync_connector_emits_and_stops_in_a_real_process(
+    tmp_path: Path, state_root: Path
+) -> None:
     stopped = tmp_path / "stopped.txt"
     documents = f"""\
 apiVersion: goondan.ai/v1
@@ -47,8 +49,14 @@ spec:
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, documents)
     (bundle / "sync_connector.py").write_text(SYNC_CONNECTOR, encoding="utf-8")
     with goondan_run(bundle, state_root, {}) as proc:
-        wait_for(lambda: "sync" in instances(state_root)
-                 and "from a sync connector" in instances(state_root)["sync"]["messages"], 60, "the turn")
+        wait_for(
+            lambda: (
+                "sync" in instances(state_root)
+                and "from a sync connector" in instances(state_root)["sync"]["messages"]
+            ),
+            60,
+            "the turn",
+        )
         assert not stopped.exists()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0

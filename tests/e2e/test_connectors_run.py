@@ -27,7 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 CLI_SMOKE = REPO / "tests" / "fixtures" / "connectors" / "cli-smoke"
 
 
-def goondan(*args: str, state_root: Path, timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def goondan(
+    *args: str, state_root: Path, timeout: float = 60, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
         capture_output=True, text=True, timeout=timeout, cwd=REPO, **kwargs,
@@ -58,13 +60,20 @@ def test_cli_connection_routes_input_to_its_instance_key(state_root: Path) -> No
     assert result.stdout.strip() == "hello from smoke-test"  # the model saw connection_name
     stored = _instances(state_root)
     assert list(stored) == ["smoke-test"]
-    assert '"connection_name\\":\\"cli-in\\"' in stored["smoke-test"] and "\\nhi" in stored["smoke-test"]
+    assert (
+        '"connection_name\\":\\"cli-in\\"' in stored["smoke-test"]
+        and "\\nhi" in stored["smoke-test"]
+    )
 
 
-def test_input_file_and_piped_lines_feed_the_cli_connection(state_root: Path, tmp_path: Path) -> None:
+def test_input_file_and_piped_lines_feed_the_cli_connection(
+    state_root: Path, tmp_path: Path
+) -> None:
     lines = tmp_path / "lines.txt"
     lines.write_text('first\n\n{"text": "second", "properties": {"source": "file"}}\n')
-    result = goondan("run", "--bundle", str(CLI_SMOKE), "--input-file", str(lines), state_root=state_root)
+    result = goondan(
+        "run", "--bundle", str(CLI_SMOKE), "--input-file", str(lines), state_root=state_root
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["hello from smoke-test"] * 2
     piped = goondan("run", "--bundle", str(CLI_SMOKE), "--input-file", "-", state_root=state_root,
@@ -85,9 +94,23 @@ def test_input_file_and_piped_lines_feed_the_cli_connection(state_root: Path, tm
 def foreground(bundle: Path, state_root: Path, env: dict[str, str], *,
                watch: bool = False) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle),
-         "--foreground", *(["--watch"] if watch else [])],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(bundle),
+            "--foreground",
+            *(["--watch"] if watch else []),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
         env={**os.environ, **env},
     )
     try:
@@ -103,12 +126,18 @@ def foreground(bundle: Path, state_root: Path, env: dict[str, str], *,
 def _status(state_root: Path) -> dict[str, Any]:
     active = read_active(state_root)
     assert active is not None and active.control_socket
-    return asyncio.run(send_control(Path(active.control_socket), {"command": "status"}, timeout_s=30))
+    return asyncio.run(
+        send_control(Path(active.control_socket), {"command": "status"}, timeout_s=30)
+    )
 
 
 def test_send_talks_to_a_running_swarm(state_root: Path, tmp_path: Path) -> None:
     missing = goondan("send", "hello", state_root=state_root)
-    assert missing.returncode == 3 and "E_RUN_NOT_RUNNING" in missing.stderr and "goondan run" in missing.stderr
+    assert (
+        missing.returncode == 3
+        and "E_RUN_NOT_RUNNING" in missing.stderr
+        and "goondan run" in missing.stderr
+    )
     env = {"TRIGGER_PORT_FILE": str(tmp_path / "port.json"), "TRIGGER_FAIL": ""}
     with foreground(FIXTURE, state_root, env):
         sent = goondan("send", "--bundle", str(FIXTURE), "hi there", state_root=state_root)
@@ -152,15 +181,28 @@ def _log_records(state_root: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_connectors_are_supervised_with_backoff_and_stopped_by_sigterm(state_root: Path, tmp_path: Path) -> None:
+def test_connectors_are_supervised_with_backoff_and_stopped_by_sigterm(
+    state_root: Path, tmp_path: Path
+) -> None:
     bundle = _supervision_bundle(tmp_path)
     env = {"TRIGGER_PORT_FILE": str(tmp_path / "port.json"), "TRIGGER_FAIL": ""}
     with foreground(bundle, state_root, env) as proc:
         port = wait_port(tmp_path / "port.json")
         # the broken connector crash-loops into backoff; the others keep running
-        _wait(lambda: any(r.get("event") == "connector.crashed" and r.get("connection") == "broken"
-                          and r.get("backoffMs", 0) > 0 for r in _log_records(state_root)), 60, "backoff")
-        assert send_trigger(port, "ok-1", "while broken crashes") == {"id": "ok-1", "duplicate": False}
+        _wait(
+            lambda: any(
+                r.get("event") == "connector.crashed"
+                and r.get("connection") == "broken"
+                and r.get("backoffMs", 0) > 0
+                for r in _log_records(state_root)
+            ),
+            60,
+            "backoff",
+        )
+        assert send_trigger(port, "ok-1", "while broken crashes") == {
+            "id": "ok-1",
+            "duplicate": False,
+        }
         crashes = [r for r in _log_records(state_root) if r.get("event") == "connector.crashed"]
         broken = [r for r in crashes if r["connection"] == "broken"]
         assert broken[0]["code"] == "E_CONNECTOR" and "refuses to start" in broken[0]["message"]
@@ -177,14 +219,22 @@ def test_connectors_are_supervised_with_backoff_and_stopped_by_sigterm(state_roo
         rows = {r["connection"]: r for r in _status(state_root)["connections"]}
         assert rows["flaky"]["restarts"] >= 1 and rows["trig"]["restarts"] == 0
         # the crash after running is logged once, with its cause and the (first: immediate) backoff
-        flaky_crashes = [r for r in _log_records(state_root)
-                         if r.get("event") == "connector.crashed" and r.get("connection") == "flaky"]
+        flaky_crashes = [
+            r
+            for r in _log_records(state_root)
+            if r.get("event") == "connector.crashed" and r.get("connection") == "flaky"
+        ]
         assert flaky_crashes and "crashes after an event" in flaky_crashes[0]["message"]
         assert flaky_crashes[0]["backoffMs"] == 0
         # the finished connector was logged as completed, never as a crash
         records = _log_records(state_root)
-        assert any(r.get("event") == "connector.completed" and r.get("connection") == "done" for r in records)
-        assert not any(r.get("event") == "connector.crashed" and r.get("connection") == "done" for r in records)
+        assert any(
+            r.get("event") == "connector.completed" and r.get("connection") == "done"
+            for r in records
+        )
+        assert not any(
+            r.get("event") == "connector.crashed" and r.get("connection") == "done" for r in records
+        )
         # trig's rule routes to "durable"; flaky has no rules: the event's own key
         _wait(lambda: "while broken crashes" in "\n".join(conversation_texts(state_root, "durable"))
               and all(t in "\n".join(conversation_texts(state_root, "trigger"))
@@ -213,7 +263,11 @@ def test_watch_restarts_a_connection_whose_rules_changed(state_root: Path, tmp_p
         _wait(lambda: not pid_alive(first_pid), 30, "the old connector process to end")
         port = wait_port(port_file)
         assert send_trigger(port, "w-1", "after the edit") == {"id": "w-1", "duplicate": False}
-        _wait(lambda: "after the edit" in "\n".join(conversation_texts(state_root, "moved")), 60, "the turn")
+        _wait(
+            lambda: "after the edit" in "\n".join(conversation_texts(state_root, "moved")),
+            60,
+            "the turn",
+        )
         row = next(r for r in _status(state_root)["connections"] if r["connection"] == "trig")
         assert row["restarts"] == 1 and row["status"] == "running"
         assert any(r.get("event") == "connector.restarted" and r.get("connections") == ["trig"]
@@ -224,14 +278,25 @@ def test_showcase_connection_runs(state_root: Path, tmp_path: Path) -> None:
     bundle = tmp_path / "showcase"
     shutil.copytree(REPO / "examples" / "showcase", bundle)
     with foreground(bundle, state_root, {}):
-        _wait(lambda: any(state_root.glob("workspaces/*/connections/default/terminal/state/inbox.txt")),
-              30, "the showcase connector")
+        _wait(
+            lambda: any(
+                state_root.glob("workspaces/*/connections/default/terminal/state/inbox.txt")
+            ),
+            30,
+            "the showcase connector",
+        )
         inbox = next(state_root.glob("workspaces/*/connections/default/terminal/state/inbox.txt"))
         with inbox.open("a") as handle:
             handle.write("How far is 12 km in miles?\n")
-        _wait(lambda: "7.46 miles" in _instances(state_root).get("terminal:file", ""), 30, "the answer")
+        _wait(
+            lambda: "7.46 miles" in _instances(state_root).get("terminal:file", ""),
+            30,
+            "the answer",
+        )
         rows = _status(state_root)["connections"]
-        assert [(r["connection"], r["status"], r["emitted"]) for r in rows] == [("terminal", "running", 1)]
+        assert [(r["connection"], r["status"], r["emitted"]) for r in rows] == [
+            ("terminal", "running", 1)
+        ]
 
 
 @pytest.mark.slow

@@ -45,7 +45,11 @@ def test_coordinator_uses_the_workers_answer_through_http(tmp_path: Path, state_
         assert done.stdout.strip() == "The worker computed 391."
         fake.assert_all_used()
         coordinator_first, worker, coordinator_second = fake.requests
-    assert [r.json["model"] for r in fake.requests] == ["fake-coordinator", "fake-worker", "fake-coordinator"]
+    assert [r.json["model"] for r in fake.requests] == [
+        "fake-coordinator",
+        "fake-worker",
+        "fake-coordinator",
+    ]
     assert all(r.header("Authorization") == "Bearer sk-delegation-test-key" for r in fake.requests)
     assert [t["function"]["name"] for t in coordinator_first.json["tools"]] == [
         "agents__request", "agents__send", "agents__spawn", "agents__list", "agents__catalog"]
@@ -58,4 +62,7 @@ def test_coordinator_uses_the_workers_answer_through_http(tmp_path: Path, state_
     assert tool_message["role"] == "tool"
     result = json.loads(tool_message["content"])
     assert result["target"] == "worker" and result["response"] == "17 * 23 = 391"
-    assert tool_message["tool_call_id"] == coordinator_second.json["messages"][-2]["tool_calls"][0]["id"]
+    assert (
+        tool_message["tool_call_id"]
+        == coordinator_second.json["messages"][-2]["tool_calls"][0]["id"]
+    )

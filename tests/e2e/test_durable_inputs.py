@@ -42,8 +42,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _goondan(state_root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "goondan", "--state-root", str(state_root), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, FAKE_KEY_ENV: FAKE_KEY})
+    return subprocess.run(
+        [sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, FAKE_KEY_ENV: FAKE_KEY},
+    )
 
 
 def _count(texts: list[str], marker: str) -> int:
@@ -69,15 +75,27 @@ def test_sigkill_of_goondan_run_after_send_is_acknowledged_runs_each_input_once(
         proc = start_run(bundle, state_root, {})
         try:
             wait_for(lambda: _running(state_root, proc), 60, "the orchestrator")  # noqa: B023
-            sent = _goondan(state_root, "send", "--bundle", str(bundle), "-k", "durable", "--no-wait",
-                            f"<<p-{i}>>")
+            sent = _goondan(
+                state_root,
+                "send",
+                "--bundle",
+                str(bundle),
+                "-k",
+                "durable",
+                "--no-wait",
+                f"<<p-{i}>>",
+            )
             assert sent.returncode == 0, sent.stderr
             assert sent.stdout.strip().startswith("evt")  # the message's id, once it is durable
         finally:
-            proc.send_signal(signal.SIGKILL)  # the orchestrator alone, the moment send was acknowledged
+            # the orchestrator alone, the moment send was acknowledged
+            proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
     proc = start_run(bundle, state_root, {})
     try:
+        # running first: orphaned agent processes may have finished the turns already, and a
+        # SIGTERM before the new orchestrator's handlers are installed would kill it uncleanly
+        wait_for(lambda: _running(state_root, proc), 60, "the orchestrator")
         wait_for(lambda: all(_count(conversation_texts(state_root, "durable"), f"<<p-{i}>>") >= 1
                              for i in range(trials)), 60, "every input's turn")
     finally:
@@ -88,13 +106,28 @@ def test_sigkill_of_goondan_run_after_send_is_acknowledged_runs_each_input_once(
 
 
 @pytest.mark.slow
-def test_a_run_input_line_survives_a_sigkill_of_goondan_run(state_root: Path, tmp_path: Path) -> None:
+def test_a_run_input_line_survives_a_sigkill_of_goondan_run(
+    state_root: Path, tmp_path: Path
+) -> None:
     """``goondan run --input`` killed once its line is stored: the next ``goondan run`` runs it
     first (same conversation, in order), then its own line; each exactly once."""
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
     first = subprocess.Popen(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle),
-         "--input", "<<first>>"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(bundle),
+            "--input",
+            "<<first>>",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         env={**os.environ, FAKE_KEY_ENV: FAKE_KEY},
     )
     try:
@@ -106,7 +139,11 @@ def test_a_run_input_line_survives_a_sigkill_of_goondan_run(state_root: Path, tm
     assert "<<first>>" in _inbox_text(state_root)
     second = _goondan(state_root, "run", "--bundle", str(bundle), "--input", "<<second>>")
     assert second.returncode == 0, second.stderr
-    wait_for(lambda: _count(conversation_texts(state_root, "default"), "<<first>>") >= 1, 60, "the first line's turn")
+    wait_for(
+        lambda: _count(conversation_texts(state_root, "default"), "<<first>>") >= 1,
+        60,
+        "the first line's turn",
+    )
     texts = conversation_texts(state_root, "default")
     assert (_count(texts, "<<first>>"), _count(texts, "<<second>>")) == (1, 1)
 
@@ -136,7 +173,11 @@ def _harness(bundle: Any, state_root: str, record_dir: str) -> None:
 
 
 def _send_until_acknowledged(state_root: Path, pid: int, text: str) -> dict[str, Any]:
-    wait_for(lambda: (a := read_active(state_root)) is not None and a.pid == pid, 60, "the control socket")
+    wait_for(
+        lambda: (a := read_active(state_root)) is not None and a.pid == pid,
+        60,
+        "the control socket",
+    )
     active = read_active(state_root)
     assert active is not None
     request = {"command": "request", "input": text, "instanceKey": "durable", "ack": True}
@@ -154,7 +195,9 @@ def test_two_hundred_orchestrator_sigkills_after_send_acks_lose_and_duplicate_no
     trials = soak.trials(10, 200)
     record_dir = tmp_path / "records"
     record_dir.mkdir()
-    bundle = load_bundle(base_bundle(tmp_path / "bundle", None, {"assistant": ""}, ""), state_root=state_root)
+    bundle = load_bundle(
+        base_bundle(tmp_path / "bundle", None, {"assistant": ""}, ""), state_root=state_root
+    )
     context = multiprocessing.get_context("fork")
 
     def start() -> Any:
@@ -173,8 +216,11 @@ def test_two_hundred_orchestrator_sigkills_after_send_acks_lose_and_duplicate_no
             process.join(30)
     process = start()
     try:
-        wait_for(lambda: all(f"<<p-{i}>>\n" in soak.records(record_dir) for i in range(trials)), 120,
-                 "every input's turn")
+        wait_for(
+            lambda: all(f"<<p-{i}>>\n" in soak.records(record_dir) for i in range(trials)),
+            120,
+            "every input's turn",
+        )
     finally:
         os.kill(process.pid, signal.SIGTERM)
         process.join(60)

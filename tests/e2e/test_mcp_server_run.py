@@ -52,11 +52,15 @@ spec:
 
 
 def _bundle(tmp_path: Path, endpoint: str) -> Path:
-    root = base_bundle(tmp_path / "bundle", endpoint, {"assistant": "", "researcher": CATALOG_TOOLS}, CONNECTION)
+    root = base_bundle(
+        tmp_path / "bundle", endpoint, {"assistant": "", "researcher": CATALOG_TOOLS}, CONNECTION
+    )
     text = (root / "goondan.yaml").read_text()
     # Agent.spec.description describes the entry agent's tool
-    text = text.replace("prompts: {systemPrompt: You are assistant.}",
-                        "prompts: {systemPrompt: You are assistant.}\n  description: Answers general questions.")
+    text = text.replace(
+        "prompts: {systemPrompt: You are assistant.}",
+        "prompts: {systemPrompt: You are assistant.}\n  description: Answers general questions.",
+    )
     (root / "goondan.yaml").write_text(text)
     return root
 
@@ -67,19 +71,25 @@ def _user_texts(request: RecordedRequest) -> list[str]:
 
 
 def _client(url: str, token: str = TOKEN) -> Client:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60))
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60)
+    )
     return Client(streamable_http_client(url, http_client=http))
 
 
 async def _call_then_cancel(url: str, fake: FakeProvider) -> None:
     async with _client(url) as client:
         async with anyio.create_task_group() as group:
-            group.start_soon(client.call_tool, "ask_assistant", {"message": "never mind", "conversation": "c"})
+            group.start_soon(
+                client.call_tool, "ask_assistant", {"message": "never mind", "conversation": "c"}
+            )
             # the Turn reached the model (which hangs): cancel the call
             await anyio.to_thread.run_sync(fake.wait_for_requests, 5, 30.0)
             group.cancel_scope.cancel()
         # the Turn was aborted, so the conversation's queue moves on: the next call is answered
-        result = await client.call_tool("ask_assistant", {"message": "still there?", "conversation": "c"})
+        result = await client.call_tool(
+            "ask_assistant", {"message": "still there?", "conversation": "c"}
+        )
         assert result.content[0].text == "yes"  # type: ignore[union-attr]
 
 
@@ -122,7 +132,12 @@ def test_an_mcp_client_lists_and_calls_the_exposed_agents_over_streamable_http(
             requests = fake.requests
             assert _user_texts(requests[1]) == ["hello", "and again"]
             assert _user_texts(requests[2]) == ["what agents exist?"]  # another agent: its own
-            assert seen["progress"] == ["step 1", "tool agents__catalog", "tool agents__catalog done", "step 2"]
+            assert seen["progress"] == [
+                "step 1",
+                "tool agents__catalog",
+                "tool agents__catalog done",
+                "step 2",
+            ]
             keys = [k for k in instances(state_root) if k.startswith("mcp:")]
             assert len(keys) == 1, keys  # both agents under the session's key
 
@@ -130,7 +145,10 @@ def test_an_mcp_client_lists_and_calls_the_exposed_agents_over_streamable_http(
             body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
             for headers in ({}, {"Authorization": "Bearer wrong-token"}, {"Authorization": TOKEN}):
                 status, answer = http_request(port, "POST", "/mcp", body, headers)
-                assert status == 401 and answer == {"ok": False, "error": "unauthorized"}, (headers, answer)
+                assert status == 401 and answer == {"ok": False, "error": "unauthorized"}, (
+                    headers,
+                    answer,
+                )
 
             # cancelling a call cancels its Turn: the model never answers that one, and the
             # conversation's next call is answered (it would wait behind a running Turn)
@@ -150,7 +168,9 @@ async def _stdio_calls(params: Any, fake: FakeProvider) -> dict[str, Any]:
 
     async with Client(params) as client:
         tools = sorted(tool.name for tool in (await client.list_tools()).tools)
-        first = await client.call_tool("ask_assistant", {"message": "over stdio"}, progress_callback=on_progress)
+        first = await client.call_tool(
+            "ask_assistant", {"message": "over stdio"}, progress_callback=on_progress
+        )
         second = await client.call_tool("ask_assistant", {"message": "same session"})
         async with anyio.create_task_group() as group:  # a cancelled call cancels its Turn
             group.start_soon(client.call_tool, "ask_assistant", {"message": "forget it"})
@@ -165,13 +185,28 @@ def test_goondan_serve_mcp_serves_the_swarm_over_stdio(tmp_path: Path, state_roo
     from mcp import StdioServerParameters
 
     with FakeProvider() as fake:
-        fake.enqueue(FakeReply.reply("stdio one"), FakeReply.reply("stdio two"), FakeReply.hanging(),
-                     FakeReply.reply("stdio three"))
+        fake.enqueue(
+            FakeReply.reply("stdio one"),
+            FakeReply.reply("stdio two"),
+            FakeReply.hanging(),
+            FakeReply.reply("stdio three"),
+        )
         bundle = _bundle(tmp_path, fake.base_url("openai"))
         params = StdioServerParameters(
             command=sys.executable,
-            args=["-m", "goondan", "--state-root", str(state_root), "serve", "mcp", "--bundle", str(bundle)],
-            env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "MCP_AUTH_TOKEN": TOKEN}, cwd=str(REPO))
+            args=[
+                "-m",
+                "goondan",
+                "--state-root",
+                str(state_root),
+                "serve",
+                "mcp",
+                "--bundle",
+                str(bundle),
+            ],
+            env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "MCP_AUTH_TOKEN": TOKEN},
+            cwd=str(REPO),
+        )
         seen = asyncio.run(_stdio_calls(params, fake))
         assert seen["tools"] == ["ask_assistant", "ask_researcher"]  # the Connection's AGENTS
         assert seen["texts"] == ["stdio one", "stdio two", "stdio three"]
@@ -189,7 +224,9 @@ async def _two_calls(params: Any) -> list[str]:
     return [first.content[0].text, second.content[0].text]  # type: ignore[union-attr]
 
 
-def test_goondan_serve_mcp_attaches_to_a_swarm_that_already_runs(tmp_path: Path, state_root: Path) -> None:
+def test_goondan_serve_mcp_attaches_to_a_swarm_that_already_runs(
+    tmp_path: Path, state_root: Path
+) -> None:
     from mcp import StdioServerParameters
 
     with FakeProvider() as fake:
@@ -198,10 +235,22 @@ def test_goondan_serve_mcp_attaches_to_a_swarm_that_already_runs(tmp_path: Path,
         with goondan_run(bundle, state_root, {"MCP_AUTH_TOKEN": TOKEN}) as proc:
             params = StdioServerParameters(
                 command=sys.executable,
-                args=["-m", "goondan", "--state-root", str(state_root), "serve", "mcp", "--bundle", str(bundle)],
-                env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "MCP_AUTH_TOKEN": TOKEN}, cwd=str(REPO))
+                args=[
+                    "-m",
+                    "goondan",
+                    "--state-root",
+                    str(state_root),
+                    "serve",
+                    "mcp",
+                    "--bundle",
+                    str(bundle),
+                ],
+                env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "MCP_AUTH_TOKEN": TOKEN},
+                cwd=str(REPO),
+            )
             assert asyncio.run(_two_calls(params)) == ["attached one", "attached two"]
             assert _user_texts(fake.requests[1]) == ["to the running swarm", "still attached"]
-            assert [k for k in instances(state_root) if k.startswith("mcp:")]  # the process's session
+            # the process's session
+            assert [k for k in instances(state_root) if k.startswith("mcp:")]
             active = read_active(state_root)
             assert active is not None and active.pid == proc.pid  # the running swarm answered

@@ -19,7 +19,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "delegation"
 
 
-def test_sigkill_worker_mid_turn_keeps_committed_history_and_resumes_the_turn(state_root: Path, tmp_path: Path) -> None:
+def test_sigkill_worker_mid_turn_keeps_committed_history_and_resumes_the_turn(
+    state_root: Path, tmp_path: Path
+) -> None:
     bundle = tmp_path / "delegation"
     shutil.copytree(EXAMPLE, bundle)
     script = bundle / "scripts" / "worker.yaml"
@@ -31,12 +33,22 @@ def test_sigkill_worker_mid_turn_keeps_committed_history_and_resumes_the_turn(st
 
     async def main() -> None:
         spawner = ProcessSpawner(bundle, state_root=state_root, log_dir=state_root / "logs")
-        orch = Orchestrator(spawner, swarm_name="default", entry_agent="coordinator",
-                            agents=["coordinator", "worker"], project_root=bundle, grace_period_ms=5000)
+        orch = Orchestrator(
+            spawner,
+            swarm_name="default",
+            entry_agent="coordinator",
+            agents=["coordinator", "worker"],
+            project_root=bundle,
+            grace_period_ms=5000,
+        )
         async with orch:
-            first = response_text(await orch.request("coordinator", "What is 17 * 23?", instance_key="cli",
-                                                     timeout_ms=30_000))
-            assert "17 * 23 = 391" in first  # the coordinator used the worker's answer in the same turn
+            first = response_text(
+                await orch.request(
+                    "coordinator", "What is 17 * 23?", instance_key="cli", timeout_ms=30_000
+                )
+            )
+            # the coordinator used the worker's answer in the same turn
+            assert "17 * 23 = 391" in first
             worker = orch.records[("worker", "cli")]
             coordinator_pid = orch.records[("coordinator", "cli")].handle.pid  # type: ignore[union-attr]
             pids.extend([coordinator_pid, worker.handle.pid])  # type: ignore[union-attr, list-item]
@@ -59,8 +71,11 @@ def test_sigkill_worker_mid_turn_keeps_committed_history_and_resumes_the_turn(st
             slow.cancel()  # the resumed turn waits on its 600 s model reply: cancel it
             with contextlib.suppress(asyncio.CancelledError):
                 await slow
-            again = response_text(await orch.request("coordinator", "What is 17 * 23?", instance_key="cli",
-                                                     timeout_ms=30_000))
+            again = response_text(
+                await orch.request(
+                    "coordinator", "What is 17 * 23?", instance_key="cli", timeout_ms=30_000
+                )
+            )
             assert "391" in again
             assert orch.records[("coordinator", "cli")].handle.pid == coordinator_pid  # type: ignore[union-attr]
 
@@ -70,8 +85,11 @@ def test_sigkill_worker_mid_turn_keeps_committed_history_and_resumes_the_turn(st
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    worker_base = next(p for p in (state_root / "workspaces").glob("*/instances/*/messages/base.jsonl")
-                       if "worker" in p.parent.parent.name)
+    worker_base = next(
+        p
+        for p in (state_root / "workspaces").glob("*/instances/*/messages/base.jsonl")
+        if "worker" in p.parent.parent.name
+    )
     text = worker_base.read_text()
     # the first exchange was committed before the crash and survives; the interrupted turn's
     # user message was recovered from events.jsonl; the later exchange follows

@@ -67,7 +67,9 @@ def spawned_pids() -> Iterator[list[int]]:
             os.kill(pid, signal.SIGKILL)
 
 
-def run_with(state_root: Path, pids: list[int], body: Callable[[Orchestrator], Awaitable[Any]]) -> Any:
+def run_with(
+    state_root: Path, pids: list[int], body: Callable[[Orchestrator], Awaitable[Any]]
+) -> Any:
     async def main() -> Any:
         spawner = ProcessSpawner(state_root, state_root=state_root, target=script_child_main,
                                  log_dir=state_root / "logs")
@@ -92,7 +94,9 @@ async def ask(orch: Orchestrator, agent: str, text: str, key: str = "default") -
     return response_text(await orch.request(agent, text, instance_key=key, timeout_ms=20_000))
 
 
-def test_processes_answer_and_stop_cleanly(state_root: Path, record_dir: Path, spawned_pids: list[int]) -> None:
+def test_processes_answer_and_stop_cleanly(
+    state_root: Path, record_dir: Path, spawned_pids: list[int]
+) -> None:
     async def body(orch: Orchestrator) -> None:
         assert await ask(orch, "a", "ask:b:echo:over ipc") == "asked:over ipc"
         assert (await ask(orch, "a", "ask:b:ask:a:echo:x")).startswith("asked:error:E_AGENT_CYCLE")
@@ -129,13 +133,17 @@ def test_sigkill_mid_turn_respawns_and_caller_gets_structured_error(
     assert _wait_dead(spawned_pids, 30) == []
 
 
-def test_multi_process_ordering_exactly_once(state_root: Path, record_dir: Path, spawned_pids: list[int]) -> None:
+def test_multi_process_ordering_exactly_once(
+    state_root: Path, record_dir: Path, spawned_pids: list[int]
+) -> None:
     keys = [f"k{i}" for i in range(4)]
 
     async def body(orch: Orchestrator) -> None:
         for n in range(10):
             for key in keys:
-                await orch.submit("a", AgentEvent(type="message", input=f"echo:{n}", instance_key=key))
+                await orch.submit(
+                    "a", AgentEvent(type="message", input=f"echo:{n}", instance_key=key)
+                )
         await orch.wait_until(
             lambda: sum(orch.records[("a", k)].processed for k in keys) == 40, timeout=30
         )
@@ -146,7 +154,9 @@ def test_multi_process_ordering_exactly_once(state_root: Path, record_dir: Path,
         assert lines == [f"a@{key} echo:{n}" for n in range(10)]
 
 
-def test_restart_during_turn_lets_it_finish(state_root: Path, record_dir: Path, spawned_pids: list[int], tmp_path: Path) -> None:
+def test_restart_during_turn_lets_it_finish(
+    state_root: Path, record_dir: Path, spawned_pids: list[int], tmp_path: Path
+) -> None:
     gate = tmp_path / "gate"
 
     async def body(orch: Orchestrator) -> None:
@@ -154,7 +164,9 @@ def test_restart_during_turn_lets_it_finish(state_root: Path, record_dir: Path, 
         await orch.wait_until(lambda: (tmp_path / "gate.started").exists(), timeout=20)
         first = orch.records[("a", "default")].handle
         restarting = asyncio.ensure_future(orch.restart("a"))
-        await orch.wait_until(lambda: orch.records[("a", "default")].status == "draining", timeout=30)
+        await orch.wait_until(
+            lambda: orch.records[("a", "default")].status == "draining", timeout=30
+        )
         assert orch.records[("a", "default")].handle is first
         gate.write_text("go")
         assert await answer == "finished"
@@ -179,7 +191,9 @@ def _start_script(state_root: Path) -> tuple[subprocess.Popen[str], dict[str, An
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
-def test_orchestrator_exit_stops_every_child(state_root: Path, how: signal.Signals, record_dir: Path) -> None:
+def test_orchestrator_exit_stops_every_child(
+    state_root: Path, how: signal.Signals, record_dir: Path
+) -> None:
     proc, info = _start_script(state_root)
     try:
         children = info["children"]

@@ -59,7 +59,9 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     log = tmp_path_factory.mktemp("phoenix-log") / "phoenix.log"
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [str(PHOENIX), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -70,7 +72,9 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except urllib3.exceptions.HTTPError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("Phoenix did not start:\n" + log.read_text(errors="replace")[-3000:])
+                raise AssertionError(
+                    "Phoenix did not start:\n" + log.read_text(errors="replace")[-3000:]
+                )
             time.sleep(0.2)
         yield base
     finally:
@@ -81,7 +85,9 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.kill()
 
 
-def _goondan(*args: str, state_root: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _goondan(
+    *args: str, state_root: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
         capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, **(env or {})},
@@ -117,7 +123,11 @@ def test_delegation_trace_arrives_in_phoenix_with_the_same_ids(
     assert {r["context"]["trace_id"] for r in rows} == {trace["traceId"]}
     assert received == expected
     names = {r["name"] for r in rows}
-    assert {"invoke_agent coordinator", "execute_tool agents__request", "invoke_agent worker"} <= names
+    assert {
+        "invoke_agent coordinator",
+        "execute_tool agents__request",
+        "invoke_agent worker",
+    } <= names
     llm = next(r for r in rows if r["name"].startswith("chat "))
     assert llm["attributes"]["gen_ai.operation.name"] == "chat"
     assert llm["attributes"]["gen_ai.provider.name"] == "scripted"

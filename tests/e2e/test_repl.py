@@ -1,4 +1,5 @@
-"""``goondan repl`` as a subprocess: --input, piped lines, --json, resume, and a SIGKILL mid-turn."""
+"""``goondan repl`` as a subprocess: --input, piped lines, --json, resume, and a SIGKILL
+mid-turn."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
 DEADLINE_S = 20.0
 
 
-def repl(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def repl(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         goondan_cmd("repl", *args), input=stdin, capture_output=True, text=True,
         timeout=DEADLINE_S, env=env or dict(os.environ),
@@ -50,7 +53,9 @@ def test_piped_lines_are_turns_and_resume(state_root: Path) -> None:
     assert data["toolCallCount"] == 1
     # The resumed conversation holds both sessions' messages.
     base = next(state_root.rglob("base.jsonl")).read_text(encoding="utf-8").splitlines()
-    users = [json.loads(r)["data"]["content"] for r in base if json.loads(r)["data"]["role"] == "user"]
+    users = [
+        json.loads(r)["data"]["content"] for r in base if json.loads(r)["data"]["role"] == "user"
+    ]
     assert users == ["hello", "What is 12 km in miles?", "Which units do you know?"]
 
 
@@ -66,7 +71,9 @@ def test_failed_turn_exit_code_and_stderr(tmp_path: Path, state_root: Path) -> N
     assert "sk-e2e-secret-key" not in done.stderr
 
 
-def test_dotenv_supplies_the_key_and_missing_key_has_a_suggestion(tmp_path: Path, state_root: Path) -> None:
+def test_dotenv_supplies_the_key_and_missing_key_has_a_suggestion(
+    tmp_path: Path, state_root: Path
+) -> None:
     """repl reads the bundle's .env like `goondan run` (the real environment wins); without a
     key the error names the variable to set, on stderr, exit 6."""
     with FakeProvider() as fake:
@@ -88,7 +95,9 @@ def test_dotenv_supplies_the_key_and_missing_key_has_a_suggestion(tmp_path: Path
 def _records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 @pytest.mark.slow
@@ -146,7 +155,10 @@ def test_sigkill_mid_turn_then_restart_continues(tmp_path: Path, state_root: Pat
     ]
     # calc__wait had started (journaled) and is not idempotent: not run again, its outcome unknown.
     interrupted = base[3]["data"]["content"][0]["output"]
-    assert interrupted["type"] == "error-json" and interrupted["value"]["code"] == "E_TOOL_OUTCOME_UNKNOWN"
+    assert (
+        interrupted["type"] == "error-json"
+        and interrupted["value"]["code"] == "E_TOOL_OUTCOME_UNKNOWN"
+    )
     assert base[2]["data"]["content"][0]["output"]["value"] == {"sum": 3}
     assert _records(events_file) == []
     # The provider saw a valid history: both tool calls answered, in the resumed turn.

@@ -96,7 +96,9 @@ def test_interactive_session(tmp_path: Path, state_root: Path) -> None:
         )
         bundle = fake_provider_bundle(tmp_path, fake.base_url("openai"))
         env = {**os.environ, FAKE_KEY_ENV: "sk-pty-key", "TERM": "xterm", "COLUMNS": "120"}
-        term = Terminal(goondan_cmd("repl", "plain", "--bundle", str(bundle), "--instance", "tty"), env)
+        term = Terminal(
+            goondan_cmd("repl", "plain", "--bundle", str(bundle), "--instance", "tty"), env
+        )
         try:
             term.expect("goondan repl · agent plain · instance tty")
             term.expect("plain> ")
@@ -136,7 +138,9 @@ def test_interactive_session(tmp_path: Path, state_root: Path) -> None:
     assert events == ""  # /clear was folded into base.jsonl
 
 
-def test_ctrl_c_twice_at_prompt_exits_and_resume_shows_history(tmp_path: Path, state_root: Path) -> None:
+def test_ctrl_c_twice_at_prompt_exits_and_resume_shows_history(
+    tmp_path: Path, state_root: Path
+) -> None:
     with FakeProvider() as fake:
         fake.enqueue(FakeReply.reply("remember me"))
         bundle = fake_provider_bundle(tmp_path, fake.base_url("openai"))

@@ -84,9 +84,25 @@ def _agent_pid(state_root: Path, not_in: set[int]) -> int | None:
 
 def _send(state_root: Path, bundle: Path, text: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "send", "--bundle", str(bundle),
-         "--instance-key", KEY, "--timeout", "120", text],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "send",
+            "--bundle",
+            str(bundle),
+            "--instance-key",
+            KEY,
+            "--timeout",
+            "120",
+            text,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -104,19 +120,30 @@ def _check_conversation(state_root: Path, bundle: Path, trials: int) -> Counter[
     users = [r["data"]["content"] for r in records if r["data"]["role"] == "user"]
     assert users == [f"go {i}" for i in range(trials)]
     assert [t for t in map(_answer_text, records) if t is not None] == ["done"] * trials
-    runs = Counter(tuple(line.split()[1:3]) for line in (bundle / "calls.log").read_text().splitlines())
+    runs = Counter(
+        tuple(line.split()[1:3]) for line in (bundle / "calls.log").read_text().splitlines()
+    )
     calls: dict[str, tuple[str, str]] = {}  # toolCallId -> (export, key)
     results: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        for part in record["data"]["content"] if isinstance(record["data"]["content"], list) else ():
+        for part in (
+            record["data"]["content"] if isinstance(record["data"]["content"], list) else ()
+        ):
             if part["type"] == "tool-call":
                 turn = record["source"]["stepId"].rsplit("-step-", 1)[0]
-                calls[part["toolCallId"]] = (part["toolName"], idempotency_key(AGENT, KEY, turn, part["toolCallId"]))
+                calls[part["toolCallId"]] = (
+                    part["toolName"],
+                    idempotency_key(AGENT, KEY, turn, part["toolCallId"]),
+                )
             elif part["type"] == "tool-result":
                 results.setdefault(part["toolCallId"], []).append(part["output"])
     assert len(calls) == 3 * trials
-    assert set(results) == set(calls) and all(len(r) == 1 for r in results.values()), "tool pairs intact"
-    assert {key for _, key in runs} <= {key for _, key in calls.values()}, "every line has its call's key"
+    assert set(results) == set(calls) and all(len(r) == 1 for r in results.values()), (
+        "tool pairs intact"
+    )
+    assert {key for _, key in runs} <= {key for _, key in calls.values()}, (
+        "every line has its call's key"
+    )
     outcomes: Counter[str] = Counter()
     for call_id, (tool, key) in calls.items():
         output, ran = results[call_id][0], runs[(call_id, key)]
@@ -164,7 +191,9 @@ def test_sigkill_of_the_agent_mid_turn_resumes_and_the_sender_gets_the_answer(
 
 @pytest.mark.soak
 @pytest.mark.timeout(soak.trials(120, 3600))
-def test_every_process_killed_mid_turn_resumes_at_the_next_start(state_root: Path, tmp_path: Path) -> None:
+def test_every_process_killed_mid_turn_resumes_at_the_next_start(
+    state_root: Path, tmp_path: Path
+) -> None:
     bundle = _bundle(tmp_path)
     trials = soak.trials(2, 200)
     rng = random.Random(3131)
@@ -174,7 +203,9 @@ def test_every_process_killed_mid_turn_resumes_at_the_next_start(state_root: Pat
             _wait(lambda run=run: (a := read_active(state_root)) is not None and a.pid == run.pid
                   and Path(a.control_socket or "").exists(), 60, "the orchestrator")
             if i > 0:  # the previous turn resumes at start and ends
-                _wait(lambda i=i: _done_count(state_root) == i, 60, f"turn {i - 1} after the restart")
+                _wait(
+                    lambda i=i: _done_count(state_root) == i, 60, f"turn {i - 1} after the restart"
+                )
             sender = _send(state_root, bundle, f"go {i}")
             _wait(lambda i=i: _journal_has(state_root, f"go {i}"), 60, f"turn {i}")
             time.sleep(rng.uniform(0, 0.7))  # the kill point: anywhere in the turn

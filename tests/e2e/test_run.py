@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "delegation"
 
 
-def goondan(*args: str, state_root: Path, timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def goondan(
+    *args: str, state_root: Path, timeout: float = 60, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
         capture_output=True, text=True, timeout=timeout, cwd=REPO, **kwargs,
@@ -45,7 +47,9 @@ def _child_pids(state_root: Path) -> list[int]:
 
 
 def test_run_input_one_shot_delegates_and_leaves_no_process(state_root: Path) -> None:
-    result = goondan("run", "--bundle", str(EXAMPLE), "--input", "What is 17 * 23?", state_root=state_root)
+    result = goondan(
+        "run", "--bundle", str(EXAMPLE), "--input", "What is 17 * 23?", state_root=state_root
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "The worker says: 17 * 23 = 391"
     # runtime files are keyed by instanceKey and workspace: delegation.<workspace id>
@@ -55,8 +59,16 @@ def test_run_input_one_shot_delegates_and_leaves_no_process(state_root: Path) ->
     assert set(procs) == {"coordinator.delegation", "worker.delegation"}
     assert all(p["status"] == "terminated" for p in procs.values())
     assert read_active(state_root) is None  # cleared at exit
-    logs = goondan("logs", "--instance-key", "delegation", "--process", "worker.delegation", state_root=state_root)
-    assert logs.returncode == 0 and " worker.delegation INFO " in logs.stdout  # pretty: time process LEVEL message
+    logs = goondan(
+        "logs",
+        "--instance-key",
+        "delegation",
+        "--process",
+        "worker.delegation",
+        state_root=state_root,
+    )
+    # pretty: time process LEVEL message
+    assert logs.returncode == 0 and " worker.delegation INFO " in logs.stdout
     # the worker's conversation was committed by its own process
     bases = list((state_root / "workspaces").glob("*/instances/*/messages/base.jsonl"))
     assert len(bases) == 2 and any("391" in p.read_text() for p in bases)
@@ -66,7 +78,9 @@ def test_run_reads_piped_lines_and_env_files(state_root: Path, tmp_path: Path) -
     bundle = tmp_path / "delegation"
     shutil.copytree(EXAMPLE, bundle)
     (bundle / ".env").write_text("GOONDAN_TEST_FROM_ENV=1\n")
-    result = goondan("run", "--bundle", str(bundle), "--env-file", "missing.env", state_root=state_root)
+    result = goondan(
+        "run", "--bundle", str(bundle), "--env-file", "missing.env", state_root=state_root
+    )
     assert result.returncode == 3 and "E_RUN_ENV_FILE" in result.stderr
     result = goondan("run", "--bundle", str(bundle), state_root=state_root,
                      input="What is 17 * 23?\n\nlist your agents\n")
@@ -80,9 +94,23 @@ def headless(state_root: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Pope
     bundle = tmp_path / "delegation"
     shutil.copytree(EXAMPLE, bundle)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle),
-         "--foreground", "--watch"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(bundle),
+            "--foreground",
+            "--watch",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         _wait(lambda: (a := read_active(state_root)) is not None and a.pid == proc.pid
@@ -100,7 +128,9 @@ def _control(state_root: Path, request: dict[str, Any]) -> dict[str, Any]:
     return asyncio.run(send_control(Path(active.control_socket), request, timeout_s=30))
 
 
-def test_headless_restart_watch_logs_and_sigterm(state_root: Path, headless: tuple[subprocess.Popen[str], Path]) -> None:
+def test_headless_restart_watch_logs_and_sigterm(
+    state_root: Path, headless: tuple[subprocess.Popen[str], Path]
+) -> None:
     proc, bundle = headless
     answer = _control(state_root, {"command": "request", "input": "What is 17 * 23?"})
     assert answer["ok"] and "391" in answer["response"]
@@ -120,22 +150,40 @@ def test_headless_restart_watch_logs_and_sigterm(state_root: Path, headless: tup
     restarted = goondan("restart", "--agent", "worker", state_root=state_root)
     assert restarted.returncode == 0, restarted.stderr
     assert "worker.control" in restarted.stdout
-    _wait(lambda: (r := {x.process: x for x in list_live_processes(state_root)}["worker.control"]).pid
-          not in (None, worker.pid) and r.status == "idle", 30, "the new worker process")
-    coordinator_pid = {x.process: x for x in list_live_processes(state_root)}["coordinator.control"].pid
+    _wait(
+        lambda: (
+            (r := {x.process: x for x in list_live_processes(state_root)}["worker.control"]).pid
+            not in (None, worker.pid)
+            and r.status == "idle"
+        ),
+        30,
+        "the new worker process",
+    )
+    coordinator_pid = {x.process: x for x in list_live_processes(state_root)}[
+        "coordinator.control"
+    ].pid
     assert coordinator_pid == rows["coordinator.control"].pid  # only the worker was replaced
-    assert "391" in _control(state_root, {"command": "request", "input": "What is 17 * 23?"})["response"]
+    assert (
+        "391"
+        in _control(state_root, {"command": "request", "input": "What is 17 * 23?"})["response"]
+    )
 
     # --watch: editing only the worker's prompt restarts only the worker
     # (pids taken before the edit: the watcher may act before this test runs again)
     before = {x.process: x.pid for x in list_live_processes(state_root)}
     text = (bundle / "goondan.yaml").read_text()
-    (bundle / "goondan.yaml").write_text(text.replace("Answer with the result only.", "Answer briefly."))
+    (bundle / "goondan.yaml").write_text(
+        text.replace("Answer with the result only.", "Answer briefly.")
+    )
     _wait(lambda: {x.process: x.pid for x in list_live_processes(state_root)}["worker.control"]
           not in (None, before["worker.control"]), 30, "the watch restart")
-    assert {x.process: x.pid for x in list_live_processes(state_root)}["coordinator.control"] == before["coordinator.control"]
+    assert {x.process: x.pid for x in list_live_processes(state_root)}[
+        "coordinator.control"
+    ] == before["coordinator.control"]
 
-    logs = goondan("logs", "--json", "--process", "orchestrator", "--lines", "500", state_root=state_root)
+    logs = goondan(
+        "logs", "--json", "--process", "orchestrator", "--lines", "500", state_root=state_root
+    )
     assert logs.returncode == 0 and "orchestrator.bundleChanged" in logs.stdout
     assert goondan("logs", "--process", "../etc", state_root=state_root).returncode == 2
 

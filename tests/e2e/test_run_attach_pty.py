@@ -1,4 +1,5 @@
-"""``goondan run`` on a terminal while the swarm already runs: an attached chat (issue 28 item 5)."""
+"""``goondan run`` on a terminal while the swarm already runs: an attached chat (issue 28 item
+5)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,14 @@ def test_run_on_a_terminal_attaches_a_streaming_chat_and_leaving_keeps_the_swarm
     bundle = tmp_path / "delegation"
     shutil.copytree(DELEGATION, bundle)
     env = {**os.environ, "GOONDAN_STATE_ROOT": str(state_root), "TERM": "xterm", "COLUMNS": "200"}
-    started = subprocess.run(goondan_cmd("--json", "run", str(bundle), "--detach"), capture_output=True,
-                             text=True, env=env, timeout=120, check=False)
+    started = subprocess.run(
+        goondan_cmd("--json", "run", str(bundle), "--detach"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert started.returncode == 0, started.stderr
     pid = json.loads(started.stdout)["pid"]
     term = Terminal(goondan_cmd("run", "--bundle", str(bundle)), env)
@@ -52,12 +59,20 @@ def test_run_on_a_terminal_attaches_a_streaming_chat_and_leaving_keeps_the_swarm
         term.close()
     # ... and the swarm, which this chat did not start, goes on
     assert pid_alive(pid) and [r.pid for r in running_records(state_root)] == [pid]
-    stopped = subprocess.run(goondan_cmd("stop", "--bundle", str(bundle)), capture_output=True, text=True,
-                             env=env, timeout=120, check=False)
+    stopped = subprocess.run(
+        goondan_cmd("stop", "--bundle", str(bundle)),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert stopped.returncode == 0, stopped.stderr
 
 
-def test_ctrl_c_in_an_attached_chat_cancels_the_turn_in_the_running_swarm(state_root: Path, tmp_path: Path) -> None:
+def test_ctrl_c_in_an_attached_chat_cancels_the_turn_in_the_running_swarm(
+    state_root: Path, tmp_path: Path
+) -> None:
     marker = tmp_path / "wait"
     with FakeProvider() as fake:
         fake.enqueue(
@@ -67,15 +82,22 @@ def test_ctrl_c_in_an_attached_chat_cancels_the_turn_in_the_running_swarm(state_
         bundle = fake_provider_bundle(tmp_path, fake.base_url("openai"))
         env = {**os.environ, FAKE_KEY_ENV: "sk-run-attach", "GOONDAN_STATE_ROOT": str(state_root),
                "TERM": "xterm", "COLUMNS": "200"}
-        started = subprocess.run(goondan_cmd("--json", "run", str(bundle), "--detach"), capture_output=True,
-                                 text=True, env=env, timeout=120, check=False)
+        started = subprocess.run(
+            goondan_cmd("--json", "run", str(bundle), "--detach"),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
         assert started.returncode == 0, started.stderr
         term = Terminal(goondan_cmd("run", "--bundle", str(bundle)), env)
         try:
             term.expect("attached to the running orchestrator")
             term.expect("plain> ")
             term.send("wait please\r")
-            assert wait_for(Path(f"{marker}.started").exists, 60)  # the tool runs in the agent process
+            # the tool runs in the agent process
+            assert wait_for(Path(f"{marker}.started").exists, 60)
             term.send("\x03")
             term.expect("(turn cancelled)")
             term.expect("plain> ")
@@ -86,13 +108,22 @@ def test_ctrl_c_in_an_attached_chat_cancels_the_turn_in_the_running_swarm(state_
             assert term.wait() == 0
         finally:
             term.close()
-            stopped = subprocess.run(goondan_cmd("stop", "--bundle", str(bundle)), capture_output=True,
-                                     text=True, env=env, timeout=120, check=False)
+            stopped = subprocess.run(
+                goondan_cmd("stop", "--bundle", str(bundle)),
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+                check=False,
+            )
         assert stopped.returncode == 0, stopped.stderr
         assert len(fake.requests) == 2
     (base,) = state_root.glob("workspaces/*/instances/*/messages/base.jsonl")
-    messages = [Message.from_dict(json.loads(line)) for line in base.read_text(encoding="utf-8").splitlines()
-                if line.strip()]
+    messages = [
+        Message.from_dict(json.loads(line))
+        for line in base.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
     assert repair_tool_pairs(messages) == []
     assert INTERRUPTED in json.dumps(messages[2].data)

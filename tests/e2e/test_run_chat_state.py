@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow,
 def _offline_multi_agent(path: Path) -> Path:
     scaffold(path, name="team", template="multi-agent")
     manifest = path / "goondan.yaml"
-    manifest.write_text(manifest.read_text().replace('modelRef: "Model/claude"', 'modelRef: "Model/offline"'))
+    manifest.write_text(
+        manifest.read_text().replace('modelRef: "Model/claude"', 'modelRef: "Model/offline"')
+    )
     return path
 
 

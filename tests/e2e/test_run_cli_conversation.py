@@ -40,14 +40,30 @@ spec: {entryAgent: Agent/helper, agents: [Agent/helper], instanceKey: desk}
 
 
 def goondan(*args: str, cwd: Path, state_root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "goondan", *args, "--state-root", str(state_root)],
-                          capture_output=True, text=True, timeout=90, cwd=cwd, check=False,
-                          stdin=subprocess.DEVNULL, env={**os.environ, "GOONDAN_STATE_ROOT": str(state_root)})
+    return subprocess.run(
+        [sys.executable, "-m", "goondan", *args, "--state-root", str(state_root)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "GOONDAN_STATE_ROOT": str(state_root)},
+    )
 
 
 def _user_texts(bundle: Path, state_root: Path, key: str) -> list[str]:
-    shown = goondan("inspect", "instance", key, "--agent", "helper", "--messages", "--json", cwd=bundle,
-                    state_root=state_root)
+    shown = goondan(
+        "inspect",
+        "instance",
+        key,
+        "--agent",
+        "helper",
+        "--messages",
+        "--json",
+        cwd=bundle,
+        state_root=state_root,
+    )
     assert shown.returncode == 0, shown.stderr
     texts = []
     for message in json.loads(shown.stdout)["messages"]:
@@ -58,13 +74,19 @@ def _user_texts(bundle: Path, state_root: Path, key: str) -> list[str]:
     return texts
 
 
-def test_repl_run_and_send_continue_one_conversation_by_default(tmp_path: Path, state_root: Path) -> None:
+def test_repl_run_and_send_continue_one_conversation_by_default(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "goondan.yaml").write_text(BUNDLE, encoding="utf-8")
     # another conversation: the same option on every command, the old spellings still work
-    steps = [("repl", "--input", "from repl"), ("run", "--input", "from run"),
-             ("repl", "-i", "other", "--input", "x"), ("run", "--instance", "other", "--input", "y")]
+    steps = [
+        ("repl", "--input", "from repl"),
+        ("run", "--input", "from run"),
+        ("repl", "-i", "other", "--input", "x"),
+        ("run", "--instance", "other", "--input", "y"),
+    ]
     for args in steps:
         done = goondan(*args, cwd=bundle, state_root=state_root)
         assert done.returncode == 0 and "noted" in done.stdout, (args, done.stderr)
@@ -92,8 +114,13 @@ def test_repl_run_and_send_continue_one_conversation_by_default(tmp_path: Path, 
 
 def test_help_shows_one_instance_key_option() -> None:
     for command in ("repl", "run", "send"):
-        shown = subprocess.run([sys.executable, "-m", "goondan", command, "--help"], capture_output=True,
-                               text=True, timeout=60, check=False)
+        shown = subprocess.run(
+            [sys.executable, "-m", "goondan", command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert shown.returncode == 0, shown.stderr
         assert "-k, --instance-key" in shown.stdout, command
         assert "--instance " not in shown.stdout and "-i," not in shown.stdout, command

@@ -79,7 +79,8 @@ import sys
 
 
 async def run(ctx):
-    print(f"setting={ctx.config['SETTING']} token={ctx.secrets['TOKEN']}", file=sys.stderr, flush=True)
+    setting, token = ctx.config['SETTING'], ctx.secrets['TOKEN']
+    print(f"setting={setting} token={token}", file=sys.stderr, flush=True)
     await asyncio.Event().wait()
 """
 
@@ -118,7 +119,12 @@ def test_logs_mask_connection_secrets_not_config_from_any_directory(
     pids = [r.pid for r in running_records(state_root)]
     try:
         deadline = time.monotonic() + 60
-        while "setting=" not in goondan("logs", "-p", "connection.loud", cwd=bundle, state_root=state_root).stdout:
+        while (
+            "setting="
+            not in goondan(
+                "logs", "-p", "connection.loud", cwd=bundle, state_root=state_root
+            ).stdout
+        ):
             assert time.monotonic() < deadline, "the connector never wrote its line"
             time.sleep(0.2)
     finally:
@@ -128,10 +134,28 @@ def test_logs_mask_connection_secrets_not_config_from_any_directory(
 
     here = goondan("logs", "-p", "connection.loud", "--stream", "stderr", "--no-color", cwd=bundle,
                    state_root=state_root)
-    there = goondan("logs", "-p", "connection.loud", "--stream", "stderr", "--no-color", cwd=elsewhere,
-                    state_root=state_root)  # the most recent swarm's logs: the same ones
-    named = goondan("logs", "-p", "connection.loud", "--stream", "stderr", "--no-color", "--bundle", str(bundle),
-                    cwd=elsewhere, state_root=state_root)
+    there = goondan(
+        "logs",
+        "-p",
+        "connection.loud",
+        "--stream",
+        "stderr",
+        "--no-color",
+        cwd=elsewhere,
+        state_root=state_root,
+    )  # the most recent swarm's logs: the same ones
+    named = goondan(
+        "logs",
+        "-p",
+        "connection.loud",
+        "--stream",
+        "stderr",
+        "--no-color",
+        "--bundle",
+        str(bundle),
+        cwd=elsewhere,
+        state_root=state_root,
+    )
     assert f"setting={SETTING} token=***" in here.stdout, here.stdout
     for done in (here, there, named):
         assert done.returncode == 0, done.stderr

@@ -49,7 +49,9 @@ spec: {entryAgent: Agent/helper, agents: [Agent/helper]}
 """
 
 
-def goondan(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def goondan(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "goondan", *args], capture_output=True, text=True,
                           timeout=90, cwd=cwd, check=False, stdin=subprocess.DEVNULL, env=env)
 
@@ -75,8 +77,10 @@ def test_a_fresh_init_passes_validate_strict(tmp_path: Path, template: str) -> N
 
 
 def test_validate_reads_the_key_from_dot_env_as_run_does(tmp_path: Path) -> None:
-    keyed = BUNDLE.replace("spec: {provider: scripted,", "spec: {apiKey: {valueFrom: {env: SMALL_KEY}}, "
-                                                         "provider: scripted,")
+    keyed = BUNDLE.replace(
+        "spec: {provider: scripted,",
+        "spec: {apiKey: {valueFrom: {env: SMALL_KEY}}, provider: scripted,",
+    )
     root = _bundle(tmp_path, keyed)
     unset = goondan("validate", "--strict", cwd=root)
     assert unset.returncode == 4 and "W_CONFIG_ENV_UNSET" in unset.stdout
@@ -89,11 +93,17 @@ def test_quiet_validate_prints_only_the_problems(tmp_path: Path) -> None:
     root = _bundle(tmp_path)
     clean = goondan("-q", "validate", cwd=root)
     assert (clean.returncode, clean.stdout, clean.stderr) == (0, "", "")
-    (root / "goondan.yaml").write_text(BUNDLE.replace("Agent/helper]}", "Agent/helpr]}"), encoding="utf-8")
+    (root / "goondan.yaml").write_text(
+        BUNDLE.replace("Agent/helper]}", "Agent/helpr]}"), encoding="utf-8"
+    )
     broken = goondan("validate", "-q", cwd=root)
     assert broken.returncode == 4
     assert broken.stdout.startswith("error[E_CONFIG_REF_NOT_FOUND]"), broken.stdout
-    assert "Validating" not in broken.stdout and "Summary" not in broken.stdout and "✓" not in broken.stdout
+    assert (
+        "Validating" not in broken.stdout
+        and "Summary" not in broken.stdout
+        and "✓" not in broken.stdout
+    )
 
 
 def test_send_json_failures_help_links_and_ctrl_c(tmp_path: Path, state_root: Path) -> None:
@@ -112,23 +122,42 @@ def test_send_json_failures_help_links_and_ctrl_c(tmp_path: Path, state_root: Pa
     assert "  help: docs/errors.md#e_run_not_running" in text.stderr
     assert "\n### E_RUN_NOT_RUNNING\n" in (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
 
-    proc = subprocess.Popen([sys.executable, "-m", "goondan", "run", "--foreground"], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "goondan", "run", "--foreground"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
     try:
         deadline = time.monotonic() + 60
-        while (active := read_active(state_root)) is None or not Path(active.control_socket or "").exists():
+        while (active := read_active(state_root)) is None or not Path(
+            active.control_socket or ""
+        ).exists():
             assert proc.poll() is None and time.monotonic() < deadline, "the swarm did not start"
             time.sleep(0.1)
         unknown = goondan("send", "--json", "--agent", "nobody", "hello", cwd=root, env=env)
         assert unknown.returncode != 0
         failed = json.loads(unknown.stdout)  # one object: no second, no partial answer
-        assert failed["ok"] is False and failed["code"] == "E_AGENT_NOT_FOUND" and "nobody" in failed["message"]
+        assert (
+            failed["ok"] is False
+            and failed["code"] == "E_AGENT_NOT_FOUND"
+            and "nobody" in failed["message"]
+        )
         assert set(failed) <= {"ok", "code", "message", "suggestion"}
         assert json.loads(unknown.stderr)["code"] == "E_AGENT_NOT_FOUND"
 
-        follow = subprocess.Popen([sys.executable, "-m", "goondan", "logs", "-f"], cwd=root, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  preexec_fn=_default_sigint)
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "goondan", "logs", "-f"],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_default_sigint,
+        )
         assert follow.stdout is not None
         assert "Logs of orchestrator" in follow.stdout.readline()
         follow.send_signal(signal.SIGINT)
@@ -149,12 +178,22 @@ def test_gdn_gets_bash_completion(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     gdn = bin_dir / "gdn"  # the console script: this interpreter, the worktree's goondan
-    gdn.write_text(f"#!{sys.executable}\nfrom goondan.__main__ import run\nrun()\n", encoding="utf-8")
+    gdn.write_text(
+        f"#!{sys.executable}\nfrom goondan.__main__ import run\nrun()\n", encoding="utf-8"
+    )
     gdn.chmod(0o755)
-    script = ('eval "$(gdn completion bash)"; complete -p gdn; '
-              'COMP_WORDS=(gdn lo); COMP_CWORD=1; _goondan_completion gdn; echo "got: ${COMPREPLY[*]}"')
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([bash, "-c", script], capture_output=True, text=True, timeout=60, env=env, check=False)
+    script = (
+        'eval "$(gdn completion bash)"; complete -p gdn; '
+        'COMP_WORDS=(gdn lo); COMP_CWORD=1; _goondan_completion gdn; echo "got: ${COMPREPLY[*]}"'
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO),
+    }
+    done = subprocess.run(
+        [bash, "-c", script], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert "_goondan_completion gdn" in done.stdout and "got: logs" in done.stdout, done.stdout
 
@@ -168,8 +207,14 @@ def test_make_demo_installs_only_when_pyproject_changes(tmp_path: Path) -> None:
     (venv / "bin" / "python").touch()
 
     def planned() -> str:
-        return subprocess.run([make, "-n", "demo", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True,
-                              timeout=60, check=True).stdout
+        return subprocess.run(
+            [make, "-n", "demo", f"VENV={venv}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
 
     assert "pip" in planned()  # the first time: installed
     (venv / ".installed").touch()

@@ -39,12 +39,21 @@ spec: {entryAgent: Agent/helper, agents: [Agent/helper], instanceKey: NAME}
 
 
 def goondan(*args: str, cwd: Path, state_root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "goondan", *args, "--state-root", str(state_root)],
-                          capture_output=True, text=True, timeout=90, cwd=cwd, check=False,
-                          stdin=subprocess.DEVNULL, env={**os.environ, "GOONDAN_STATE_ROOT": str(state_root)})
+    return subprocess.run(
+        [sys.executable, "-m", "goondan", *args, "--state-root", str(state_root)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "GOONDAN_STATE_ROOT": str(state_root)},
+    )
 
 
-def test_send_and_stop_refuse_to_guess_between_two_running_swarms(tmp_path: Path, state_root: Path) -> None:
+def test_send_and_stop_refuse_to_guess_between_two_running_swarms(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundles = {}
     for name in ("alpha", "beta"):
         bundles[name] = tmp_path / name
@@ -72,7 +81,9 @@ def test_send_and_stop_refuse_to_guess_between_two_running_swarms(tmp_path: Path
         chosen = goondan("send", "hello", cwd=bundles["alpha"], state_root=state_root)
         assert chosen.returncode == 0 and chosen.stdout.strip() == "answer of alpha", chosen.stderr
         assert chosen.stderr == ""
-        stopped = goondan("stop", "--bundle", str(bundles["alpha"]), cwd=elsewhere, state_root=state_root)
+        stopped = goondan(
+            "stop", "--bundle", str(bundles["alpha"]), cwd=elsewhere, state_root=state_root
+        )
         assert stopped.returncode == 0, stopped.stderr
 
         # one left: send and stop act on it and say which
@@ -81,7 +92,10 @@ def test_send_and_stop_refuse_to_guess_between_two_running_swarms(tmp_path: Path
         assert f"Using swarm default of {bundles['beta']}" in only.stderr
         last = goondan("stop", cwd=elsewhere, state_root=state_root)
         assert last.returncode == 0, last.stderr
-        assert f"Using swarm default of {bundles['beta']}" in last.stderr and "instanceKey=beta" in last.stdout
+        assert (
+            f"Using swarm default of {bundles['beta']}" in last.stderr
+            and "instanceKey=beta" in last.stdout
+        )
         assert running_records(state_root) == []
     finally:
         for pid in pids:

@@ -61,27 +61,46 @@ def test_detach_with_the_webhook_port_taken_fails_naming_the_port_and_leaves_not
     assert result.returncode != 0, result.stdout
     assert took < 15, f"run --detach took {took:.1f} s to fail"
     assert "started in the background" not in result.stdout
-    assert "E_RUN_START_FAILED" in result.stderr and f"127.0.0.1:{taken_port}" in result.stderr, result.stderr
+    assert "E_RUN_START_FAILED" in result.stderr and f"127.0.0.1:{taken_port}" in result.stderr, (
+        result.stderr
+    )
     assert "Connection http-in" in result.stderr and "Traceback" not in result.stderr
     assert running_records(state_root) == []
     # the same with --json: one error document
-    again = goondan("--state-root", str(state_root), "--json", "run", "-d", str(bundle), cwd=tmp_path)
+    again = goondan(
+        "--state-root", str(state_root), "--json", "run", "-d", str(bundle), cwd=tmp_path
+    )
     doc = json.loads(again.stdout or again.stderr)
-    assert again.returncode != 0 and doc["code"] == "E_RUN_START_FAILED" and str(taken_port) in doc["message"]
+    assert (
+        again.returncode != 0
+        and doc["code"] == "E_RUN_START_FAILED"
+        and str(taken_port) in doc["message"]
+    )
     assert running_records(state_root) == []
 
 
 def test_detach_returns_once_the_connector_listens(tmp_path: Path, state_root: Path) -> None:
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, _connection(0))
-    started = goondan("--state-root", str(state_root), "run", "-d", "--ready-timeout", "60", str(bundle),
-                      cwd=tmp_path)
+    started = goondan(
+        "--state-root",
+        str(state_root),
+        "run",
+        "-d",
+        "--ready-timeout",
+        "60",
+        str(bundle),
+        cwd=tmp_path,
+    )
     try:
         assert started.returncode == 0, started.stderr
         assert "started in the background" in started.stdout
         # ready means listening: the connector wrote its address before run --detach returned
         assert address_file(state_root, "http-in") is not None
-        doc = json.loads(goondan("--state-root", str(state_root), "status", "--json", "-b", str(bundle),
-                                 cwd=tmp_path).stdout)
+        doc = json.loads(
+            goondan(
+                "--state-root", str(state_root), "status", "--json", "-b", str(bundle), cwd=tmp_path
+            ).stdout
+        )
         [row] = [p for p in doc["swarms"][0]["processes"] if p["kind"] == "connector"]
         assert row["status"] == "running" and row["lastError"] is None
     finally:
@@ -90,10 +109,17 @@ def test_detach_returns_once_the_connector_listens(tmp_path: Path, state_root: P
 
 
 def _connector_row(state_root: Path, bundle: Path) -> dict[str, Any] | None:
-    status = goondan("--state-root", str(state_root), "status", "--json", "-b", str(bundle), cwd=REPO)
+    status = goondan(
+        "--state-root", str(state_root), "status", "--json", "-b", str(bundle), cwd=REPO
+    )
     if status.returncode != 0:
         return None
-    rows = [p for s in json.loads(status.stdout)["swarms"] for p in s["processes"] if p["kind"] == "connector"]
+    rows = [
+        p
+        for s in json.loads(status.stdout)["swarms"]
+        for p in s["processes"]
+        if p["kind"] == "connector"
+    ]
     return rows[0] if rows else None
 
 
@@ -113,10 +139,14 @@ def test_status_shows_a_crash_looping_connector_and_its_last_error(
         assert f"127.0.0.1:{taken_port}" in row["lastError"] and row["consecutiveCrashes"] > 5
         # the text view: the status and the last error
         text = goondan("--state-root", str(state_root), "status", "-b", str(bundle), cwd=REPO)
-        assert "crashLoopBackOff" in text.stdout and f"127.0.0.1:{taken_port}" in text.stdout, text.stdout
+        assert "crashLoopBackOff" in text.stdout and f"127.0.0.1:{taken_port}" in text.stdout, (
+            text.stdout
+        )
         # a connector's start error is one line in its log: no traceback without --debug
         logs = goondan("--state-root", str(state_root), "logs", "-b", str(bundle), "--process",
                        "connection.http-in", cwd=REPO)
-        assert f"127.0.0.1:{taken_port}" in logs.stdout and "Traceback" not in logs.stdout, logs.stdout
+        assert f"127.0.0.1:{taken_port}" in logs.stdout and "Traceback" not in logs.stdout, (
+            logs.stdout
+        )
         proc.terminate()
         proc.wait(timeout=30)

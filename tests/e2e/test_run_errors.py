@@ -15,7 +15,9 @@ from tests.support.runtime_harness import FAKE_KEY_ENV, fake_provider_bundle
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
-def test_entry_agent_failure_keeps_code_suggestion_and_exit_code(tmp_path: Path, state_root: Path) -> None:
+def test_entry_agent_failure_keeps_code_suggestion_and_exit_code(
+    tmp_path: Path, state_root: Path
+) -> None:
     with FakeProvider() as fake:
         fake.enqueue(FakeReply.error(401, "invalid api key"))
         bundle = fake_provider_bundle(tmp_path, fake.base_url("openai"))

@@ -39,8 +39,24 @@ def test_a_blackholed_otlp_endpoint_costs_a_run_at_most_a_bounded_flush_and_one_
     env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{blackhole}"}
     began = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", str(bundle), "--input", "hi"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=False)
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            str(bundle),
+            "--input",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
     took = time.monotonic() - began
     assert result.returncode == 0, result.stderr
     assert "offline demo model" in result.stdout

@@ -1,4 +1,5 @@
-"""``goondan run``'s interactive chat in a pseudo-terminal: prompt, answer, streaming, Ctrl-C, Ctrl-D."""
+"""``goondan run``'s interactive chat in a pseudo-terminal: prompt, answer, streaming, Ctrl-C,
+Ctrl-D."""
 
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ def test_run_chat_answers_shows_tools_and_ctrl_d_stops_every_process(
         term.expect("17 * 23 = 391")
         term.expect("coordinator> ")
         pids = _agent_pids(state_root, {"coordinator.delegation", "worker.delegation"})
-        orchestrator = next(r.pid for r in list_live_processes(state_root) if r.process == "orchestrator")
+        orchestrator = next(
+            r.pid for r in list_live_processes(state_root) if r.process == "orchestrator"
+        )
         assert orchestrator == term.pid
         term.send("\x04")  # Ctrl-D: the swarm stops
         assert term.wait() == 0
@@ -67,9 +70,12 @@ def test_run_chat_answers_shows_tools_and_ctrl_d_stops_every_process(
     assert not list((state_root / "runtime" / "orchestrators").glob("*.json"))
 
 
-def test_run_chat_streams_partial_text_from_the_agent_process(state_root: Path, tmp_path: Path) -> None:
+def test_run_chat_streams_partial_text_from_the_agent_process(
+    state_root: Path, tmp_path: Path
+) -> None:
     with FakeProvider() as fake:
-        fake.enqueue(FakeReply(text="partial answer", chunks=1, hang_after=2))  # streams, then hangs
+        # streams, then hangs
+        fake.enqueue(FakeReply(text="partial answer", chunks=1, hang_after=2))
         bundle = fake_provider_bundle(tmp_path, fake.base_url("openai"))
         manifest = bundle / "goondan.yaml"
         # a short grace period: the hung turn is killed quickly when the swarm stops
@@ -107,7 +113,9 @@ def _wait_file(path: Path) -> None:
         time.sleep(0.02)
 
 
-def test_run_chat_ctrl_c_cancels_the_agents_turn_and_the_chat_goes_on(state_root: Path, tmp_path: Path) -> None:
+def test_run_chat_ctrl_c_cancels_the_agents_turn_and_the_chat_goes_on(
+    state_root: Path, tmp_path: Path
+) -> None:
     """Ctrl-C cancels the Turn inside the agent process (not just the wait): the blocking tool
     call is interrupted and repaired, the same process answers the next message, and Ctrl-C at
     the prompt is handled at once (no Enter needed)."""

@@ -58,26 +58,65 @@ def test_ray_engine_says_it_starts_ray_keeps_its_noise_in_logs_and_stops_it_full
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
             start_new_session=True)
     try:
-        wait_for(lambda: "Orchestrator started" in terminal.read_text() or proc.poll() is not None, 180,
-                 "the orchestrator on Ray")
+        wait_for(
+            lambda: "Orchestrator started" in terminal.read_text() or proc.poll() is not None,
+            180,
+            "the orchestrator on Ray",
+        )
         assert proc.poll() is None, terminal.read_text()
-        answer = subprocess.run([sys.executable, "-m", "goondan", "--state-root", str(state_root), "send",
-                                 "-b", str(bundle), "What is 17 * 23?"], capture_output=True, text=True,
-                                timeout=120, env=env, check=False)
+        answer = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "goondan",
+                "--state-root",
+                str(state_root),
+                "send",
+                "-b",
+                str(bundle),
+                "What is 17 * 23?",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
         assert answer.returncode == 0 and "391" in answer.stdout, answer.stderr
-        stop = subprocess.run([sys.executable, "-m", "goondan", "--state-root", str(state_root), "stop",
-                               "-b", str(bundle)], capture_output=True, text=True, timeout=120, env=env,
-                              check=False)
+        stop = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "goondan",
+                "--state-root",
+                str(state_root),
+                "stop",
+                "-b",
+                str(bundle),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
         assert stop.returncode == 0, stop.stderr
         proc.wait(timeout=60)
         # every Ray process it started is gone with it (the fixture's 10 s wait is failure-only)
-        wait_for(lambda: not _session_members(proc.pid), 10, "the Ray processes of the swarm to end")
+        wait_for(
+            lambda: not _session_members(proc.pid), 10, "the Ray processes of the swarm to end"
+        )
         said = terminal.read_text()
         lines = said.splitlines()
         assert lines[0] == "starting a local Ray…", said
         assert any(line.startswith("a local Ray is ready (") for line in lines), said
-        for noise in ("SIGTERM received", "Started a local Ray instance", "SIGTERM handler", "Traceback",
-                      "logging.cc"):
+        for noise in (
+            "SIGTERM received",
+            "Started a local Ray instance",
+            "SIGTERM handler",
+            "Traceback",
+            "logging.cc",
+        ):
             assert noise not in said, said
         [ray_log] = list((state_root / "runtime" / "logs").glob("*/ray.driver.log"))
         assert "Started a local Ray instance" in ray_log.read_text()

@@ -79,7 +79,9 @@ def _solo_pid(state_root: Path) -> int | None:
     return row.pid if row is not None and row.status == "idle" else None
 
 
-def test_self_restart_replaces_the_agent_process_after_the_turn(state_root: Path, tmp_path: Path) -> None:
+def test_self_restart_replaces_the_agent_process_after_the_turn(
+    state_root: Path, tmp_path: Path
+) -> None:
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "goondan.yaml").write_text(BUNDLE)

@@ -27,9 +27,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _send(state_root: Path, bundle: Path, text: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "send", "--bundle", str(bundle),
-         "-k", "steer", "--json", text],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "send",
+            "--bundle",
+            str(bundle),
+            "-k",
+            "steer",
+            "--json",
+            text,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, FAKE_KEY_ENV: FAKE_KEY},
     )
 
@@ -38,7 +53,9 @@ def _claimed(state_root: Path) -> int:
     """Inputs of conversation ``steer`` whose start the agent process claimed."""
     ids: set[str] = set()
     for path in state_root.glob("workspaces/*/inputs/*/started/assistant.steer.jsonl"):
-        ids |= {json.loads(line)["id"] for line in path.read_text().splitlines() if line.endswith("}")}
+        ids |= {
+            json.loads(line)["id"] for line in path.read_text().splitlines() if line.endswith("}")
+        }
     return len(ids)
 
 
@@ -55,18 +72,34 @@ def test_input_sent_during_a_slow_tool_call_joins_the_running_turn(
              "    - ref: {kind: Tool, name: bash, package: \"@goondan/base\"}\n")
     with FakeProvider() as fake:
         wait_gate = f"while [ ! -f {gate} ]; do sleep 0.02; done; echo gate-open"
-        fake.enqueue(FakeReply.calls(("bash__exec", {"command": wait_gate})), FakeReply.reply("both handled"),
-                     FakeReply.reply("second, on its own"))
+        fake.enqueue(
+            FakeReply.calls(("bash__exec", {"command": wait_gate})),
+            FakeReply.reply("both handled"),
+            FakeReply.reply("second, on its own"),
+        )
         bundle = base_bundle(tmp_path / "bundle", fake.base_url("openai"), {"assistant": agent}, "")
         with goondan_run(bundle, state_root, {}):
             first = _send(state_root, bundle, "<<first>>")
             fake.wait_for_requests(1, timeout=60)  # the model asked for the slow tool
             second = _send(state_root, bundle, "<<second>>")
             if policy == "steer":  # taken by the running turn: its start is claimed
-                wait_for(lambda: _claimed(state_root) == 2 or second.poll() is not None, 60, "the steered input")
+                wait_for(
+                    lambda: _claimed(state_root) == 2 or second.poll() is not None,
+                    60,
+                    "the steered input",
+                )
             else:  # stored and acknowledged, waiting for its own turn
-                wait_for(lambda: "<<second>>" in "".join(
-                    p.read_text() for p in state_root.glob("workspaces/*/inputs/*/inbox.jsonl")), 60, "the input")
+                wait_for(
+                    lambda: (
+                        "<<second>>"
+                        in "".join(
+                            p.read_text()
+                            for p in state_root.glob("workspaces/*/inputs/*/inbox.jsonl")
+                        )
+                    ),
+                    60,
+                    "the input",
+                )
             gate.touch()
             out_first, err_first = first.communicate(timeout=60)
             out_second, err_second = second.communicate(timeout=60)

@@ -47,7 +47,9 @@ spec:
 
 
 def _bundle(tmp_path: Path) -> Path:
-    return base_bundle(tmp_path / "bundle", None, {"assistant": "", "ops": "", "orders": ""}, CONNECTION)
+    return base_bundle(
+        tmp_path / "bundle", None, {"assistant": "", "ops": "", "orders": ""}, CONNECTION
+    )
 
 
 def test_a_rule_for_an_undeclared_event_validates_with_a_warning(
@@ -68,18 +70,26 @@ def test_a_rule_for_an_undeclared_event_validates_with_a_warning(
 
 
 @pytest.mark.e2e
-def test_a_signed_order_event_is_routed_by_the_rule_for_it(tmp_path: Path, state_root: Path) -> None:
+def test_a_signed_order_event_is_routed_by_the_rule_for_it(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = _bundle(tmp_path)
     with goondan_run(bundle, state_root, {"WEBHOOK_SIGNING_SECRET": SECRET}):
         port = webhook_port(state_root, "http-in")
         # Decision 15: the Connection has rules and none matches a plain message: dropped
         stray = json.dumps({"id": "stray-1", "text": "anyone?"}).encode()
-        status, answer = http_request(port, "POST", "/hooks", stray, {"X-Signature-256": sign_webhook(SECRET, stray)})
+        status, answer = http_request(
+            port, "POST", "/hooks", stray, {"X-Signature-256": sign_webhook(SECRET, stray)}
+        )
         assert status == 200 and answer["dropped"] is True and answer["id"] == "stray-1", answer
         body = json.dumps({"id": "order-7", "event": "order", "text": "two lamps",
                            "properties": {"customer": "c42"}}).encode()
-        status, answer = http_request(port, "POST", "/hooks", body, {"X-Signature-256": sign_webhook(SECRET, body)})
-        assert status == 200 and answer["eventName"] == "order" and answer["accepted"] is True, answer
+        status, answer = http_request(
+            port, "POST", "/hooks", body, {"X-Signature-256": sign_webhook(SECRET, body)}
+        )
+        assert status == 200 and answer["eventName"] == "order" and answer["accepted"] is True, (
+            answer
+        )
         wait_for(lambda: "order:c42" in instances(state_root)
                  and "ok" in instances(state_root)["order:c42"]["messages"], 60, "the order turn")
     stored = instances(state_root)
@@ -88,4 +98,8 @@ def test_a_signed_order_event_is_routed_by_the_rule_for_it(tmp_path: Path, state
     assert "two lamps" in stored["order:c42"]["messages"]
     inbox = next(state_root.glob("workspaces/*/connections/default/http-in/inbox.jsonl"))
     [record] = [json.loads(line) for line in inbox.read_text().splitlines()]
-    assert (record["agent"], record["instanceKey"], record["event"]["name"]) == ("orders", "order:c42", "order")
+    assert (record["agent"], record["instanceKey"], record["event"]["name"]) == (
+        "orders",
+        "order:c42",
+        "order",
+    )

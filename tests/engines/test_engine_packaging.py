@@ -18,7 +18,9 @@ EXAMPLE = REPO / "examples" / "delegation"
 def test_import_goondan_never_imports_ray() -> None:
     code = ("import sys, goondan, goondan.cli, goondan.swarm.service, goondan.engines.ray.spawner; "
             "assert 'ray' not in sys.modules, 'ray imported'")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -37,7 +39,9 @@ def test_run_engine_ray_without_the_extra_fails_clearly(state_root: Path) -> Non
     code = ("import sys; sys.modules['ray'] = None; from goondan.cli import main; "
             f"sys.argv = ['goondan', '--state-root', {str(state_root)!r}, 'run', '--bundle', "
             f"{str(EXAMPLE)!r}, '--engine', 'ray', '--input', 'hi']; main()")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert result.returncode != 0
     assert "E_ENGINE_RAY_MISSING" in result.stderr
     assert "pip install 'pygoondan[ray]'" in result.stderr
@@ -45,6 +49,23 @@ def test_run_engine_ray_without_the_extra_fails_clearly(state_root: Path) -> Non
 
 def test_ray_address_needs_the_ray_engine(state_root: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(EXAMPLE),
-         "--ray-address", "auto", "--input", "hi"], capture_output=True, text=True, timeout=60, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(EXAMPLE),
+            "--ray-address",
+            "auto",
+            "--input",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert result.returncode == 2 and "--ray-address needs --engine ray" in result.stderr

@@ -22,7 +22,9 @@ def test_a_host_loads_the_bundle_once_until_one_of_its_files_changes(tmp_path: P
     cache = BundleCache()
 
     async def main() -> None:
-        first = await asyncio.gather(*(cache.get(str(bundle), str(tmp_path / "state")) for _ in range(20)))
+        first = await asyncio.gather(
+            *(cache.get(str(bundle), str(tmp_path / "state")) for _ in range(20))
+        )
         assert cache.loads == 1 and all(b is first[0] for b in first)  # a burst shares one load
         manifest = bundle / "goondan.yaml"
         text = manifest.read_text()
@@ -37,9 +39,18 @@ def test_a_host_loads_the_bundle_once_until_one_of_its_files_changes(tmp_path: P
 
 
 def test_the_driver_forwards_its_environment_but_not_its_machine() -> None:
-    env = {"OPENAI_API_KEY": "k", "WEBHOOK_SIGNING_SECRET": "s", "GOONDAN_STATE_ROOT": "/shared/state",
-           "PATH": "/usr/bin", "HOME": "/home/me", "PWD": "/here", "RAY_ADDRESS": "auto",
-           "LD_LIBRARY_PATH": "/opt", "VIRTUAL_ENV": "/venv", "PATHS_OF_MINE": "kept"}
+    env = {
+        "OPENAI_API_KEY": "k",
+        "WEBHOOK_SIGNING_SECRET": "s",
+        "GOONDAN_STATE_ROOT": "/shared/state",
+        "PATH": "/usr/bin",
+        "HOME": "/home/me",
+        "PWD": "/here",
+        "RAY_ADDRESS": "auto",
+        "LD_LIBRARY_PATH": "/opt",
+        "VIRTUAL_ENV": "/venv",
+        "PATHS_OF_MINE": "kept",
+    }
     assert forwarded_env(env) == {"OPENAI_API_KEY": "k", "WEBHOOK_SIGNING_SECRET": "s",
                                   "GOONDAN_STATE_ROOT": "/shared/state", "PATHS_OF_MINE": "kept"}
 

@@ -56,7 +56,9 @@ def _webhook_bundle(tmp_path: Path) -> Path:
 
 def _post(port: int, body: dict[str, Any]) -> dict[str, Any]:
     raw = json.dumps(body).encode()
-    status, answer = http_request(port, "POST", "/hooks", raw, {"X-Signature-256": sign_webhook(SECRET, raw)})
+    status, answer = http_request(
+        port, "POST", "/hooks", raw, {"X-Signature-256": sign_webhook(SECRET, raw)}
+    )
     assert status == 200, answer
     return answer
 
@@ -76,15 +78,26 @@ def _listener(port: int) -> str:
     raise AssertionError(f"nobody listens on port {port}")
 
 
-def _webhook_transcripts(bundle: Path, state_root: Path, args: list[str]) -> tuple[dict[str, list[str]], str]:
+def _webhook_transcripts(
+    bundle: Path, state_root: Path, args: list[str]
+) -> tuple[dict[str, list[str]], str]:
     """Two signed POSTs (one routed to ``ops``, one to ``assistant``) and a retried one; the
     stored conversations without ids and timestamps, and who listened on the webhook's port."""
     with goondan_run(bundle, state_root, {"WEBHOOK_SIGNING_SECRET": SECRET}, args) as proc:
         port = webhook_port(state_root, "http-in", timeout=120)
         listener = _listener(port)
-        alert = {"id": "alert-1", "text": "The database is down", "properties": {"route": "ops", "service": "db"}}
+        alert = {
+            "id": "alert-1",
+            "text": "The database is down",
+            "properties": {"route": "ops", "service": "db"},
+        }
         assert _post(port, alert)["duplicate"] is False
-        assert _post(port, {"id": "hello-1", "instanceKey": "customer-17", "text": "Hello!"})["duplicate"] is False
+        assert (
+            _post(port, {"id": "hello-1", "instanceKey": "customer-17", "text": "Hello!"})[
+                "duplicate"
+            ]
+            is False
+        )
         wait_for(lambda: {"alert:db", "customer-17"} <= set(instances(state_root))
                  and all('"assistant"' in i["messages"] for i in instances(state_root).values()),
                  120, "both answers")
@@ -94,19 +107,34 @@ def _webhook_transcripts(bundle: Path, state_root: Path, args: list[str]) -> tup
     stored = instances(state_root)
 
     def strip(text: str) -> list[str]:  # ids and timestamps differ between runs
-        return [re.sub(r"[0-9a-f]{6,}|\d{4}-\d\d-\d\dT[0-9:.]+Z?", "*",
-                       json.dumps(json.loads(line)["data"], sort_keys=True)) for line in text.splitlines()]
+        return [
+            re.sub(
+                r"[0-9a-f]{6,}|\d{4}-\d\d-\d\dT[0-9:.]+Z?",
+                "*",
+                json.dumps(json.loads(line)["data"], sort_keys=True),
+            )
+            for line in text.splitlines()
+        ]
 
-    return ({key: [stored[key]["metadata"]["agentName"], *strip(stored[key]["messages"])] for key in sorted(stored)},
-            listener)
+    return (
+        {
+            key: [stored[key]["metadata"]["agentName"], *strip(stored[key]["messages"])]
+            for key in sorted(stored)
+        },
+        listener,
+    )
 
 
-def test_webhook_example_answers_under_ray_like_the_local_engine(cluster: Any, tmp_path: Path) -> None:
+def test_webhook_example_answers_under_ray_like_the_local_engine(
+    cluster: Any, tmp_path: Path
+) -> None:
     bundle = _webhook_bundle(tmp_path)
     local, local_listener = _webhook_transcripts(bundle, tmp_path / "local", [])
-    remote, ray_listener = _webhook_transcripts(bundle, tmp_path / "ray",
-                                                ["--engine", "ray", "--ray-address", cluster.address])
-    # Locally a connector process listens; on Ray the connector host actor, on this (the driver's) node.
+    remote, ray_listener = _webhook_transcripts(
+        bundle, tmp_path / "ray", ["--engine", "ray", "--ray-address", cluster.address]
+    )
+    # Locally a connector process listens; on Ray the connector host actor, on this (the driver's)
+    # node.
     assert "multiprocessing" in local_listener and not local_listener.startswith("ray::")
     assert ray_listener.startswith("ray::AgentHost"), ray_listener
     assert set(local) == {"alert:db", "customer-17"}
@@ -114,9 +142,13 @@ def test_webhook_example_answers_under_ray_like_the_local_engine(cluster: Any, t
     assert any("Ops here: alert received" in line for line in local["alert:db"])
     assert any("your webhook message arrived" in line for line in local["customer-17"])
     assert remote == local
-    for root in (tmp_path / "local", tmp_path / "ray"):  # the orchestrator wrote each inbox once per event
+    # the orchestrator wrote each inbox once per event
+    for root in (tmp_path / "local", tmp_path / "ray"):
         inbox = next(root.glob("workspaces/*/connections/default/http-in/inbox.jsonl"))
-        assert [json.loads(line)["event"]["id"] for line in inbox.read_text().splitlines()] == ["alert-1", "hello-1"]
+        assert [json.loads(line)["event"]["id"] for line in inbox.read_text().splitlines()] == [
+            "alert-1",
+            "hello-1",
+        ]
 
 
 KEYS = 1000
@@ -174,7 +206,9 @@ spec:
 """
 
 
-def test_many_instances_through_the_ingress_exactly_once_in_order(cluster: Any, tmp_path: Path) -> None:
+def test_many_instances_through_the_ingress_exactly_once_in_order(
+    cluster: Any, tmp_path: Path
+) -> None:
     root = tmp_path / "burst"
     root.mkdir()
     (root / "goondan.yaml").write_text(BUNDLE)
@@ -185,8 +219,15 @@ def test_many_instances_through_the_ingress_exactly_once_in_order(cluster: Any, 
 
     async def main() -> list[dict[str, Any]]:
         spawner = RaySpawner(bundle.root, state_root=state_root, swarm=swarm.name, hosts=4)
-        orch = Orchestrator(spawner, swarm_name=swarm.name, entry_agent=swarm.entry_agent, agents=swarm.agents,
-                            project_root=bundle.root, grace_period_ms=5000, idle_timeout_ms=200)
+        orch = Orchestrator(
+            spawner,
+            swarm_name=swarm.name,
+            entry_agent=swarm.entry_agent,
+            agents=swarm.agents,
+            project_root=bundle.root,
+            grace_period_ms=5000,
+            idle_timeout_ms=200,
+        )
         connections = ConnectionRuntime(bundle, swarm, orch, spawner, state_root=state_root)
         record = connections.supervisor.records["burst-in"]
         try:
@@ -194,8 +235,13 @@ def test_many_instances_through_the_ingress_exactly_once_in_order(cluster: Any, 
                 await connections.start()
                 await orch.wait_until(lambda: record.status == "completed", timeout=240)
                 assert record.emitted == 2 * KEYS and record.spawn_count == 1
-                await orch.wait_until(lambda: sum(r.processed for r in orch.records.values()) >= 2 * KEYS
-                                      and orch.released >= KEYS, timeout=240)
+                await orch.wait_until(
+                    lambda: (
+                        sum(r.processed for r in orch.records.values()) >= 2 * KEYS
+                        and orch.released >= KEYS
+                    ),
+                    timeout=240,
+                )
                 await connections.stop()
                 import ray
 
@@ -210,17 +256,22 @@ def test_many_instances_through_the_ingress_exactly_once_in_order(cluster: Any, 
 
     hosts = asyncio.run(asyncio.wait_for(main(), 480))
     agent_hosts = [h for h in hosts if not h["name"].endswith(CONNECTOR_HOST)]
-    assert len(agent_hosts) == 4 and len({h["pid"] for h in hosts}) == 5  # 4 agent hosts + the connector host
-    assert all(h["bundleLoads"] <= 2 for h in agent_hosts)  # a host loads the bundle once, not per instance
+    # 4 agent hosts + the connector host
+    assert len(agent_hosts) == 4 and len({h["pid"] for h in hosts}) == 5
+    # a host loads the bundle once, not per instance
+    assert all(h["bundleLoads"] <= 2 for h in agent_hosts)
     inbox = next(state_root.glob("workspaces/*/connections/default/burst-in/inbox.jsonl"))
     accepted = [json.loads(line)["event"]["id"] for line in inbox.read_text().splitlines()]
-    assert sorted(accepted) == sorted(f"k{k}-e{n}" for k in range(KEYS) for n in (1, 2))  # each once
+    # each once
+    assert sorted(accepted) == sorted(f"k{k}-e{n}" for k in range(KEYS) for n in (1, 2))
     bases = list(state_root.glob("workspaces/*/instances/*/messages/base.jsonl"))
     assert len(bases) == KEYS
     for base in bases:
         records = [json.loads(line)["data"] for line in base.read_text().splitlines()]
         users = [json.dumps(r["content"]) for r in records if r.get("role") == "user"]
-        assert len(users) == 2 and "event 1 for key" in users[0] and "event 2 for key" in users[1], users
+        assert (
+            len(users) == 2 and "event 1 for key" in users[0] and "event 2 for key" in users[1]
+        ), users
         assert sum(1 for r in records if r.get("role") == "assistant") == 2
 
 
@@ -242,8 +293,14 @@ def test_a_lost_connector_host_restarts_its_connector(cluster: Any, tmp_path: Pa
 
     async def main() -> None:
         spawner = RaySpawner(bundle.root, state_root=state_root, swarm=swarm.name, hosts=1)
-        orch = Orchestrator(spawner, swarm_name=swarm.name, entry_agent=swarm.entry_agent, agents=swarm.agents,
-                            project_root=bundle.root, grace_period_ms=5000)
+        orch = Orchestrator(
+            spawner,
+            swarm_name=swarm.name,
+            entry_agent=swarm.entry_agent,
+            agents=swarm.agents,
+            project_root=bundle.root,
+            grace_period_ms=5000,
+        )
         connections = ConnectionRuntime(bundle, swarm, orch, spawner, state_root=state_root)
         record = connections.supervisor.records["trig"]
         try:
@@ -251,15 +308,27 @@ def test_a_lost_connector_host_restarts_its_connector(cluster: Any, tmp_path: Pa
                 await connections.start()
                 port = await asyncio.to_thread(wait_port, port_file, 60)
                 first_pid = json.loads(port_file.read_text())["pid"]
-                assert await asyncio.to_thread(send_trigger, port, "e1", "before") == {"id": "e1", "duplicate": False}
+                assert await asyncio.to_thread(send_trigger, port, "e1", "before") == {
+                    "id": "e1",
+                    "duplicate": False,
+                }
                 port_file.unlink()
                 os.kill(first_pid, signal.SIGKILL)  # the connector host's process
-                await orch.wait_until(lambda: record.spawn_count == 2 and record.status == "running", timeout=90)
+                await orch.wait_until(
+                    lambda: record.spawn_count == 2 and record.status == "running", timeout=90
+                )
                 port = await asyncio.to_thread(wait_port, port_file, 60)
                 assert json.loads(port_file.read_text())["pid"] != first_pid
-                assert await asyncio.to_thread(send_trigger, port, "e2", "after") == {"id": "e2", "duplicate": False}
-                assert (await asyncio.to_thread(send_trigger, port, "e1", "again"))["duplicate"] is True
-                await orch.wait_until(lambda: sum(r.processed for r in orch.records.values()) >= 2, timeout=60)
+                assert await asyncio.to_thread(send_trigger, port, "e2", "after") == {
+                    "id": "e2",
+                    "duplicate": False,
+                }
+                assert (await asyncio.to_thread(send_trigger, port, "e1", "again"))[
+                    "duplicate"
+                ] is True
+                await orch.wait_until(
+                    lambda: sum(r.processed for r in orch.records.values()) >= 2, timeout=60
+                )
                 assert record.total_crashes == 1 and record.emitted == 2
                 await connections.stop()
         finally:
@@ -267,4 +336,7 @@ def test_a_lost_connector_host_restarts_its_connector(cluster: Any, tmp_path: Pa
 
     asyncio.run(asyncio.wait_for(main(), 240))
     inbox = next(state_root.glob("workspaces/*/connections/default/trig/inbox.jsonl"))
-    assert [json.loads(line)["event"]["id"] for line in inbox.read_text().splitlines()] == ["e1", "e2"]
+    assert [json.loads(line)["event"]["id"] for line in inbox.read_text().splitlines()] == [
+        "e1",
+        "e2",
+    ]

@@ -39,8 +39,11 @@ async def _ask(spawner: Spawner, bundle: Path) -> str:
     orch = Orchestrator(spawner, swarm_name="default", entry_agent="coordinator",
                         agents=["coordinator", "worker"], project_root=bundle, grace_period_ms=5000)
     async with orch:
-        return response_text(await orch.request("coordinator", "What is 17 * 23?", instance_key="cli",
-                                                timeout_ms=60_000))
+        return response_text(
+            await orch.request(
+                "coordinator", "What is 17 * 23?", instance_key="cli", timeout_ms=60_000
+            )
+        )
 
 
 def _transcripts(state_root: Path) -> dict[str, str]:
@@ -61,8 +64,14 @@ def test_host_assignment_is_stable() -> None:
     here = [host_index("worker", str(i), 4) for i in range(12)]
     assert here == [1, 0, 3, 2, 3, 3, 0, 0, 1, 2, 3, 0]  # pinned: the same in every version too
     for seed in ("1", "2"):
-        other = subprocess.run([sys.executable, "-c", _HOST_INDEXES], capture_output=True, text=True,
-                               env={**os.environ, "PYTHONHASHSEED": seed}, check=True, timeout=60)
+        other = subprocess.run(
+            [sys.executable, "-c", _HOST_INDEXES],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+            timeout=60,
+        )
         assert json.loads(other.stdout) == here
     spread = {host_index("a", str(i), 4) for i in range(100)}
     assert spread == {0, 1, 2, 3}
@@ -71,7 +80,9 @@ def test_host_assignment_is_stable() -> None:
 def test_delegation_answers_like_the_local_engine(cluster: Any, tmp_path: Path) -> None:
     local_root, ray_root = tmp_path / "local", tmp_path / "ray"
     bundle = _bundle(tmp_path)
-    local = asyncio.run(asyncio.wait_for(_ask(ProcessSpawner(bundle, state_root=local_root), bundle), 90))
+    local = asyncio.run(
+        asyncio.wait_for(_ask(ProcessSpawner(bundle, state_root=local_root), bundle), 90)
+    )
 
     async def on_ray() -> tuple[str, list[dict[str, Any]]]:
         spawner = RaySpawner(bundle, state_root=ray_root, hosts=2)
@@ -85,22 +96,30 @@ def test_delegation_answers_like_the_local_engine(cluster: Any, tmp_path: Path) 
     assert "17 * 23 = 391" in local
     assert remote == local
     assert len({h["pid"] for h in hosts}) == 2  # two host actors, not one process per instance
-    local_files = sorted(p.read_text() for p in local_root.glob("workspaces/*/instances/*/messages/base.jsonl"))
-    ray_files = sorted(p.read_text() for p in ray_root.glob("workspaces/*/instances/*/messages/base.jsonl"))
+    local_files = sorted(
+        p.read_text() for p in local_root.glob("workspaces/*/instances/*/messages/base.jsonl")
+    )
+    ray_files = sorted(
+        p.read_text() for p in ray_root.glob("workspaces/*/instances/*/messages/base.jsonl")
+    )
     assert len(ray_files) == 2
 
     def strip(text: str) -> list[str]:  # ids and timestamps differ between runs
         import json
         import re
 
-        return [re.sub(r"[0-9a-f]{6,}", "*",
-                       json.dumps(json.loads(line)["data"], sort_keys=True)) for line in text.splitlines()]
+        return [
+            re.sub(r"[0-9a-f]{6,}", "*", json.dumps(json.loads(line)["data"], sort_keys=True))
+            for line in text.splitlines()
+        ]
 
     assert [strip(t) for t in ray_files] == [strip(t) for t in local_files]
     assert any("17 * 23 = 391" in line for t in ray_files for line in strip(t))
 
 
-def test_state_root_not_shared_is_refused(cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_state_root_not_shared_is_refused(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from goondan.engines.ray import spawner as module
     from goondan.errors import ConfigError
 
@@ -124,12 +143,30 @@ def test_goondan_run_engine_ray_joins_the_cluster(cluster: Any, state_root: Path
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(EXAMPLE),
-         "--engine", "ray", "--ray-address", cluster.address, "--input", "What is 17 * 23?"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "GOONDAN_STATE_ROOT": str(state_root)},
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(EXAMPLE),
+            "--engine",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--input",
+            "What is 17 * 23?",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GOONDAN_STATE_ROOT": str(state_root)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "The worker says: 17 * 23 = 391"  # as on the local engine (tests/e2e/test_run.py)
+    # as on the local engine (tests/e2e/test_run.py)
+    assert result.stdout.strip() == "The worker says: 17 * 23 = 391"
 
 
 # 100 keys sent as requests here (1,000 with GOONDAN_RAY_FULL=1, ~11 s); the 1,000 keys of the
@@ -137,7 +174,9 @@ def test_goondan_run_engine_ray_joins_the_cluster(cluster: Any, state_root: Path
 KEYS = 1000 if os.environ.get("GOONDAN_RAY_FULL") == "1" else 100
 
 
-def test_many_instances_exactly_once_in_order_with_idle_release(cluster: Any, tmp_path: Path) -> None:
+def test_many_instances_exactly_once_in_order_with_idle_release(
+    cluster: Any, tmp_path: Path
+) -> None:
     bundle = _bundle(tmp_path)
     state_root = tmp_path / "state"
 
@@ -166,7 +205,8 @@ def test_many_instances_exactly_once_in_order_with_idle_release(cluster: Any, tm
         records = [json.loads(line)["data"] for line in base.read_text().splitlines()]
         users = [r["content"] for r in records if r.get("role") == "user"]
         texts = [u if isinstance(u, str) else json.dumps(u) for u in users]
-        assert len(texts) == 2 and "event 1 " in texts[0] and "event 2 " in texts[1], texts  # once, in order
+        # once, in order
+        assert len(texts) == 2 and "event 1 " in texts[0] and "event 2 " in texts[1], texts
 
 
 def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path: Path) -> None:
@@ -183,29 +223,49 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
         spawner = RaySpawner(bundle, state_root=state_root, hosts=3)
         await spawner.start()
         infos = await spawner.host_info()
-        off_head = [i for i, h in enumerate(infos) if h["nodeId"] != head]  # soft affinity spreads them
+        # soft affinity spreads them
+        off_head = [i for i, h in enumerate(infos) if h["nodeId"] != head]
         assert off_head, f"every host landed on the head node: {infos}"
         index = off_head[0]
         nodes = [n for n in cluster.list_all_nodes() if n.node_id == infos[index]["nodeId"]]
         assert nodes, f"host {index} is on an unknown node: {infos}"
         doomed = nodes[0]
         key = next(k for k in (f"k{i}" for i in range(1000)) if host_index("worker", k, 3) == index)
-        orch = Orchestrator(spawner, swarm_name="default", entry_agent="coordinator",
-                            agents=["coordinator", "worker"], project_root=bundle, grace_period_ms=5000)
+        orch = Orchestrator(
+            spawner,
+            swarm_name="default",
+            entry_agent="coordinator",
+            agents=["coordinator", "worker"],
+            project_root=bundle,
+            grace_period_ms=5000,
+        )
         try:
             async with orch:
-                first = response_text(await orch.request("worker", "What is 17 * 23?", instance_key=key,
-                                                         timeout_ms=60_000))
+                first = response_text(
+                    await orch.request(
+                        "worker", "What is 17 * 23?", instance_key=key, timeout_ms=60_000
+                    )
+                )
                 assert "391" in first
-                (before,) = [h for h in await spawner.host_info() if h["name"].endswith(f"-{index}")]
+                (before,) = [
+                    h for h in await spawner.host_info() if h["name"].endswith(f"-{index}")
+                ]
                 assert before["nodeId"] == doomed.node_id
                 worker = orch.records[("worker", key)]
-                slow = asyncio.ensure_future(orch.request("worker", "slow please", instance_key=key))
+                slow = asyncio.ensure_future(
+                    orch.request("worker", "slow please", instance_key=key)
+                )
                 # The slow turn itself started: the status alone may still be the first turn's
                 # (its answer arrives before its turnFinished), and a turn not started when the
                 # host goes is rightly run again, not failed.
-                await orch.wait_until(lambda: worker.processed == 1 and worker.inbox.current is not None
-                                      and worker.inbox.current.started, timeout=30)
+                await orch.wait_until(
+                    lambda: (
+                        worker.processed == 1
+                        and worker.inbox.current is not None
+                        and worker.inbox.current.started
+                    ),
+                    timeout=30,
+                )
                 # queued behind the running turn: not started when the node goes, so it is kept
                 queued = asyncio.ensure_future(orch.request("worker", "What is 17 * 23? (queued)",
                                                             instance_key=key, timeout_ms=60_000))
@@ -215,9 +275,13 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
                 # the running turn resumes on the restarted host (docs/conversations.md
                 # "Durability"): its caller gets its answer, not E_AGENT_CRASHED
                 assert response_text(await slow) == "never"
-                assert response_text(await queued) == first  # the queued one: answered after the restart
-                again = response_text(await orch.request("worker", "What is 17 * 23?", instance_key=key,
-                                                         timeout_ms=60_000))
+                # the queued one: answered after the restart
+                assert response_text(await queued) == first
+                again = response_text(
+                    await orch.request(
+                        "worker", "What is 17 * 23?", instance_key=key, timeout_ms=60_000
+                    )
+                )
                 assert again == first
                 (after,) = [h for h in await spawner.host_info() if h["name"].endswith(f"-{index}")]
                 assert after["nodeId"] != doomed.node_id and after["epoch"] != before["epoch"]

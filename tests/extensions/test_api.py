@@ -29,7 +29,8 @@ async def mw(ctx):  # type: ignore[no-untyped-def]
 
 
 def test_pipeline_register_tags_the_owner_and_keeps_the_rules() -> None:
-    """seed 000 §2 rule 9 / seed 004 §13.2.1: api.pipeline.register(type, fn) with priority option."""
+    """seed 000 §2 rule 9 / seed 004 §13.2.1: api.pipeline.register(type, fn) with priority
+    option."""
     api = make_api()
     api.pipeline.register("step", mw, priority=3)
     entry = api.pipeline._registry.entries("step")[0]
@@ -43,9 +44,14 @@ def test_pipeline_register_tags_the_owner_and_keeps_the_rules() -> None:
 def test_tools_register_sets_extension_source() -> None:
     """seed 002 §12.1 / §13.1: dynamic tools get source {type: extension, name: <extension>}."""
     api = make_api()
-    tool = api.tools.register({"name": "weather__get", "description": "d",
-                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
-                              lambda ctx, input: {})
+    tool = api.tools.register(
+        {
+            "name": "weather__get",
+            "description": "d",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+        lambda ctx, input: {},
+    )
     assert tool.item.source == ToolSource("extension", "weather-ext")
     assert api.tools.registered == ["weather__get"]
     mcp = api.tools.register(
@@ -87,7 +93,10 @@ def test_config_is_read_only_but_json_friendly() -> None:
         api.config["nested"]["x"] = 1
     with pytest.raises(TypeError):
         api.config.update({"a": 1})
-    assert json.loads(json.dumps(api.config)) == {"maxMessages": 50, "nested": {"list": [1, {"a": 2}]}}
+    assert json.loads(json.dumps(api.config)) == {
+        "maxMessages": 50,
+        "nested": {"list": [1, {"a": 2}]},
+    }
     thawed = copy.deepcopy(api.config)
     thawed["x"] = 1  # a deep copy is an ordinary dict again
     assert isinstance(freeze({"a": {}})["a"], FrozenDict)

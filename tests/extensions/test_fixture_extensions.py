@@ -68,7 +68,8 @@ TWO_STEP_SCRIPT = [
 
 
 def test_three_extensions_nest_exactly_as_the_onion() -> None:
-    """seed 000 §6.1 rules 1-2, §6.2 rules 1-2, §6.3, §12: turn ⊃ step ⊃ toolCall, first listed = outermost."""
+    """seed 000 §6.1 rules 1-2, §6.2 rules 1-2, §6.3, §12: turn ⊃ step ⊃ toolCall, first listed =
+    outermost."""
     names = ["log-a", "log-b", "log-c"]
     bindings = [ext_binding(n, file="logging_ext") for n in names]
     driver, _, trace = build(bindings, TWO_STEP_SCRIPT)
@@ -92,7 +93,8 @@ def test_priority_reorders_extension_layers() -> None:
 
 
 def test_all_seed_patterns_together(tmp_path: Path) -> None:
-    """seed 000 §9.1-9.6 / seed 003 patterns: compaction, filtering, arg truncation, skills, tool search."""
+    """seed 000 §9.1-9.6 / seed 003 patterns: compaction, filtering, arg truncation, skills, tool
+    search."""
     eligible = [Message.user(f"old {i}", metadata={"compaction.eligible": True}) for i in range(25)]
     pinned = Message.user("keep me", metadata={"compaction.eligible": True, "pinned": True})
     bindings = [

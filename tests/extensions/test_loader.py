@@ -30,10 +30,15 @@ def write(tmp_path: Path, name: str, source: str) -> Binding:
 
 
 def test_register_is_called_in_declaration_order(tmp_path: Path) -> None:
-    """seed 004 §13.1 / seed 000 §2 rule 8: register(api) is called in Agent.spec.extensions order."""
+    """seed 004 §13.1 / seed 000 §2 rule 8: register(api) is called in Agent.spec.extensions
+    order."""
     order_file = tmp_path / "order.txt"
     bindings = [
-        write(tmp_path, name, f"def register(api):\n    open({str(order_file)!r}, 'a').write('{name} ')\n")
+        write(
+            tmp_path,
+            name,
+            f"def register(api):\n    open({str(order_file)!r}, 'a').write('{name} ')\n",
+        )
         for name in ("c-ext", "a-ext", "b-ext")
     ]
     ext, *_ = load(bindings)
@@ -60,7 +65,9 @@ def test_async_register_is_awaited_before_the_next_extension(tmp_path: Path) -> 
         "    await asyncio.sleep(0)\n"
         "    api.events.emit('order', 'first-done')\n"
     ))
-    second = write(tmp_path, "second", "def register(api):\n    api.events.emit('order', 'second')\n")
+    second = write(
+        tmp_path, "second", "def register(api):\n    api.events.emit('order', 'second')\n"
+    )
     pipeline, tools, bus = PipelineRegistry(), ToolRegistry(), EventBus()
     seen: list[str] = []
     bus.on("order", seen.append)
@@ -69,9 +76,15 @@ def test_async_register_is_awaited_before_the_next_extension(tmp_path: Path) -> 
 
 
 def test_register_exception_aborts_with_e_extension_init() -> None:
-    """seed 004 §13.5 rules 1, 2, 4 / seed 003: a failing register aborts start with a clear, coded error."""
+    """seed 004 §13.5 rules 1, 2, 4 / seed 003: a failing register aborts start with a clear, coded
+    error."""
     with pytest.raises(ExtensionError) as info:
-        load([ext_binding("logging", file="logging_ext"), ext_binding("broken", file="broken_register")])
+        load(
+            [
+                ext_binding("logging", file="logging_ext"),
+                ext_binding("broken", file="broken_register"),
+            ]
+        )
     error = info.value
     assert error.code == "E_EXTENSION_INIT" and error.exit_code == 3
     assert "'broken'" in error.message and "RuntimeError: database unavailable" in error.message
@@ -113,7 +126,8 @@ def test_failed_load_removes_event_subscriptions(tmp_path: Path) -> None:
 
 
 def test_duplicate_binding_loads_once(caplog: pytest.LogCaptureFixture) -> None:
-    """seed 000 §2 rule 7: deterministic registration; a repeated extension is not registered twice."""
+    """seed 000 §2 rule 7: deterministic registration; a repeated extension is not registered
+    twice."""
     with caplog.at_level(logging.WARNING):
         ext, pipeline, _, _ = load([ext_binding("logging", file="logging_ext")] * 2)
     assert len(ext) == 1 and pipeline.count("turn") == 1

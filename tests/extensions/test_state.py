@@ -53,7 +53,8 @@ def test_non_json_values_are_rejected_at_set(bad: Any) -> None:
 
 
 def test_state_is_restored_when_the_instance_starts(tmp_path: Path) -> None:
-    """seed 004 §13.4 rule 4: states are restored from disk at instance start (survive a restart)."""
+    """seed 004 §13.4 rule 4: states are restored from disk at instance start (survive a
+    restart)."""
     store = FileStateStore(tmp_path, "coder", "user-1")
     first = load_counter(store)
     run(first.flush_state())
@@ -72,7 +73,8 @@ def test_instances_are_isolated(tmp_path: Path) -> None:
 def test_state_belongs_to_the_extension_identity(tmp_path: Path) -> None:
     """seed 004 §13.4 rules 2 and 6: three extensions all named ``counter`` (the bundle's own and
     one from each of two packages) each restore and write their own state, in
-    ``extensions/counter.json`` and ``extensions/<package>/counter.json`` (file-safe: ``@`` → ``-``)."""
+    ``extensions/counter.json`` and ``extensions/<package>/counter.json`` (file-safe: ``@`` →
+    ``-``)."""
     bindings = [
         Binding(name="counter", entry=EXT_FIXTURES / "async_register.py", package=package)
         for package in (None, "@acme/a", "@acme/b")
@@ -87,13 +89,17 @@ def test_state_belongs_to_the_extension_identity(tmp_path: Path) -> None:
         loaded = run(load_extensions(bindings, pipeline=PipelineRegistry(), tools=ToolRegistry(),
                                      bus=EventBus(), state_store=store))
         run(loaded.flush_state())
-    states = {p.relative_to(ext_dir).as_posix(): json.loads(p.read_text()) for p in ext_dir.rglob("*.json")}
+    states = {
+        p.relative_to(ext_dir).as_posix(): json.loads(p.read_text())
+        for p in ext_dir.rglob("*.json")
+    }
     assert states == {"counter.json": {"loads": 11}, "-acme/a/counter.json": {"loads": 21},
                       "-acme/b/counter.json": {"loads": 1}}
 
 
 def test_only_changed_states_are_written_at_turn_end() -> None:
-    """seed 004 §13.4 rule 5 / workspace.md §6: dirty states written; unchanged serialisation skipped."""
+    """seed 004 §13.4 rule 5 / workspace.md §6: dirty states written; unchanged serialisation
+    skipped."""
     store = MemoryStateStore({"counter": {"loads": 4}})
     ext = load_counter(store)
     state = ext.get("counter").state  # type: ignore[union-attr]

@@ -9,9 +9,16 @@ import pytest
 
 from tests.support.process_tree import ProcessWatch, watch_run_module
 
-RUN_MODULES = ("test_connector_unsigned", "test_input_text", "test_misc_extensions", "test_run_control_frames",
-               "test_run_single_orchestrator", "test_secrets_file_modes", "test_secrets_processes",
-               "test_tools_jobs_after_run")
+RUN_MODULES = (
+    "test_connector_unsigned",
+    "test_input_text",
+    "test_misc_extensions",
+    "test_run_control_frames",
+    "test_run_single_orchestrator",
+    "test_secrets_file_modes",
+    "test_secrets_processes",
+    "test_tools_jobs_after_run",
+)
 
 
 @pytest.fixture(autouse=True)

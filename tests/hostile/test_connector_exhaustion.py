@@ -37,7 +37,9 @@ pytestmark = pytest.mark.skipif(
 
 async def _post_fresh(url: str, body: bytes) -> tuple[int, object]:
     """One signed request on a new connection (``Connection: close``)."""
-    return await post(url, body, {"X-Signature-256": sign_webhook(SECRET, body), "Connection": "close"})
+    return await post(
+        url, body, {"X-Signature-256": sign_webhook(SECRET, body), "Connection": "close"}
+    )
 
 
 def test_idle_connections_do_not_starve_signed_requests(tmp_path: Path) -> None:
@@ -56,7 +58,9 @@ def test_idle_connections_do_not_starve_signed_requests(tmp_path: Path) -> None:
 
                 async def one(i: int) -> int:
                     async with sem:
-                        status, _ = await _post_fresh(url, json.dumps({"id": f"r{i}", "text": "hi"}).encode())
+                        status, _ = await _post_fresh(
+                            url, json.dumps({"id": f"r{i}", "text": "hi"}).encode()
+                        )
                         return status
 
                 statuses = await asyncio.gather(*(one(i) for i in range(SIGNED)))

@@ -31,7 +31,9 @@ SECRET = "replay-test-secret"
 
 def timestamped(body: bytes, timestamp: int, secret: str = SECRET) -> dict[str, str]:
     """The documented scheme: HMAC-SHA256 of ``f"{timestamp}.".encode() + body``."""
-    digest = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
+    digest = hmac.new(
+        secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256
+    ).hexdigest()
     return {"X-Signature-256": f"sha256={digest}", "X-Signature-Timestamp": str(timestamp)}
 
 
@@ -64,12 +66,21 @@ def test_the_timestamp_is_covered_by_the_signature(tmp_path: Path) -> None:
             old = timestamped(payload, now - 3600)
             # an attacker refreshing the timestamp of a captured request breaks the signature
             forged = {**old, "X-Signature-Timestamp": str(now)}
-            assert (await post(url, payload, forged)) == (401, {"ok": False, "error": "invalid_signature"})
+            assert (await post(url, payload, forged)) == (
+                401,
+                {"ok": False, "error": "invalid_signature"},
+            )
             # a plain body signature does not pass as a timestamped one
-            plain = {"X-Signature-256": sign_webhook(SECRET, payload), "X-Signature-Timestamp": str(now)}
+            plain = {
+                "X-Signature-256": sign_webhook(SECRET, payload),
+                "X-Signature-Timestamp": str(now),
+            }
             assert (await post(url, payload, plain))[1]["error"] == "invalid_signature"
             for bad in ("soon", "-5", "1e9", "\u00b9\u00b2\u00b3"):
-                headers = {"X-Signature-256": sign_webhook(SECRET, payload), "X-Signature-Timestamp": bad}
+                headers = {
+                    "X-Signature-256": sign_webhook(SECRET, payload),
+                    "X-Signature-Timestamp": bad,
+                }
                 assert (await post(url, payload, headers))[1]["error"] == "invalid_timestamp", bad
             assert inbox.calls == 0
 
@@ -81,12 +92,15 @@ def test_require_timestamp_refuses_the_plain_scheme(tmp_path: Path) -> None:
         inbox = RecordingInbox()
         async with running(webhook, context(tmp_path, inbox, REQUIRE_TIMESTAMP="true")) as url:
             payload = b'{"text": "x"}'
-            assert (await post(url, payload, {"X-Signature-256": sign_webhook(SECRET, payload)})) == \
-                (401, {"ok": False, "error": "missing_timestamp"})
+            assert (
+                await post(url, payload, {"X-Signature-256": sign_webhook(SECRET, payload)})
+            ) == (401, {"ok": False, "error": "missing_timestamp"})
             assert (await post(url, payload, timestamped(payload, int(time.time()))))[0] == 200
         # without it the reference's plain scheme stays accepted
         async with running(webhook, context(tmp_path, inbox)) as url:
-            assert (await post(url, payload, {"X-Signature-256": sign_webhook(SECRET, payload)}))[0] == 200
+            assert (await post(url, payload, {"X-Signature-256": sign_webhook(SECRET, payload)}))[
+                0
+            ] == 200
         assert len(inbox.events) == 2
 
     asyncio.run(body())
@@ -95,7 +109,9 @@ def test_require_timestamp_refuses_the_plain_scheme(tmp_path: Path) -> None:
 def test_require_timestamp_must_be_true_or_false(tmp_path: Path) -> None:
     with pytest.raises(ConnectorError) as info:
         asyncio.run(webhook.run(context(tmp_path, RecordingInbox(), REQUIRE_TIMESTAMP="yes")))
-    assert info.value.code == "E_BASE_CONNECTOR_CONFIG" and "REQUIRE_TIMESTAMP" in info.value.message
+    assert (
+        info.value.code == "E_BASE_CONNECTOR_CONFIG" and "REQUIRE_TIMESTAMP" in info.value.message
+    )
 
 
 def test_a_replay_within_the_window_starts_nothing(tmp_path: Path) -> None:

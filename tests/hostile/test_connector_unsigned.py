@@ -40,10 +40,26 @@ spec:
 """
 
 
-def _goondan(state_root: Path, bundle: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _goondan(
+    state_root: Path, bundle: Path, *args: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle), *args],
-        cwd=REPO, capture_output=True, text=True, timeout=120, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(bundle),
+            *args,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
         env={k: v for k, v in {**os.environ, **env}.items() if k != "HOOKS_SIGNING_SECRET"},
     )
 
@@ -57,9 +73,12 @@ def _stop_if_started(state_root: Path) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("mode", [("--detach",), ("--foreground",)], ids=["run -d", "run --foreground"])
+@pytest.mark.parametrize(
+    "mode", [("--detach",), ("--foreground",)], ids=["run -d", "run --foreground"]
+)
 def test_run_refuses_an_unsigned_listening_connection_on_the_terminal(
-        tmp_path: Path, mode: tuple[str, ...]) -> None:
+    tmp_path: Path, mode: tuple[str, ...]
+) -> None:
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, CONNECTION)
     state_root = tmp_path / "state"
     try:
@@ -119,6 +138,10 @@ def test_the_recommended_name_webhook_secret_is_read(tmp_path: Path) -> None:
         async with running(load_connector("webhook"), ctx) as url:
             payload = b'{"text": "hi"}'
             assert (await post(url, payload))[0] == 401  # the secret is in force
-            assert (await post(url, payload, {"X-Signature-256": sign_webhook("recommended-name", payload)}))[0] == 200
+            assert (
+                await post(
+                    url, payload, {"X-Signature-256": sign_webhook("recommended-name", payload)}
+                )
+            )[0] == 200
 
     asyncio.run(body())

@@ -25,7 +25,11 @@ def _fill(directory: Path) -> list[str]:
     ids = [f"e{i}" for i in range(CONSUMED + 3)]
     pending = [ids[5], ids[CONSUMED // 2], ids[-1]]
     for event_id in ids:
-        inbox.append(ConnectorEvent.text("msg", f"{event_id} {PAYLOAD}", instance_key="k", id=event_id), "a", "k")
+        inbox.append(
+            ConnectorEvent.text("msg", f"{event_id} {PAYLOAD}", instance_key="k", id=event_id),
+            "a",
+            "k",
+        )
     inbox.close()
     started = "".join(f'{{"id":"{i}"}}\n' for i in ids if i not in pending)
     inbox.marker_path("a", "k").write_text(started)
@@ -38,7 +42,9 @@ def _pending_ids(directory: Path) -> tuple[list[str], ConnectionInbox]:
     return [r.event.id for r in records], inbox
 
 
-def test_a_restart_compacts_consumed_records_and_keeps_exactly_the_pending_ones(tmp_path: Path) -> None:
+def test_a_restart_compacts_consumed_records_and_keeps_exactly_the_pending_ones(
+    tmp_path: Path,
+) -> None:
     directory = tmp_path / "conn"
     pending = _fill(directory)
     before = (directory / "inbox.jsonl").stat().st_size

@@ -75,7 +75,9 @@ def test_results_survive_reloads_when_the_server_sends_no_call_ids(
     assert results == calls
     assert "W_WORKSPACE_REPAIRED" not in caplog.text
     last = server.requests[-1].json["messages"]
-    sent_calls = [c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    sent_calls = [
+        c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls") or []
+    ]
     sent_results = [m["tool_call_id"] for m in last if m["role"] == "tool"]
     assert sent_results == sent_calls == calls
     assert all(r.json.get("stream", False) is stream for r in server.requests)
@@ -85,7 +87,9 @@ def test_results_survive_reloads_when_the_server_sends_no_call_ids(
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_every_adapter_generates_ids_that_never_repeat(server: FakeProvider, provider: Any) -> None:
     """The same id-less reply, four times (streamed and whole): eight distinct call ids."""
-    reply = FakeReply.calls(("calc__echo", {"text": "a"}), ("calc__echo", {"text": "b"}), call_ids=False)
+    reply = FakeReply.calls(
+        ("calc__echo", {"text": "a"}), ("calc__echo", {"text": "b"}), call_ids=False
+    )
     model = make_model(server, provider)
 
     async def ids() -> list[str]:
@@ -111,7 +115,11 @@ def _echo_turn(call_id: str, text: str) -> list[Message]:
 
 def test_a_history_already_written_with_repeated_ids_keeps_every_result(tmp_path: Path) -> None:
     """Conversations saved before the fix hold ``call_0`` once per turn: nothing is dropped."""
-    history = [*_echo_turn("call_0", "one"), *_echo_turn("call_0", "two"), *_echo_turn("call_0", "three")]
+    history = [
+        *_echo_turn("call_0", "one"),
+        *_echo_turn("call_0", "two"),
+        *_echo_turn("call_0", "three"),
+    ]
     assert repair_tool_pairs(history) == []
     with InstanceStore.open(tmp_path, "ws", "a", "k", fsync=False) as store:
         store.load()
@@ -133,7 +141,15 @@ def test_a_repeated_id_still_loses_its_true_duplicate_and_gets_a_missing_result(
     state = ConversationState(history)
     state.emit_all(repair_tool_pairs(history))
     messages = state.next_messages
-    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool"]
+    assert [m.role for m in messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+    ]
     tools = [m for m in messages if m.role == "tool"]
     assert tools[0].id == first[2].id
     assert tools[1].metadata.get("synthetic") is True and tool_result_ids(tools[1]) == ["call_0"]

@@ -31,7 +31,14 @@ from tests.support.aio import run
 from tests.support.hostile import write_bundle
 from tests.support.loopback import loopback_server, url_of
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 fs_module = load_entry_module(TOOLS / "file_system.py")
 bash = load_entry_module(TOOLS / "bash.py").handlers
 http = load_entry_module(TOOLS / "http_fetch.py").handlers
@@ -92,8 +99,13 @@ def test_the_model_sees_a_clear_tool_error(workdir: Path) -> None:
     registry.register({"name": "file-system__read", "parameters": {"type": "object"}},
                       fs_module.handlers["read"])
     executor = ToolExecutor(registry, settings=ToolSettings())
-    result = run(executor.execute(ToolCall("c1", "file-system__read", {"path": "/proc/self/environ"}),
-                                  catalog=["file-system__read"], context=ctx(workdir)))
+    result = run(
+        executor.execute(
+            ToolCall("c1", "file-system__read", {"path": "/proc/self/environ"}),
+            catalog=["file-system__read"],
+            context=ctx(workdir),
+        )
+    )
     assert result.error is not None and result.error.code == "E_BASE_PATH_OUTSIDE"
     assert "outside the agent's workdir" in result.error.message
 
@@ -156,12 +168,17 @@ def test_loopback_is_refused_by_default_and_opened_by_the_bundle(base_url: str) 
     assert out["body"] == "ok" and out["url"] == base_url + "/ok"
     out = run(http["get"](ctx(Path.cwd(), allowHosts=["127.0.0.1"]), {"url": base_url + "/ok"}))
     assert out["status"] == 200
-    assert http_failure(base_url + "/ok", allowPrivate=True, denyHosts=["127.0.0.0/8"]).code == "E_BASE_HTTP_DENIED"
+    assert (
+        http_failure(base_url + "/ok", allowPrivate=True, denyHosts=["127.0.0.0/8"]).code
+        == "E_BASE_HTTP_DENIED"
+    )
     assert http_failure(base_url + "/ok", allowHosts=["*.example.com"]).code == "E_BASE_HTTP_DENIED"
     # A wildcard pattern is not explicit enough to open a default denial.
     assert http_failure(base_url + "/ok", allowHosts=["*"]).code == "E_BASE_HTTP_DENIED"
     # allowHosts may re-open a default denial explicitly (checked, never contacted here).
-    policy = load_entry_module(TOOLS / "_hosts.py").HostPolicy.from_config({"allowHosts": ["169.254.0.0/16"]})
+    policy = load_entry_module(TOOLS / "_hosts.py").HostPolicy.from_config(
+        {"allowHosts": ["169.254.0.0/16"]}
+    )
     policy.target("http://169.254.169.254/")
 
 
@@ -200,7 +217,9 @@ def test_a_bash_timeout_kills_every_process_it_started(tmp_path: Path, launcher:
 # -- scriptFile -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("script_file", ["../outside.yaml", "/etc/hostname", "link.yaml"])
-def test_script_file_is_confined_like_entry(tmp_path: Path, state_root: Path, script_file: str) -> None:
+def test_script_file_is_confined_like_entry(
+    tmp_path: Path, state_root: Path, script_file: str
+) -> None:
     bundle = write_bundle(tmp_path)
     (tmp_path / "outside.yaml").write_text("- text: leaked\n")
     os.symlink(tmp_path / "outside.yaml", bundle / "link.yaml")
@@ -218,7 +237,9 @@ def test_script_file_is_confined_like_entry(tmp_path: Path, state_root: Path, sc
         run(main())
     assert [d.code for d in info.value.errors] == ["E_CONFIG_PATH_ESCAPE"]
     # The provider itself refuses too (a Model built without the validator).
-    spec = ModelSpec(provider="scripted", model="fake", name="fake", options={"scriptFile": script_file})
+    spec = ModelSpec(
+        provider="scripted", model="fake", name="fake", options={"scriptFile": script_file}
+    )
     with pytest.raises(ConfigError) as raised:
         scripted_from_spec(spec, bundle)
     assert raised.value.code == "E_CONFIG_PATH_ESCAPE"

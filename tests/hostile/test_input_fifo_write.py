@@ -20,7 +20,14 @@ import pytest
 
 from goondan.tools import ToolContext, ToolFailure, load_entry_module
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 fs = load_entry_module(TOOLS / "file_system.py").handlers
 
 
@@ -56,7 +63,9 @@ def test_writing_to_a_fifo_without_a_reader_fails_at_once(tmp_path: Path, append
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
     try:
-        outcome = bounded(lambda: fs["write"](ctx(tmp_path), {"path": "pipe", "content": "x", "append": append}))
+        outcome = bounded(
+            lambda: fs["write"](ctx(tmp_path), {"path": "pipe", "content": "x", "append": append})
+        )
     finally:
         # Let an old, blocked writer go: a reader opening the FIFO releases it.
         os.close(os.open(pipe, os.O_RDONLY | os.O_NONBLOCK))
@@ -93,20 +102,29 @@ def test_writing_to_a_socket_a_device_or_a_directory_is_refused(tmp_path: Path) 
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(tmp_path / "sock"))
     try:
-        assert_not_regular(bounded(lambda: fs["write"](ctx(tmp_path), {"path": "sock", "content": "x"})))
+        assert_not_regular(
+            bounded(lambda: fs["write"](ctx(tmp_path), {"path": "sock", "content": "x"}))
+        )
     finally:
         server.close()
     (tmp_path / "dir").mkdir()
     assert_not_regular(bounded(lambda: fs["write"](ctx(tmp_path), {"path": "dir", "content": "x"})))
     # A device, reachable only because the bundle listed /dev in allowPaths.
     device = ctx(tmp_path, allowPaths=["/dev"])
-    assert_not_regular(bounded(lambda: fs["write"](device, {"path": "/dev/null", "content": "x", "append": True})))
+    assert_not_regular(
+        bounded(lambda: fs["write"](device, {"path": "/dev/null", "content": "x", "append": True}))
+    )
 
 
 def test_regular_files_are_still_created_replaced_and_appended(tmp_path: Path) -> None:
     context = ctx(tmp_path)
     out = fs["write"](context, {"path": "sub/a.txt", "content": "héllo"})
-    assert out == {"path": str(tmp_path / "sub" / "a.txt"), "size": 6, "written": True, "append": False}
+    assert out == {
+        "path": str(tmp_path / "sub" / "a.txt"),
+        "size": 6,
+        "written": True,
+        "append": False,
+    }
     assert fs["write"](context, {"path": "sub/a.txt", "content": "+1", "append": True})["size"] == 8
     assert (tmp_path / "sub" / "a.txt").read_text(encoding="utf-8") == "héllo+1"
     assert fs["write"](context, {"path": "sub/a.txt", "content": "x"})["size"] == 1   # truncated

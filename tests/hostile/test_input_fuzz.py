@@ -83,7 +83,9 @@ def test_random_bytes_through_a_turn_then_a_plain_turn(tmp_path: Path, state_roo
         assert second.error is None and second.text == "done", second.error
 
     with asyncio.Runner() as runner:
-        rt = Runtime.from_bundle(bundle, state_root=state_root, models={"main": FunctionModel(reply)})
+        rt = Runtime.from_bundle(
+            bundle, state_root=state_root, models={"main": FunctionModel(reply)}
+        )
         count = 0
 
         @settings(max_examples=EXAMPLES, deadline=None, database=None,
@@ -111,7 +113,9 @@ def test_random_bytes_through_a_turn_then_a_plain_turn(tmp_path: Path, state_roo
 escape = st.integers(min_value=0, max_value=0xFFFF).map(lambda cp: f"\\u{cp:04x}")
 plain = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=8).map(
     lambda s: json.dumps(s, ensure_ascii=False)[1:-1])
-json_literal = st.lists(st.one_of(escape, plain), max_size=12).map(lambda parts: '"' + "".join(parts) + '"')
+json_literal = st.lists(st.one_of(escape, plain), max_size=12).map(
+    lambda parts: '"' + "".join(parts) + '"'
+)
 
 
 def test_random_json_escapes_from_a_provider_over_http(tmp_path: Path, state_root: Path) -> None:
@@ -129,8 +133,12 @@ def test_random_json_escapes_from_a_provider_over_http(tmp_path: Path, state_roo
 
         async def example(literal: str, stream: bool) -> None:
             if stream:
-                chunk = ('data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
-                         '"choices":[{"index":0,"delta":{"content":' + literal + '},"finish_reason":null}]}\n\n')
+                chunk = (
+                    'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+                    '"choices":[{"index":0,"delta":{"content":'
+                    + literal
+                    + '},"finish_reason":null}]}\n\n'
+                )
                 stop = ('data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
                         '"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n')
                 server.enqueue(FakeReply(raw_events=[chunk, stop, "data: [DONE]\n\n"]))
@@ -147,7 +155,9 @@ def test_random_json_escapes_from_a_provider_over_http(tmp_path: Path, state_roo
             second = await rt.run_turn("main", "plain", instance_key=key)
             assert second.error is None and second.text == "done", second.error
 
-        @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         @given(literal=json_literal, stream=st.booleans())
         def check(literal: str, stream: bool) -> None:
             nonlocal count

@@ -48,7 +48,9 @@ print(json.dumps({"peakKiB": peak_kib}))
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc/self/status")
 def test_a_500_mb_tool_output_keeps_the_agent_under_100_mib(tmp_path: Path) -> None:
-    bundle = write_bundle(tmp_path, tools='    - ref: {kind: Tool, name: bash, package: "@goondan/base"}\n')
+    bundle = write_bundle(
+        tmp_path, tools='    - ref: {kind: Tool, name: bash, package: "@goondan/base"}\n'
+    )
     state_root = tmp_path / "state"
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(bundle), str(state_root)],

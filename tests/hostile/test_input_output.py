@@ -28,7 +28,14 @@ from tests.support.aio import run
 from tests.support.hostile import write_bundle
 from tests.support.loopback import loopback_server, url_of
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 bash = load_entry_module(TOOLS / "bash.py").handlers
 fs = load_entry_module(TOOLS / "file_system.py").handlers
 http = load_entry_module(TOOLS / "http_fetch.py").handlers
@@ -90,7 +97,9 @@ def test_the_executor_caps_and_spills(tmp_path: Path) -> None:
     assert 90_000 < _size(out) <= 100_000
 
 
-def test_agent_and_tool_overrides_are_valid_config_and_apply(tmp_path: Path, state_root: Path) -> None:
+def test_agent_and_tool_overrides_are_valid_config_and_apply(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = write_bundle(
         tmp_path,
         agent_extra="  maxToolOutputBytes: 3000\n  spillToolOutput: true\n",
@@ -111,20 +120,35 @@ spec:
       parameters: {type: object}
 """)
     (bundle / "local.py").write_text(
-        "def big(ctx, args):\n    return ctx.config['greeting'] + 'y' * 200000\n\nhandlers = {'big': big}\n")
+        "def big(ctx, args):\n    return ctx.config['greeting'] "
+        "+ 'y' * 200000\n\nhandlers = {'big': big}\n"
+    )
     result = CliRunner().invoke(cli, ["validate", str(bundle)])
     assert result.exit_code == 0, result.output
-    model = ScriptedModel([
-        {"toolCalls": [{"name": "bash__exec", "args": {"command": "head -c 100000 /dev/zero | tr '\\0' a"}},
-                       {"name": "local__big", "args": {}}]},
-        "done",
-    ])
+    model = ScriptedModel(
+        [
+            {
+                "toolCalls": [
+                    {
+                        "name": "bash__exec",
+                        "args": {"command": "head -c 100000 /dev/zero | tr '\\0' a"},
+                    },
+                    {"name": "local__big", "args": {}},
+                ]
+            },
+            "done",
+        ]
+    )
 
     async def main() -> list[Any]:
         async with Runtime.from_bundle(bundle, state_root=state_root, models={"main": model}) as rt:
             await rt.run_turn("main", "go")
             instance = await rt.instance("main")
-            return [m.data["content"][0]["output"]["value"] for m in instance.messages if m.role == "tool"]
+            return [
+                m.data["content"][0]["output"]["value"]
+                for m in instance.messages
+                if m.role == "tool"
+            ]
 
     bash_out, local_out = run(main())
     # bash reads within the Agent's cap by itself (ToolContext.max_output_bytes).
@@ -132,7 +156,9 @@ spec:
     # The local Tool's own cap wins over the Agent's; its full output is spilled to the workdir.
     assert 3000 < _size(local_out) <= 50_000 and local_out.startswith("hi")
     spilled = Path(local_out.rsplit("full output in ", 1)[1].rstrip("]"))
-    assert spilled.is_relative_to(bundle / "work") and len(json.loads(spilled.read_text())) == 200_002
+    assert (
+        spilled.is_relative_to(bundle / "work") and len(json.loads(spilled.read_text())) == 200_002
+    )
 
 
 # -- the tools read with a cap --------------------------------------------------------------------
@@ -160,7 +186,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/bomb":
             body, headers = BOMB, {"Content-Encoding": "gzip"}
         elif self.path == "/deflate":
-            body, headers = __import__("zlib").compress(b"d" * 1_000_000), {"Content-Encoding": "deflate"}
+            body, headers = (
+                __import__("zlib").compress(b"d" * 1_000_000),
+                {"Content-Encoding": "deflate"},
+            )
         elif self.path == "/plain":
             body, headers = b"p" * 2_000_000, {}
         else:
@@ -183,17 +212,31 @@ def base_url() -> Iterator[str]:
 
 
 def test_a_gzip_bomb_stops_at_the_decoded_limit(base_url: str, tmp_path: Path) -> None:
-    out = run(http["get"](ctx(tmp_path, allowPrivate=True), {"url": f"{base_url}/bomb", "maxBytes": 10_000_000}))
-    assert out["truncated"] is True and len(out["body"]) == 500_000   # the hard maximum
-    out = run(http["get"](ctx(tmp_path, maxBytes=1000, allowPrivate=True), {"url": f"{base_url}/bomb", "maxBytes": 50_000}))
-    assert len(out["body"]) == 1000                                   # config lowers it further
-    out = run(http["get"](ctx(tmp_path, allowPrivate=True), {"url": f"{base_url}/deflate", "maxBytes": 300}))
+    out = run(
+        http["get"](
+            ctx(tmp_path, allowPrivate=True), {"url": f"{base_url}/bomb", "maxBytes": 10_000_000}
+        )
+    )
+    assert out["truncated"] is True and len(out["body"]) == 500_000  # the hard maximum
+    out = run(
+        http["get"](
+            ctx(tmp_path, maxBytes=1000, allowPrivate=True),
+            {"url": f"{base_url}/bomb", "maxBytes": 50_000},
+        )
+    )
+    assert len(out["body"]) == 1000  # config lowers it further
+    out = run(
+        http["get"](
+            ctx(tmp_path, allowPrivate=True), {"url": f"{base_url}/deflate", "maxBytes": 300}
+        )
+    )
     assert out["body"] == "d" * 300 and out["truncated"] is True
 
 
 def test_http_fetch_counts_the_bytes_on_the_wire(base_url: str, tmp_path: Path) -> None:
-    context = dataclasses.replace(ctx(tmp_path), config={"maxWireBytes": 100_000, "maxBytes": 5_000_000,
-                                                          "allowPrivate": True})
+    context = dataclasses.replace(
+        ctx(tmp_path), config={"maxWireBytes": 100_000, "maxBytes": 5_000_000, "allowPrivate": True}
+    )
     out = run(http["get"](context, {"url": f"{base_url}/plain", "maxBytes": 5_000_000}))
     assert out["truncated"] is True and len(out["body"]) <= 100_000
     out = run(http["get"](ctx(tmp_path, allowPrivate=True), {"url": f"{base_url}/ok"}))

@@ -20,7 +20,14 @@ from tests.support.aio import run
 from tests.support.fake_provider import FakeProvider, FakeReply, FakeToolCall
 from tests.support.hostile import run_cli, write_bundle
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 bash = load_entry_module(TOOLS / "bash.py").handlers
 KEY_ENV = "HOSTILE_PROVIDER_KEY"
 KEY = "sk-hostile-provider-key-0123456789"
@@ -70,11 +77,15 @@ def test_tools_do_not_inherit_the_provider_key_and_outputs_are_masked(
     run(main())
     stored = next(state_root.rglob("base.jsonl")).read_text(encoding="utf-8")
     assert "key=***" in stored and KEY not in stored
-    tool_message = next(m for m in fake_provider.requests[1].json["messages"] if m["role"] == "tool")
+    tool_message = next(
+        m for m in fake_provider.requests[1].json["messages"] if m["role"] == "tool"
+    )
     assert "key=***" in tool_message["content"] and KEY not in tool_message["content"]
 
 
-def test_bash_children_get_only_allow_listed_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bash_children_get_only_allow_listed_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOSTILE_OPENAI_API_KEY", "sk-not-for-tools-123456")
     monkeypatch.setenv("HOSTILE_PLAIN", "plain")
     monkeypatch.setenv("HOSTILE_SECRET_BY_GLOB", "sk-glob-secret-123456")
@@ -100,9 +111,13 @@ def test_inspect_and_logs_mask_the_bundles_secrets(tmp_path: Path, state_root: P
     """A fresh ``inspect``/``logs`` process registers the secrets of the bundle it finds."""
     bundle = write_bundle(tmp_path)
     manifest = bundle / "goondan.yaml"
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace(
-        "  provider: scripted\n", f"  provider: scripted\n  apiKey: {{valueFrom: {{env: {KEY_ENV}}}}}\n"),
-        encoding="utf-8")
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace(
+            "  provider: scripted\n",
+            f"  provider: scripted\n  apiKey: {{valueFrom: {{env: {KEY_ENV}}}}}\n",
+        ),
+        encoding="utf-8",
+    )
     (bundle / ".env").write_text(f"{KEY_ENV}={KEY}\n", encoding="utf-8")
     first = run_cli("repl", "-b", str(bundle), "--input", f"my key is {KEY}")
     assert first.returncode == 0, first.stderr.decode(errors="replace")

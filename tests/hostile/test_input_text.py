@@ -83,7 +83,9 @@ def test_piped_stdin_with_an_invalid_byte_then_a_second_turn(tmp_path: Path, sta
     assert first.stdout.decode() == "ok\n"
     second = run_cli("repl", "-b", str(bundle), "--input", "plain", env=env)
     assert second.returncode == 0, second.stderr.decode(errors="replace")
-    users = [r["data"]["content"] for r in _records(_base(state_root)) if r["data"]["role"] == "user"]
+    users = [
+        r["data"]["content"] for r in _records(_base(state_root)) if r["data"]["role"] == "user"
+    ]
     assert users == [f"K=1 hello {FFFD}", "plain"]
 
 
@@ -95,7 +97,9 @@ def test_argv_with_undecodable_bytes_then_a_second_turn(tmp_path: Path, state_ro
     assert first.returncode == 0, first.stderr.decode(errors="replace")
     second = run_cli("repl", "-b", str(bundle), "--input", "plain")
     assert second.returncode == 0, second.stderr.decode(errors="replace")
-    users = [r["data"]["content"] for r in _records(_base(state_root)) if r["data"]["role"] == "user"]
+    users = [
+        r["data"]["content"] for r in _records(_base(state_root)) if r["data"]["role"] == "user"
+    ]
     assert users == [f"hi {FFFD} there", "plain"]
 
 
@@ -131,7 +135,9 @@ def test_a_workdir_file_name_with_invalid_bytes_is_listed_then_turns_go_on(
 
     run(main())
     # The provider saw the name with U+FFFD, as valid UTF-8 JSON.
-    tool_message = next(m for m in fake_provider.requests[-1].json["messages"] if m["role"] == "tool")
+    tool_message = next(
+        m for m in fake_provider.requests[-1].json["messages"] if m["role"] == "tool"
+    )
     assert f"bad{FFFD}.txt" in tool_message["content"]
     assert f"bad{FFFD}.txt" in _base(state_root).read_text(encoding="utf-8")
 
@@ -218,7 +224,9 @@ def test_an_exception_in_the_orchestrators_send_path_fails_the_request() -> None
 
     async def main() -> None:
         spawner = InProcessSpawner(in_process_worker(["a"], None))
-        orch = Orchestrator(spawner, swarm_name="t", entry_agent="a", agents=["a"], reconcile_interval_s=0)
+        orch = Orchestrator(
+            spawner, swarm_name="t", entry_agent="a", agents=["a"], reconcile_interval_s=0
+        )
         async with orch:
             first = await orch.request("a", "echo:warm", timeout_ms=30_000)
             assert first.metadata.get("error") is None
@@ -267,19 +275,39 @@ def test_an_extension_state_with_a_lone_surrogate_is_saved(state_root: Path) -> 
 
 
 def test_a_connector_event_built_directly_is_sanitised_too() -> None:
-    event = ConnectorEvent(name="n", instance_key="k\udcff", message={"type": "text", "text": "t\ud800"},
-                           properties={"p": "\udc80"})
+    event = ConnectorEvent(
+        name="n",
+        instance_key="k\udcff",
+        message={"type": "text", "text": "t\ud800"},
+        properties={"p": "\udc80"},
+    )
     assert event.instance_key == f"k{FFFD}" and event_text(event) == f"t{FFFD}"
     assert event.properties == {"p": FFFD}
     json.dumps(event.to_dict(), ensure_ascii=False).encode("utf-8")
 
 
 _json_trees = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-    | st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0xFFFF, exclude_categories=[]), max_size=6),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0xFFFF, exclude_categories=[]), max_size=4),
-                      inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(
+        alphabet=st.characters(min_codepoint=0, max_codepoint=0xFFFF, exclude_categories=[]),
+        max_size=6,
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(
+                alphabet=st.characters(
+                    min_codepoint=0, max_codepoint=0xFFFF, exclude_categories=[]
+                ),
+                max_size=4,
+            ),
+            inner,
+            max_size=3,
+        )
+    ),
     max_leaves=10,
 )
 

@@ -27,7 +27,14 @@ from goondan.tools import ToolContext, ToolFailure, load_entry_module
 from tests.support.aio import run
 from tests.support.loopback import loopback_server, url_of
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 slack = load_entry_module(TOOLS / "slack.py")
 telegram = load_entry_module(TOOLS / "telegram.py")
 discord = load_entry_module(TOOLS / "discord.py")
@@ -129,7 +136,9 @@ def attacker(attacker_server: Host) -> Host:
     return _fresh(attacker_server)
 
 
-def call(tool: str, export: str, args: dict[str, Any], workdir: Path | None = None) -> dict[str, Any]:
+def call(
+    tool: str, export: str, args: dict[str, Any], workdir: Path | None = None
+) -> dict[str, Any]:
     ctx = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, workdir or Path.cwd())
     result: dict[str, Any] = run(TOOL[tool][export](ctx, args))
     return result
@@ -159,10 +168,16 @@ SEND = {
 }
 
 
-def test_slack_download_file_refuses_a_url_off_slack_before_any_request(trusted: Host, attacker: Host) -> None:
+def test_slack_download_file_refuses_a_url_off_slack_before_any_request(
+    trusted: Host, attacker: Host
+) -> None:
     error = attempt("slack", "download_file", {"url": f"{attacker.url}/files/cat.png"})
     assert not attacker.got_a_token()
-    assert error is not None and error.code == "E_TOOL_INVALID_ARGS" and "Slack file URL" in error.message
+    assert (
+        error is not None
+        and error.code == "E_TOOL_INVALID_ARGS"
+        and "Slack file URL" in error.message
+    )
     assert attacker.seen == [] and trusted.seen == []
 
 
@@ -174,7 +189,9 @@ def test_slack_download_file_refuses_a_url_off_slack_before_any_request(trusted:
     "https://files.slack.com@attacker.invalid/a.png",          # userinfo
     "https://attacker.invalid\\@files.slack.com/a.png",        # parsers disagree on the host
 ])
-def test_slack_download_file_refuses_urls_that_only_look_like_slack(trusted: Host, url: str) -> None:
+def test_slack_download_file_refuses_urls_that_only_look_like_slack(
+    trusted: Host, url: str
+) -> None:
     assert failure("slack", "download_file", {"url": url}).code == "E_TOOL_INVALID_ARGS"
     assert trusted.seen == []
 
@@ -200,7 +217,12 @@ def test_an_input_api_base_url_elsewhere_is_refused_with_the_env_token(
     export, args, suffix = SEND[tool]
     error = attempt(tool, export, {**args, "apiBaseUrl": f"{attacker.url}{suffix}"})
     assert not attacker.got_a_token()
-    assert error is not None and error.code == "E_TOOL_INVALID_ARGS" and "'apiBaseUrl'" in error.message and "'token'" in error.message
+    assert (
+        error is not None
+        and error.code == "E_TOOL_INVALID_ARGS"
+        and "'apiBaseUrl'" in error.message
+        and "'token'" in error.message
+    )
     assert attacker.seen == [] and trusted.seen == []
 
 
@@ -217,24 +239,44 @@ def test_an_input_api_base_url_elsewhere_works_with_the_calls_own_token(
 ) -> None:
     export, args, suffix = SEND[tool]
     own = "model-own-token-42"
-    assert call(tool, export, {**args, "apiBaseUrl": f"{attacker.url}{suffix}", "token": own})["ok"] is True
+    assert (
+        call(tool, export, {**args, "apiBaseUrl": f"{attacker.url}{suffix}", "token": own})["ok"]
+        is True
+    )
     assert len(attacker.seen) == 1 and own in attacker.seen[0][1] + attacker.seen[0][2]
     assert not attacker.got_a_token() and trusted.seen == []
 
 
 REDIRECTED = {
     # tool, export, args, the path on the trusted API that redirects (kept on the attacker)
-    "telegram-send": ("telegram", "send", {"chatId": 42, "text": "hi"}, f"/bot{TELEGRAM_TOKEN}/sendMessage"),
-    "telegram-download": ("telegram", "download_file", {"fileId": "F1"}, f"/file/bot{TELEGRAM_TOKEN}/photos/a.jpg"),
+    "telegram-send": (
+        "telegram",
+        "send",
+        {"chatId": 42, "text": "hi"},
+        f"/bot{TELEGRAM_TOKEN}/sendMessage",
+    ),
+    "telegram-download": (
+        "telegram",
+        "download_file",
+        {"fileId": "F1"},
+        f"/file/bot{TELEGRAM_TOKEN}/photos/a.jpg",
+    ),
     "slack-send": ("slack", "send", {"channelId": "C4", "text": "hi"}, "/api/chat.postMessage"),
     "slack-download": ("slack", "download_file", {"url": "{trusted}/files/a.png"}, "/files/a.png"),
-    "discord-send": ("discord", "send", {"channelId": "C4", "content": "hi"}, "/api/v10/channels/C4/messages"),
+    "discord-send": (
+        "discord",
+        "send",
+        {"channelId": "C4", "content": "hi"},
+        "/api/v10/channels/C4/messages",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(REDIRECTED))
 @pytest.mark.parametrize("status", [302, 307])
-def test_a_redirect_off_the_api_origin_is_not_followed(case: str, status: int, trusted: Host, attacker: Host) -> None:
+def test_a_redirect_off_the_api_origin_is_not_followed(
+    case: str, status: int, trusted: Host, attacker: Host
+) -> None:
     tool, export, args, path = REDIRECTED[case]
     trusted.redirect(path, f"{attacker.url}{path}", status)
     args = {k: v.format(trusted=trusted.url) if isinstance(v, str) else v for k, v in args.items()}
@@ -245,7 +287,9 @@ def test_a_redirect_off_the_api_origin_is_not_followed(case: str, status: int, t
     assert trusted.seen[-1][1] == path
 
 
-def test_a_redirect_within_the_api_origin_is_followed_with_the_token(trusted: Host, tmp_path: Path) -> None:
+def test_a_redirect_within_the_api_origin_is_followed_with_the_token(
+    trusted: Host, tmp_path: Path
+) -> None:
     trusted.redirect("/files/old.png", "/files/new.png")
     trusted.routes["/files/new.png"] = (200, {"Content-Type": "image/png"}, b"PNG!")
     out = call("slack", "download_file", {"url": f"{trusted.url}/files/old.png"}, tmp_path)

@@ -42,7 +42,14 @@ from goondan.tools import ToolContext, ToolFailure, load_entry_module
 from tests.support.aio import run
 from tests.support.loopback import loopback_server
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 http = load_entry_module(TOOLS / "http_fetch.py").handlers
 
 PUBLIC_V4 = "93.184.216.34"          # never contacted: the recorder refuses it
@@ -78,9 +85,13 @@ class Network:
             return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
                      (a, int(port or 0))) for a in self.dns[name]]
         # Numeric hosts only (inet_aton forms included): no query ever leaves the machine.
-        return _real_getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+        return _real_getaddrinfo(
+            host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST
+        )
 
-    def create_connection(self, address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+    def create_connection(
+        self, address: tuple[str, int], *args: Any, **kwargs: Any
+    ) -> socket.socket:
         host, port = address
         with self.lock:
             self.connects.append((str(host).strip("[]"), int(port)))
@@ -90,7 +101,9 @@ class Network:
 
 
 @contextmanager
-def network(dns: dict[str, list[str]] | None = None, open_port: int | None = None) -> Iterator[Network]:
+def network(
+    dns: dict[str, list[str]] | None = None, open_port: int | None = None
+) -> Iterator[Network]:
     """Fake DNS and the connect recorder; only 127.0.0.1:``open_port`` is really connected to."""
     net = Network(DNS if dns is None else dns, open_port)
     with mock.patch.object(socket, "getaddrinfo", net.getaddrinfo), \
@@ -134,7 +147,9 @@ def _fresh_recorder() -> None:
 
 
 def fetch(url: str, **config: Any) -> dict[str, Any] | ToolFailure:
-    context = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd(), config=config)
+    context = ToolContext(
+        "agent", "key", "turn-1", "0" * 32, "call-1", None, Path.cwd(), config=config
+    )
     try:
         result: dict[str, Any] = run(http["get"](context, {"url": url, "timeoutMs": 5000}))
     except ToolFailure as exc:
@@ -144,14 +159,19 @@ def fetch(url: str, **config: Any) -> dict[str, Any] | ToolFailure:
 
 def refused(outcome: dict[str, Any] | ToolFailure) -> bool:
     """The tool refused the URL (the policy, or the input check for a URL it cannot parse)."""
-    return isinstance(outcome, ToolFailure) and outcome.code in ("E_BASE_HTTP_DENIED", "E_TOOL_INVALID_ARGS")
+    return isinstance(outcome, ToolFailure) and outcome.code in (
+        "E_BASE_HTTP_DENIED",
+        "E_TOOL_INVALID_ARGS",
+    )
 
 
 # -- the reported bypasses ------------------------------------------------------------------------
 
 def test_a_backslash_does_not_carry_a_loopback_fetch_past_allow_hosts(port: int) -> None:
     with network(open_port=port) as net:
-        outcome = fetch(f"http://127.0.0.1:{port}\\@api.example.com/../secret", allowHosts=["api.example.com"])
+        outcome = fetch(
+            f"http://127.0.0.1:{port}\\@api.example.com/../secret", allowHosts=["api.example.com"]
+        )
     assert refused(outcome), outcome
     assert Recorder.seen == [] and net.connects == []
 
@@ -185,7 +205,9 @@ def test_a_redirect_with_a_backslash_does_not_reach_a_metadata_address(port: int
 
 
 @pytest.mark.parametrize("host", ["rebind.test", "localhost", "lan.test", "meta.test"])
-def test_a_name_resolving_to_a_non_public_address_is_refused_by_default(port: int, host: str) -> None:
+def test_a_name_resolving_to_a_non_public_address_is_refused_by_default(
+    port: int, host: str
+) -> None:
     with network(open_port=port) as net:
         outcome = fetch(f"http://{host}:{port}/secret")
     assert refused(outcome), outcome
@@ -214,7 +236,8 @@ def test_the_name_is_resolved_once_and_the_checked_address_is_contacted(port: in
 def test_only_the_addresses_that_pass_are_contacted(port: int) -> None:
     with network(open_port=port) as net:
         outcome = fetch(f"http://mixed.test:{port}/")
-    assert isinstance(outcome, ToolFailure) and outcome.code == "E_BASE_HTTP"  # the public one refused
+    # the public one refused
+    assert isinstance(outcome, ToolFailure) and outcome.code == "E_BASE_HTTP"
     assert net.connects == [(PUBLIC_V4, port)]
 
 
@@ -230,8 +253,12 @@ def test_a_refused_connection_moves_on_to_the_next_checked_address(port: int) ->
 
 def test_loopback_opens_with_allow_private_or_an_explicit_allow_hosts_entry(port: int) -> None:
     with network(open_port=port):
-        for config in ({"allowPrivate": True}, {"allowHosts": ["127.0.0.1"]}, {"allowHosts": ["localhost"]},
-                       {"allowHosts": ["127.0.0.0/8"]}):
+        for config in (
+            {"allowPrivate": True},
+            {"allowHosts": ["127.0.0.1"]},
+            {"allowHosts": ["localhost"]},
+            {"allowHosts": ["127.0.0.0/8"]},
+        ):
             outcome = fetch(f"http://localhost:{port}/x", **config)
             assert not isinstance(outcome, ToolFailure), (config, outcome)
         # Wildcards select among public hosts; they never open a default denial.
@@ -257,7 +284,9 @@ def _addresses(host: str) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
     if host in DNS:
         return set(map(ipaddress.ip_address, DNS[host]))
     try:
-        infos = _real_getaddrinfo(host, 80, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+        infos = _real_getaddrinfo(
+            host, 80, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST
+        )
     except (OSError, UnicodeError):
         return set()
     return {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
@@ -291,9 +320,9 @@ def _allowed(policy: dict[str, Any], host: str, address: str) -> bool:
 
 def assert_connects_where_checked(url: str, policy: dict[str, Any], attempts: list[tuple[str, int]],
                                   outcome: dict[str, Any] | ToolFailure) -> None:
-    """Refused without a connection, or every connection went where urllib3 itself would have gone for ``url``
-    (its parse of the URL, resolved), the standard library agreed on that host, and the policy
-    allows that host and address."""
+    """Refused without a connection, or every connection went where urllib3 itself would have gone
+    for ``url`` (its parse of the URL, resolved), the standard library agreed on that host, and the
+    policy allows that host and address."""
     if refused(outcome) or not attempts:
         assert attempts == [], (url, policy, attempts)   # refused before any connection
         return
@@ -341,7 +370,9 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("policy", POLICIES, ids=["default", "allow-name", "deny-loopback", "allow-loopback"])
+@pytest.mark.parametrize(
+    "policy", POLICIES, ids=["default", "allow-name", "deny-loopback", "allow-loopback"]
+)
 def test_url_shapes_connect_only_where_the_policy_checked(policy: dict[str, Any]) -> None:
     passed = []
     for url in SHAPES:
@@ -353,12 +384,60 @@ def test_url_shapes_connect_only_where_the_policy_checked(policy: dict[str, Any]
     assert passed
 
 
-_HOSTS = ["api.example.com", "API.Example.com.", "127.0.0.1", "169.254.169.254", "[::1]", "[::ffff:127.0.0.1]",
-          "[::ffff:169.254.169.254]", "2130706433", "0x7f.1", "127.1", "localhost", "localhost.", "rebind.test",
-          "meta.test", "mixed.test", "metadata.google.internal", "ａｐｉ.example.com", "%6c%6fcalhost",
-          "[fe80::1%25eth0]", PUBLIC_V4, f"[{PUBLIC_V6}]", "10.0.0.7", "0.0.0.0", "bücher.example"]
-_GLUE = ["\\", "/", "@", ":", "#", "?", "%", "%5c", "%2f", "%40", ".", "..", "[", "]", "\t", " ", "", ":80",
-         ":18111", ":0", ":99999", "%00", "\u3002", "user:pw@", "./", "/../"]
+_HOSTS = [
+    "api.example.com",
+    "API.Example.com.",
+    "127.0.0.1",
+    "169.254.169.254",
+    "[::1]",
+    "[::ffff:127.0.0.1]",
+    "[::ffff:169.254.169.254]",
+    "2130706433",
+    "0x7f.1",
+    "127.1",
+    "localhost",
+    "localhost.",
+    "rebind.test",
+    "meta.test",
+    "mixed.test",
+    "metadata.google.internal",
+    "ａｐｉ.example.com",
+    "%6c%6fcalhost",
+    "[fe80::1%25eth0]",
+    PUBLIC_V4,
+    f"[{PUBLIC_V6}]",
+    "10.0.0.7",
+    "0.0.0.0",
+    "bücher.example",
+]
+_GLUE = [
+    "\\",
+    "/",
+    "@",
+    ":",
+    "#",
+    "?",
+    "%",
+    "%5c",
+    "%2f",
+    "%40",
+    ".",
+    "..",
+    "[",
+    "]",
+    "\t",
+    " ",
+    "",
+    ":80",
+    ":18111",
+    ":0",
+    ":99999",
+    "%00",
+    "\u3002",
+    "user:pw@",
+    "./",
+    "/../",
+]
 _SCHEMES = ["http://"] * 4 + ["https://"] * 2 + ["HTTP://", "http:\\\\", "http:/", "http:///"]
 _PORTS = ["", "", ":80", ":8080", ":", ":0", ":99999", ":0x50"]
 
@@ -378,7 +457,9 @@ def urls(draw: st.DrawFn) -> str:
 @pytest.mark.slow
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(url=urls(), policy=st.sampled_from(POLICIES))
-def test_fuzzed_url_shapes_connect_only_where_the_policy_checked(url: str, policy: dict[str, Any]) -> None:
+def test_fuzzed_url_shapes_connect_only_where_the_policy_checked(
+    url: str, policy: dict[str, Any]
+) -> None:
     with network() as net:
         outcome = fetch(url, **policy)
     assert_connects_where_checked(url, policy, net.connects, outcome)
@@ -389,7 +470,9 @@ def test_fuzzed_url_shapes_connect_only_where_the_policy_checked(url: str, polic
                                                                    HealthCheck.function_scoped_fixture])
 @given(location=urls().filter(lambda u: u.isascii() and "\n" not in u and "\r" not in u),
        policy=st.sampled_from([{"allowHosts": ["127.0.0.1"]}, {"allowPrivate": True}]))
-def test_fuzzed_redirect_targets_are_checked_hop_by_hop(port: int, location: str, policy: dict[str, Any]) -> None:
+def test_fuzzed_redirect_targets_are_checked_hop_by_hop(
+    port: int, location: str, policy: dict[str, Any]
+) -> None:
     """The same property for a ``Location`` header, after the allowed first hop."""
     Recorder.location = location
     Recorder.seen.clear()

@@ -41,11 +41,19 @@ def test_a_tool_child_of_a_sigkilled_agent_process_is_killed_and_a_stop_kills_th
     async def main() -> None:
         spawner = ProcessSpawner(state_root, state_root=state_root, target=script_child_main,
                                  log_dir=state_root / "logs")
-        orch = Orchestrator(spawner, swarm_name="t", entry_agent="a", agents=["a"], grace_period_ms=5000,
-                            reconcile_interval_s=0.5)
+        orch = Orchestrator(
+            spawner,
+            swarm_name="t",
+            entry_agent="a",
+            agents=["a"],
+            grace_period_ms=5000,
+            reconcile_interval_s=0.5,
+        )
         async with asyncio.timeout(90), orch:
             ask = orch.request
-            assert response_text(await ask("a", f"job:{tmp_path / 'one'}", timeout_ms=20_000)) == "job"
+            assert (
+                response_text(await ask("a", f"job:{tmp_path / 'one'}", timeout_ms=20_000)) == "job"
+            )
             jobs.append(int((tmp_path / "one").read_text()))
             handle = orch.records[("a", "default")].handle
             assert handle is not None and handle.pid is not None and alive(jobs[0])
@@ -53,11 +61,16 @@ def test_a_tool_child_of_a_sigkilled_agent_process_is_killed_and_a_stop_kills_th
             assert await _gone(jobs[0]), "the job of a SIGKILLed agent process survived it"
             # the respawned process starts another; a graceful restart (the process exits on
             # its own and sweeps its marker) ends it
-            assert response_text(await ask("a", f"job:{tmp_path / 'two'}", timeout_ms=20_000)) == "job"
+            assert (
+                response_text(await ask("a", f"job:{tmp_path / 'two'}", timeout_ms=20_000)) == "job"
+            )
             jobs.append(int((tmp_path / "two").read_text()))
             await orch.restart("a")
             assert await _gone(jobs[1]), "the job survived its agent process's graceful stop"
-            assert response_text(await ask("a", f"job:{tmp_path / 'three'}", timeout_ms=20_000)) == "job"
+            assert (
+                response_text(await ask("a", f"job:{tmp_path / 'three'}", timeout_ms=20_000))
+                == "job"
+            )
             jobs.append(int((tmp_path / "three").read_text()))
         assert await _gone(jobs[2]), "the job survived the swarm's stop"
 

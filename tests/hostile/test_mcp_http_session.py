@@ -39,10 +39,14 @@ def test_a_400_for_an_unknown_session_id_starts_a_new_session() -> None:
             await provider.open(lambda p: None)
             try:
                 assert "web__add" in [t.name for t in await provider.list_tools()]
-                assert await provider.call("web__add", _context(), {"a": 1, "b": 2}) == {"result": 3}
+                assert await provider.call("web__add", _context(), {"a": 1, "b": 2}) == {
+                    "result": 3
+                }
                 transport: Any = (await provider.session()).transport
                 transport.session_id = "forgotten-by-the-server"
-                assert await provider.call("web__add", _context(), {"a": 2, "b": 2}) == {"result": 4}
+                assert await provider.call("web__add", _context(), {"a": 2, "b": 2}) == {
+                    "result": 4
+                }
                 assert transport.session_id not in (None, "forgotten-by-the-server")
                 assert provider.sessions_started == 1  # the same session object, re-initialised
             finally:

@@ -23,13 +23,16 @@ pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc"),
 ]
 
-SERVER = "trap '' TERM; sleep 7781 & echo $! > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 1; done"
+SERVER = (
+    "trap '' TERM; sleep 7781 & echo $! > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 1; done"
+)
 
 
 async def _started(tmp_path: Path) -> tuple[StdioTransport, int, int]:
     pid_file = tmp_path / "child.pid"
     transport = StdioTransport(["sh", "-c", SERVER.format(pid=pid_file)], label="stubborn",
-                               env={"TEST_JOB_TAG": tmp_path.name})  # narrows the sweep to this test
+                               # narrows the sweep to this test
+                               env={"TEST_JOB_TAG": tmp_path.name})
     await transport.start(lambda message: None, lambda reason: None)
     deadline = time.monotonic() + 10
     while not pid_file.exists():

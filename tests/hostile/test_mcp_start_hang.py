@@ -179,7 +179,9 @@ def test_the_start_wait_is_inside_the_step_span() -> None:
     assert steps[0]["latencyMs"] >= START_TIMEOUT_MS
 
 
-def test_a_start_failure_logs_the_server_stderr_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_start_failure_logs_the_server_stderr_at_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     crashing = McpServerSpec(name="boom", package=None, url=None, start_timeout_ms=5000, command=[
         sys.executable, "-c",
         "import sys; print('fatal: no API key in MY_SERVER_KEY', file=sys.stderr); sys.exit(2)"])

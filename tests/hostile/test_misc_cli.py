@@ -35,7 +35,9 @@ def _log_a_failure() -> None:
         logging.getLogger("goondan.runtime.test").debug("turn t-1 failed", exc_info=exc)
 
 
-def test_vv_prints_no_traceback_only_debug_does(boom: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_vv_prints_no_traceback_only_debug_does(
+    boom: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     run(capsys, "-vv", "boom", "--kind", "ok")
     _log_a_failure()
     err = capsys.readouterr().err
@@ -70,14 +72,18 @@ def test_fold_all_skips_a_locked_instance_and_folds_the_rest(
         assert "folded 2 leftover events" in lines["planner:c"]
         code, out, _ = run(capsys, "fold", "--all", "--json")
     rows = {r["instance"]: r for r in json.loads(out)["instances"]}
-    assert rows["planner:b"]["skipped"] is True and rows["planner:b"]["error"]["code"] == "E_INSTANCE_LOCKED"
+    assert (
+        rows["planner:b"]["skipped"] is True
+        and rows["planner:b"]["error"]["code"] == "E_INSTANCE_LOCKED"
+    )
     # Once the holder is gone, the skipped instance folds like the others did.
     code, out, _ = run(capsys, "fold", "--all")
     assert code == 0 and "planner:b (demo-11112222): folded 2 leftover events" in out
 
 
 def test_fold_all_reports_an_io_failure_and_still_folds_the_rest(
-        state_root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    state_root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key in ("a", "b"):
         _leave_interrupted_turn(state_root, key)
     real = store_module.InstanceStore.open_dir.__func__  # type: ignore[attr-defined]

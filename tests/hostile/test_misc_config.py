@@ -30,7 +30,9 @@ spec:
 """
 
 
-def _validate_json(bundle: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+def _validate_json(
+    bundle: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
     """Run ``goondan validate --format json`` in a subprocess (deadline 60 s, failure only)."""
     proc = subprocess.run(
         [sys.executable, "-m", "goondan", *extra, "validate", "--format", "json", str(bundle)],

@@ -97,7 +97,9 @@ def test_retry_resets_the_catalog_and_keeps_metadata() -> None:
     assert ctx.metadata["mine"] == 2 and result.metadata["catalog"] == 1
 
 
-def test_retrystep_outside_step_middleware_is_a_clear_error(tmp_path: Path, state_root: Path) -> None:
+def test_retrystep_outside_step_middleware_is_a_clear_error(
+    tmp_path: Path, state_root: Path
+) -> None:
     source = """
 from goondan.pipeline import RetryStep
 
@@ -107,7 +109,9 @@ async def register(api):
     api.pipeline.register("toolCall", tool_call)
 """
     tool = ("handlers = {'go': lambda ctx, input: 'went'}\n", ["go"])
-    bundle = write_bundle(tmp_path / "b", script=["x"], extensions={"bad": source}, tools={"t": tool})
+    bundle = write_bundle(
+        tmp_path / "b", script=["x"], extensions={"bad": source}, tools={"t": tool}
+    )
     model = ScriptedModel([{"toolCalls": [{"name": "t__go", "args": {}}]}, "done"])
     [result] = _run_turns(bundle, state_root, model, "hi")
     assert result.error is not None and result.error["code"] == "E_PIPELINE_RETRY_MISUSE"
@@ -136,7 +140,9 @@ def test_register_accepts_the_options_form() -> None:
 
 
 # -- errors inside middleware --------------------------------------------------------------------
-def test_middleware_exception_names_the_extension_and_suggests_a_fix(tmp_path: Path, state_root: Path) -> None:
+def test_middleware_exception_names_the_extension_and_suggests_a_fix(
+    tmp_path: Path, state_root: Path
+) -> None:
     source = """
 async def register(api):
     async def turn(ctx):
@@ -196,30 +202,51 @@ def _package(root: Path, name: str, step: int) -> None:
         "spec:\n  entry: ./counter.py\n")
 
 
-def test_two_counter_extensions_from_two_packages_keep_separate_state(tmp_path: Path, state_root: Path) -> None:
+def test_two_counter_extensions_from_two_packages_keep_separate_state(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = tmp_path / "b"
     _package(bundle / "p1", "p1", 1)
     _package(bundle / "p2", "p2", 100)
-    write_bundle(bundle, script=["ok"], loop=True, extensions={"counter": COUNTER.replace("{step}", "10")},
-                 agent_extra="    - ref: {kind: Extension, name: counter, package: p1}\n"
-                             "    - ref: {kind: Extension, name: counter, package: p2}\n")
+    write_bundle(
+        bundle,
+        script=["ok"],
+        loop=True,
+        extensions={"counter": COUNTER.replace("{step}", "10")},
+        agent_extra="    - ref: {kind: Extension, name: counter, package: p1}\n"
+        "    - ref: {kind: Extension, name: counter, package: p2}\n",
+    )
     text = (bundle / "goondan.yaml").read_text().replace(
         "  name: hostile\n", "  name: hostile\nspec:\n  dependencies:\n"
         "    - {name: p1, path: ./p1}\n    - {name: p2, path: ./p2}\n", 1)
     (bundle / "goondan.yaml").write_text(text)
     _run_turns(bundle, state_root, ScriptedModel(["ok"], loop=True), "one", "two")
     ext_dir = next(state_root.rglob("extensions"))
-    states = {p.relative_to(ext_dir).as_posix(): json.loads(p.read_text()) for p in ext_dir.rglob("*.json")}
+    states = {
+        p.relative_to(ext_dir).as_posix(): json.loads(p.read_text())
+        for p in ext_dir.rglob("*.json")
+    }
     assert states == {"counter.json": 20, "p1/counter.json": 2, "p2/counter.json": 200}
 
 
 def test_package_extension_adopts_its_bare_name_state(tmp_path: Path, state_root: Path) -> None:
     bundle = tmp_path / "b"
     _package(bundle / "p1", "p1", 1)
-    write_bundle(bundle, script=["ok"], loop=True,
-                 agent_extra="  extensions:\n    - ref: {kind: Extension, name: counter, package: p1}\n")
-    text = (bundle / "goondan.yaml").read_text().replace(
-        "  name: hostile\n", "  name: hostile\nspec:\n  dependencies:\n    - {name: p1, path: ./p1}\n", 1)
+    write_bundle(
+        bundle,
+        script=["ok"],
+        loop=True,
+        agent_extra="  extensions:\n    - ref: {kind: Extension, name: counter, package: p1}\n",
+    )
+    text = (
+        (bundle / "goondan.yaml")
+        .read_text()
+        .replace(
+            "  name: hostile\n",
+            "  name: hostile\nspec:\n  dependencies:\n    - {name: p1, path: ./p1}\n",
+            1,
+        )
+    )
     (bundle / "goondan.yaml").write_text(text)
     _run_turns(bundle, state_root, ScriptedModel(["ok"], loop=True), "one")
     ext_dir = next(state_root.rglob("extensions"))
@@ -251,7 +278,9 @@ def test_send_does_not_carry_the_call_stack_so_the_target_may_request_back() -> 
         outbox = _Outbox()
         await _api(outbox, "a", AgentEvent(type="m", trace_id="t" * 32)).send("b", "fyi")
         [(target, sent)] = outbox.sent
-        assert target == "b" and CALL_STACK_KEY not in sent.metadata and sent.metadata[HOPS_KEY] == 1
+        assert (
+            target == "b" and CALL_STACK_KEY not in sent.metadata and sent.metadata[HOPS_KEY] == 1
+        )
         # B's turn (started by the send) asks A: legitimate, A is not waiting for anyone.
         answer = await _api(router(), "b", sent).request("a", "question")
         assert answer["response"] == "a:question"
@@ -285,7 +314,12 @@ def test_extension_start_failure_under_run_exits_3(tmp_path: Path, state_root: P
 
     source = "def register(api):\n    raise RuntimeError('cannot start')\n"
     bundle = write_bundle(tmp_path / "b", script=["x"], extensions={"broken": source})
-    proc = subprocess.run([sys.executable, "-m", "goondan", "run", "-b", str(bundle), "--input", "hi"],
-                          capture_output=True, text=True, timeout=120, cwd=bundle)
+    proc = subprocess.run(
+        [sys.executable, "-m", "goondan", "run", "-b", str(bundle), "--input", "hi"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=bundle,
+    )
     assert proc.returncode == 3, proc.stderr
     assert "[E_AGENT_START_FAILED]" in proc.stderr and "Extension 'broken'" in proc.stderr

@@ -26,14 +26,25 @@ handlers = {"wait": wait}
 
 
 def test_repl_exits_after_a_sync_tool_timed_out(tmp_path: Path, state_root: Path) -> None:
-    bundle = write_bundle(tmp_path / "b", script=[{"toolCalls": [{"name": "slow__wait", "args": {}}]}, "after"],
-                          tools={"slow": (STUCK_TOOL, ["wait"])})
+    bundle = write_bundle(
+        tmp_path / "b",
+        script=[{"toolCalls": [{"name": "slow__wait", "args": {}}]}, "after"],
+        tools={"slow": (STUCK_TOOL, ["wait"])},
+    )
     manifest = bundle / "goondan.yaml"
-    manifest.write_text(manifest.read_text().replace("  entry: ./slow.py\n", "  entry: ./slow.py\n  timeoutMs: 200\n"))
+    manifest.write_text(
+        manifest.read_text().replace(
+            "  entry: ./slow.py\n", "  entry: ./slow.py\n  timeoutMs: 200\n"
+        )
+    )
     # Failure-only deadline: before the fix the process never exited (the worker thread was
     # joined at exit); now it exits as soon as the turn is done.
-    proc = subprocess.run([sys.executable, "-m", "goondan", "repl", "-b", str(bundle), "--input", "hi"],
-                          capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(
+        [sys.executable, "-m", "goondan", "repl", "-b", str(bundle), "--input", "hi"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "after"
 
@@ -45,7 +56,14 @@ def test_http_fetch_deadline_is_enforced_on_a_slow_body() -> None:
 
     from goondan.tools import ToolContext, ToolFailure, load_entry_module
 
-    tools = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+    tools = (
+        Path(__file__).resolve().parents[2]
+        / "goondan"
+        / "builtin_packages"
+        / "@goondan"
+        / "base"
+        / "tools"
+    )
     get = load_entry_module(tools / "http_fetch.py").handlers["get"]
     stop = threading.Event()
     listener = socket.create_server(("127.0.0.1", 0))
@@ -54,7 +72,9 @@ def test_http_fetch_deadline_is_enforced_on_a_slow_body() -> None:
         conn, _ = listener.accept()
         with conn:
             conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\nContent-Type: text/plain\r\n\r\n")
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\nContent-Type: text/plain\r\n\r\n"
+            )
             # One byte every 50 ms: each read returns well within the read timeout, so only an
             # overall deadline stops the download (it would take 250 s to finish).
             while not stop.wait(0.05):
@@ -123,7 +143,9 @@ def test_request_to_a_stopped_agent_fails_with_e_agent_unresponsive(
                 with pytest.raises(AgentError) as info:
                     await orch.request("a", "echo:anyone there?")  # no timeout given
                 assert info.value.code == "E_AGENT_UNRESPONSIVE"
-                assert f"pid {handle.pid}" in info.value.message and "kill -CONT" in (info.value.suggestion or "")
+                assert f"pid {handle.pid}" in info.value.message and "kill -CONT" in (
+                    info.value.suggestion or ""
+                )
                 os.kill(handle.pid, signal.SIGCONT)
 
     try:
@@ -160,7 +182,14 @@ def test_file_system_read_refuses_a_fifo_without_blocking(tmp_path: Path) -> Non
 
     from goondan.tools import ToolContext, ToolFailure, load_entry_module
 
-    tools = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+    tools = (
+        Path(__file__).resolve().parents[2]
+        / "goondan"
+        / "builtin_packages"
+        / "@goondan"
+        / "base"
+        / "tools"
+    )
     read = load_entry_module(tools / "file_system.py").handlers["read"]
     os.mkfifo(tmp_path / "pipe")
     ctx = ToolContext("agent", "key", "turn-1", "0" * 32, "call-1", None, tmp_path, config={})
@@ -178,4 +207,8 @@ def test_file_system_read_refuses_a_fifo_without_blocking(tmp_path: Path) -> Non
     caller.join(30)  # failure-only bound: a blocking open() never returns
     assert not caller.is_alive(), "file-system__read blocked on a FIFO"
     [error] = outcome
-    assert isinstance(error, ToolFailure) and error.code == "E_BASE_FS" and "regular file" in error.message
+    assert (
+        isinstance(error, ToolFailure)
+        and error.code == "E_BASE_FS"
+        and "regular file" in error.message
+    )

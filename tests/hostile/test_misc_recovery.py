@@ -28,7 +28,10 @@ def test_orphan_and_duplicate_results_are_dropped_at_load(tmp_path: Path) -> Non
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert [tool_result_ids(m) for m in messages if m.role == "tool"] == [["c1"]]
     repaired = diagnostics["W_WORKSPACE_REPAIRED"]
-    assert repaired.extra["droppedResults"] == 2 and "dropped 2 orphan or duplicate" in repaired.message
+    assert (
+        repaired.extra["droppedResults"] == 2
+        and "dropped 2 orphan or duplicate" in repaired.message
+    )
     # Healed on disk: the next open has nothing to repair.
     with InstanceStore.open(tmp_path, "ws", "a", "k", fsync=False) as store:
         store.load()

@@ -19,12 +19,20 @@ async def register(api):
 
 
 def _repl(bundle: Path, text: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "goondan", "repl", "-b", str(bundle), "--input", text],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "goondan", "repl", "-b", str(bundle), "--input", text],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-def test_state_save_failure_after_commit_exits_0_with_a_warning(tmp_path: Path, state_root: Path) -> None:
-    bundle = write_bundle(tmp_path / "b", script=["done"], extensions={"counter": COUNTER}, loop=True)
+def test_state_save_failure_after_commit_exits_0_with_a_warning(
+    tmp_path: Path, state_root: Path
+) -> None:
+    bundle = write_bundle(
+        tmp_path / "b", script=["done"], extensions={"counter": COUNTER}, loop=True
+    )
     first = _repl(bundle, "hi")
     assert first.returncode == 0, first.stderr
     [state_file] = state_root.rglob("extensions/*.json")

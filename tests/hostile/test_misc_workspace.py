@@ -59,7 +59,9 @@ def test_instance_open_failure_is_workspace_io_and_frees_the_lock(
         store.load()
 
 
-def test_lock_acquire_closes_fd_on_a_disk_full_pid_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lock_acquire_closes_fd_on_a_disk_full_pid_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lock = InstanceLock(tmp_path / ".lock", label="a:k")
     monkeypatch.setattr(locks_module, "write_all", _enospc)
     before = _open_fds()
@@ -71,5 +73,7 @@ def test_lock_acquire_closes_fd_on_a_disk_full_pid_write(tmp_path: Path, monkeyp
 
 
 def test_io_error_mapping_is_not_internal() -> None:
-    err = files_module.io_error(OSError(errno.ENOSPC, "No space left on device"), Path("/x"), "write")
+    err = files_module.io_error(
+        OSError(errno.ENOSPC, "No space left on device"), Path("/x"), "write"
+    )
     assert err.code == "E_WORKSPACE_IO"

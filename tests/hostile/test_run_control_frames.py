@@ -31,8 +31,16 @@ def goondan(state_root: Path, *args: str, input: str | None = None, cwd: Path = 
             python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, *python_flags, "-m", "goondan", "--state-root", str(state_root), *args],
-                          capture_output=True, text=True, timeout=120, cwd=cwd, input=input, check=False, env=env)
+    return subprocess.run(
+        [sys.executable, *python_flags, "-m", "goondan", "--state-root", str(state_root), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        input=input,
+        check=False,
+        env=env,
+    )
 
 
 def test_the_documented_bound_is_the_one_in_force() -> None:
@@ -42,7 +50,9 @@ def test_the_documented_bound_is_the_one_in_force() -> None:
 
 
 def _stored_text(state_root: Path) -> str:
-    return "".join(p.read_text(encoding="utf-8") for p in (state_root / "workspaces").rglob("*.jsonl"))
+    return "".join(
+        p.read_text(encoding="utf-8") for p in (state_root / "workspaces").rglob("*.jsonl")
+    )
 
 
 def test_send_carries_messages_of_100_kib_and_1_mib_and_refuses_above_the_bound(
@@ -74,7 +84,9 @@ def test_send_carries_messages_of_100_kib_and_1_mib_and_refuses_above_the_bound(
         assert active is not None and active.control_socket
         with socket.socket(socket.AF_UNIX) as raw:
             raw.connect(active.control_socket)
-            raw.sendall(b'{"command": "request", "input": "' + b"y" * (MAX_CONTROL_BYTES + 10) + b'"}\n')
+            raw.sendall(
+                b'{"command": "request", "input": "' + b"y" * (MAX_CONTROL_BYTES + 10) + b'"}\n'
+            )
             reply = raw.makefile("rb").readline()
         assert json.loads(reply)["code"] == "E_RUN_MESSAGE_TOO_LARGE"
         again = goondan(state_root, "send", "--bundle", str(bundle), "still there?")
@@ -83,18 +95,26 @@ def test_send_carries_messages_of_100_kib_and_1_mib_and_refuses_above_the_bound(
         assert goondan(state_root, "stop", "--bundle", str(bundle)).returncode == 0
 
 
-def test_detach_in_a_directory_with_a_goondan_py_does_not_import_it(tmp_path: Path, state_root: Path) -> None:
+def test_detach_in_a_directory_with_a_goondan_py_does_not_import_it(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = write_bundle(tmp_path / "bundle", script=[{"text": "ok"}], loop=True)
     here = tmp_path / "here"
     here.mkdir()
     marker = tmp_path / "imported"
-    (here / "goondan.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('shadowed')\n")
-    # -P: this process itself must not import ./goondan.py (as the `goondan` console script would not)
+    (here / "goondan.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit('shadowed')\n"
+    )
+    # -P: this process itself must not import ./goondan.py (as the `goondan` console script would
+    # not)
     started = goondan(state_root, "run", str(bundle), "--detach", cwd=here, python_flags=("-P",))
     try:
         assert started.returncode == 0, started.stderr
-        answer = goondan(state_root, "send", "--bundle", str(bundle), "hi", cwd=here, python_flags=("-P",))
-        assert answer.returncode == 0 and answer.stdout.strip() == "ok", answer.stderr  # an agent process ran
+        answer = goondan(
+            state_root, "send", "--bundle", str(bundle), "hi", cwd=here, python_flags=("-P",)
+        )
+        # an agent process ran
+        assert answer.returncode == 0 and answer.stdout.strip() == "ok", answer.stderr
         assert not marker.exists(), "a goondan.py of the current directory was imported"
     finally:
         goondan(state_root, "stop", "--bundle", str(bundle))

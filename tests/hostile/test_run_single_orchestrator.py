@@ -30,8 +30,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 def goondan(state_root: Path, *args: str, input: str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, input=input, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        input=input,
+        check=False,
+    )
 
 
 def orchestrators(state_root: Path) -> set[int]:
@@ -63,9 +70,12 @@ def bundle(tmp_path: Path) -> Path:
     return write_bundle(tmp_path / "bundle", script=[{"text": "ok"}], loop=True)
 
 
-@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="counts processes through /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/cmdline").exists(), reason="counts processes through /proc"
+)
 @pytest.mark.soak
-@pytest.mark.timeout(1200)  # 20 trials under make soak, each a few seconds (several times that on a loaded machine)
+# 20 trials under make soak, each a few seconds (several times that on a loaded machine)
+@pytest.mark.timeout(1200)
 def test_three_concurrent_runs_of_one_bundle_leave_exactly_one_orchestrator(
     bundle: Path, state_root: Path,
 ) -> None:
@@ -73,11 +83,17 @@ def test_three_concurrent_runs_of_one_bundle_leave_exactly_one_orchestrator(
     for trial in range(count):
         argv = [sys.executable, "-m", "goondan", "--state-root", str(state_root), "--json", "run",
                 str(bundle), "--detach"]
-        runs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-                for _ in range(3)]
+        runs = [
+            subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+            )
+            for _ in range(3)
+        ]
         try:
             outputs = [run.communicate(timeout=120) for run in runs]
-            outcomes = [(run.returncode, out, err) for run, (out, err) in zip(runs, outputs, strict=True)]
+            outcomes = [
+                (run.returncode, out, err) for run, (out, err) in zip(runs, outputs, strict=True)
+            ]
             assert all(code == 0 for code, _, _ in outcomes), outcomes
             pids = {json.loads(out)["pid"] for _, out, _ in outcomes}
             assert len(pids) == 1, f"trial {trial}: three runs reported {pids}"
@@ -95,23 +111,42 @@ def test_three_concurrent_runs_of_one_bundle_leave_exactly_one_orchestrator(
 
 @pytest.mark.soak
 @pytest.mark.timeout(1200)
-def test_three_concurrent_run_inputs_of_one_bundle_are_all_answered(bundle: Path, state_root: Path) -> None:
+def test_three_concurrent_run_inputs_of_one_bundle_are_all_answered(
+    bundle: Path, state_root: Path
+) -> None:
     # One takes the lock and runs the swarm, the others attach; one that attached after the
     # owner began to stop (its answer given) starts the swarm again itself.
     count = trials(1, 20)
     for trial in range(count):
-        argv = [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", str(bundle),
-                "--input", f"hi {trial}"]
-        runs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-                for _ in range(3)]
+        argv = [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            str(bundle),
+            "--input",
+            f"hi {trial}",
+        ]
+        runs = [
+            subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+            )
+            for _ in range(3)
+        ]
         outputs = [run.communicate(timeout=120) for run in runs]
-        outcomes = [(run.returncode, out, err) for run, (out, err) in zip(runs, outputs, strict=True)]
+        outcomes = [
+            (run.returncode, out, err) for run, (out, err) in zip(runs, outputs, strict=True)
+        ]
         assert [(code, out.strip()) for code, out, _ in outcomes] == [(0, "ok")] * 3, outcomes
         assert orchestrators(state_root) == set()  # the owner stopped the swarm when it was done
     print(f"\n{count} trials of three concurrent `goondan run --input`: all answered")
 
 
-def test_run_input_and_piped_lines_attach_to_the_running_swarm(bundle: Path, state_root: Path) -> None:
+def test_run_input_and_piped_lines_attach_to_the_running_swarm(
+    bundle: Path, state_root: Path
+) -> None:
     started = goondan(state_root, "--json", "run", str(bundle), "--detach")
     assert started.returncode == 0, started.stderr
     pid = json.loads(started.stdout)["pid"]
@@ -127,7 +162,8 @@ def test_run_input_and_piped_lines_attach_to_the_running_swarm(bundle: Path, sta
         status = json.loads(goondan(state_root, "status", "--json", "--bundle", str(bundle)).stdout)
         (swarm,) = status["swarms"]
         assert swarm["pid"] == pid
-        assert {p["process"] for p in swarm["processes"]} == {"a.default"}  # the Swarm's instanceKey: the CLI's conversation
+        # the Swarm's instanceKey: the CLI's conversation
+        assert {p["process"] for p in swarm["processes"]} == {"a.default"}
     finally:
         assert goondan(state_root, "stop", "--bundle", str(bundle)).returncode == 0
 
@@ -136,9 +172,12 @@ def _start_time(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process start times come from /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="process start times come from /proc"
+)
 def test_stale_record_naming_an_unrelated_process_is_neither_stopped_nor_blocking(
-    bundle: Path, state_root: Path,
+    bundle: Path,
+    state_root: Path,
 ) -> None:
     # An orchestrator was SIGKILLed and its pid reused by an unrelated process (a sleep here):
     # its runtime record still names that pid, with the dead orchestrator's start time.
@@ -146,10 +185,21 @@ def test_stale_record_naming_an_unrelated_process_is_neither_stopped_nor_blockin
     try:
         key, _ = bundle_runtime_key(bundle, None, state_root)
         runtime = state_root / "runtime"
-        record = {"instanceKey": "hostile", "runtimeKey": key, "bundlePath": str(bundle / "goondan.yaml"),
-                  "swarm": "default", "pid": sleeper.pid, "pidStart": _start_time(sleeper.pid) - 1,
-                  "token": "orch-dead", "startedAt": "2026-01-01T00:00:00Z", "watch": False, "logs": [],
-                  "controlSocket": str(runtime / "control" / f"{key}.sock"), "statusFile": None, "logDir": None}
+        record = {
+            "instanceKey": "hostile",
+            "runtimeKey": key,
+            "bundlePath": str(bundle / "goondan.yaml"),
+            "swarm": "default",
+            "pid": sleeper.pid,
+            "pidStart": _start_time(sleeper.pid) - 1,
+            "token": "orch-dead",
+            "startedAt": "2026-01-01T00:00:00Z",
+            "watch": False,
+            "logs": [],
+            "controlSocket": str(runtime / "control" / f"{key}.sock"),
+            "statusFile": None,
+            "logDir": None,
+        }
         (runtime / "orchestrators").mkdir(parents=True)
         for path in (runtime / "orchestrators" / f"{key}.json", runtime / "active.json"):
             path.write_text(json.dumps(record))
@@ -172,7 +222,8 @@ def test_stale_record_naming_an_unrelated_process_is_neither_stopped_nor_blockin
 
 
 def test_attached_input_is_routed_by_the_running_swarms_cli_connection(state_root: Path) -> None:
-    smoke = REPO / "tests" / "fixtures" / "connectors" / "cli-smoke"  # route.instanceKey "smoke-test"
+    # route.instanceKey "smoke-test"
+    smoke = REPO / "tests" / "fixtures" / "connectors" / "cli-smoke"
     started = goondan(state_root, "run", str(smoke), "--detach")
     assert started.returncode == 0, started.stderr
     try:
@@ -180,6 +231,8 @@ def test_attached_input_is_routed_by_the_running_swarms_cli_connection(state_roo
         assert attached.returncode == 0, attached.stderr
         assert attached.stdout.strip() == "hello from smoke-test"  # the model saw connection_name
         inbox = next(state_root.glob("workspaces/*/connections/default/cli-in/inbox.jsonl"))
-        assert {json.loads(line)["instanceKey"] for line in inbox.read_text().splitlines()} == {"smoke-test"}
+        assert {json.loads(line)["instanceKey"] for line in inbox.read_text().splitlines()} == {
+            "smoke-test"
+        }
     finally:
         assert goondan(state_root, "stop", "--bundle", str(smoke)).returncode == 0

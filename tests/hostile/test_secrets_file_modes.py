@@ -54,7 +54,9 @@ def test_every_state_file_is_0600_and_every_directory_0700(
     assert not too_open, "\n".join(too_open)
 
 
-def test_an_instance_written_by_an_older_version_is_made_private_when_opened(tmp_path: Path) -> None:
+def test_an_instance_written_by_an_older_version_is_made_private_when_opened(
+    tmp_path: Path,
+) -> None:
     from goondan.workspace.store import InstanceStore
 
     with InstanceStore.open(tmp_path, "ws-1", "main", "k") as store:

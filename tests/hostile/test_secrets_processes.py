@@ -94,7 +94,9 @@ def _bundle(tmp_path: Path) -> Path:
     bundle = tmp_path / "bundle"
     (bundle / "work").mkdir(parents=True)
     (bundle / "goondan.yaml").write_text(BUNDLE, encoding="utf-8")
-    (bundle / ".env").write_text(f"MAIN_MODEL_KEY={MAIN_KEY}\nOTHER_MODEL_KEY={OTHER_KEY}\n", encoding="utf-8")
+    (bundle / ".env").write_text(
+        f"MAIN_MODEL_KEY={MAIN_KEY}\nOTHER_MODEL_KEY={OTHER_KEY}\n", encoding="utf-8"
+    )
     return bundle
 
 
@@ -141,7 +143,9 @@ def test_another_models_key_and_a_key_in_the_reply_are_masked(
 
 
 @pytest.mark.e2e
-def test_an_mcp_tool_in_one_agent_cannot_show_another_models_key(tmp_path: Path, state_root: Path) -> None:
+def test_an_mcp_tool_in_one_agent_cannot_show_another_models_key(
+    tmp_path: Path, state_root: Path
+) -> None:
     require_sdk()
     bundle = _mcp_bundle(tmp_path)
     result = run_cli("run", "-b", str(bundle), "--input", "go", env=_env())
@@ -153,9 +157,13 @@ def test_an_mcp_tool_in_one_agent_cannot_show_another_models_key(tmp_path: Path,
 
 
 @pytest.mark.e2e
-def test_inspect_from_another_directory_masks_the_recorded_secrets(tmp_path: Path, state_root: Path) -> None:
+def test_inspect_from_another_directory_masks_the_recorded_secrets(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = _bundle(tmp_path)
-    first = run_cli("repl", "-b", str(bundle), "--input", f"remember {OTHER_KEY} and {MAIN_KEY}", env=_env())
+    first = run_cli(
+        "repl", "-b", str(bundle), "--input", f"remember {OTHER_KEY} and {MAIN_KEY}", env=_env()
+    )
     assert first.returncode == 0, first.stderr.decode(errors="replace")
     assert OTHER_KEY in _stored(state_root)  # the user's own message is stored as typed
     record = next(state_root.glob("workspaces/*/workspace.json"))
@@ -184,15 +192,29 @@ def test_the_bundles_secrets_are_every_key_secret_and_header_but_no_setting() ->
         return SimpleNamespace(kind=kind, spec=spec)
 
     env_ref = {"valueFrom": {"env": "SRC_TOKEN"}}
-    bundle = SimpleNamespace(resources=[
-        res("Model", {"provider": "anthropic"}),
-        res("Model", {"provider": "openai", "apiKey": {"valueFrom": {"env": "SRC_OPENAI"}}}),
-        res("Connection", {"secrets": {"BOT_TOKEN": {"valueFrom": {"secretRef": {"ref": "Secret/bot"}}}},
-                           "config": {"PORT": {"valueFrom": {"env": "SRC_PORT"}}},
-                           "verify": {"webhook": {"signingSecret": {"value": "literal-signing-secret"}}}}),
-        res("Tool", {"mcp": {"env": {"LEVEL": {"value": "verbose-level"}, "TOKEN": env_ref},
-                             "headers": {"Authorization": {"value": "Bearer literal-header-token"}}}}),
-    ])
+    bundle = SimpleNamespace(
+        resources=[
+            res("Model", {"provider": "anthropic"}),
+            res("Model", {"provider": "openai", "apiKey": {"valueFrom": {"env": "SRC_OPENAI"}}}),
+            res(
+                "Connection",
+                {
+                    "secrets": {"BOT_TOKEN": {"valueFrom": {"secretRef": {"ref": "Secret/bot"}}}},
+                    "config": {"PORT": {"valueFrom": {"env": "SRC_PORT"}}},
+                    "verify": {"webhook": {"signingSecret": {"value": "literal-signing-secret"}}},
+                },
+            ),
+            res(
+                "Tool",
+                {
+                    "mcp": {
+                        "env": {"LEVEL": {"value": "verbose-level"}, "TOKEN": env_ref},
+                        "headers": {"Authorization": {"value": "Bearer literal-header-token"}},
+                    }
+                },
+            ),
+        ]
+    )
     env = {"ANTHROPIC_API_KEY": "sk-ant-default-variable-key", "SRC_OPENAI": "sk-openai-named-key",
            "GOONDAN_SECRET_BOT_BOT_TOKEN": "bot-token-from-secret-ref", "SRC_PORT": "18080",
            "SRC_TOKEN": "mcp-env-token-value"}
@@ -203,19 +225,26 @@ def test_the_bundles_secrets_are_every_key_secret_and_header_but_no_setting() ->
     assert not is_secret("18080") and not is_secret("verbose-level")
     names = secret_env_names(bundle)
     assert names[:2] == ["ANTHROPIC_API_KEY", "SRC_OPENAI"]
-    assert "GOONDAN_SECRET_BOT_BOT_TOKEN" in names and "SRC_TOKEN" in names and "SRC_PORT" not in names
+    assert (
+        "GOONDAN_SECRET_BOT_BOT_TOKEN" in names and "SRC_TOKEN" in names and "SRC_PORT" not in names
+    )
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_send_masks_a_key_in_the_answer_of_a_running_swarm(tmp_path: Path, state_root: Path) -> None:
+def test_send_masks_a_key_in_the_answer_of_a_running_swarm(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = _bundle(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     started = run_cli("run", "--detach", "-b", str(bundle), env=_env(), cwd=elsewhere)
     assert started.returncode == 0, started.stderr.decode(errors="replace")
     try:
-        for args in (["send", "-b", str(bundle), "go"], ["send", "-b", str(bundle), "-k", "other", "--json", "go"]):
+        for args in (
+            ["send", "-b", str(bundle), "go"],
+            ["send", "-b", str(bundle), "-k", "other", "--json", "go"],
+        ):
             answer = run_cli(*args, env=_env(), cwd=elsewhere)
             shown = answer.stdout.decode(errors="replace") + answer.stderr.decode(errors="replace")
             assert answer.returncode == 0, shown

@@ -22,7 +22,14 @@ from goondan.tools.output import finalize_output
 from tests.support.aio import run
 from tests.support.loopback import loopback_server, url_of
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 fs = load_entry_module(TOOLS / "file_system.py").handlers
 bash = load_entry_module(TOOLS / "bash.py").handlers
 http_fetch = load_entry_module(TOOLS / "http_fetch.py").handlers
@@ -81,7 +88,11 @@ class _KeyPage(BaseHTTPRequestHandler):
 
 def test_an_http_body_cut_inside_the_key_keeps_none_of_it(tmp_path: Path) -> None:
     with loopback_server(_KeyPage) as server:
-        out = run(http_fetch["get"](_ctx(tmp_path), {"url": f"{url_of(server)}/", "maxBytes": len("token=") + 20}))
+        out = run(
+            http_fetch["get"](
+                _ctx(tmp_path), {"url": f"{url_of(server)}/", "maxBytes": len("token=") + 20}
+            )
+        )
     assert out["truncated"] is True and out["body"] == f"token={MASK}"
 
 

@@ -23,7 +23,14 @@ from goondan.tools.processes import AGENT_PROCESS_ENV, stop_group, sweep
 from tests.support.aio import run
 from tests.support.process_tree import alive
 
-TOOLS = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools"
+TOOLS = (
+    Path(__file__).resolve().parents[2]
+    / "goondan"
+    / "builtin_packages"
+    / "@goondan"
+    / "base"
+    / "tools"
+)
 handlers = load_entry_module(TOOLS / "bash.py").handlers
 
 pytestmark = [
@@ -47,7 +54,9 @@ def _exec(workdir: Path, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def test_a_background_job_of_a_command_that_exits_normally_is_stopped_with_the_call(tmp_path: Path) -> None:
+def test_a_background_job_of_a_command_that_exits_normally_is_stopped_with_the_call(
+    tmp_path: Path,
+) -> None:
     result = _exec(tmp_path, {"command": "sleep 7771 >/dev/null 2>&1 & echo $!"})
     assert result["exitCode"] == 0 and not result["timedOut"]
     pid = int(result["stdout"].strip())
@@ -55,12 +64,16 @@ def test_a_background_job_of_a_command_that_exits_normally_is_stopped_with_the_c
 
 
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
-    result = _exec(tmp_path, {"command": "sh -c 'trap \"\" TERM; exec sleep 7772' >/dev/null 2>&1 & echo $!"})
+    result = _exec(
+        tmp_path, {"command": "sh -c 'trap \"\" TERM; exec sleep 7772' >/dev/null 2>&1 & echo $!"}
+    )
     pid = int(result["stdout"].strip())
     assert _gone_soon(pid), "a SIGTERM-ignoring job survived the call"
 
 
-def test_a_job_that_left_the_group_with_setsid_is_stopped_through_the_call_marker(tmp_path: Path) -> None:
+def test_a_job_that_left_the_group_with_setsid_is_stopped_through_the_call_marker(
+    tmp_path: Path,
+) -> None:
     result = _exec(tmp_path, {"command": "setsid sleep 7773 >/dev/null 2>&1 < /dev/null & echo $!"})
     pid = int(result["stdout"].strip())
     assert _gone_soon(pid), "a setsid job survived the call"
@@ -68,8 +81,10 @@ def test_a_job_that_left_the_group_with_setsid_is_stopped_through_the_call_marke
 
 def test_keep_background_keeps_the_job_until_its_agent_process_sweeps_it(tmp_path: Path) -> None:
     tag = {"TEST_JOB_TAG": tmp_path.name}  # narrows the sweep to this test's job
-    result = _exec(tmp_path, {"command": "sleep 7774 >/dev/null 2>&1 & echo $!", "keepBackground": True,
-                              "env": tag})
+    result = _exec(
+        tmp_path,
+        {"command": "sleep 7774 >/dev/null 2>&1 & echo $!", "keepBackground": True, "env": tag},
+    )
     pid = int(result["stdout"].strip())
     try:
         assert alive(pid), "keepBackground did not keep the job"

@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180),
 BASH = "  tools:\n    - ref: {kind: Tool, name: bash, package: \"@goondan/base\"}\n"
 
 
-def test_background_jobs_of_bash_exec_do_not_outlive_the_call_or_the_run(tmp_path: Path, state_root: Path) -> None:
+def test_background_jobs_of_bash_exec_do_not_outlive_the_call_or_the_run(
+    tmp_path: Path, state_root: Path
+) -> None:
     watch = ProcessWatch()
     with FakeProvider() as fake:
         fake.enqueue(
@@ -36,9 +38,23 @@ def test_background_jobs_of_bash_exec_do_not_outlive_the_call_or_the_run(tmp_pat
         )
         bundle = base_bundle(tmp_path / "bundle", fake.base_url("openai"), {"assistant": BASH}, "")
         result = subprocess.run(
-            [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle),
-             "--input", "start the jobs"],
-            cwd=REPO, capture_output=True, text=True, timeout=150, check=False,
+            [
+                sys.executable,
+                "-m",
+                "goondan",
+                "--state-root",
+                str(state_root),
+                "run",
+                "--bundle",
+                str(bundle),
+                "--input",
+                "start the jobs",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=150,
+            check=False,
             env={**os.environ, FAKE_KEY_ENV: FAKE_KEY},
         )
         assert result.returncode == 0, result.stderr

@@ -134,7 +134,9 @@ def test_retry_after_is_capped_and_backoff_doubles_without_it(
     assert sleeps.delays == [5.0, 0.2, 0.4]  # capped Retry-After, then 0.1 * 2**n (jitter 1.0)
 
 
-def test_the_last_answer_is_returned_when_retries_run_out(server: Server, pool: urllib3.PoolManager) -> None:
+def test_the_last_answer_is_returned_when_retries_run_out(
+    server: Server, pool: urllib3.PoolManager
+) -> None:
     server.actions.extend([answer(503), answer(503), answer(503), answer(200)])
     response = http.send(pool, "GET", server.url, policy=policy(), timeout=QUICK, sleep=Sleeps())
     assert response.status == 503 and len(server.requests) == 3
@@ -160,16 +162,22 @@ def test_a_post_is_not_resent_after_a_503_unless_the_policy_allows_it(
     assert response.status == 200 and len(server.requests) == 3
 
 
-def test_a_post_cut_off_without_an_answer_is_not_resent(server: Server, pool: urllib3.PoolManager) -> None:
+def test_a_post_cut_off_without_an_answer_is_not_resent(
+    server: Server, pool: urllib3.PoolManager
+) -> None:
     server.actions.extend([close_at_once, answer(200)])
     with pytest.raises(urllib3.exceptions.HTTPError) as caught:
-        http.send(pool, "POST", server.url, body=b"{}", policy=policy(), timeout=QUICK, sleep=Sleeps())
+        http.send(
+            pool, "POST", server.url, body=b"{}", policy=policy(), timeout=QUICK, sleep=Sleeps()
+        )
     failure = http.failure_of(caught.value)
     assert failure is not None and failure.kind == failures.CONNECTION and failure.sent
     assert len(server.requests) == 1
 
 
-def test_a_get_cut_off_without_an_answer_is_resent(server: Server, pool: urllib3.PoolManager) -> None:
+def test_a_get_cut_off_without_an_answer_is_resent(
+    server: Server, pool: urllib3.PoolManager
+) -> None:
     server.actions.extend([close_at_once, answer(200, b"second")])
     response = http.send(pool, "GET", server.url, policy=policy(), timeout=QUICK, sleep=Sleeps())
     assert response.data == b"second" and len(server.requests) == 2
@@ -230,8 +238,12 @@ def test_reasons_carry_no_connection_repr_no_url_and_no_secret() -> None:
     assert failure is not None and failure.kind == failures.CONNECTION
     assert "HTTPConnection(" not in failure.reason and secret not in failure.reason
     connection = urllib3.HTTPConnectionPool("127.0.0.1", 1)
-    timed_out = urllib3.exceptions.ReadTimeoutError(connection, "/bot123:SECRET/x", "Read timed out.")
-    wrapped = urllib3.exceptions.MaxRetryError(connection, "/bot123:SECRET/getUpdates", reason=timed_out)
+    timed_out = urllib3.exceptions.ReadTimeoutError(
+        connection, "/bot123:SECRET/x", "Read timed out."
+    )
+    wrapped = urllib3.exceptions.MaxRetryError(
+        connection, "/bot123:SECRET/getUpdates", reason=timed_out
+    )
     assert http.failure_of(wrapped) == failures.Failure(failures.READ_TIMEOUT, "Read timed out.")
     assert http.safe_origin("https://api.example.test:8443/bot123:SECRET/x?key=1") == \
         "https://api.example.test:8443"
@@ -262,7 +274,9 @@ def test_an_abort_unblocks_a_read_at_once(server: Server) -> None:
     def request() -> None:
         with http.abortable(handle):
             try:
-                outcome.append(manager.request("GET", server.url, timeout=http.timeout(20.0)).status)
+                outcome.append(
+                    manager.request("GET", server.url, timeout=http.timeout(20.0)).status
+                )
             except Exception as exc:
                 outcome.append(exc)
 

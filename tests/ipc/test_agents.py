@@ -30,7 +30,11 @@ class Echo:
         self.seen.append(event)
         if event.input == "wait":
             await asyncio.sleep(1)
-        return TurnResult(new_id("turn"), "text_response", response_message=Message.assistant(f"{self.agent}:{event.input}"))
+        return TurnResult(
+            new_id("turn"),
+            "text_response",
+            response_message=Message.assistant(f"{self.agent}:{event.input}"),
+        )
 
 
 def router() -> InProcessAgentRouter:
@@ -38,8 +42,12 @@ def router() -> InProcessAgentRouter:
 
 
 def api(r: InProcessAgentRouter, stack: list[str] | None = None, **kw: Any) -> AgentCallApi:
-    inbound = AgentEvent(type="m", metadata={CALL_STACK_KEY: stack} if stack else {}, trace_id="t" * 32,
-                         auth={"principal": {"id": "u"}})
+    inbound = AgentEvent(
+        type="m",
+        metadata={CALL_STACK_KEY: stack} if stack else {},
+        trace_id="t" * 32,
+        auth={"principal": {"id": "u"}},
+    )
     return AgentCallApi(r, CATALOG, agent_name="a", instance_key="k", input_event=inbound,
                         turn_id="turn-1", trace_id="t" * 32, span_id="s" * 16, **kw)
 
@@ -54,7 +62,9 @@ def test_request_builds_the_event_and_returns_the_answer() -> None:
         assert event.auth == {"principal": {"id": "u"}}
         assert event.metadata[CALL_STACK_KEY] == ["a@k"]
         assert event.parent_span_id == "s" * 16 and event.reply_to is not None
-        assert event.id.startswith("agent_event_") and event.reply_to.correlation_id.startswith("corr_")
+        assert event.id.startswith("agent_event_") and event.reply_to.correlation_id.startswith(
+            "corr_"
+        )
         assert (await api(r).send("c", "note"))["accepted"] is True
         assert (await api(r).catalog())["callableAgents"] == ["b", "c"]
 
@@ -116,7 +126,15 @@ def test_spawn_and_list() -> None:
 
 
 def _agents_tool() -> Any:
-    path = Path(__file__).resolve().parents[2] / "goondan" / "builtin_packages" / "@goondan" / "base" / "tools" / "agents.py"
+    path = (
+        Path(__file__).resolve().parents[2]
+        / "goondan"
+        / "builtin_packages"
+        / "@goondan"
+        / "base"
+        / "tools"
+        / "agents.py"
+    )
     spec = importlib.util.spec_from_file_location("base_agents_tool", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -141,7 +159,12 @@ def test_agents_tool_maps_failures_to_codes() -> None:
         assert info.value.code == "E_AGENT_CYCLE"
         ctx.runtime = api(router())
         out = await tool.handlers["request"](ctx, {"target": "b", "input": "x"})
-        assert out["response"] == "b:x" and set(out) == {"target", "eventId", "correlationId", "response"}
+        assert out["response"] == "b:x" and set(out) == {
+            "target",
+            "eventId",
+            "correlationId",
+            "response",
+        }
         assert (await tool.handlers["send"](ctx, {"target": "c"}))["accepted"] is True
         assert (await tool.handlers["catalog"](ctx, {}))["selfAgent"] == "a"
         with pytest.raises(ToolFailure):

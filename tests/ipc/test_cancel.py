@@ -50,7 +50,9 @@ def test_cancel_running_turn_answers_cancelled_and_the_queue_goes_on(tmp_path: P
             blocked = asyncio.ensure_future(orch.request("a", event, timeout_ms=30_000))
             await orch.wait_until(lambda: (tmp_path / "gate.started").exists(), timeout=30)
             behind = asyncio.ensure_future(ask(orch, "a", "echo:behind"))
-            await orch.wait_until(lambda: len(orch.records[("a", "default")].queue) == 1, timeout=30)
+            await orch.wait_until(
+                lambda: len(orch.records[("a", "default")].queue) == 1, timeout=30
+            )
             assert await orch.cancel("a", event.id) is True
             answer = await blocked
             assert _error_code(answer) == "E_TURN_CANCELLED"
@@ -90,7 +92,9 @@ def test_cancel_of_a_queued_event_drops_it(tmp_path: Path) -> None:
             await orch.wait_until(lambda: (tmp_path / "gate.started").exists(), timeout=30)
             event = AgentEvent(type="message", input="echo:dropped", instance_key="default")
             queued = asyncio.ensure_future(orch.request("a", event, timeout_ms=30_000))
-            await orch.wait_until(lambda: len(orch.records[("a", "default")].queue) == 1, timeout=30)
+            await orch.wait_until(
+                lambda: len(orch.records[("a", "default")].queue) == 1, timeout=30
+            )
             assert await orch.cancel("a", event.id) is True
             assert _error_code(await queued) == "E_TURN_CANCELLED"
             gate.write_text("go")
@@ -107,7 +111,9 @@ def test_cancel_propagates_to_the_turns_nested_requests(tmp_path: Path) -> None:
         orch, _ = make()
         async with orch:
             gate = tmp_path / "gate"
-            event = AgentEvent(type="message", input=f"ask:b:ask:c:block:{gate}:never", instance_key="default")
+            event = AgentEvent(
+                type="message", input=f"ask:b:ask:c:block:{gate}:never", instance_key="default"
+            )
             top = asyncio.ensure_future(orch.request("a", event, timeout_ms=30_000))
             await orch.wait_until(lambda: (tmp_path / "gate.started").exists(), timeout=30)
             assert await orch.cancel("a", event.id) is True
@@ -146,10 +152,17 @@ def test_cancel_of_a_real_agent_turn_repairs_and_folds(
         monkeypatch.setenv(FAKE_KEY_ENV, "sk-cancel-test")
 
         async def worker(request: SpawnRequest, transport: Transport) -> int:
-            agent = AgentWorker(transport, agent_name=request.agent_name, instance_key=request.instance_key)
+            agent = AgentWorker(
+                transport, agent_name=request.agent_name, instance_key=request.instance_key
+            )
             args = argparse.Namespace(
-                bundle_dir=str(bundle), agent_name=request.agent_name, instance_key=request.instance_key,
-                state_root=str(state_root), swarm=None, workdir=None, max_depth=None,
+                bundle_dir=str(bundle),
+                agent_name=request.agent_name,
+                instance_key=request.instance_key,
+                state_root=str(state_root),
+                swarm=None,
+                workdir=None,
+                max_depth=None,
             )
             return await agent.serve(await build_agent_instance(args, agent))
 

@@ -57,10 +57,19 @@ def test_every_control_kind_survives_the_wire(control: Control) -> None:
 
 
 def test_the_wire_form_keeps_camel_case_metadata() -> None:
-    event = TurnFinished("evt_1", "error", ok=False, cancelled=True).to_event(sender="a", instance_key="k")
+    event = TurnFinished("evt_1", "error", ok=False, cancelled=True).to_event(
+        sender="a", instance_key="k"
+    )
     assert event.type == "runtime.turnFinished"
-    assert event.metadata == {"eventId": "evt_1", "finishReason": "error", "ok": False, "cancelled": True}
-    query = SpawnQuery("corr_9", target="b", target_instance_key="k").to_event(sender="a", instance_key="k")
+    assert event.metadata == {
+        "eventId": "evt_1",
+        "finishReason": "error",
+        "ok": False,
+        "cancelled": True,
+    }
+    query = SpawnQuery("corr_9", target="b", target_instance_key="k").to_event(
+        sender="a", instance_key="k"
+    )
     assert query.reply_to == ReplyChannel("a", "corr_9")
     assert query.metadata == {"target": "b", "targetInstanceKey": "k"}
     assert set(CONTROL_TYPES) >= {"ready", "turnStarted", "turnFinished", "startError", "delta",
@@ -107,7 +116,10 @@ def test_the_request_matcher_pairs_answers_once() -> None:
 
 def test_the_instance_queue_sends_one_event_at_a_time() -> None:
     queue = InstanceQueue()
-    first, second = AgentEvent(type="m", id="e1"), AgentEvent(type="m", id="e2", reply_to=ReplyChannel("x", "c"))
+    first, second = (
+        AgentEvent(type="m", id="e1"),
+        AgentEvent(type="m", id="e2", reply_to=ReplyChannel("x", "c")),
+    )
     queue.push(first)
     queue.push(second)
     assert queue.take_next() is first and queue.take_next() is None  # one in flight

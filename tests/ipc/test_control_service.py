@@ -62,8 +62,12 @@ def test_a_goondan_error_is_answered_with_its_code_message_and_suggestion(tmp_pa
                                       timeout_s=30)
 
     answer = asyncio.run(main())
-    assert answer == {"ok": False, "code": "E_IPC_SHUTDOWN", "message": "the orchestrator is shutting down",
-                      "suggestion": None}
+    assert answer == {
+        "ok": False,
+        "code": "E_IPC_SHUTDOWN",
+        "message": "the orchestrator is shutting down",
+        "suggestion": None,
+    }
 
 
 def test_a_bug_in_a_control_request_is_logged_and_answered_without_its_details(
@@ -97,10 +101,18 @@ def test_a_streaming_client_that_stops_reading_loses_events_not_the_turn(
             client.connect(str(service.socket_path))
             client.sendall(encode_line({"command": "request", "input": "hi", "stream": True}))
             # the client reads nothing; the next Turn of the same conversation runs after that one
-            await _until(lambda: ("a", "control") in service.orchestrator.records, "the streamed request")
-            second = await send_control(service.socket_path, {"command": "request", "input": "again"},
-                                        timeout_s=60)
-            assert second == {"ok": True, "agent": "a", "instanceKey": "control", "response": "second"}
+            await _until(
+                lambda: ("a", "control") in service.orchestrator.records, "the streamed request"
+            )
+            second = await send_control(
+                service.socket_path, {"command": "request", "input": "again"}, timeout_s=60
+            )
+            assert second == {
+                "ok": True,
+                "agent": "a",
+                "instanceKey": "control",
+                "response": "second",
+            }
             client.setblocking(False)
             received = bytearray()
 
@@ -121,7 +133,9 @@ def test_a_streaming_client_that_stops_reading_loses_events_not_the_turn(
     assert answer["ok"] is True and answer["response"] == big  # the Turn's whole answer
     assert answer["eventsDropped"] >= 2  # the client knows its stream was cut
     streamed = sum(len(e["text"]) for e in events if e["type"] == "llm.delta")
-    assert streamed <= chunk, f"{streamed} bytes of deltas were buffered for a client that did not read"
+    assert streamed <= chunk, (
+        f"{streamed} bytes of deltas were buffered for a client that did not read"
+    )
 
 
 @pytest.mark.e2e
@@ -136,11 +150,16 @@ def test_a_client_that_never_reads_its_answer_is_dropped_after_the_drain_timeout
             client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             client.connect(str(service.socket_path))
             client.sendall(encode_line({"command": "request", "input": "hi", "stream": True}))
-            await _until(lambda: ("a", "control") in service.orchestrator.records, "the streamed request")
-            second = await send_control(service.socket_path, {"command": "request", "input": "again"},
-                                        timeout_s=60)
+            await _until(
+                lambda: ("a", "control") in service.orchestrator.records, "the streamed request"
+            )
+            second = await send_control(
+                service.socket_path, {"command": "request", "input": "again"}, timeout_s=60
+            )
             assert second["response"] == "second"  # the first Turn ended
-            await _until(lambda: not service._control_tasks, "the stuck client's request to end", 10)
+            await _until(
+                lambda: not service._control_tasks, "the stuck client's request to end", 10
+            )
             client.close()
 
     asyncio.run(main())

@@ -33,8 +33,13 @@ def run(fn: Callable[[], Awaitable[Any]]) -> Any:
 
 
 def orchestrator(record: list[str]) -> Orchestrator:
-    return Orchestrator(InProcessSpawner(in_process_worker(AGENTS, record)), swarm_name="s", entry_agent="a",
-                        agents=AGENTS, reconcile_interval_s=0)
+    return Orchestrator(
+        InProcessSpawner(in_process_worker(AGENTS, record)),
+        swarm_name="s",
+        entry_agent="a",
+        agents=AGENTS,
+        reconcile_interval_s=0,
+    )
 
 
 def stored(directory: Path) -> list[tuple[str, str, str]]:
@@ -64,10 +69,15 @@ def test_requests_and_agent_to_agent_events_are_stored_before_they_run(tmp_path:
     started = {p.name: len(started_ids(p)) for p in (directory / "started").iterdir()}
     assert started == {"a.k.jsonl": 2, "b.k.jsonl": 2}  # each Turn's start is final
     # the stream flag of a live request is not stored: nobody streams a redelivered input
-    assert all("__goondanStream" not in line for line in (directory / "inbox.jsonl").read_text().splitlines())
+    assert all(
+        "__goondanStream" not in line
+        for line in (directory / "inbox.jsonl").read_text().splitlines()
+    )
 
 
-def test_a_new_orchestrator_runs_exactly_the_inputs_that_had_not_started_in_order(tmp_path: Path) -> None:
+def test_a_new_orchestrator_runs_exactly_the_inputs_that_had_not_started_in_order(
+    tmp_path: Path,
+) -> None:
     directory = tmp_path / "inputs"
     first: list[str] = []
 

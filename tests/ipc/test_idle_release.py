@@ -38,7 +38,9 @@ def test_idle_workers_are_released_and_the_next_event_respawns_them() -> None:
 def test_without_the_policy_workers_stay() -> None:
     async def main() -> None:
         spawner = InProcessSpawner(in_process_worker(["a"], None))
-        orch = Orchestrator(spawner, swarm_name="t", entry_agent="a", agents=["a"], reconcile_interval_s=0)
+        orch = Orchestrator(
+            spawner, swarm_name="t", entry_agent="a", agents=["a"], reconcile_interval_s=0
+        )
         async with orch:
             await orch.request("a", "echo:x", instance_key="k", timeout_ms=30_000)
             assert orch.records[("a", "k")]._idle_timer is None and orch.records[("a", "k")].alive
@@ -46,7 +48,9 @@ def test_without_the_policy_workers_stay() -> None:
     run(main)
 
 
-def test_real_process_is_released_and_history_reopened_from_disk(state_root: Path, tmp_path: Path) -> None:
+def test_real_process_is_released_and_history_reopened_from_disk(
+    state_root: Path, tmp_path: Path
+) -> None:
     bundle = tmp_path / "delegation"
     shutil.copytree(EXAMPLE, bundle)
     text = (bundle / "goondan.yaml").read_text()
@@ -56,13 +60,28 @@ def test_real_process_is_released_and_history_reopened_from_disk(state_root: Pat
 
     async def main() -> None:
         spawner = ProcessSpawner(bundle, state_root=state_root)
-        orch = Orchestrator(spawner, swarm_name="default", entry_agent="worker", agents=["coordinator", "worker"],
-                            project_root=bundle, reconcile_interval_s=0, idle_timeout_ms=100)
+        orch = Orchestrator(
+            spawner,
+            swarm_name="default",
+            entry_agent="worker",
+            agents=["coordinator", "worker"],
+            project_root=bundle,
+            reconcile_interval_s=0,
+            idle_timeout_ms=100,
+        )
         async with orch:
-            first = response_text(await orch.request("worker", "What is 17 * 23?", instance_key="cli", timeout_ms=60_000))
+            first = response_text(
+                await orch.request(
+                    "worker", "What is 17 * 23?", instance_key="cli", timeout_ms=60_000
+                )
+            )
             rec = orch.records[("worker", "cli")]
             await orch.wait_until(lambda: orch.released >= 1 and not rec.alive, timeout=60)
-            second = response_text(await orch.request("worker", "What is 17 * 23?", instance_key="cli", timeout_ms=60_000))
+            second = response_text(
+                await orch.request(
+                    "worker", "What is 17 * 23?", instance_key="cli", timeout_ms=60_000
+                )
+            )
             assert first == second and rec.spawn_count == 2
 
     run(main, 120)

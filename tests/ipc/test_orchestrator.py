@@ -20,7 +20,9 @@ from tests.support.ipc_agents import in_process_worker
 AGENTS = ["a", "b", "c"]
 
 
-def make(record: list[str] | None = None, agents: list[str] = AGENTS, **kwargs: Any) -> tuple[Orchestrator, InProcessSpawner]:
+def make(
+    record: list[str] | None = None, agents: list[str] = AGENTS, **kwargs: Any
+) -> tuple[Orchestrator, InProcessSpawner]:
     spawner = InProcessSpawner(in_process_worker(agents, record))
     kwargs.setdefault("reconcile_interval_s", 0)
     orch = Orchestrator(spawner, swarm_name="test", entry_agent=agents[0], agents=agents, **kwargs)
@@ -90,7 +92,9 @@ def test_cycles_are_refused_with_the_chain_and_never_hang() -> None:
 def test_depth_limit() -> None:
     async def main() -> None:
         spawner = InProcessSpawner(in_process_worker(AGENTS, max_depth=2))
-        orch = Orchestrator(spawner, swarm_name="t", entry_agent="a", agents=AGENTS, reconcile_interval_s=0)
+        orch = Orchestrator(
+            spawner, swarm_name="t", entry_agent="a", agents=AGENTS, reconcile_interval_s=0
+        )
         async with orch:
             answer = await ask(orch, "a", "ask:b:ask:c:echo:x")
             assert "E_AGENT_DEPTH" in answer
@@ -106,7 +110,9 @@ def test_fifty_instances_twenty_events_exactly_once_in_order() -> None:
             keys = [f"k{i}" for i in range(50)]
             for n in range(20):
                 for key in keys:
-                    await orch.submit("a", AgentEvent(type="message", input=f"sleep:0:{n}", instance_key=key))
+                    await orch.submit(
+                        "a", AgentEvent(type="message", input=f"sleep:0:{n}", instance_key=key)
+                    )
             await orch.wait_until(lambda: len(record) == 1000, timeout=30)
             assert len(spawner.spawned) == 50
         for key in keys:
@@ -148,7 +154,9 @@ def test_crash_loop_backoff_is_logged(caplog: pytest.LogCaptureFixture) -> None:
                 await orch.wait_until(lambda: rec.ready, timeout=30)
                 rec.handle.kill()  # type: ignore[union-attr]
                 await orch.wait_until(lambda: not rec.alive or not rec.ready, timeout=30)
-                await orch.wait_until(lambda: rec.status in ("crashed", "crashLoopBackOff") or rec.ready, timeout=30)
+                await orch.wait_until(
+                    lambda: rec.status in ("crashed", "crashLoopBackOff") or rec.ready, timeout=30
+                )
             assert rec.consecutive_crashes == 3
             assert rec.status == "crashLoopBackOff"
             plan = await orch.reconcile()
@@ -156,7 +164,9 @@ def test_crash_loop_backoff_is_logged(caplog: pytest.LogCaptureFixture) -> None:
 
     with caplog.at_level(logging.WARNING, logger="goondan.swarm.orchestrator"):
         run(main)
-    records = [r for r in caplog.records if getattr(r, "event", None) == "orchestrator.crashLoopBackOff"]
+    records = [
+        r for r in caplog.records if getattr(r, "event", None) == "orchestrator.crashLoopBackOff"
+    ]
     assert records, "no structured crashLoopBackOff record"
     rec = records[-1]
     assert rec.agentName == "a" and rec.crashThreshold == 2 and rec.backoffMs == 1000  # type: ignore[attr-defined]
@@ -173,7 +183,9 @@ def test_restart_during_a_turn_finishes_it_first(tmp_path: Path) -> None:
             await orch.wait_until(lambda: (tmp_path / "gate.started").exists(), timeout=30)
             queued = asyncio.ensure_future(ask(orch, "a", "echo:after restart"))
             restarting = asyncio.ensure_future(orch.restart("a"))
-            await orch.wait_until(lambda: orch.records[("a", "default")].status == "draining", timeout=30)
+            await orch.wait_until(
+                lambda: orch.records[("a", "default")].status == "draining", timeout=30
+            )
             assert len(spawner.spawned) == 1  # not replaced while the turn runs
             gate.write_text("go")
             assert await answer == "finished"
@@ -247,7 +259,11 @@ def test_a_spawned_instance_gets_its_cwd_as_workdir(tmp_path: Path) -> None:
         expected = str((tmp_path / "sub").resolve())
         assert result["cwd"] == expected
         [request] = spawner.spawned
-        assert (request.agent_name, request.instance_key, request.workdir) == ("c", "job-1", expected)
+        assert (request.agent_name, request.instance_key, request.workdir) == (
+            "c",
+            "job-1",
+            expected,
+        )
         argv = ProcessSpawner(tmp_path, state_root=tmp_path / "state", swarm="test").argv(request)
         assert parse_args(argv).workdir == expected
 

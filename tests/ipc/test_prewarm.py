@@ -21,7 +21,9 @@ from goondan.ipc.protocol import IpcMessage, control_event, encode
 from goondan.swarm import prewarm
 from goondan.swarm.spawner import ProcessSpawner, SpawnRequest
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask")
+pytestmark = pytest.mark.skipif(
+    not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask"
+)
 
 PROBE_ENV = "GOONDAN_TEST_PREWARM_PROBE"
 
@@ -29,9 +31,18 @@ PROBE_ENV = "GOONDAN_TEST_PREWARM_PROBE"
 def report_child(conn: Connection, argv: list[str]) -> None:
     """Child target: report pid, cwd, the probe variable, argv and the SIGINT disposition."""
     sigint = "ignored" if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else "handled"
-    event = control_event("probe", agent="probe", instance_key="k", pid=os.getpid(), cwd=os.getcwd(),
-                          probe=os.environ.get(PROBE_ENV), argv=argv, sigint=sigint,
-                          path=sys.path[-1], blocked=sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set())))
+    event = control_event(
+        "probe",
+        agent="probe",
+        instance_key="k",
+        pid=os.getpid(),
+        cwd=os.getcwd(),
+        probe=os.environ.get(PROBE_ENV),
+        argv=argv,
+        sigint=sigint,
+        path=sys.path[-1],
+        blocked=sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set())),
+    )
     conn.send_bytes(encode(IpcMessage.event("probe", "orchestrator", event)))
     conn.close()
 
@@ -65,7 +76,9 @@ def test_first_agent_spawn_takes_the_prewarmed_process_with_the_current_environm
     monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path / "added-after-prewarm")])
     spawner = ProcessSpawner(tmp_path, state_root=tmp_path / "state", target=report_child)
 
-    async def main() -> tuple[tuple[int | None, dict[str, object]], tuple[int | None, dict[str, object]]]:
+    async def main() -> tuple[
+        tuple[int | None, dict[str, object]], tuple[int | None, dict[str, object]]
+    ]:
         return await _probe(spawner, "first"), await _probe(spawner, "second")
 
     (first_pid, first), (second_pid, second) = asyncio.run(main())
@@ -90,7 +103,9 @@ def test_an_unused_prewarmed_process_is_terminated(clean_slot: None) -> None:
     assert warm.process.exitcode is not None
 
 
-def test_an_entry_defined_in_main_does_not_take_the_prewarmed_process(tmp_path: Path, clean_slot: None) -> None:
+def test_an_entry_defined_in_main_does_not_take_the_prewarmed_process(
+    tmp_path: Path, clean_slot: None
+) -> None:
     prewarm.prewarm_agent_process()
     taken = prewarm.take_prewarmed(report_child, [])  # a module-level entry takes it
     assert taken is not None and prewarm._slot is None

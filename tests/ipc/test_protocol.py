@@ -40,9 +40,12 @@ def test_shutdown_and_ack_shapes() -> None:
         b'{"type": "delegate", "from": "a", "to": "b", "payload": {}}',
         b'{"type": "event", "from": "", "to": "b", "payload": {"type": "x"}}',
         b'{"type": "event", "from": "a", "to": "b", "payload": {}}',
-        b'{"type": "event", "from": "a", "to": "b", "payload": {"type": "x", "replyTo": {"target": 1}}}',
-        b'{"type": "shutdown", "from": "o", "to": "b", "payload": {"gracePeriodMs": -1, "reason": "restart"}}',
-        b'{"type": "shutdown", "from": "o", "to": "b", "payload": {"gracePeriodMs": 1, "reason": "why"}}',
+        b'{"type": "event", "from": "a", "to": "b", '
+        b'"payload": {"type": "x", "replyTo": {"target": 1}}}',
+        b'{"type": "shutdown", "from": "o", "to": "b", '
+        b'"payload": {"gracePeriodMs": -1, "reason": "restart"}}',
+        b'{"type": "shutdown", "from": "o", "to": "b", '
+        b'"payload": {"gracePeriodMs": 1, "reason": "why"}}',
         b"\xff\xfe",
     ],
 )
@@ -70,4 +73,6 @@ json_values = st.recursive(
 @given(metadata=st.dictionaries(st.text(), json_values, max_size=5), text=st.text())
 def test_any_json_metadata_round_trips(metadata: dict[str, object], text: str) -> None:
     event = AgentEvent(type="message", input=text, metadata=metadata)
-    assert decode(encode(IpcMessage.event("a", "b", event))).agent_event().to_dict() == event.to_dict()
+    assert (
+        decode(encode(IpcMessage.event("a", "b", event))).agent_event().to_dict() == event.to_dict()
+    )

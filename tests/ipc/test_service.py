@@ -1,4 +1,5 @@
-"""Pieces of `goondan run` that need no process: .env loading, backoff, reconcile plans, state files."""
+"""Pieces of `goondan run` that need no process: .env loading, backoff, reconcile plans, state
+files."""
 
 from __future__ import annotations
 
@@ -50,13 +51,37 @@ def test_reconcile_plan() -> None:
 
 
 def test_active_file_and_live_process_rows(state_root: Path) -> None:
-    active = ActiveRuntime("demo", "/x/goondan.yaml", "default", os.getpid(), "2026-01-01T00:00:00.000Z",
-                           status_file=str(state_root / "st.json"))
-    (state_root / "st.json").write_text(json.dumps({"processes": [
-        {"process": "a.k", "agentName": "a", "instanceKey": "k", "pid": os.getpid(), "status": "idle",
-         "startedAt": "2026-01-01T00:00:00.000Z"},
-        {"process": "b.k", "agentName": "b", "instanceKey": "k", "pid": 999999999, "status": "idle"},
-    ]}))
+    active = ActiveRuntime(
+        "demo",
+        "/x/goondan.yaml",
+        "default",
+        os.getpid(),
+        "2026-01-01T00:00:00.000Z",
+        status_file=str(state_root / "st.json"),
+    )
+    (state_root / "st.json").write_text(
+        json.dumps(
+            {
+                "processes": [
+                    {
+                        "process": "a.k",
+                        "agentName": "a",
+                        "instanceKey": "k",
+                        "pid": os.getpid(),
+                        "status": "idle",
+                        "startedAt": "2026-01-01T00:00:00.000Z",
+                    },
+                    {
+                        "process": "b.k",
+                        "agentName": "b",
+                        "instanceKey": "k",
+                        "pid": 999999999,
+                        "status": "idle",
+                    },
+                ]
+            }
+        )
+    )
     write_active(state_root, active)
     assert read_active(state_root) == active and read_active(state_root, "demo") == active
     rows = {r.process: r for r in list_live_processes(state_root)}
@@ -94,7 +119,9 @@ spec: {entryAgent: Agent/a, agents: [{ref: Agent/a}, {ref: Agent/b}]}
 """
 
 
-def test_restart_fresh_clears_the_history_of_that_agent_only(tmp_path: Path, state_root: Path) -> None:
+def test_restart_fresh_clears_the_history_of_that_agent_only(
+    tmp_path: Path, state_root: Path
+) -> None:
     """Decision 10 (spec README): ``goondan restart --agent A --fresh`` clears A's history —
     every conversation of A in this bundle's workspace — and keeps the other agents'; a restart
     without ``--fresh`` keeps the history."""
@@ -120,8 +147,10 @@ def test_restart_fresh_clears_the_history_of_that_agent_only(tmp_path: Path, sta
         store.close()
 
     def agents_with_history() -> list[str]:
-        return sorted(json.loads(p.read_text())["agentName"] + ":" + json.loads(p.read_text())["instanceKey"]
-                      for p in (state_root / "workspaces" / workspace / "instances").glob("*/metadata.json"))
+        return sorted(
+            json.loads(p.read_text())["agentName"] + ":" + json.loads(p.read_text())["instanceKey"]
+            for p in (state_root / "workspaces" / workspace / "instances").glob("*/metadata.json")
+        )
 
     service = SwarmService(bundle, state_root=state_root, log_to_file=False)
     asyncio.run(service.restart("a"))

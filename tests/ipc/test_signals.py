@@ -1,4 +1,5 @@
-"""Signal masks: the service thread blocks SIGINT/SIGTERM, agent processes start with a clean mask."""
+"""Signal masks: the service thread blocks SIGINT/SIGTERM, agent processes start with a clean
+mask."""
 
 from __future__ import annotations
 
@@ -14,14 +15,18 @@ from goondan.ipc.protocol import IpcMessage, control_event, encode
 from goondan.swarm.frontend import BLOCKED_SIGNALS, ServiceThread
 from goondan.swarm.spawner import ProcessSpawner, SpawnRequest
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask")
+pytestmark = pytest.mark.skipif(
+    not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask"
+)
 
 
 def report_signals_child(conn: Connection, argv: list[str]) -> None:
     """Child target: report the signal mask and the SIGINT disposition, then exit."""
     blocked = sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
     sigint = "ignored" if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else "handled"
-    event = control_event("signals", agent="probe", instance_key="k", blocked=blocked, sigint=sigint)
+    event = control_event(
+        "signals", agent="probe", instance_key="k", blocked=blocked, sigint=sigint
+    )
     conn.send_bytes(encode(IpcMessage.event("probe", "orchestrator", event)))
     conn.close()
 
@@ -92,6 +97,8 @@ if __name__ == "__main__":
     t.start(); t.join()
     print(result[0])
 """
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[2, 15]"

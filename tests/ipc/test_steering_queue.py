@@ -107,7 +107,9 @@ class _SteeringScript(ScriptHandler):
             self.running = False
 
 
-def test_a_steered_request_whose_turn_was_interrupted_is_answered_not_left_waiting(tmp_path: Path) -> None:
+def test_a_steered_request_whose_turn_was_interrupted_is_answered_not_left_waiting(
+    tmp_path: Path,
+) -> None:
     """The process dies during a Turn that took a steered request: both callers are answered
     ``E_AGENT_CRASHED`` (the steered input goes back to the queue; its claim says it joined)."""
     record: list[str] = []

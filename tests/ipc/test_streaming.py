@@ -20,20 +20,34 @@ def real_agents(state_root: Path) -> InProcessSpawner:
     """The real agent-process code (bundle, AgentInstance, worker loop) without processes."""
 
     async def worker(request: SpawnRequest, transport: Transport) -> int:
-        agent = AgentWorker(transport, agent_name=request.agent_name, instance_key=request.instance_key)
+        agent = AgentWorker(
+            transport, agent_name=request.agent_name, instance_key=request.instance_key
+        )
         args = argparse.Namespace(
-            bundle_dir=str(DELEGATION), agent_name=request.agent_name, instance_key=request.instance_key,
-            state_root=str(state_root), swarm=None, workdir=None, max_depth=None,
+            bundle_dir=str(DELEGATION),
+            agent_name=request.agent_name,
+            instance_key=request.instance_key,
+            state_root=str(state_root),
+            swarm=None,
+            workdir=None,
+            max_depth=None,
         )
         return await agent.serve(await build_agent_instance(args, agent))
 
     return InProcessSpawner(worker)
 
 
-def test_streamed_request_delivers_the_entry_turns_events_before_the_answer(state_root: Path) -> None:
+def test_streamed_request_delivers_the_entry_turns_events_before_the_answer(
+    state_root: Path,
+) -> None:
     async def main() -> None:
-        orch = Orchestrator(real_agents(state_root), swarm_name="default", entry_agent="coordinator",
-                            agents=["coordinator", "worker"], reconcile_interval_s=0)
+        orch = Orchestrator(
+            real_agents(state_root),
+            swarm_name="default",
+            entry_agent="coordinator",
+            agents=["coordinator", "worker"],
+            reconcile_interval_s=0,
+        )
         seen: list[dict[str, Any]] = []
         async with orch:
             answer_at: list[int] = []
@@ -50,7 +64,8 @@ def test_streamed_request_delivers_the_entry_turns_events_before_the_answer(stat
             await orch.request("coordinator", "What is 17 * 23?", instance_key="s")
         assert answer.input is not None and "17 * 23 = 391" in answer.input
         assert len(seen) == answer_at[0]
-        assert {p["agentName"] for p in seen} == {"coordinator"}  # the worker's turn is not streamed
+        # the worker's turn is not streamed
+        assert {p["agentName"] for p in seen} == {"coordinator"}
         text = "".join(p["text"] for p in seen if p["type"] == "llm.delta" and p["kind"] == "text")
         assert text.startswith("Let me ask the worker.") and text.endswith(answer.input)
         kinds = [p["type"] for p in seen if p["type"] != "llm.delta"]
@@ -80,8 +95,13 @@ def test_every_turn_s_events_reach_the_orchestrator_s_event_sinks(state_root: Pa
             self.ends.append(event)
 
     async def main() -> Recorder:
-        orch = Orchestrator(real_agents(state_root), swarm_name="default", entry_agent="coordinator",
-                            agents=["coordinator", "worker"], reconcile_interval_s=0)
+        orch = Orchestrator(
+            real_agents(state_root),
+            swarm_name="default",
+            entry_agent="coordinator",
+            agents=["coordinator", "worker"],
+            reconcile_interval_s=0,
+        )
         recorder = Recorder()
         orch.add_event_sink(recorder)
         async with orch:

@@ -13,7 +13,11 @@ from goondan.swarm.state import ActiveRuntime, SwarmLock, pid_start_time, same_p
 
 
 def test_only_one_holder_per_swarm_until_it_releases(tmp_path: Path) -> None:
-    first, second, other = SwarmLock(tmp_path, "k.ws"), SwarmLock(tmp_path, "k.ws"), SwarmLock(tmp_path, "j.ws")
+    first, second, other = (
+        SwarmLock(tmp_path, "k.ws"),
+        SwarmLock(tmp_path, "k.ws"),
+        SwarmLock(tmp_path, "j.ws"),
+    )
     assert first.acquire()
     assert not second.acquire()  # another open file description: refused, even in this process
     assert other.acquire()  # another swarm
@@ -27,9 +31,17 @@ def test_only_one_holder_per_swarm_until_it_releases(tmp_path: Path) -> None:
 def test_lock_is_released_when_its_holder_dies(tmp_path: Path) -> None:
     lock = SwarmLock(tmp_path, "k.ws")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from goondan.swarm.state import SwarmLock; "
-         f"assert SwarmLock(Path({str(tmp_path)!r}), 'k.ws').acquire(); print('held', flush=True); sys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from goondan.swarm.state import SwarmLock; "
+            f"assert SwarmLock(Path({str(tmp_path)!r}), 'k.ws').acquire(); "
+            "print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         assert not lock.acquire()
@@ -65,4 +77,5 @@ def test_a_reused_pid_is_not_the_recorded_process() -> None:
     record = ActiveRuntime("k", "b", "s", pid=os.getpid(), started_at="", pid_start=start - 1)
     assert not record.alive
     assert ActiveRuntime.from_dict(record.to_dict()).pid_start == start - 1
-    assert ActiveRuntime.from_dict({"instanceKey": "k", "pid": os.getpid()}).alive  # old record: pid only
+    # old record: pid only
+    assert ActiveRuntime.from_dict({"instanceKey": "k", "pid": os.getpid()}).alive

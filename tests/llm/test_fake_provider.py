@@ -17,8 +17,12 @@ def _post(fake: FakeProvider, path: str, body: dict[str, Any],
           headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=5)
     try:
-        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json",
-                                                                   **(headers or {})})
+        conn.request(
+            "POST",
+            path,
+            body=json.dumps(body),
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
         response = conn.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     finally:
@@ -48,8 +52,11 @@ def test_an_empty_queue_answers_418_so_nothing_retries(fake_provider: FakeProvid
 
 def test_openai_stream_ends_with_usage_chunk_then_done(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeReply.calls(("a__b", {"x": 1}), text="hey"))
-    _, headers, raw = _post(fake_provider, "/v1/chat/completions",
-                            {"model": "m", "stream": True, "stream_options": {"include_usage": True}})
+    _, headers, raw = _post(
+        fake_provider,
+        "/v1/chat/completions",
+        {"model": "m", "stream": True, "stream_options": {"include_usage": True}},
+    )
     assert headers["content-type"].startswith("text/event-stream")
     events = _events(raw)
     assert events[-1] == "data: [DONE]"
@@ -80,7 +87,11 @@ def test_errors_use_each_providers_shape(fake_provider: FakeProvider) -> None:
     _, _, raw = _post(fake_provider, "/v1/messages", {"model": "m"})
     assert json.loads(raw)["error"] == {"type": "rate_limit_error", "message": "slow"}
     _, _, raw = _post(fake_provider, "/v1beta/models/g:generateContent", {})
-    assert json.loads(raw)["error"] == {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED"}
+    assert json.loads(raw)["error"] == {
+        "code": 429,
+        "message": "slow",
+        "status": "RESOURCE_EXHAUSTED",
+    }
 
 
 def test_a_truncated_stream_is_a_protocol_error_for_the_client(fake_provider: FakeProvider) -> None:

@@ -52,7 +52,9 @@ def _response(status: int, body: bytes, headers: dict[str, str] | None = None) -
     return (head + "\r\n").encode() + body
 
 
-def send(status: int, body: bytes | dict[str, object], headers: dict[str, str] | None = None) -> Action:
+def send(
+    status: int, body: bytes | dict[str, object], headers: dict[str, str] | None = None
+) -> Action:
     data = json.dumps(body).encode() if isinstance(body, dict) else body
 
     def act(conn: socket.socket) -> None:
@@ -155,7 +157,9 @@ class Sleeps:
         self.delays.append(seconds)
 
 
-def transport(sleeps: Sleeps | None = None, *, max_retries: int = 2, timeout_ms: int | None = None) -> HttpTransport:
+def transport(
+    sleeps: Sleeps | None = None, *, max_retries: int = 2, timeout_ms: int | None = None
+) -> HttpTransport:
     policy = RetryPolicy(max_retries=max_retries, base_delay=0.1, max_delay=0.25,
                          sleep=sleeps or Sleeps(), random=lambda: 0.5, clock=lambda: 1_000_000.0)
     return HttpTransport(label="TestAI", retry_policy=policy, timeout_ms=timeout_ms,
@@ -191,15 +195,20 @@ def test_retry_after_wins_and_is_capped() -> None:
 
 def test_retryable_statuses() -> None:
     policy = RetryPolicy()
-    assert [s for s in (400, 401, 403, 404, 408, 409, 422, 429, 500, 502, 503, 529) if policy.is_retryable_status(s)] \
-        == [408, 409, 429, 500, 502, 503, 529]
+    assert [
+        s
+        for s in (400, 401, 403, 404, 408, 409, 422, 429, 500, 502, 503, 529)
+        if policy.is_retryable_status(s)
+    ] == [408, 409, 429, 500, 502, 503, 529]
 
 
 def test_parse_retry_after_forms() -> None:
     now = 1_700_000_000.0
     assert parse_retry_after({"Retry-After": "7"}, now=now) == 7.0
     assert parse_retry_after({"retry-after-ms": "250", "Retry-After": "7"}, now=now) == 0.25
-    assert parse_retry_after({"Retry-After": formatdate(now + 30, usegmt=True)}, now=now) == pytest.approx(30.0)
+    assert parse_retry_after(
+        {"Retry-After": formatdate(now + 30, usegmt=True)}, now=now
+    ) == pytest.approx(30.0)
     assert parse_retry_after({"Retry-After": formatdate(now - 30, usegmt=True)}, now=now) == 0.0
     assert parse_retry_after({"Retry-After": "soon"}, now=now) is None
     assert parse_retry_after({}, now=now) is None
@@ -208,13 +217,25 @@ def test_parse_retry_after_forms() -> None:
 # --------------------------------------------------------------------------- error mapping
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({"error": {"message": "Incorrect API key", "type": "invalid_request_error"}}, "Incorrect API key"),
-    ({"type": "error", "error": {"type": "not_found_error", "message": "model: x"}}, "model: x"),
-    ({"error": {"code": 404, "message": "models/x is not found", "status": "NOT_FOUND"}}, "models/x is not found"),
-    ([{"error": {"code": 400, "message": "bad field"}}], "bad field"),
-    ({"detail": "Not Found"}, "Not Found"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"error": {"message": "Incorrect API key", "type": "invalid_request_error"}},
+            "Incorrect API key",
+        ),
+        (
+            {"type": "error", "error": {"type": "not_found_error", "message": "model: x"}},
+            "model: x",
+        ),
+        (
+            {"error": {"code": 404, "message": "models/x is not found", "status": "NOT_FOUND"}},
+            "models/x is not found",
+        ),
+        ([{"error": {"code": 400, "message": "bad field"}}], "bad field"),
+        ({"detail": "Not Found"}, "Not Found"),
+    ],
+)
 def test_provider_error_messages_are_extracted(body: object, message: str) -> None:
     assert extract_error_message(json.dumps(body).encode()) == message
     assert extract_error_message(b"<html>oops</html>") == "<html>oops</html>"
@@ -223,7 +244,11 @@ def test_provider_error_messages_are_extracted(body: object, message: str) -> No
 def test_statuses_map_to_error_classes() -> None:
     body = json.dumps({"error": {"message": "nope"}}).encode()
     auth = error_for_status(401, body, {}, label="X", auth_suggestion="Set X_KEY.")
-    assert isinstance(auth, LlmAuthError) and auth.code == "E_LLM_AUTH" and auth.suggestion == "Set X_KEY."
+    assert (
+        isinstance(auth, LlmAuthError)
+        and auth.code == "E_LLM_AUTH"
+        and auth.suggestion == "Set X_KEY."
+    )
     limited = error_for_status(429, body, {"Retry-After": "3"}, label="X")
     assert isinstance(limited, LlmRateLimitError) and limited.retry_after == 3.0
     other = error_for_status(503, body, {}, label="X")
@@ -345,7 +370,9 @@ def test_stream_open_is_retried_on_429(server: Server) -> None:
 
 def test_stream_cut_mid_way_is_a_bad_response_and_not_retried(server: Server) -> None:
     sleeps = Sleeps()
-    server.actions.extend([stream([b"data: one\n\n", b"data: tw"], finish=False), stream([b"data: x\n\n"])])
+    server.actions.extend(
+        [stream([b"data: one\n\n", b"data: tw"], finish=False), stream([b"data: x\n\n"])]
+    )
     seen: list[str] = []
 
     async def go() -> None:

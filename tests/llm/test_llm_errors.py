@@ -28,13 +28,20 @@ LLM_ERRORS = [c for c in _all(LlmError) if c.__module__.startswith("goondan.")]
 
 def test_the_llm_errors_are_all_found() -> None:
     names = {c.__name__ for c in LLM_ERRORS}
-    assert {"LlmAuthError", "LlmHttpError", "LlmContextLengthError", "ScriptExhaustedError"} <= names
+    assert {
+        "LlmAuthError",
+        "LlmHttpError",
+        "LlmContextLengthError",
+        "ScriptExhaustedError",
+    } <= names
 
 
 @pytest.mark.parametrize("cls", LLM_ERRORS, ids=lambda c: c.__name__)
 def test_every_llm_error_has_a_docstring(cls: type[LlmError]) -> None:
     doc = cls.__dict__.get("__doc__")
-    assert isinstance(doc, str) and len(doc.strip()) > 20, f"{cls.__name__} has no docstring of its own"
+    assert isinstance(doc, str) and len(doc.strip()) > 20, (
+        f"{cls.__name__} has no docstring of its own"
+    )
 
 
 @pytest.mark.parametrize("cls", LLM_ERRORS, ids=lambda c: c.__name__)

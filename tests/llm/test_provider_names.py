@@ -92,7 +92,9 @@ def test_doctor_without_a_bundle_checks_every_key_variable_of_the_table(
         monkeypatch.delenv(variable, raising=False)
     checks = run_checks(tmp_path / "none", tmp_path / "state")
     missing = next(c for c in checks if c.category == "API keys")
-    assert missing.status == "warn" and all(v in (missing.suggestion or "") for v in key_variables())
+    assert missing.status == "warn" and all(
+        v in (missing.suggestion or "") for v in key_variables()
+    )
     monkeypatch.setenv("GOOGLE_GENERATIVE_AI_API_KEY", "AIza-doctor-test-key")
     checks = run_checks(tmp_path / "none", tmp_path / "state")
     assert [c.name for c in checks if c.category == "API keys"] == ["GOOGLE_GENERATIVE_AI_API_KEY"]

@@ -69,7 +69,9 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(path))
     importlib.invalidate_caches()
     yield path
-    for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", "")).startswith(str(path))]:
+    for name in [
+        n for n, m in sys.modules.items() if str(getattr(m, "__file__", "")).startswith(str(path))
+    ]:
         del sys.modules[name]  # the next test installs its own copy
 
 
@@ -79,11 +81,15 @@ def bundle_with_provider(tmp_path: Path, provider: str) -> Path:
     manifest = bundle / "goondan.yaml"
     text = manifest.read_text(encoding="utf-8")
     assert SCRIPTED in text
-    manifest.write_text(text.replace(SCRIPTED, f"  provider: {provider}\n  model: echo-1\n"), encoding="utf-8")
+    manifest.write_text(
+        text.replace(SCRIPTED, f"  provider: {provider}\n  model: echo-1\n"), encoding="utf-8"
+    )
     return bundle
 
 
-def test_an_installed_provider_validates_and_runs_a_turn(tmp_path: Path, site: Path, state_root: Path) -> None:
+def test_an_installed_provider_validates_and_runs_a_turn(
+    tmp_path: Path, site: Path, state_root: Path
+) -> None:
     make_provider_dist(site)
     bundle = bundle_with_provider(tmp_path, "acme-echo")
     report = validate_bundle(bundle / "goondan.yaml")
@@ -98,14 +104,18 @@ def test_an_installed_provider_validates_and_runs_a_turn(tmp_path: Path, site: P
     assert run(main()).text == "echo-1 echoes hi there"
 
 
-def test_an_unknown_provider_is_still_an_error_with_plugins_installed(tmp_path: Path, site: Path) -> None:
+def test_an_unknown_provider_is_still_an_error_with_plugins_installed(
+    tmp_path: Path, site: Path
+) -> None:
     make_provider_dist(site)
     report = validate_bundle(bundle_with_provider(tmp_path, "acme-echoo") / "goondan.yaml")
     error = next(d for d in report.errors if d.code == "E_CONFIG_UNKNOWN_PROVIDER")
     assert "'acme-echoo'" in error.message and "acme-echo" in (error.suggestion or "")
     with pytest.raises(ConfigError) as info:
         create_model(ModelSpec(provider="acme-echoo", model="x"))
-    assert info.value.code == "E_LLM_UNKNOWN_PROVIDER" and "acme-echo" in (info.value.suggestion or "")
+    assert info.value.code == "E_LLM_UNKNOWN_PROVIDER" and "acme-echo" in (
+        info.value.suggestion or ""
+    )
 
 
 def test_a_built_in_name_wins_over_an_installed_one(site: Path) -> None:
@@ -116,7 +126,9 @@ def test_a_built_in_name_wins_over_an_installed_one(site: Path) -> None:
 
 def test_a_provider_whose_factory_cannot_be_imported_is_a_config_error(site: Path) -> None:
     make_provider_dist(site)
-    (site / "acme_echo" / "__init__.py").write_text("raise ImportError('no wheel for this platform')\n")
+    (site / "acme_echo" / "__init__.py").write_text(
+        "raise ImportError('no wheel for this platform')\n"
+    )
     with pytest.raises(ConfigError) as info:
         create_model(ModelSpec(provider="acme-echo", model="x", name="m"))
     err = info.value
@@ -124,7 +136,9 @@ def test_a_provider_whose_factory_cannot_be_imported_is_a_config_error(site: Pat
     assert "acme-echo==0.3.0" in err.message and "no wheel for this platform" in err.message
 
 
-def test_doctor_lists_installed_providers_and_warns_on_a_conflict(tmp_path: Path, site: Path) -> None:
+def test_doctor_lists_installed_providers_and_warns_on_a_conflict(
+    tmp_path: Path, site: Path
+) -> None:
     make_provider_dist(site)
     checks = {(c.category, c.name): c for c in run_checks(tmp_path / "none", tmp_path / "state")}
     check = checks[("Goondan", "provider acme-echo")]
@@ -188,7 +202,9 @@ spec: {entryAgent: Agent/a, agents: [Agent/a]}
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_a_provider_wheel_installed_with_pip_validates_and_answers_in_the_cli(tmp_path: Path) -> None:
+def test_a_provider_wheel_installed_with_pip_validates_and_answers_in_the_cli(
+    tmp_path: Path,
+) -> None:
     """Acceptance: a wheel built with setuptools, pip-installed into a fresh venv: `goondan
     validate` accepts `provider: acme-echo`, the agent process builds it and the turn answers;
     the checkout's own environment, without the wheel, still reports the unknown provider."""
@@ -199,14 +215,33 @@ def test_a_provider_wheel_installed_with_pip_validates_and_answers_in_the_cli(tm
     (project / "acme_echo" / "__init__.py").write_text(PROVIDER_MODULE)
     pip = ["-m", "pip", "--disable-pip-version-check", "-q"]
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, *pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(wheels), str(project)], check=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            *pip,
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(wheels),
+            str(project),
+        ],
+        check=True,
+        timeout=120,
+    )
     # A fresh venv that sees this checkout's environment (goondan, pip) through a .pth file.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     python = str(venv / "bin" / "python")
     paths = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(subprocess.run([python, "-c", paths], capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [python, "-c", paths], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     dev_site = subprocess.run([sys.executable, "-c", paths], capture_output=True, text=True,
                               check=True).stdout.strip()
     (site / "_goondan_dev.pth").write_text(f"import site; site.addsitedir({dev_site!r})\n")
@@ -217,11 +252,15 @@ def test_a_provider_wheel_installed_with_pip_validates_and_answers_in_the_cli(tm
     (bundle / "goondan.yaml").write_text(ECHO_BUNDLE)
 
     def goondan(*args: str, interpreter: str = python) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([interpreter, "-m", "goondan", *args], capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [interpreter, "-m", "goondan", *args], capture_output=True, text=True, timeout=120
+        )
 
     checked = goondan("validate", str(bundle))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    answer = goondan("repl", "--bundle", str(bundle), "--state-root", str(tmp_path / "state"), "--input", "ping")
+    answer = goondan(
+        "repl", "--bundle", str(bundle), "--state-root", str(tmp_path / "state"), "--input", "ping"
+    )
     assert answer.returncode == 0, answer.stderr
     assert "echo-2 echoes ping" in answer.stdout
     gone = goondan("validate", str(bundle), interpreter=sys.executable)

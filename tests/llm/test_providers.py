@@ -151,8 +151,10 @@ def test_tool_call_round_trip(fake_provider: FakeProvider, provider: Provider) -
 
 
 def test_usage_with_cached_tokens(fake_provider: FakeProvider, provider: Provider) -> None:
-    fake_provider.enqueue(FakeReply.reply("ok", input_tokens=100, output_tokens=4, cached_tokens=64),
-                          FakeReply.reply("ok", input_tokens=100, output_tokens=4, cached_tokens=64))
+    fake_provider.enqueue(
+        FakeReply.reply("ok", input_tokens=100, output_tokens=4, cached_tokens=64),
+        FakeReply.reply("ok", input_tokens=100, output_tokens=4, cached_tokens=64),
+    )
     plain = _generate(fake_provider, provider)
     streamed = _generate(fake_provider, provider, stream=True)
     for usage in (plain.usage, streamed.usage):
@@ -167,7 +169,9 @@ def test_other_finish_reasons(fake_provider: FakeProvider, provider: Provider, f
     assert _generate(fake_provider, provider).finish_reason == finish
 
 
-def test_streamed_non_ascii_text_survives_chunking(fake_provider: FakeProvider, provider: Provider) -> None:
+def test_streamed_non_ascii_text_survives_chunking(
+    fake_provider: FakeProvider, provider: Provider
+) -> None:
     text = "서울은 지금 밤 9시입니다 🌙 — ça va?"
     fake_provider.enqueue(FakeReply.reply(text, chunks=7))
     deltas: list[StreamDelta] = []
@@ -175,7 +179,7 @@ def test_streamed_non_ascii_text_survives_chunking(fake_provider: FakeProvider, 
     assert "".join(d.text for d in deltas) == text
 
 
-# -- retries ----------------------------------------------------------------------------------------
+# -- retries ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -193,7 +197,9 @@ def test_429_then_success_honours_retry_after(
     assert first.json == second.json, "the retry re-sends the same body"
 
 
-def test_server_errors_back_off_exponentially(fake_provider: FakeProvider, provider: Provider) -> None:
+def test_server_errors_back_off_exponentially(
+    fake_provider: FakeProvider, provider: Provider
+) -> None:
     fake_provider.enqueue(FakeReply.error(500, "internal"), FakeReply.error(503, "unavailable"),
                           FakeReply.reply(TEXT))
     sleeps = SleepRecorder()
@@ -202,7 +208,9 @@ def test_server_errors_back_off_exponentially(fake_provider: FakeProvider, provi
     assert sleeps.delays == pytest.approx([0.01, 0.02])  # base 0.01 * 2**n, jitter pinned to 1.0
 
 
-def test_rate_limit_gives_up_after_max_retries(fake_provider: FakeProvider, provider: Provider) -> None:
+def test_rate_limit_gives_up_after_max_retries(
+    fake_provider: FakeProvider, provider: Provider
+) -> None:
     fake_provider.enqueue(*[FakeReply.error(429, "slow down", retry_after="1")] * 3)
     sleeps = SleepRecorder()
     error = _error(fake_provider, provider, sleeps=sleeps, max_retries=2)
@@ -229,8 +237,12 @@ def test_401_is_not_retried_and_never_shows_the_key(
 
 
 @pytest.mark.parametrize("status", [400, 404])
-def test_client_errors_are_not_retried(fake_provider: FakeProvider, provider: Provider, status: int) -> None:
-    fake_provider.enqueue(FakeReply.error(status, "model: unknown model 'x'"), FakeReply.reply("never"))
+def test_client_errors_are_not_retried(
+    fake_provider: FakeProvider, provider: Provider, status: int
+) -> None:
+    fake_provider.enqueue(
+        FakeReply.error(status, "model: unknown model 'x'"), FakeReply.reply("never")
+    )
     error = _error(fake_provider, provider)
     assert isinstance(error, LlmHttpError) and error.status == status and error.code == "E_LLM_HTTP"
     assert "unknown model" in error.message, "the provider's message is kept"
@@ -244,7 +256,9 @@ def test_malformed_json_is_a_bad_response(fake_provider: FakeProvider, provider:
     assert len(fake_provider.requests) == 1
 
 
-def test_malformed_stream_event_is_a_bad_response(fake_provider: FakeProvider, provider: Provider) -> None:
+def test_malformed_stream_event_is_a_bad_response(
+    fake_provider: FakeProvider, provider: Provider
+) -> None:
     separator = "\r\n\r\n" if provider == "google" else "\n\n"
     fake_provider.enqueue(FakeReply(raw_events=[f"data: {{\"candidates\": [{separator}"]))
     error = _error(fake_provider, provider, stream=True)
@@ -255,14 +269,18 @@ def test_malformed_stream_event_is_a_bad_response(fake_provider: FakeProvider, p
 def test_stream_cut_mid_way_is_an_error_and_not_retried(
     fake_provider: FakeProvider, provider: Provider
 ) -> None:
-    fake_provider.enqueue(FakeReply.reply(TEXT, chunks=6, truncate_after=5), FakeReply.reply("never"))
+    fake_provider.enqueue(
+        FakeReply.reply(TEXT, chunks=6, truncate_after=5), FakeReply.reply("never")
+    )
     deltas: list[StreamDelta] = []
     sleeps = SleepRecorder()
     with pytest.raises(LlmError) as info:
         _generate(fake_provider, provider, stream=True, deltas=deltas, sleeps=sleeps)
     assert isinstance(info.value, LlmBadResponseError), "a cut stream is not retryable"
     assert_no_key(str(info.value))
-    assert len(fake_provider.requests) == 1 and sleeps.delays == [], "no retry after a partial stream"
+    assert len(fake_provider.requests) == 1 and sleeps.delays == [], (
+        "no retry after a partial stream"
+    )
     partial = "".join(d.text for d in deltas)
     assert partial and TEXT.startswith(partial) and partial != TEXT
 
@@ -291,7 +309,7 @@ def test_stream_ending_without_its_terminal_event_is_an_error(
     assert len(fake_provider.requests) == 1
 
 
-# -- keys, timeouts, cancellation --------------------------------------------------------------------
+# -- keys, timeouts, cancellation ------------------------------------------------------------------
 
 
 def test_missing_key_is_an_auth_error_naming_the_variable(provider: Provider) -> None:
@@ -349,7 +367,9 @@ def test_cancellation_aborts_the_request_promptly(
     fake_provider.wait_for_disconnects(1)  # the server saw the connection close
 
 
-def test_a_model_is_reusable_after_an_error(fake_provider: FakeProvider, provider: Provider) -> None:
+def test_a_model_is_reusable_after_an_error(
+    fake_provider: FakeProvider, provider: Provider
+) -> None:
     fake_provider.enqueue(FakeReply.error(400, "bad"), FakeReply.reply(TEXT))
     model = make_model(fake_provider, provider)
     with pytest.raises(LlmHttpError):
@@ -376,7 +396,9 @@ def test_retry_really_waits_for_the_server(fake_provider: FakeProvider, provider
 
     fake_provider.enqueue(FakeReply.error(429, "slow down", headers={"retry-after-ms": "150"}),
                           FakeReply.reply(TEXT))
-    spec = ModelSpec(provider=provider, model="m", api_key=API_KEY, endpoint=fake_provider.base_url(provider))
+    spec = ModelSpec(
+        provider=provider, model="m", api_key=API_KEY, endpoint=fake_provider.base_url(provider)
+    )
     model = create_model(spec, retry_policy=RetryPolicy(max_retries=1))
     assert run(model.generate(first_request())).text == TEXT
     first, second = fake_provider.requests
@@ -390,7 +412,8 @@ def test_forbidden_model_requests_never_leave_the_machine(
     from goondan.llm.registry import create_model
     from goondan.llm.testing import ModelRequestsForbiddenError, forbid_model_requests
 
-    model = create_model(ModelSpec(provider=provider, model="m", api_key=API_KEY))  # default endpoint
+    # default endpoint
+    model = create_model(ModelSpec(provider=provider, model="m", api_key=API_KEY))
     def no_connection(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the guard must refuse before any connection is attempted")
 

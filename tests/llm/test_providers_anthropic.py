@@ -73,10 +73,15 @@ def test_streaming_body(fake_provider: FakeProvider) -> None:
     assert _send(fake_provider, first_request(), stream=True).json["stream"] is True
 
 
-def test_tool_results_go_back_as_tool_result_blocks_in_one_user_turn(fake_provider: FakeProvider) -> None:
-    fake_provider.enqueue(FakeReply.calls(("clock__now", {"tz": "Asia/Seoul"}), ("fs__read", {"path": "a"}),
-                                          text="Checking."),
-                          FakeReply.reply("done"))
+def test_tool_results_go_back_as_tool_result_blocks_in_one_user_turn(
+    fake_provider: FakeProvider,
+) -> None:
+    fake_provider.enqueue(
+        FakeReply.calls(
+            ("clock__now", {"tz": "Asia/Seoul"}), ("fs__read", {"path": "a"}), text="Checking."
+        ),
+        FakeReply.reply("done"),
+    )
     model = make_model(fake_provider, "anthropic")
     first = run(model.generate(first_request()))
     run(model.generate(round_trip_request(first, [{"iso": "21:00"}, "file text"])))
@@ -86,7 +91,12 @@ def test_tool_results_go_back_as_tool_result_blocks_in_one_user_turn(fake_provid
     assert {"type": "text", "text": "Checking."} in assistant
     uses = [b for b in assistant if b["type"] == "tool_use"]
     assert uses == [
-        {"type": "tool_use", "id": "toolu_fake1_0", "name": "clock__now", "input": {"tz": "Asia/Seoul"}},
+        {
+            "type": "tool_use",
+            "id": "toolu_fake1_0",
+            "name": "clock__now",
+            "input": {"tz": "Asia/Seoul"},
+        },
         {"type": "tool_use", "id": "toolu_fake1_1", "name": "fs__read", "input": {"path": "a"}},
     ]
     results = _blocks(messages[2]["content"])
@@ -121,19 +131,28 @@ def test_system_messages_join_the_top_level_system(fake_provider: FakeProvider) 
 
 
 def test_extra_params_and_options_pass_through(fake_provider: FakeProvider) -> None:
-    body = _send(fake_provider, first_request(params={"top_k": 5}), options={"metadata": {"user_id": "u1"}}).json
+    body = _send(
+        fake_provider, first_request(params={"top_k": 5}), options={"metadata": {"user_id": "u1"}}
+    ).json
     assert body["top_k"] == 5 and body["metadata"] == {"user_id": "u1"}
 
 
 def test_error_event_mid_stream_is_an_error_without_retry(fake_provider: FakeProvider) -> None:
     from goondan.errors import LlmError
 
-    fake_provider.enqueue(FakeReply(raw_events=[
-        'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",'
-        '"role":"assistant","content":[],"model":"claude-test","stop_reason":null,"stop_sequence":null,'
-        '"usage":{"input_tokens":5,"output_tokens":1}}}\n\n',
-        'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n',
-    ]), FakeReply.reply("never"))
+    fake_provider.enqueue(
+        FakeReply(
+            raw_events=[
+                "event: message_start\ndata: "
+                '{"type":"message_start","message":{"id":"msg_1","type":"message",'
+                '"role":"assistant","content":[],"model":"claude-test","stop_reason":null,"stop_sequence":null,'
+                '"usage":{"input_tokens":5,"output_tokens":1}}}\n\n',
+                "event: error\ndata: "
+                '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n',
+            ]
+        ),
+        FakeReply.reply("never"),
+    )
     with pytest.raises(LlmError, match="Overloaded"):
         run(make_model(fake_provider, "anthropic").generate(first_request(), stream=True))
     assert len(fake_provider.requests) == 1

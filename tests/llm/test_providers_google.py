@@ -53,13 +53,18 @@ def test_first_request_body_and_headers(fake_provider: FakeProvider) -> None:
     assert body["contents"] == [{"role": "user", "parts": [{"text": QUESTION}]}]
     assert _texts(body["systemInstruction"]) == SYSTEM
     declarations = body["tools"][0]["functionDeclarations"]
-    assert len(body["tools"]) == 1 and [d["name"] for d in declarations] == ["clock__now", "fs__read"]
+    assert len(body["tools"]) == 1 and [d["name"] for d in declarations] == [
+        "clock__now",
+        "fs__read",
+    ]
     assert declarations[0]["description"] == "Current time in a time zone."
     # parametersJsonSchema takes full JSON Schema; parameters takes the OpenAPI subset.
     schema = declarations[0].get("parametersJsonSchema", declarations[0].get("parameters"))
     assert lower_types(schema) == CLOCK_SCHEMA
     config = body["generationConfig"]
-    assert config["temperature"] == 0.2 and config["topP"] == 0.9 and config["maxOutputTokens"] == 256
+    assert (
+        config["temperature"] == 0.2 and config["topP"] == 0.9 and config["maxOutputTokens"] == 256
+    )
     assert "model" not in body, "the model is in the path"
 
 
@@ -70,9 +75,12 @@ def test_streaming_uses_the_sse_endpoint(fake_provider: FakeProvider) -> None:
 
 
 def test_function_responses_follow_the_model_turn(fake_provider: FakeProvider) -> None:
-    fake_provider.enqueue(FakeReply.calls(("clock__now", {"tz": "Asia/Seoul"}), ("fs__read", {"path": "a"}),
-                                          text="Checking."),
-                          FakeReply.reply("done"))
+    fake_provider.enqueue(
+        FakeReply.calls(
+            ("clock__now", {"tz": "Asia/Seoul"}), ("fs__read", {"path": "a"}), text="Checking."
+        ),
+        FakeReply.reply("done"),
+    )
     model = make_model(fake_provider, "google")
     first = run(model.generate(first_request()))
     run(model.generate(round_trip_request(first, [{"iso": "21:00"}, "file text"])))
@@ -81,7 +89,10 @@ def test_function_responses_follow_the_model_turn(fake_provider: FakeProvider) -
     model_parts = contents[1]["parts"]
     assert {"text": "Checking."} in model_parts
     calls = [p["functionCall"] for p in model_parts if "functionCall" in p]
-    assert [(c["name"], c["args"]) for c in calls] == [("clock__now", {"tz": "Asia/Seoul"}), ("fs__read", {"path": "a"})]
+    assert [(c["name"], c["args"]) for c in calls] == [
+        ("clock__now", {"tz": "Asia/Seoul"}),
+        ("fs__read", {"path": "a"}),
+    ]
     # Every functionResponse comes after the model turn, in a user (or legacy "function") turn.
     rest = contents[2:]
     assert rest and all(c["role"] in ("user", "function") for c in rest)
@@ -99,7 +110,9 @@ def test_error_results_reach_the_model(fake_provider: FakeProvider) -> None:
         tool_result("c1", "clock__now", {"code": "E_TOOL", "message": "boom"}, error=True),
     ])
     contents = _send(fake_provider, request).json["contents"]
-    response = next(p["functionResponse"] for c in contents for p in c["parts"] if "functionResponse" in p)
+    response = next(
+        p["functionResponse"] for c in contents for p in c["parts"] if "functionResponse" in p
+    )
     assert response["name"] == "clock__now" and "boom" in json.dumps(response["response"])
 
 
@@ -130,5 +143,7 @@ def test_function_call_ids_from_the_server_are_kept(fake_provider: FakeProvider)
     assert [c.id for c in first.tool_calls] == ["fc-1"]
     run(model.generate(round_trip_request(first, ["12:00"])))
     contents = fake_provider.requests[1].json["contents"]
-    response = next(p["functionResponse"] for c in contents for p in c["parts"] if "functionResponse" in p)
+    response = next(
+        p["functionResponse"] for c in contents for p in c["parts"] if "functionResponse" in p
+    )
     assert response.get("id", "fc-1") == "fc-1"

@@ -49,8 +49,14 @@ def test_first_request_body_and_headers(fake_provider: FakeProvider) -> None:
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     assert text_of(body["messages"][0]["content"]) == SYSTEM
     assert text_of(body["messages"][1]["content"]) == QUESTION
-    assert body["tools"][0] == {"type": "function", "function": {
-        "name": "clock__now", "description": "Current time in a time zone.", "parameters": CLOCK_SCHEMA}}
+    assert body["tools"][0] == {
+        "type": "function",
+        "function": {
+            "name": "clock__now",
+            "description": "Current time in a time zone.",
+            "parameters": CLOCK_SCHEMA,
+        },
+    }
     assert [t["function"]["name"] for t in body["tools"]] == ["clock__now", "fs__read"]
     assert body["temperature"] == 0.2 and body["top_p"] == 0.9
     assert body.get("max_tokens", body.get("max_completion_tokens")) == 256
@@ -71,9 +77,12 @@ def test_no_tools_means_no_tools_field(fake_provider: FakeProvider) -> None:
 
 
 def test_tool_results_go_back_as_tool_messages(fake_provider: FakeProvider) -> None:
-    fake_provider.enqueue(FakeReply.calls(("clock__now", {"tz": "Asia/Seoul"}), ("fs__read", {"path": "a"}),
-                                          text="Checking."),
-                          FakeReply.reply("done"))
+    fake_provider.enqueue(
+        FakeReply.calls(
+            ("clock__now", {"tz": "Asia/Seoul"}), ("fs__read", {"path": "a"}), text="Checking."
+        ),
+        FakeReply.reply("done"),
+    )
     model = make_model(fake_provider, "openai")
     first = run(model.generate(first_request()))
     run(model.generate(round_trip_request(first, [{"iso": "21:00"}, "file text"])))
@@ -84,8 +93,13 @@ def test_tool_results_go_back_as_tool_messages(fake_provider: FakeProvider) -> N
     calls = assistant["tool_calls"]
     assert [(c["id"], c["type"], c["function"]["name"]) for c in calls] == [
         ("call_fake1_0", "function", "clock__now"), ("call_fake1_1", "function", "fs__read")]
-    assert all(isinstance(c["function"]["arguments"], str) for c in calls), "arguments are JSON text"
-    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"tz": "Asia/Seoul"}, {"path": "a"}]
+    assert all(isinstance(c["function"]["arguments"], str) for c in calls), (
+        "arguments are JSON text"
+    )
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [
+        {"tz": "Asia/Seoul"},
+        {"path": "a"},
+    ]
     assert messages[3]["tool_call_id"] == "call_fake1_0"
     assert json.loads(text_of(messages[3]["content"])) == {"iso": "21:00"}
     assert messages[4]["tool_call_id"] == "call_fake1_1"
@@ -128,7 +142,9 @@ def test_openai_compatible_local_server_needs_no_key(fake_provider: FakeProvider
     from goondan.llm.registry import create_model
 
     fake_provider.enqueue(FakeReply.reply("local hello"))
-    spec = ModelSpec(provider="openai-compatible", model="llama3.2", endpoint=fake_provider.base_url("openai"))
+    spec = ModelSpec(
+        provider="openai-compatible", model="llama3.2", endpoint=fake_provider.base_url("openai")
+    )
     assert run(create_model(spec).generate(first_request())).text == "local hello"
     sent = fake_provider.requests[0]
     assert sent.json["model"] == "llama3.2"

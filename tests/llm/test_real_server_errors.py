@@ -33,8 +33,10 @@ REQUEST = ModelRequest(messages=[{"role": "user", "content": "hi"}])
 
 def _model(endpoint: str | None, provider: str = "openai-compatible", **spec: Any) -> Any:
     policy = RetryPolicy(max_retries=3, base_delay=0.01, sleep=SleepRecorder(), random=lambda: 1.0)
-    return create_model(ModelSpec(provider=provider, model="m", endpoint=endpoint, name="t", **spec),
-                        retry_policy=policy)
+    return create_model(
+        ModelSpec(provider=provider, model="m", endpoint=endpoint, name="t", **spec),
+        retry_policy=policy,
+    )
 
 
 def test_connection_refused_names_the_host_and_the_os_reason() -> None:
@@ -46,7 +48,11 @@ def test_connection_refused_names_the_host_and_the_os_reason() -> None:
         run(model.generate(REQUEST))
     message = info.value.message
     assert f"127.0.0.1:{port}" in message and "Connection refused" in message
-    assert "Connection(" not in message and "object at" not in message and "Failed to establish" not in message
+    assert (
+        "Connection(" not in message
+        and "object at" not in message
+        and "Failed to establish" not in message
+    )
 
 
 def test_the_servers_message_is_shown_once_before_retrying(
@@ -68,7 +74,9 @@ def test_client_errors_are_not_retried(fake_provider: FakeProvider, status: int)
     assert len(fake_provider.requests) == 1
 
 
-def test_a_silent_server_gets_a_non_streamed_request_at_most_twice(fake_provider: FakeProvider) -> None:
+def test_a_silent_server_gets_a_non_streamed_request_at_most_twice(
+    fake_provider: FakeProvider,
+) -> None:
     fake_provider.enqueue(FakeReply.hanging(), FakeReply.hanging(), "never")
     model = _model(fake_provider.base_url("openai"), timeout_ms=200)
     with pytest.raises(LlmTimeoutError):

@@ -52,7 +52,10 @@ def test_crlf_and_lone_cr_line_endings() -> None:
 
 
 def test_crlf_split_between_chunks_is_one_line_end() -> None:
-    assert parse(b"data: a\r", b"\n\r", b"\ndata: b\r\n\r\n") == [SseEvent(data="a"), SseEvent(data="b")]
+    assert parse(b"data: a\r", b"\n\r", b"\ndata: b\r\n\r\n") == [
+        SseEvent(data="a"),
+        SseEvent(data="b"),
+    ]
 
 
 def test_utf8_split_across_chunks() -> None:

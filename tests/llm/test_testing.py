@@ -114,7 +114,9 @@ def test_dict_item_with_tool_calls_usage_and_generated_ids() -> None:
 
 
 def test_model_response_items_are_returned_as_copies() -> None:
-    canned = ModelResponse(text="canned", tool_calls=[ToolCall("t1", "x__y", {"n": 1})], finish_reason="tool_calls")
+    canned = ModelResponse(
+        text="canned", tool_calls=[ToolCall("t1", "x__y", {"n": 1})], finish_reason="tool_calls"
+    )
     model = ScriptedModel([canned, canned])
     first = run(model.generate(user("a")))
     first.tool_calls[0].args["n"] = 99
@@ -268,15 +270,24 @@ def test_json_tool_results_are_rendered_as_json_in_placeholders() -> None:
 
 
 def test_tool_result_fields_can_be_picked_in_placeholders() -> None:
-    model = ScriptedModel([{"when": "t", "steps": [
-        "go", "{{toolResult.response}} / {{toolResult.meta.n}} / [{{toolResult.missing}}] / {{toolResult}}",
-    ]}])
+    model = ScriptedModel(
+        [
+            {
+                "when": "t",
+                "steps": [
+                    "go",
+                    "{{toolResult.response}} / {{toolResult.meta.n}} "
+                    "/ [{{toolResult.missing}}] / {{toolResult}}",
+                ],
+            }
+        ]
+    )
     output = {"response": "391", "meta": {"n": 2}}
     text = run(model.generate(after_tool("t", output))).text
     assert text == '391 / 2 / [] / {"response": "391", "meta": {"n": 2}}'
 
 
-# -- FunctionModel ----------------------------------------------------------------------------------
+# -- FunctionModel ---------------------------------------------------------------------------------
 
 
 def test_function_model_sync_async_and_raising() -> None:
@@ -305,7 +316,7 @@ def test_function_model_sync_async_and_raising() -> None:
     assert out.text == "SHOUT" and "".join(d.text for d in deltas) == "SHOUT"
 
 
-# -- provider: scripted -------------------------------------------------------------------------------
+# -- provider: scripted ----------------------------------------------------------------------------
 
 
 def spec(options: dict[str, Any], name: str = "demo") -> ModelSpec:
@@ -384,7 +395,7 @@ def test_registry_builds_the_scripted_provider(tmp_path: Path) -> None:
     assert run(model.generate(user("x"))).text == "from the registry"
 
 
-# -- network guard ----------------------------------------------------------------------------------
+# -- network guard ---------------------------------------------------------------------------------
 
 
 def test_loopback_is_always_allowed_and_others_only_when_not_forbidden(
@@ -399,7 +410,9 @@ def test_loopback_is_always_allowed_and_others_only_when_not_forbidden(
         assert all(model_requests_allowed(url) for url in loopbacks)
         with pytest.raises(ModelRequestsForbiddenError) as info:
             check_model_request(remote)
-        assert info.value.code == "E_LLM_REQUESTS_FORBIDDEN" and "api.openai.com" in info.value.message
+        assert (
+            info.value.code == "E_LLM_REQUESTS_FORBIDDEN" and "api.openai.com" in info.value.message
+        )
         with forbid_model_requests(False):
             assert model_requests_allowed(remote)
         assert not model_requests_allowed(remote)

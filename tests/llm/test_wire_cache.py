@@ -29,7 +29,9 @@ from tests.support.fake_provider import FakeProvider
 PROVIDERS = ("openai", "openai-compatible", "anthropic", "google")
 TOOLS = [ToolCatalogItem("clock__now", "Time.", {"type": "object", "properties": {}})]
 
-text = st.text(alphabet=st.characters(codec="utf-8"), max_size=8) | st.sampled_from(["", "hi", "é✓", "a\"b\\"])
+text = st.text(alphabet=st.characters(codec="utf-8"), max_size=8) | st.sampled_from(
+    ["", "hi", "é✓", 'a"b\\']
+)
 call_ids = st.sampled_from(["call_1", "call_2", "gcall-x", ""])
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | text,
@@ -43,17 +45,29 @@ def _part() -> st.SearchStrategy[dict[str, Any]]:
         st.builds(lambda t: {"type": "text", "text": t}, text),
         st.builds(
             lambda i, n, a: {"type": "tool-call", "toolCallId": i, "toolName": n, "input": a},
-            call_ids, st.sampled_from(["clock__now", "fs__read"]), st.dictionaries(text, json_values, max_size=2),
+            call_ids,
+            st.sampled_from(["clock__now", "fs__read"]),
+            st.dictionaries(text, json_values, max_size=2),
         ),
         st.builds(
-            lambda i, kind, v: {"type": "tool-result", "toolCallId": i, "toolName": "clock__now",
-                                "output": {"type": kind, "value": v}},
-            call_ids, st.sampled_from(["json", "text", "error-text", "error-json"]), json_values,
+            lambda i, kind, v: {
+                "type": "tool-result",
+                "toolCallId": i,
+                "toolName": "clock__now",
+                "output": {"type": kind, "value": v},
+            },
+            call_ids,
+            st.sampled_from(["json", "text", "error-text", "error-json"]),
+            json_values,
         ),
         st.builds(
-            lambda t, sig: {"type": "reasoning", "text": t,
-                            "providerOptions": {"anthropic": {"signature": sig}}},
-            text, st.sampled_from(["", "sig"]),
+            lambda t, sig: {
+                "type": "reasoning",
+                "text": t,
+                "providerOptions": {"anthropic": {"signature": sig}},
+            },
+            text,
+            st.sampled_from(["", "sig"]),
         ),
     )
 
@@ -122,7 +136,9 @@ def test_incremental_payload_equals_naive(
     state = ConversationState([_message(m) for m in base])
     other = ConversationState([_message({"role": "user", "content": "other conversation"})])
     system: str | None = "You are a test."
-    _check(model, ModelRequest(messages=state.to_llm_messages(), tools=TOOLS, system=system), stream)
+    _check(
+        model, ModelRequest(messages=state.to_llm_messages(), tools=TOOLS, system=system), stream
+    )
     for step in steps:
         kind = step[0]
         if kind == "system":
@@ -132,7 +148,11 @@ def test_incremental_payload_equals_naive(
             _check(model, ModelRequest(messages=other.to_llm_messages(), system="Other."), stream)
         else:
             _edit(state, step)
-        _check(model, ModelRequest(messages=state.to_llm_messages(), tools=TOOLS, system=system), stream)
+        _check(
+            model,
+            ModelRequest(messages=state.to_llm_messages(), tools=TOOLS, system=system),
+            stream,
+        )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,11 +189,28 @@ def test_incremental_payload_from_views_and_commits_equals_naive(
 def test_appending_steps_reuse_the_cached_conversion() -> None:
     for provider in PROVIDERS:
         model = _model(provider)
-        state = ConversationState([_message({"role": "user", "content": f"q{i}"}) for i in range(20)])
+        state = ConversationState(
+            [_message({"role": "user", "content": f"q{i}"}) for i in range(20)]
+        )
         for step in range(5):
             b"".join(model.payload(ModelRequest(messages=state.to_llm_messages())))
-            state.emit(MessageEvent.append(_message({"role": "assistant", "content": [
-                {"type": "tool-call", "toolCallId": f"c{step}", "toolName": "clock__now", "input": {}}]})))
+            state.emit(
+                MessageEvent.append(
+                    _message(
+                        {
+                            "role": "assistant",
+                            "content": [
+                                {
+                                    "type": "tool-call",
+                                    "toolCallId": f"c{step}",
+                                    "toolName": "clock__now",
+                                    "input": {},
+                                }
+                            ],
+                        }
+                    )
+                )
+            )
             state.emit(MessageEvent.append(_message({"role": "tool", "content": [
                 {"type": "tool-result", "toolCallId": f"c{step}", "toolName": "clock__now",
                  "output": {"type": "json", "value": {"t": step}}}]})))
@@ -209,7 +246,9 @@ def test_a_long_conversation_is_sent_in_cached_blocks_the_server_reads_whole() -
                 if step == 1:  # a middleware edit far back in the history
                     state.emit(MessageEvent.replace(state.next_messages[7].id, _message(
                         {"role": "user", "content": "edited"})))
-                state.emit(MessageEvent.append(_message({"role": "user", "content": f"step {step}"})))
+                state.emit(
+                    MessageEvent.append(_message({"role": "user", "content": f"step {step}"}))
+                )
 
 
 def test_a_subclass_that_builds_its_own_body_is_sent_as_built() -> None:
@@ -229,5 +268,9 @@ def test_an_edited_conversation_replaces_its_stale_cache_entry() -> None:
     state = ConversationState([_message({"role": "user", "content": f"q{i}"}) for i in range(10)])
     for step in range(6):
         model.payload(ModelRequest(messages=state.to_llm_messages()))
-        state.emit(MessageEvent.replace(state.next_messages[5].id, _message({"role": "user", "content": f"e{step}"})))
+        state.emit(
+            MessageEvent.replace(
+                state.next_messages[5].id, _message({"role": "user", "content": f"e{step}"})
+            )
+        )
     assert model._wire is not None and len(model._wire._entries) == 1

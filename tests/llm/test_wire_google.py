@@ -19,7 +19,11 @@ TOOL = ToolCatalogItem("clock__now", "Now.", {"type": "object", "additionalPrope
 
 
 def model(**spec: Any) -> GoogleModel:
-    values: dict[str, Any] = {"provider": "google", "model": "gemini-2.5-flash", "api_key": "AIza-wire-test"}
+    values: dict[str, Any] = {
+        "provider": "google",
+        "model": "gemini-2.5-flash",
+        "api_key": "AIza-wire-test",
+    }
     values.update(spec)
     built = create_model(ModelSpec(**values))
     assert isinstance(built, GoogleModel)
@@ -29,35 +33,86 @@ def model(**spec: Any) -> GoogleModel:
 def test_request_body_field_by_field() -> None:
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "time?"},
-        {"role": "assistant", "content": [
-            {"type": "tool-call", "toolCallId": "gcall-abc", "toolName": "clock__now", "input": {"tz": "UTC"},
-             "providerOptions": {"google": {"thoughtSignature": "sig=="}}},
-            {"type": "tool-call", "toolCallId": "server-id", "toolName": "clock__now", "input": {}},
-        ]},
-        {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "gcall-abc", "toolName": "clock__now",
-                                      "output": {"type": "text", "value": "12:00"}}]},
-        {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "server-id", "toolName": "clock__now",
-                                      "output": {"type": "error-json", "value": {"code": "E_X"}}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool-call",
+                    "toolCallId": "gcall-abc",
+                    "toolName": "clock__now",
+                    "input": {"tz": "UTC"},
+                    "providerOptions": {"google": {"thoughtSignature": "sig=="}},
+                },
+                {
+                    "type": "tool-call",
+                    "toolCallId": "server-id",
+                    "toolName": "clock__now",
+                    "input": {},
+                },
+            ],
+        },
+        {
+            "role": "tool",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "toolCallId": "gcall-abc",
+                    "toolName": "clock__now",
+                    "output": {"type": "text", "value": "12:00"},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "toolCallId": "server-id",
+                    "toolName": "clock__now",
+                    "output": {"type": "error-json", "value": {"code": "E_X"}},
+                }
+            ],
+        },
         {"role": "system", "content": "Mid note."},
     ]
     body = model(options={"topK": 3, "safetySettings": [{"category": "X"}]}).to_wire(ModelRequest(
         messages=messages, tools=[TOOL], system="Be terse.",
         params={"temperature": 0.3, "maxTokens": 50, "topP": 0.7}))
     assert body["systemInstruction"] == {"parts": [{"text": "Be terse.\n\nMid note."}]}
-    assert body["generationConfig"] == {"topK": 3, "temperature": 0.3, "maxOutputTokens": 50, "topP": 0.7}
+    assert body["generationConfig"] == {
+        "topK": 3,
+        "temperature": 0.3,
+        "maxOutputTokens": 50,
+        "topP": 0.7,
+    }
     assert body["safetySettings"] == [{"category": "X"}]
     assert body["tools"] == [{"functionDeclarations": [
         {"name": "clock__now", "parametersJsonSchema": TOOL.parameters, "description": "Now."}]}]
     assert body["contents"] == [
         {"role": "user", "parts": [{"text": "time?"}]},
-        {"role": "model", "parts": [
-            {"functionCall": {"name": "clock__now", "args": {"tz": "UTC"}}, "thoughtSignature": "sig=="},
-            {"functionCall": {"name": "clock__now", "args": {}, "id": "server-id"}},
-        ]},
-        {"role": "user", "parts": [
-            {"functionResponse": {"name": "clock__now", "response": {"output": "12:00"}}},
-            {"functionResponse": {"name": "clock__now", "response": {"error": {"code": "E_X"}}, "id": "server-id"}},
-        ]},
+        {
+            "role": "model",
+            "parts": [
+                {
+                    "functionCall": {"name": "clock__now", "args": {"tz": "UTC"}},
+                    "thoughtSignature": "sig==",
+                },
+                {"functionCall": {"name": "clock__now", "args": {}, "id": "server-id"}},
+            ],
+        },
+        {
+            "role": "user",
+            "parts": [
+                {"functionResponse": {"name": "clock__now", "response": {"output": "12:00"}}},
+                {
+                    "functionResponse": {
+                        "name": "clock__now",
+                        "response": {"error": {"code": "E_X"}},
+                        "id": "server-id",
+                    }
+                },
+            ],
+        },
     ]
 
 
@@ -96,7 +151,10 @@ def test_response_parsing_and_generated_ids() -> None:
     m = model()
     response = m.from_wire(RESPONSE, request=REQUEST)
     assert response.text == "Checking now."
-    assert [(c.name, c.args) for c in response.tool_calls] == [("clock__now", {"tz": "UTC"}), ("fs__read", {"path": "x"})]
+    assert [(c.name, c.args) for c in response.tool_calls] == [
+        ("clock__now", {"tz": "UTC"}),
+        ("fs__read", {"path": "x"}),
+    ]
     ids = [c.id for c in response.tool_calls]
     assert all(i.startswith(GENERATED_ID_PREFIX) for i in ids) and len(set(ids)) == 2
     # The same reply again (another turn, even with the same request) never reuses an id.
@@ -111,20 +169,42 @@ def test_thought_signatures_round_trip_through_the_stored_assistant_message() ->
     """A signature returned with a functionCall is stored on the tool-call part and sent back."""
     m = model()
     response = m.from_wire(RESPONSE, request=REQUEST)
-    stored = Message.assistant(response.text, response.tool_calls, call_options=response.tool_call_options)
+    stored = Message.assistant(
+        response.text, response.tool_calls, call_options=response.tool_call_options
+    )
     wire = m.to_wire(ModelRequest(messages=[*REQUEST.messages, stored.data]))
-    sent = [p for c in wire["contents"] if c["role"] == "model" for p in c["parts"] if "functionCall" in p]
+    sent = [
+        p
+        for c in wire["contents"]
+        if c["role"] == "model"
+        for p in c["parts"]
+        if "functionCall" in p
+    ]
     assert [p.get("thoughtSignature") for p in sent] == ["sig1", None]
 
 
 def test_server_sent_call_ids_are_kept() -> None:
-    body = {"candidates": [{"content": {"parts": [{"functionCall": {"id": "fc-9", "name": "t", "args": {}}}]},
-                            "finishReason": "STOP"}]}
+    body = {
+        "candidates": [
+            {
+                "content": {"parts": [{"functionCall": {"id": "fc-9", "name": "t", "args": {}}}]},
+                "finishReason": "STOP",
+            }
+        ]
+    }
     assert model().from_wire(body).tool_calls[0].id == "fc-9"
 
 
-@pytest.mark.parametrize(("raw", "finish"), [("STOP", "stop"), ("MAX_TOKENS", "length"), ("SAFETY", "content_filter"),
-                                             ("MALFORMED_FUNCTION_CALL", "error"), ("OTHER", "other")])
+@pytest.mark.parametrize(
+    ("raw", "finish"),
+    [
+        ("STOP", "stop"),
+        ("MAX_TOKENS", "length"),
+        ("SAFETY", "content_filter"),
+        ("MALFORMED_FUNCTION_CALL", "error"),
+        ("OTHER", "other"),
+    ],
+)
 def test_finish_reasons(raw: str, finish: str) -> None:
     body = {"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": raw}]}
     assert model().from_wire(body).finish_reason == finish
@@ -146,8 +226,13 @@ def _chunks() -> list[dict[str, Any]]:
         {"candidates": [{"content": {"role": "model", "parts": [parts[0]]}}], **meta},
         {"candidates": [{"content": {"role": "model", "parts": [parts[1]]}}], **meta},
         {"candidates": [{"content": {"role": "model", "parts": [parts[2], parts[3]]}}], **meta},
-        {"candidates": [{"content": {"role": "model", "parts": [parts[4]]}, "finishReason": "STOP"}],
-         "usageMetadata": RESPONSE["usageMetadata"], **meta},
+        {
+            "candidates": [
+                {"content": {"role": "model", "parts": [parts[4]]}, "finishReason": "STOP"}
+            ],
+            "usageMetadata": RESPONSE["usageMetadata"],
+            **meta,
+        },
     ]
 
 

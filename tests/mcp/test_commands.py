@@ -66,15 +66,21 @@ def test_validate_check_mcp_lists_tools_and_reports_failures(
 
 def test_doctor_shows_each_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bundle = _bundle(tmp_path / "b", server_command())
-    code, out, _ = _cli(capsys, "doctor", "--bundle", str(bundle), "--state-root", str(tmp_path / "s"))
+    code, out, _ = _cli(
+        capsys, "doctor", "--bundle", str(bundle), "--state-root", str(tmp_path / "s")
+    )
     assert code == 0, out
     assert "✓ [MCP] Tool/srv: ready (stdio" in out
     missing = _bundle(tmp_path / "m", ["goondan-no-such-mcp-server"])
-    code, out, _ = _cli(capsys, "doctor", "--bundle", str(missing), "--state-root", str(tmp_path / "s"))
+    code, out, _ = _cli(
+        capsys, "doctor", "--bundle", str(missing), "--state-root", str(tmp_path / "s")
+    )
     assert code == 1 and "✗ [MCP] Tool/srv" in out and "not on PATH" in out
 
 
-def test_an_agent_turn_calls_the_server_and_close_stops_it(tmp_path: Path, state_root: Path) -> None:
+def test_an_agent_turn_calls_the_server_and_close_stops_it(
+    tmp_path: Path, state_root: Path
+) -> None:
     script = [{"toolCalls": [{"name": "srv__add", "args": {"a": 20, "b": 22}}]},
               {"text": "sum={{toolResult.result}}"},
               {"toolCalls": [{"name": "srv__pid", "args": {}}]},

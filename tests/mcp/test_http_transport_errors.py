@@ -27,7 +27,9 @@ def _send(url: str) -> McpError:
         await transport.start(lambda message: None, lambda reason: None)
         try:
             with pytest.raises(McpError) as caught:
-                await transport.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+                await transport.send(
+                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+                )
             return caught.value
         finally:
             await transport.close()

@@ -40,7 +40,10 @@ def test_tool_names_are_valid_unique_and_fit_64_characters() -> None:
 
 
 def test_result_output_forms() -> None:
-    assert result_output({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}) == "a\nb"
+    assert (
+        result_output({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})
+        == "a\nb"
+    )
     assert result_output({"content": [{"type": "text", "text": "{}"}],
                           "structuredContent": {"x": 1}}) == {"x": 1}
     parts = result_output({"content": [{"type": "text", "text": "see"},

@@ -69,18 +69,28 @@ def official(spans_: list[OtlpSpan], resource: Resource) -> object:
         if s.status_code or s.status_message:
             span.status.CopyFrom(trace_pb2.Status(code=s.status_code, message=s.status_message))
         out.append(span)
-    return pb.ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
-        resource=resource_pb2.Resource(attributes=_kvs(dict(resource.attributes))),
-        scope_spans=[trace_pb2.ScopeSpans(
-            scope=common.InstrumentationScope(name=resource.scope_name, version=resource.scope_version),
-            spans=out,
-        )],
-    )])
+    return pb.ExportTraceServiceRequest(
+        resource_spans=[
+            trace_pb2.ResourceSpans(
+                resource=resource_pb2.Resource(attributes=_kvs(dict(resource.attributes))),
+                scope_spans=[
+                    trace_pb2.ScopeSpans(
+                        scope=common.InstrumentationScope(
+                            name=resource.scope_name, version=resource.scope_version
+                        ),
+                        spans=out,
+                    )
+                ],
+            )
+        ]
+    )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(spans, max_size=5), resources)
-def test_protobuf_bytes_identical_to_opentelemetry_proto(spans_: list[OtlpSpan], resource: Resource) -> None:
+def test_protobuf_bytes_identical_to_opentelemetry_proto(
+    spans_: list[OtlpSpan], resource: Resource
+) -> None:
     assert encode_protobuf(spans_, resource) == official(spans_, resource).SerializeToString()
 
 
@@ -88,13 +98,27 @@ def test_protobuf_bytes_identical_to_opentelemetry_proto(spans_: list[OtlpSpan],
 def test_a_full_batch_is_identical_too(count: int) -> None:
     """Bodies whose nesting lengths take one, two and three varint bytes (600 spans: > 16 KiB),
     as the exporter posts them (up to 512 spans a request)."""
-    spans_ = [OtlpSpan(trace_id=f"{i % 7 + 1:032x}", span_id=f"{i + 1:016x}", name=f"step {i}",
-                       start_unix_nanos=1_700_000_000_000_000_000 + i, end_unix_nanos=1_700_000_000_000_000_500 + i,
-                       parent_span_id=None if i % 5 == 0 else f"{i:016x}", kind=i % 4,
-                       attributes={"goondan.agent.name": "coordinator", "goondan.step.index": i,
-                                   "gen_ai.usage.input_tokens": 10 * i, "goondan.cost.usd": i / 1000})
-              for i in range(count)]
-    resource = Resource(attributes={"service.name": "goondan", "goondan.swarm": "s" * 200}, scope_name="goondan")
+    spans_ = [
+        OtlpSpan(
+            trace_id=f"{i % 7 + 1:032x}",
+            span_id=f"{i + 1:016x}",
+            name=f"step {i}",
+            start_unix_nanos=1_700_000_000_000_000_000 + i,
+            end_unix_nanos=1_700_000_000_000_000_500 + i,
+            parent_span_id=None if i % 5 == 0 else f"{i:016x}",
+            kind=i % 4,
+            attributes={
+                "goondan.agent.name": "coordinator",
+                "goondan.step.index": i,
+                "gen_ai.usage.input_tokens": 10 * i,
+                "goondan.cost.usd": i / 1000,
+            },
+        )
+        for i in range(count)
+    ]
+    resource = Resource(
+        attributes={"service.name": "goondan", "goondan.swarm": "s" * 200}, scope_name="goondan"
+    )
     assert encode_protobuf(spans_, resource) == official(spans_, resource).SerializeToString()
 
 

@@ -65,23 +65,58 @@ def receiver() -> Iterator[Receiver]:
 def _turn_events() -> list[Any]:
     turn, llm = "1" * 16, "2" * 16
     return [
-        TurnStarted(trace_id=TRACE, span_id=turn, turn_id="t", agent_name="coordinator", instance_key="k"),
-        LlmCallStarted(trace_id=TRACE, span_id=llm, parent_span_id=turn, turn_id="t", step_id="s",
-                       model="gpt-x", provider="openai", agent_name="coordinator", instance_key="k"),
-        LlmCallEnded(trace_id=TRACE, span_id=llm, parent_span_id=turn, turn_id="t", step_id="s",
-                     model="gpt-x", provider="openai", finish_reason="stop", token_usage={"prompt": 10, "completion": 5, "total": 15},
-                     latency_ms=12.5, agent_name="coordinator", instance_key="k"),
-        TurnEnded(trace_id=TRACE, span_id=turn, turn_id="t", finish_reason="text_response",
-                  failed=True, error_code="E_BUDGET_EXCEEDED", error_message="over",
-                  latency_ms=20.0, agent_name="coordinator", instance_key="k"),
+        TurnStarted(
+            trace_id=TRACE, span_id=turn, turn_id="t", agent_name="coordinator", instance_key="k"
+        ),
+        LlmCallStarted(
+            trace_id=TRACE,
+            span_id=llm,
+            parent_span_id=turn,
+            turn_id="t",
+            step_id="s",
+            model="gpt-x",
+            provider="openai",
+            agent_name="coordinator",
+            instance_key="k",
+        ),
+        LlmCallEnded(
+            trace_id=TRACE,
+            span_id=llm,
+            parent_span_id=turn,
+            turn_id="t",
+            step_id="s",
+            model="gpt-x",
+            provider="openai",
+            finish_reason="stop",
+            token_usage={"prompt": 10, "completion": 5, "total": 15},
+            latency_ms=12.5,
+            agent_name="coordinator",
+            instance_key="k",
+        ),
+        TurnEnded(
+            trace_id=TRACE,
+            span_id=turn,
+            turn_id="t",
+            finish_reason="text_response",
+            failed=True,
+            error_code="E_BUDGET_EXCEEDED",
+            error_message="over",
+            latency_ms=20.0,
+            agent_name="coordinator",
+            instance_key="k",
+        ),
     ]
 
 
 def test_spans_are_exported_as_json_with_gen_ai_attributes(receiver: Receiver) -> None:
     port = receiver.server_address[1]
-    config = OtlpConfig.from_env({"GOONDAN_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
-                                  "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
-                                  "OTEL_EXPORTER_OTLP_HEADERS": "x-project-name=p%201,authorization=Bearer t"})
+    config = OtlpConfig.from_env(
+        {
+            "GOONDAN_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+            "OTEL_EXPORTER_OTLP_HEADERS": "x-project-name=p%201,authorization=Bearer t",
+        }
+    )
     assert config is not None and config.endpoint.endswith("/v1/traces")
     exporter = OtlpExporter(config)
     for event in _turn_events():
@@ -127,13 +162,23 @@ def test_configuration_from_the_environment() -> None:
     signal = OtlpConfig.from_env({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://h:1/custom"})
     assert signal is not None and signal.endpoint == "http://h:1/custom"
     with pytest.raises(ConfigError) as info:
-        OtlpConfig.from_env({"GOONDAN_OTLP_ENDPOINT": "http://h:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+        OtlpConfig.from_env(
+            {"GOONDAN_OTLP_ENDPOINT": "http://h:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+        )
     assert info.value.code == "E_OTLP_PROTOCOL"
-    assert "Bearer" not in repr(OtlpConfig.from_env({"GOONDAN_OTLP_ENDPOINT": "http://h",
-                                                     "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer s"}))
+    assert "Bearer" not in repr(
+        OtlpConfig.from_env(
+            {
+                "GOONDAN_OTLP_ENDPOINT": "http://h",
+                "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer s",
+            }
+        )
+    )
 
 
-def test_the_embedding_runtime_exports_one_tree_and_flushes_at_close(receiver: Receiver, state_root: Any) -> None:
+def test_the_embedding_runtime_exports_one_tree_and_flushes_at_close(
+    receiver: Receiver, state_root: Any
+) -> None:
     import os
     from pathlib import Path
 
@@ -141,7 +186,11 @@ def test_the_embedding_runtime_exports_one_tree_and_flushes_at_close(receiver: R
     from tests.support.aio import run
 
     port = receiver.server_address[1]
-    env = {**os.environ, "GOONDAN_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}
+    env = {
+        **os.environ,
+        "GOONDAN_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+    }
     example = Path(__file__).resolve().parents[2] / "examples" / "delegation"
 
     async def main() -> str:
@@ -160,12 +209,18 @@ def test_the_embedding_runtime_exports_one_tree_and_flushes_at_close(receiver: R
     while "parentSpanId" in node:
         node = by_id[node["parentSpanId"]]
         chain.append(node["name"])
-    assert chain == ["invoke_agent worker", "execute_tool agents__request", "step 0", "invoke_agent coordinator"]
+    assert chain == [
+        "invoke_agent worker",
+        "execute_tool agents__request",
+        "step 0",
+        "invoke_agent coordinator",
+    ]
 
 
 # -- every field of every event reaches its own span ----------------------------------------------
 def _decoded_spans(body: bytes) -> list[dict[str, Any]]:
-    """The spans of a protobuf request body, parsed by ``opentelemetry-proto``: attributes as a dict."""
+    """The spans of a protobuf request body, parsed by ``opentelemetry-proto``: attributes as a
+    dict."""
     request = trace_service.ExportTraceServiceRequest.FromString(body)
 
     def value(any_value: Any) -> Any:
@@ -230,15 +285,29 @@ class ToolEndedWithAttempt(ToolEnded):
 
 def test_a_field_added_to_tool_ended_reaches_each_span_with_its_own_value(
         receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(events, "_REGISTRY", dict(events._REGISTRY))  # registered for this test only
+    # registered for this test only
+    monkeypatch.setattr(events, "_REGISTRY", dict(events._REGISTRY))
     events._register(ToolEndedWithAttempt)
     assert "attempt" in {f.name for f in dataclasses.fields(ToolEndedWithAttempt)}
     exporter = OtlpExporter(OtlpConfig(endpoint=f"http://127.0.0.1:{receiver.server_address[1]}/v1/traces"))
     for index, attempt in enumerate((1, 2, 3)):
-        exporter.handle(ToolEndedWithAttempt(
-            trace_id=TRACE, span_id=f"{index + 1:016x}", parent_span_id="f" * 16, turn_id="t", step_id="s",
-            step_index=0, tool_call_id=f"call_{index}", tool_name="fs__read", status="ok", latency_ms=1.0,
-            agent_name="coordinator", instance_key="k", attempt=attempt))
+        exporter.handle(
+            ToolEndedWithAttempt(
+                trace_id=TRACE,
+                span_id=f"{index + 1:016x}",
+                parent_span_id="f" * 16,
+                turn_id="t",
+                step_id="s",
+                step_index=0,
+                tool_call_id=f"call_{index}",
+                tool_name="fs__read",
+                status="ok",
+                latency_ms=1.0,
+                agent_name="coordinator",
+                instance_key="k",
+                attempt=attempt,
+            )
+        )
     exporter.close()
     spans = [s for _, _, body in receiver.bodies for s in _decoded_spans(body)]
     assert {s["spanId"]: s["attributes"].get("goondan.attempt") for s in spans} == {

@@ -1,4 +1,5 @@
-"""The generic onion (seed 000 §2, §3, §6): next(), short-circuit, transformation, shared context."""
+"""The generic onion (seed 000 §2, §3, §6): next(), short-circuit, transformation, shared
+context."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def test_chain_without_middleware_runs_the_core() -> None:
 
 
 def test_next_twice_in_one_layer_raises() -> None:
-    """seed 000 §2 rule 4 / §3.1 rule 7: next() exactly once; a second call is E_PIPELINE_NEXT_TWICE."""
+    """seed 000 §2 rule 4 / §3.1 rule 7: next() exactly once; a second call is
+    E_PIPELINE_NEXT_TWICE."""
     calls = 0
 
     async def twice(ctx):  # type: ignore[no-untyped-def]
@@ -79,7 +81,8 @@ def test_next_twice_in_one_layer_raises() -> None:
 
 
 def test_next_twice_detected_in_inner_layer_and_after_inner_failure() -> None:
-    """seed 000 §3.2 rules 5-6: a retry by calling next() again (even after an exception) is refused."""
+    """seed 000 §3.2 rules 5-6: a retry by calling next() again (even after an exception) is
+    refused."""
     async def retrying(ctx):  # type: ignore[no-untyped-def]
         try:
             return await ctx.next()
@@ -103,7 +106,8 @@ def test_next_twice_detected_in_inner_layer_and_after_inner_failure() -> None:
 
 
 def test_exceptions_propagate_through_the_onion() -> None:
-    """seed 000 §2 rule 11 / §9.5: middleware signals intent by raising; the runtime sees the exception."""
+    """seed 000 §2 rule 11 / §9.5: middleware signals intent by raising; the runtime sees the
+    exception."""
     log: list[str] = []
 
     async def raiser(ctx):  # type: ignore[no-untyped-def]
@@ -224,7 +228,8 @@ def test_args_edited_before_next_reach_the_core() -> None:
 
 
 def test_catalog_edits_before_next_are_seen_by_the_core() -> None:
-    """seed 000 §3.2 rules 2-3: tool_catalog is mutable and the edited catalog reaches the step core."""
+    """seed 000 §3.2 rules 2-3: tool_catalog is mutable and the edited catalog reaches the step
+    core."""
     seen: list[list[str]] = []
 
     async def drop(ctx):  # type: ignore[no-untyped-def]
@@ -265,7 +270,8 @@ def test_metadata_is_shared_by_every_layer_and_the_core() -> None:
 
 
 def test_turn_middleware_sees_base_messages_and_emits_before_and_after_next() -> None:
-    """seed 000 §3.1 rules 2-4, §4.5 rules 1-4, §7.1 rules 2-3: baseMessages, emit in pre and post."""
+    """seed 000 §3.1 rules 2-4, §4.5 rules 1-4, §7.1 rules 2-3: baseMessages, emit in pre and
+    post."""
     first = Message.user("earlier")
     state = ConversationState([first])
     observed: dict[str, object] = {}
@@ -299,7 +305,9 @@ class _EchoRouter:
 
     async def request(self, target: str, event: AgentEvent, *, timeout_ms: int) -> AgentEvent:
         self.calls.append(("request", target, event.input, timeout_ms))
-        return response_event(event, agent_name=target, instance_key="k", text=f"echo:{event.input}")
+        return response_event(
+            event, agent_name=target, instance_key="k", text=f"echo:{event.input}"
+        )
 
     async def send(self, target: str, event: AgentEvent) -> None:
         self.calls.append(("send", target, event.input, None))
@@ -330,13 +338,23 @@ def test_turn_and_step_middleware_can_call_other_agents() -> None:
     registry = PipelineRegistry()
     registry.register("turn", ask)
     registry.register("step", ask)
-    assert run(registry.run_turn(turn_ctx(agents=agents()), turn_core)).metadata["answer"] == "echo:check this"
-    assert run(registry.run_step(step_ctx(agents=agents()), step_core)).metadata["answer"] == "echo:check this"
-    assert router.calls == [("request", "reviewer", "check this", 15_000), ("send", "auditor", "fyi", None)] * 2
+    assert (
+        run(registry.run_turn(turn_ctx(agents=agents()), turn_core)).metadata["answer"]
+        == "echo:check this"
+    )
+    assert (
+        run(registry.run_step(step_ctx(agents=agents()), step_core)).metadata["answer"]
+        == "echo:check this"
+    )
+    assert (
+        router.calls
+        == [("request", "reviewer", "check this", 15_000), ("send", "auditor", "fyi", None)] * 2
+    )
 
 
 def test_tool_call_context_has_no_agents() -> None:
-    """seed 000 §4.4 rules 1-2: ctx.agents only on turn/step contexts, never on toolCall (MUST NOT)."""
+    """seed 000 §4.4 rules 1-2: ctx.agents only on turn/step contexts, never on toolCall (MUST
+    NOT)."""
     assert "agents" in TurnContext.__dataclass_fields__
     assert "agents" in StepContext.__dataclass_fields__
     assert "agents" not in ToolCallContext.__dataclass_fields__
@@ -383,7 +401,8 @@ def test_nested_chains_turn_step_toolcall() -> None:
 
 
 def test_concurrent_chains_do_not_interfere() -> None:
-    """seed 000 §3.3: each tool call has its own context, so parallel tool calls chain independently."""
+    """seed 000 §3.3: each tool call has its own context, so parallel tool calls chain
+    independently."""
     import asyncio
 
     gate = asyncio.Event()

@@ -49,4 +49,6 @@ def test_tests_of_other_areas_cited_by_path_exist() -> None:
     cited = re.findall(r"`tests/([\w/]+\.py)::(test_\w+)`", text)
     assert len(cited) >= 8
     for path, name in cited:
-        assert name in _tests(ROOT / "tests" / path), f"tests/{path}::{name} is cited but does not exist"
+        assert name in _tests(ROOT / "tests" / path), (
+            f"tests/{path}::{name} is cited but does not exist"
+        )

@@ -17,7 +17,8 @@ from tests.support.pipeline_harness import step_ctx, tool_call_ctx, turn_ctx
 
 
 def test_v1_turn_messages_structure_is_gone() -> None:
-    """seed 004 §13.3.4 rule 6: no v1 ctx.turn.messages.base/events/next/emit; use conversationState."""
+    """seed 004 §13.3.4 rule 6: no v1 ctx.turn.messages.base/events/next/emit; use
+    conversationState."""
     assert "messages" not in {f.name for f in dataclasses.fields(Turn)}
     assert not hasattr(step_ctx().turn, "messages")
     assert not hasattr(turn_ctx(), "turn")

@@ -81,7 +81,8 @@ def test_async_listeners_are_scheduled_and_drained(caplog: pytest.LogCaptureFixt
 
 
 def test_async_listener_without_loop_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
-    """EventBus docs: emitting to an async listener outside a loop logs a warning instead of leaking."""
+    """EventBus docs: emitting to an async listener outside a loop logs a warning instead of
+    leaking."""
     bus = EventBus()
 
     async def listener(payload: object) -> None:  # pragma: no cover - never awaited

@@ -47,7 +47,8 @@ def test_only_three_middleware_types_exist() -> None:
 
 
 def test_no_mutate_or_wrap_api() -> None:
-    """seed 000 §5.1 rule 2 / seed 004 §13.2.1 rule 2: mutate(point, fn) and wrap(point, fn) MUST NOT exist."""
+    """seed 000 §5.1 rule 2 / seed 004 §13.2.1 rule 2: mutate(point, fn) and wrap(point, fn) MUST
+    NOT exist."""
     registry = PipelineRegistry()
     assert not hasattr(registry, "mutate")
     assert not hasattr(registry, "wrap")
@@ -97,7 +98,8 @@ def test_one_extension_registers_several_types() -> None:
 
 
 def test_several_middlewares_of_one_type_chain_in_registration_order() -> None:
-    """seed 000 §5.1 rules 3 and 5 / seed 004 §13.2.1 rule 3: same type, onion in registration order."""
+    """seed 000 §5.1 rules 3 and 5 / seed 004 §13.2.1 rule 3: same type, onion in registration
+    order."""
     log: list[str] = []
     registry = PipelineRegistry()
     for name in ("A", "B", "C"):
@@ -107,7 +109,8 @@ def test_several_middlewares_of_one_type_chain_in_registration_order() -> None:
 
 
 def test_priority_example_b5_a10_c10() -> None:
-    """seed 000 §6.2 rules 3 and 5: B(5) -> A(10) -> C(10) -> core; lower priority is outer, ties stable."""
+    """seed 000 §6.2 rules 3 and 5: B(5) -> A(10) -> C(10) -> core; lower priority is outer, ties
+    stable."""
     log: list[str] = []
     registry = PipelineRegistry()
     registry.register("step", recorder(log, "A"), priority=10)

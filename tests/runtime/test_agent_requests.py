@@ -40,8 +40,13 @@ def test_an_async_request_answers_with_a_later_turn(state_root: Path) -> None:
     coordinator, worker = "fake-coordinator-model", "fake-worker-model"
     with FakeProvider() as fake:
         fake.enqueue(
-            FakeReply.calls(FakeToolCall("agents__request", {"target": "worker", "input": "Compute 2 + 2.",
-                                                             "async": True}), for_model=coordinator),
+            FakeReply.calls(
+                FakeToolCall(
+                    "agents__request",
+                    {"target": "worker", "input": "Compute 2 + 2.", "async": True},
+                ),
+                for_model=coordinator,
+            ),
             FakeReply.reply("I asked the worker; the answer will follow.", for_model=coordinator),
             FakeReply.reply("2 + 2 = 4", for_model=worker),
             FakeReply.reply("The worker says 4.", for_model=coordinator),
@@ -62,7 +67,9 @@ def test_an_async_request_answers_with_a_later_turn(state_root: Path) -> None:
         bodies = [r.json for r in fake.requests if r.json["model"] == coordinator]
     assert first.text == "I asked the worker; the answer will follow."
     returned = json.loads(bodies[1]["messages"][-1]["content"])
-    assert returned["async"] is True and returned["response"] is None and returned["accepted"] is True
+    assert (
+        returned["async"] is True and returned["response"] is None and returned["accepted"] is True
+    )
     answer = bodies[2]["messages"][-1]
     assert answer["role"] == "user" and answer["content"].endswith("2 + 2 = 4")
     assert '"asyncResponseTo"' in answer["content"] and '"status":"ok"' in answer["content"]
@@ -93,7 +100,10 @@ def delegation_copy(tmp_path: Path, request_timeout_ms: int | None = None) -> Pa
     if request_timeout_ms is not None:
         text = text.replace(marker, f"{marker}  requestTimeoutMs: {request_timeout_ms}\n")
     text = text.replace(marker, f"{marker}  extensions:\n    - ref: Extension/ask\n")
-    text += "---\napiVersion: goondan.ai/v1\nkind: Extension\nmetadata:\n  name: ask\nspec:\n  entry: ./ask.py\n"
+    text += (
+        "---\napiVersion: goondan.ai/v1\nkind: "
+        "Extension\nmetadata:\n  name: ask\nspec:\n  entry: ./ask.py\n"
+    )
     manifest.write_text(text)
     (bundle / "ask.py").write_text(_ASK_IN_MIDDLEWARE)
     return bundle
@@ -132,7 +142,9 @@ def test_agent_spec_request_timeout_is_the_default(state_root: Path, tmp_path: P
         )
 
         async def main() -> Any:
-            async with Runtime.from_bundle(bundle, state_root=state_root, model_factory=factory(fake)) as rt:
+            async with Runtime.from_bundle(
+                bundle, state_root=state_root, model_factory=factory(fake)
+            ) as rt:
                 return await rt.run_turn("coordinator", "Go.")
 
         assert run(main()).text == "gave up"
@@ -163,11 +175,20 @@ def test_a_send_carries_no_reply_to_and_a_request_does(state_root: Path) -> None
     """seed 002 §2.6 rules 2-3, through a real turn: ``agents__send`` hands the target an event
     without ``replyTo`` (nothing waits for it); ``agents__request`` sets ``replyTo`` with the
     caller and a correlation id."""
-    coordinator = ScriptedModel([
-        {"toolCalls": [{"name": "agents__send", "args": {"target": "worker", "input": "fyi"}},
-                       {"name": "agents__request", "args": {"target": "worker", "input": "Compute 17 * 23."}}]},
-        "done",
-    ])
+    coordinator = ScriptedModel(
+        [
+            {
+                "toolCalls": [
+                    {"name": "agents__send", "args": {"target": "worker", "input": "fyi"}},
+                    {
+                        "name": "agents__request",
+                        "args": {"target": "worker", "input": "Compute 17 * 23."},
+                    },
+                ]
+            },
+            "done",
+        ]
+    )
     handed: list[tuple[str, AgentEvent]] = []
 
     async def main() -> None:

@@ -45,7 +45,9 @@ def test_a_required_call_parks_and_approve_runs_it_once(bundle: Path, tmp_path: 
     state = tmp_path / "state"
 
     async def main() -> None:
-        model = ScriptedModel([{"toolCalls": [call("files__delete", path="old.txt")]}, "deleted it"])
+        model = ScriptedModel(
+            [{"toolCalls": [call("files__delete", path="old.txt")]}, "deleted it"]
+        )
         async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": model}) as rt:
             parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
             assert parked.finish_reason == "approval_pending"
@@ -56,12 +58,17 @@ def test_a_required_call_parks_and_approve_runs_it_once(bundle: Path, tmp_path: 
             [pending] = rt.approvals.list()
             assert pending.id == row["id"]
             done = await rt.approvals.approve(pending.id, note="fine")
-            assert done is not None and done.finish_reason == "text_response" and done.text == "deleted it"
+            assert (
+                done is not None
+                and done.finish_reason == "text_response"
+                and done.text == "deleted it"
+            )
             assert done.turn_id == parked.turn_id
             assert not (bundle / "work" / "old.txt").exists()
             [result] = _tool_messages(model, 1)
             assert "deleted old.txt" in json.dumps(result)
-            assert await rt.approvals.approve(pending.id) is None  # a second decision changes nothing
+            # a second decision changes nothing
+            assert await rt.approvals.approve(pending.id) is None
             assert len(model.requests) == 2
             instance = await rt.instance(None, "k")
             assert [m.role for m in instance.messages] == ["user", "assistant", "tool", "assistant"]
@@ -71,10 +78,14 @@ def test_a_required_call_parks_and_approve_runs_it_once(bundle: Path, tmp_path: 
     run(main())
 
 
-def test_deny_gives_the_model_e_approval_denied_with_the_reason(bundle: Path, tmp_path: Path) -> None:
+def test_deny_gives_the_model_e_approval_denied_with_the_reason(
+    bundle: Path, tmp_path: Path
+) -> None:
     async def main() -> None:
         model = ScriptedModel([{"toolCalls": [call("files__delete", path="old.txt")]}, "kept it"])
-        async with Runtime.from_bundle(bundle, state_root=tmp_path / "s", models={"assistant": model}) as rt:
+        async with Runtime.from_bundle(
+            bundle, state_root=tmp_path / "s", models={"assistant": model}
+        ) as rt:
             parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
             [row] = parked.metadata["approvals"]
             done = await rt.approvals.deny(row["id"], reason="we still need it")
@@ -96,7 +107,9 @@ def test_three_calls_one_waiting_runs_the_other_two_once(bundle: Path, tmp_path:
             call("files__write", path="config.txt", text="c"),  # the middleware asks for this one
             call("files__list"),
         ]}, "all done"])
-        async with Runtime.from_bundle(bundle, state_root=tmp_path / "s", models={"assistant": model}) as rt:
+        async with Runtime.from_bundle(
+            bundle, state_root=tmp_path / "s", models={"assistant": model}
+        ) as rt:
             parked = await rt.run_turn(None, "write things", instance_key="k")
             [row] = parked.metadata["approvals"]
             assert row["tool"] == "files__write" and row["args"]["path"] == "config.txt"
@@ -104,7 +117,9 @@ def test_three_calls_one_waiting_runs_the_other_two_once(bundle: Path, tmp_path:
             assert (bundle / "work" / "notes" / "a.txt").exists()
             assert not (bundle / "work" / "config.txt").exists()
             log.write_text("")
-            done = await rt.approvals.approve(row["id"], args={"path": "config.txt", "text": "edited"})
+            done = await rt.approvals.approve(
+                row["id"], args={"path": "config.txt", "text": "edited"}
+            )
             assert done is not None and done.text == "all done"
             assert (bundle / "work" / "config.txt").read_text() == "edited"
             tools = _tool_messages(model, 1)
@@ -115,7 +130,9 @@ def test_three_calls_one_waiting_runs_the_other_two_once(bundle: Path, tmp_path:
     run(main())
 
 
-def test_parked_turn_survives_a_new_runtime_and_new_input_waits(bundle: Path, tmp_path: Path) -> None:
+def test_parked_turn_survives_a_new_runtime_and_new_input_waits(
+    bundle: Path, tmp_path: Path
+) -> None:
     state = tmp_path / "state"
 
     async def main() -> None:
@@ -124,7 +141,9 @@ def test_parked_turn_survives_a_new_runtime_and_new_input_waits(bundle: Path, tm
             parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
             [row] = parked.metadata["approvals"]
         second = ScriptedModel(["deleted after restart", "second answer"])
-        async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": second}) as rt:
+        async with Runtime.from_bundle(
+            bundle, state_root=state, models={"assistant": second}
+        ) as rt:
             assert [a.id for a in rt.approvals.list()] == [row["id"]]
             import asyncio
 
@@ -143,7 +162,9 @@ def test_parked_turn_survives_a_new_runtime_and_new_input_waits(bundle: Path, tm
     run(main())
 
 
-def test_an_expired_approval_is_denied_with_e_approval_expired(bundle: Path, tmp_path: Path) -> None:
+def test_an_expired_approval_is_denied_with_e_approval_expired(
+    bundle: Path, tmp_path: Path
+) -> None:
     docs = list(yaml.safe_load_all((bundle / "goondan.yaml").read_text()))
     agent = next(d for d in docs if d["kind"] == "Agent")
     agent["spec"]["tools"] = [{"ref": "Tool/files", "approvalTimeoutMs": 1}]
@@ -173,7 +194,9 @@ def test_an_expired_approval_is_denied_with_e_approval_expired(bundle: Path, tmp
     run(main())
 
 
-def test_the_example_bundle_validates_and_its_demo_model_parks_then_finishes(bundle: Path, tmp_path: Path) -> None:
+def test_the_example_bundle_validates_and_its_demo_model_parks_then_finishes(
+    bundle: Path, tmp_path: Path
+) -> None:
     from goondan.config import validate_bundle
 
     report = validate_bundle(EXAMPLE, env={})
@@ -189,7 +212,9 @@ def test_the_example_bundle_validates_and_its_demo_model_parks_then_finishes(bun
     run(main())
 
 
-def test_an_approved_call_that_started_before_a_crash_is_not_run_again(bundle: Path, tmp_path: Path) -> None:
+def test_an_approved_call_that_started_before_a_crash_is_not_run_again(
+    bundle: Path, tmp_path: Path
+) -> None:
     from goondan.workspace.journal import TurnJournal
 
     state = tmp_path / "state"
@@ -205,10 +230,20 @@ def test_an_approved_call_that_started_before_a_crash_is_not_run_again(bundle: P
         with TurnJournal.open(instance_dir) as journal:
             journal.append({"type": "turn.resumed", "turnId": row["turnId"], "attempt": 1,
                             "cause": "decision", "at": "2026-01-01T00:00:00.000Z"})
-            journal.append({"type": "toolCall.started", "turnId": row["turnId"], "toolCallId": row["toolCallId"],
-                            "toolName": "files__delete", "idempotent": False, "at": "2026-01-01T00:00:00.000Z"})
+            journal.append(
+                {
+                    "type": "toolCall.started",
+                    "turnId": row["turnId"],
+                    "toolCallId": row["toolCallId"],
+                    "toolName": "files__delete",
+                    "idempotent": False,
+                    "at": "2026-01-01T00:00:00.000Z",
+                }
+            )
         second = ScriptedModel(["checked"])
-        async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": second}) as rt:
+        async with Runtime.from_bundle(
+            bundle, state_root=state, models={"assistant": second}
+        ) as rt:
             instance = await rt.instance(None, "k")
             await instance.resume()
             assert instance.messages[-1].text == "checked"

@@ -61,11 +61,27 @@ def _bundle(tmp_path: Path) -> Path:
 
 
 def _phase(root: Path, state: Path, phase: str, kill_after_s: float | None) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     errors = root.parent / f"{phase}.stderr"
     with errors.open("w") as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "tests.support.approval_crash_child", str(root), str(state),
-                                  phase], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.approval_crash_child",
+                str(root),
+                str(state),
+                phase,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
         assert child.stdout is not None
         line = child.stdout.readline()  # "ready": the runtime is open
@@ -80,11 +96,17 @@ def _phase(root: Path, state: Path, phase: str, kill_after_s: float | None) -> N
             child.kill()
         child.stdout.close()  # type: ignore[union-attr]
     if kill_after_s is None:
-        assert child.returncode == 0 and "done" in line + out, f"{phase}: {line}{out}{errors.read_text()}"
+        assert child.returncode == 0 and "done" in line + out, (
+            f"{phase}: {line}{out}{errors.read_text()}"
+        )
 
 
 def _check(root: Path, state: Path) -> None:
-    runs = (root / "work" / "runs.log").read_text().splitlines() if (root / "work" / "runs.log").exists() else []
+    runs = (
+        (root / "work" / "runs.log").read_text().splitlines()
+        if (root / "work" / "runs.log").exists()
+        else []
+    )
     ids = [r.split()[1] for r in runs]
     assert len(ids) == len(set(ids)), f"a tool ran twice: {runs}"
     [workspace] = [p.name for p in (state / "workspaces").iterdir()]
@@ -95,10 +117,17 @@ def _check(root: Path, state: Path) -> None:
         tool, call = line.split()
         if tool == "delete":
             assert call in approved, f"delete {call} ran without an approved record ({approvals})"
-    messages = [json.loads(line) for p in state.rglob("base.jsonl") for line in p.read_text().splitlines()]
+    messages = [
+        json.loads(line) for p in state.rglob("base.jsonl") for line in p.read_text().splitlines()
+    ]
     assistant = [m for m in messages if m["data"]["role"] == "assistant"]
     assert assistant and "all done" in json.dumps(assistant[-1]), "the turn did not finish"
-    calls = [c["toolCallId"] for m in assistant for c in m["data"]["content"] if c.get("type") == "tool-call"]
+    calls = [
+        c["toolCallId"]
+        for m in assistant
+        for c in m["data"]["content"]
+        if c.get("type") == "tool-call"
+    ]
     results = [c["toolCallId"] for m in messages if m["data"]["role"] == "tool"
                for c in m["data"]["content"] if c.get("type") == "tool-result"]
     assert sorted(calls) == sorted(results), "tool calls and results are not paired"

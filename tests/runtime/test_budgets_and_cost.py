@@ -88,7 +88,9 @@ class PingPong(LanguageModel):
         self.other = other
         self.calls = 0
 
-    async def generate(self, request: ModelRequest, *, stream: bool = False, on_delta: Any = None) -> ModelResponse:
+    async def generate(
+        self, request: ModelRequest, *, stream: bool = False, on_delta: Any = None
+    ) -> ModelResponse:
         self.calls += 1
         last = request.messages[-1]
         if last.get("role") == "tool":
@@ -99,13 +101,17 @@ class PingPong(LanguageModel):
             args={"target": self.other, "input": "ping", "instanceKey": key})])
 
 
-def test_a_budget_of_two_agent_requests_stops_a_ping_pong_after_the_second(tmp_path: Path, state_root: Path) -> None:
+def test_a_budget_of_two_agent_requests_stops_a_ping_pong_after_the_second(
+    tmp_path: Path, state_root: Path
+) -> None:
     bundle = write_bundle(tmp_path / "b", ["ping", "pong"],
                           policy="    budget:\n      maxAgentRequestsPerTrace: 2\n")
     ping, pong = PingPong("pong"), PingPong("ping")
 
     async def main() -> None:
-        async with Runtime.from_bundle(bundle, state_root=state_root, models={"ping": ping, "pong": pong}) as rt:
+        async with Runtime.from_bundle(
+            bundle, state_root=state_root, models={"ping": ping, "pong": pong}
+        ) as rt:
             result = await rt.run_turn("ping", "start", instance_key="root")
             assert result.finish_reason == "error"
             assert result.error is not None and result.error["code"] == "E_BUDGET_EXCEEDED"
@@ -129,8 +135,12 @@ def test_a_budget_of_two_agent_requests_stops_a_ping_pong_after_the_second(tmp_p
 
 
 def test_max_tokens_per_turn_ends_the_turn(tmp_path: Path, state_root: Path) -> None:
-    bundle = write_bundle(tmp_path / "b", ["solo"], policy="    budget:\n      maxTokensPerTurn: 100\n")
-    model = ScriptedModel([{"text": "long", "usage": {"inputTokens": 90, "outputTokens": 20}}], loop=True)
+    bundle = write_bundle(
+        tmp_path / "b", ["solo"], policy="    budget:\n      maxTokensPerTurn: 100\n"
+    )
+    model = ScriptedModel(
+        [{"text": "long", "usage": {"inputTokens": 90, "outputTokens": 20}}], loop=True
+    )
 
     async def main() -> None:
         async with Runtime.from_bundle(bundle, state_root=state_root, models={"solo": model}) as rt:
@@ -162,7 +172,9 @@ def test_costs_are_exact_per_call_turn_instance_and_trace(tmp_path: Path, state_
 
     def dollars(inp: int, out: int, cached: int | None) -> Fraction:
         c = cached or 0
-        return (Fraction(inp - c) * 3 + Fraction(c) * Fraction("0.3") + Fraction(out) * 15) / 1_000_000
+        return (
+            Fraction(inp - c) * 3 + Fraction(c) * Fraction("0.3") + Fraction(out) * 15
+        ) / 1_000_000
 
     expected = [dollars(*u) for u in usages]
     assert expected == [Fraction("0.00492"), Fraction("0.00825"), Fraction("0.000066")]
@@ -195,10 +207,23 @@ def test_the_usage_ledger_sums_per_instance_and_feeds_goondan_status() -> None:
     from goondan.runtime.ledger import UsageLedger
 
     ledger = UsageLedger()
-    for agent, cost, usage in (("a", 0.00492, (1000, 200)), ("a", 0.00825, (2500, 50)), ("b", None, (7, 3))):
-        ledger.handle(TurnEnded(trace_id="t" * 32, span_id="s" * 16, turn_id="x", finish_reason="text_response",
-                                token_usage={"prompt": usage[0], "completion": usage[1], "total": sum(usage)},
-                                cost=cost, agent_name=agent, instance_key="k"))
+    for agent, cost, usage in (
+        ("a", 0.00492, (1000, 200)),
+        ("a", 0.00825, (2500, 50)),
+        ("b", None, (7, 3)),
+    ):
+        ledger.handle(
+            TurnEnded(
+                trace_id="t" * 32,
+                span_id="s" * 16,
+                turn_id="x",
+                finish_reason="text_response",
+                token_usage={"prompt": usage[0], "completion": usage[1], "total": sum(usage)},
+                cost=cost,
+                agent_name=agent,
+                instance_key="k",
+            )
+        )
     turns, usage, cost = ledger.instance("a", "k")
     assert (turns, usage.input_tokens, cost) == (2, 3500, 0.01317)
     doc = ledger.to_dict()

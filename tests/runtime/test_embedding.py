@@ -45,7 +45,9 @@ def test_sync_api_read_only_home_writes_only_state_root(
             again = rt.run_turn_sync(None, "Which units do you know?", instance_key="embed")
             assert "km" in again.text
         assert any(e["type"] == "tool.completed" for e in events)
-        assert "".join(e["text"] for e in events if e["type"] == "llm.delta" and e["kind"] == "text")
+        assert "".join(
+            e["text"] for e in events if e["type"] == "llm.delta" and e["kind"] == "text"
+        )
         assert not any(e.get("turnId") == again.turn_id for e in events)
     finally:
         home.chmod(stat.S_IRWXU)
@@ -61,7 +63,9 @@ def test_async_api_and_resume_across_runtimes(state_root: Path) -> None:
             assert rt.entry_agent == "plain"
             assert (await rt.run_turn(None, "hello", instance_key="resume")).text == "one"
         second = ScriptedModel(["two"])
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"plain": second}) as rt:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"plain": second}
+        ) as rt:
             assert (await rt.run_turn("plain", "again", instance_key="resume")).text == "two"
             instance = await rt.instance("plain", "resume")
             assert [m.text for m in instance.messages] == ["hello", "one", "again", "two"]
@@ -90,7 +94,9 @@ def test_closed_runtime_refuses_turns(state_root: Path) -> None:
     from goondan.errors import AgentError
 
     async def main() -> None:
-        rt = Runtime.from_bundle(BASIC, state_root=state_root, models={"plain": ScriptedModel(["x"])})
+        rt = Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"plain": ScriptedModel(["x"])}
+        )
         await rt.run_turn("plain", "hi")
         await rt.aclose()
         with pytest.raises(AgentError) as info:
@@ -111,7 +117,9 @@ def test_unknown_agent_is_a_config_error(state_root: Path) -> None:
     run(main())
 
 
-def test_model_api_key_is_registered_as_secret(state_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_api_key_is_registered_as_secret(
+    state_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from goondan.config import ModelBinding
     from goondan.runtime.inputs import model_spec_for
     from goondan.secrets import mask

@@ -84,7 +84,9 @@ def test_delegation_runs_in_process_with_separate_instances(state_root: Path) ->
         bases = sorted(state_root.glob("workspaces/*/instances/*/messages/base.jsonl"))
         assert len(bases) == 2 and any("391" in p.read_text() for p in bases)
         spans = {s.span_id: s for s in load_spans(state_root)}
-        worker_turn = next(s for s in spans.values() if s.kind == "turn" and s.agent_name == "worker")
+        worker_turn = next(
+            s for s in spans.values() if s.kind == "turn" and s.agent_name == "worker"
+        )
         chain = []
         parent = worker_turn.parent_span_id
         while parent is not None:
@@ -97,7 +99,9 @@ def test_delegation_runs_in_process_with_separate_instances(state_root: Path) ->
     run(main())
 
 
-def test_ctx_agents_in_middleware_and_tool_share_the_worker(state_root: Path, tmp_path: Path) -> None:
+def test_ctx_agents_in_middleware_and_tool_share_the_worker(
+    state_root: Path, tmp_path: Path
+) -> None:
     bundle = bundle_with_calling_worker(tmp_path)
     worker = ScriptedModel(["from worker"], loop=True)
     coordinator = ScriptedModel(["done"], loop=True)
@@ -117,15 +121,27 @@ def test_ctx_agents_in_middleware_and_tool_share_the_worker(state_root: Path, tm
 
 def test_cycle_is_refused_in_process_with_the_chain(state_root: Path, tmp_path: Path) -> None:
     bundle = bundle_with_calling_worker(tmp_path)
-    coordinator = ScriptedModel([
-        {"toolCalls": [{"name": "agents__request", "args": {"target": "worker", "input": "please"}}]},
-        "coordinator saw: {{toolResult}}",
-    ])
+    coordinator = ScriptedModel(
+        [
+            {
+                "toolCalls": [
+                    {"name": "agents__request", "args": {"target": "worker", "input": "please"}}
+                ]
+            },
+            "coordinator saw: {{toolResult}}",
+        ]
+    )
     # The worker asks the coordinator back (A → B → A) and reports the tool result.
-    worker = ScriptedModel([
-        {"toolCalls": [{"name": "agents__request", "args": {"target": "coordinator", "input": "back?"}}]},
-        "worker saw: {{toolResult}}",
-    ])
+    worker = ScriptedModel(
+        [
+            {
+                "toolCalls": [
+                    {"name": "agents__request", "args": {"target": "coordinator", "input": "back?"}}
+                ]
+            },
+            "worker saw: {{toolResult}}",
+        ]
+    )
 
     async def main() -> None:
         async with Runtime.from_bundle(
@@ -147,11 +163,23 @@ def test_depth_limit_applies_in_process(state_root: Path, tmp_path: Path) -> Non
         {"toolCalls": [{"name": "agents__request", "args": {"target": "worker", "input": "go"}}]},
         "{{toolResult}}",
     ])
-    worker = ScriptedModel([
-        {"toolCalls": [{"name": "agents__request",
-                        "args": {"target": "coordinator", "input": "deeper", "instanceKey": "other"}}]},
-        "worker saw: {{toolResult}}",
-    ])
+    worker = ScriptedModel(
+        [
+            {
+                "toolCalls": [
+                    {
+                        "name": "agents__request",
+                        "args": {
+                            "target": "coordinator",
+                            "input": "deeper",
+                            "instanceKey": "other",
+                        },
+                    }
+                ]
+            },
+            "worker saw: {{toolResult}}",
+        ]
+    )
 
     async def main() -> None:
         async with Runtime.from_bundle(

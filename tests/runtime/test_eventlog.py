@@ -104,19 +104,29 @@ def test_max_bytes_from_env() -> None:
 
 
 # -- one line per event: the payload's JSON --------------------------------------------------------
-_any_text = st.text(max_size=12) | st.sampled_from(["", "plain", 'q"uote', "back\\slash", "new\nline", "\ud800x",
-                                                    "é✓", "\x00\x1f\x7f", "\u2028"])
+_any_text = st.text(max_size=12) | st.sampled_from(
+    ["", "plain", 'q"uote', "back\\slash", "new\nline", "\ud800x", "é✓", "\x00\x1f\x7f", "\u2028"]
+)
 _scalar = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | _any_text
            | st.floats(allow_nan=True, allow_infinity=True) | st.just(-0.0))
-_keys = _any_text | st.sampled_from([1, True, 0.0, -0.0, None])  # JSON turns them into "1", "true", ...
-_value = (_scalar | st.dictionaries(_any_text, _scalar, max_size=4) | st.dictionaries(_keys, _scalar, max_size=2)
-          | st.lists(_scalar, max_size=3)
-          | st.dictionaries(st.just("nested"), st.dictionaries(_any_text, _scalar, max_size=2), max_size=1))
+# JSON turns them into "1", "true", ...
+_keys = _any_text | st.sampled_from([1, True, 0.0, -0.0, None])
+_value = (
+    _scalar
+    | st.dictionaries(_any_text, _scalar, max_size=4)
+    | st.dictionaries(_keys, _scalar, max_size=2)
+    | st.lists(_scalar, max_size=3)
+    | st.dictionaries(
+        st.just("nested"), st.dictionaries(_any_text, _scalar, max_size=2), max_size=1
+    )
+)
 
 
 @settings(max_examples=400, deadline=None)
 @given(cls=st.sampled_from(event_classes()), data=st.data())
-def test_event_line_is_the_payload_json_byte_for_byte(cls: type[RuntimeEvent], data: st.DataObject) -> None:
+def test_event_line_is_the_payload_json_byte_for_byte(
+    cls: type[RuntimeEvent], data: st.DataObject
+) -> None:
     """``event_line`` (the writer thread's encoder) writes exactly ``encode_json(to_dict())``
     and a newline, whatever the field values: wrong types, lone surrogates, non-finite floats,
     1 / 1.0 / True, nested objects."""
@@ -131,9 +141,14 @@ def test_event_line_is_the_payload_json_byte_for_byte(cls: type[RuntimeEvent], d
 
 
 @settings(max_examples=200, deadline=None)
-@given(event=st.sampled_from([c for c in event_classes() if not RuntimeEventLog.skips.issuperset(c.TYPES)])
-       .flatmap(events_of))
-def test_every_field_of_every_event_is_written_and_reads_back(tmp_path_factory: Any, event: RuntimeEvent) -> None:
+@given(
+    event=st.sampled_from(
+        [c for c in event_classes() if not RuntimeEventLog.skips.issuperset(c.TYPES)]
+    ).flatmap(events_of)
+)
+def test_every_field_of_every_event_is_written_and_reads_back(
+    tmp_path_factory: Any, event: RuntimeEvent
+) -> None:
     """A line of the log decodes to the event it was written from, every field included (the
     strategies come from the dataclass fields: a new field is covered without a list)."""
     directory = tmp_path_factory.mktemp("log")

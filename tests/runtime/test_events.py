@@ -93,7 +93,9 @@ def test_sinks_get_events_by_phase_payload_listeners_only_documented_ones() -> N
     assert payloads[1]["agentName"] == "coder" and payloads[1]["instanceKey"] == "k"
 
 
-def test_a_failing_sink_is_logged_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_sink_is_logged_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     observer = RuntimeObserver("coder", "k")
     seen: list[Any] = []
 

@@ -72,7 +72,9 @@ def test_three_tool_steps_through_http(state_root: Path, fake_provider: FakeProv
     assert bodies[0]["stream"] is True
 
 
-def test_catalog_edit_and_args_edit_through_http(state_root: Path, fake_provider: FakeProvider) -> None:
+def test_catalog_edit_and_args_edit_through_http(
+    state_root: Path, fake_provider: FakeProvider
+) -> None:
     fake_provider.enqueue(FakeReply.calls(FakeToolCall("calc__add", {"a": 4, "b": 1})), "ok")
 
     async def main() -> list[dict[str, Any]]:
@@ -141,10 +143,16 @@ def test_onion_order_through_http(state_root: Path, fake_provider: FakeProvider)
     fake_provider.assert_all_used()
 
 
-def test_max_steps_and_required_tools_through_http(state_root: Path, fake_provider: FakeProvider) -> None:
+def test_max_steps_and_required_tools_through_http(
+    state_root: Path, fake_provider: FakeProvider
+) -> None:
     """Issue 6: maxStepsPerTurn (Swarm policy 4) and requiredTools, over real HTTP requests."""
     fake_provider.enqueue(*[FakeReply.calls(FakeToolCall("calc__echo", {"text": "again"}))] * 4)
-    fake_provider.enqueue("I can answer without tools", FakeReply.calls(FakeToolCall("calc__add", {"a": 2, "b": 2})), "4")
+    fake_provider.enqueue(
+        "I can answer without tools",
+        FakeReply.calls(FakeToolCall("calc__add", {"a": 2, "b": 2})),
+        "4",
+    )
 
     async def main() -> tuple[Any, Any]:
         async with Runtime.from_bundle(

@@ -76,7 +76,11 @@ def test_the_header_has_the_reference_shape_and_no_span_ids(state_root: Path) ->
 
     text, events = run(main())
     open_tag, body, close_tag, rest = text.split("\n", 3)
-    assert (open_tag, close_tag, rest) == ("[goondan_context]", "[/goondan_context]", "Compute 17 * 23.")
+    assert (open_tag, close_tag, rest) == (
+        "[goondan_context]",
+        "[/goondan_context]",
+        "Compute 17 * 23.",
+    )
     header = json.loads(body)
     assert list(header) == ["source", "event", "instanceKey", "properties", "metadata"]
     assert header["source"] == {"kind": "agent", "name": "coordinator"}

@@ -103,7 +103,10 @@ def test_nested_args_edits_reach_the_handler_but_not_the_recorded_call(state_roo
             assert instance.messages[1].data["content"][0]["input"] == original
         # The next model request shows the model its own call, unchanged.
         assistant = model.requests[1].messages[1]
-        assert assistant["content"][0]["input"] == {"text": "short", "opts": {"n": 1, "tags": ["a"]}}
+        assert assistant["content"][0]["input"] == {
+            "text": "short",
+            "opts": {"n": 1, "tags": ["a"]},
+        }
 
     run(main())
 
@@ -186,7 +189,11 @@ def test_step_middleware_exception_fails_the_turn_and_keeps_a_valid_conversation
             instance.pipeline.register("step", explode)
             failed = await rt.run_turn("plain", "one")
             assert failed.finish_reason == "error"
-            assert failed.error == {"code": "E_TEST_STEP", "message": "step post failed", "helpUrl": help_url("E_TEST_STEP")}
+            assert failed.error == {
+                "code": "E_TEST_STEP",
+                "message": "step post failed",
+                "helpUrl": help_url("E_TEST_STEP"),
+            }
             assert shape(base_records(instance)) == [
                 ("user", "user", "one"), ("assistant", "assistant", "call:calc__add"),
                 ("tool", "tool", "result:calc__add:json"),
@@ -222,7 +229,9 @@ def test_tool_call_middleware_exception_repairs_the_interrupted_call(state_root:
             assert failed.error is not None and "middleware bug" in failed.error["message"]
             records = base_records(instance)
             assert shape(records)[-1] == ("tool", "tool", "result:calc__add:error-json")
-            assert records[-1]["data"]["content"][0]["output"]["value"]["code"] == "E_TURN_INTERRUPTED"
+            assert (
+                records[-1]["data"]["content"][0]["output"]["value"]["code"] == "E_TURN_INTERRUPTED"
+            )
             assert (await rt.run_turn("plain", "two")).text == "later"
 
     run(main())
@@ -231,10 +240,14 @@ def test_tool_call_middleware_exception_repairs_the_interrupted_call(state_root:
 def test_parallel_tool_call_failure_keeps_the_error_code(state_root: Path) -> None:
     """runtime.md §6 Errors: with parallelToolCalls a toolCall middleware's error ends the turn
     with that error's own code and message (not a wrapping exception group)."""
-    model = ScriptedModel([{"toolCalls": [call("calc__add", a=1, b=2), call("calc__echo", text="x")]}])
+    model = ScriptedModel(
+        [{"toolCalls": [call("calc__add", a=1, b=2), call("calc__echo", text="x")]}]
+    )
 
     async def main() -> None:
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"parallel": model}) as rt:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"parallel": model}
+        ) as rt:
             instance = await rt.instance("parallel")
 
             async def deny(ctx: Any) -> Any:
@@ -244,10 +257,17 @@ def test_parallel_tool_call_failure_keeps_the_error_code(state_root: Path) -> No
 
             instance.pipeline.register("toolCall", deny)
             failed = await rt.run_turn("parallel", "both")
-            assert failed.error == {"code": "E_TEST_DENY", "message": "echo is forbidden", "helpUrl": help_url("E_TEST_DENY")}
+            assert failed.error == {
+                "code": "E_TEST_DENY",
+                "message": "echo is forbidden",
+                "helpUrl": help_url("E_TEST_DENY"),
+            }
             records = base_records(instance)
-            assert [r["source"].get("toolName") for r in records if r["data"]["role"] == "tool"] == [
-                "calc__add", "calc__echo",
+            assert [
+                r["source"].get("toolName") for r in records if r["data"]["role"] == "tool"
+            ] == [
+                "calc__add",
+                "calc__echo",
             ]
 
     run(main())
@@ -265,12 +285,19 @@ def test_failed_step_result_ends_the_turn_and_step_failed_has_the_message(state_
             instance.subscribe(events.append)
 
             async def refuse(ctx: Any) -> Any:
-                return StepResult("failed", False,
-                                  metadata={"errorMessage": "quota used up", "errorCode": "E_QUOTA"})
+                return StepResult(
+                    "failed",
+                    False,
+                    metadata={"errorMessage": "quota used up", "errorCode": "E_QUOTA"},
+                )
 
             instance.pipeline.register("step", refuse)
             result = await rt.run_turn("plain", "hi")
-            assert result.error == {"code": "E_QUOTA", "message": "quota used up", "helpUrl": help_url("E_QUOTA")}
+            assert result.error == {
+                "code": "E_QUOTA",
+                "message": "quota used up",
+                "helpUrl": help_url("E_QUOTA"),
+            }
             failed = [e for e in events if e["type"] == "step.failed"]
             assert len(failed) == 1 and failed[0]["errorMessage"] == "quota used up"
             assert [e["type"] for e in events if e["type"] == "turn.failed"] == ["turn.failed"]
@@ -320,7 +347,9 @@ def test_required_tools_count_only_ok_results_of_this_turn(state_root: Path) -> 
     ])
 
     async def main() -> None:
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"strict": model}) as rt:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"strict": model}
+        ) as rt:
             first = await rt.run_turn("strict", "1+2?")
             assert first.finish_reason == "text_response" and first.text == "3"
             second = await rt.run_turn("strict", "2+2?")
@@ -449,8 +478,9 @@ def test_tool_call_middleware_result_is_settled_to_answer_its_call(state_root: P
     one, so the turn goes on and tool.failed carries an errorMessage."""
     from goondan.types import ToolCallResult
 
-    model = ScriptedModel([{"toolCalls": [call("calc__add", a=1, b=2), call("calc__echo", text="x")]},
-                           "fine"])
+    model = ScriptedModel(
+        [{"toolCalls": [call("calc__add", a=1, b=2), call("calc__echo", text="x")]}, "fine"]
+    )
 
     async def main() -> None:
         async with Runtime.from_bundle(BASIC, state_root=state_root, models={"plain": model}) as rt:
@@ -508,7 +538,9 @@ def test_turn_middleware_that_recovers_from_a_failed_step_still_gets_a_repaired_
             instance.pipeline.register("turn", fallback)
             instance.pipeline.register("toolCall", explode)
             result = await rt.run_turn("plain", "one")
-            assert result.finish_reason == "text_response" and result.text == "Sorry: tool layer down"
+            assert (
+                result.finish_reason == "text_response" and result.text == "Sorry: tool layer down"
+            )
             records = base_records(instance)
             calls = [p["toolCallId"] for p in records[1]["data"]["content"]]
             answers = [r["source"]["toolCallId"] for r in records if r["data"]["role"] == "tool"]

@@ -31,7 +31,9 @@ def test_async_subscriber_receives_every_event(state_root: Path) -> None:
                 if "turn.completed" in seen:
                     break
                 await asyncio.sleep(0.01)
-        assert seen[0] == "turn.started" and "step.completed" in seen and seen[-1] == "turn.completed"
+        assert (
+            seen[0] == "turn.started" and "step.completed" in seen and seen[-1] == "turn.completed"
+        )
 
     run(main())
 
@@ -88,7 +90,13 @@ def test_the_observer_routes_each_event_class_to_the_sinks_that_want_it() -> Non
             seen.append(("slow", event.type))
 
     def step(started: bool) -> RuntimeEvent:
-        ids = {"trace_id": "a" * 32, "span_id": "b" * 16, "turn_id": "t", "step_id": "s", "step_index": 0}
+        ids = {
+            "trace_id": "a" * 32,
+            "span_id": "b" * 16,
+            "turn_id": "t",
+            "step_id": "s",
+            "step_index": 0,
+        }
         return StepStarted(**ids) if started else StepEnded(**ids)
 
     observer = RuntimeObserver("agent", "key")
@@ -100,5 +108,10 @@ def test_the_observer_routes_each_event_class_to_the_sinks_that_want_it() -> Non
     observer.emit(step(False))
     remove()
     observer.emit(step(False))
-    assert seen == [("skipping", "step.completed"), ("fast", "step.started"), ("skipping", "step.completed"),
-                    ("fast", "step.completed"), ("skipping", "step.completed")]
+    assert seen == [
+        ("skipping", "step.completed"),
+        ("fast", "step.started"),
+        ("skipping", "step.completed"),
+        ("fast", "step.completed"),
+        ("skipping", "step.completed"),
+    ]

@@ -61,10 +61,14 @@ def user_texts(body: dict[str, Any]) -> list[str]:
 
 def test_tool_round_trip_on_a_llama_cpp_like_endpoint(state_root: Path) -> None:
     with FakeProvider(behaviour="llama-cpp") as server:
-        server.enqueue(FakeReply.calls(FakeToolCall("calc__add", {"a": 2, "b": 3})), FakeReply.reply("5"))
+        server.enqueue(
+            FakeReply.calls(FakeToolCall("calc__add", {"a": 2, "b": 3})), FakeReply.reply("5")
+        )
 
         async def main() -> Any:
-            async with Runtime.from_bundle(BASIC, state_root=state_root, model_factory=factory(server)) as rt:
+            async with Runtime.from_bundle(
+                BASIC, state_root=state_root, model_factory=factory(server)
+            ) as rt:
                 return await rt.run_turn("plain", "2+3?")
 
         result = run(main())
@@ -72,7 +76,9 @@ def test_tool_round_trip_on_a_llama_cpp_like_endpoint(state_root: Path) -> None:
         server.assert_all_used()
         second = server.requests[1].json
     assistant = second["messages"][2]
-    assert assistant["role"] == "assistant" and assistant["content"] == "" and assistant["tool_calls"]
+    assert (
+        assistant["role"] == "assistant" and assistant["content"] == "" and assistant["tool_calls"]
+    )
     assert second["messages"][3]["role"] == "tool"
 
 
@@ -81,17 +87,21 @@ def test_validation_500_is_not_retried_and_says_so(state_root: Path) -> None:
         server.enqueue(FakeReply.validation_error(), "never reached")
 
         async def main() -> Any:
-            async with Runtime.from_bundle(BASIC, state_root=state_root, model_factory=factory(server)) as rt:
+            async with Runtime.from_bundle(
+                BASIC, state_root=state_root, model_factory=factory(server)
+            ) as rt:
                 return await rt.run_turn("plain", "hi")
 
         result = run(main())
         assert len(server.requests) == 1  # a validation report is not transient
     assert result.error["code"] == "E_LLM_HTTP"
     assert "Input should be a valid string" in result.error["message"]
-    assert "\n" not in result.error["message"] and "try again later" not in result.error["suggestion"]
+    assert (
+        "\n" not in result.error["message"] and "try again later" not in result.error["suggestion"]
+    )
 
 
-# -- 2. empty streamed reply, capabilities.streaming ------------------------------------------------
+# -- 2. empty streamed reply, capabilities.streaming -----------------------------------------------
 
 
 def test_empty_streamed_reply_says_the_server_ended_the_stream(
@@ -113,7 +123,9 @@ def test_empty_streamed_reply_says_the_server_ended_the_stream(
     assert [r for r in records if r["data"]["role"] == "assistant"] == []  # no placeholder answer
 
 
-def test_capabilities_streaming_false_is_honoured(state_root: Path, fake_provider: FakeProvider) -> None:
+def test_capabilities_streaming_false_is_honoured(
+    state_root: Path, fake_provider: FakeProvider
+) -> None:
     fake_provider.enqueue(FakeReply.reply("whole answer"))
 
     async def main() -> Any:
@@ -128,12 +140,14 @@ def test_capabilities_streaming_false_is_honoured(state_root: Path, fake_provide
     assert "stream" not in body and "stream_options" not in body
 
 
-# -- 3. failed turns and context-length errors -------------------------------------------------------
+# -- 3. failed turns and context-length errors -----------------------------------------------------
 
 
 @pytest.mark.parametrize("flavour", ["openai", "anthropic", "llama.cpp"])
 def test_context_length_error_is_clear_and_the_next_turn_works(
-    state_root: Path, fake_provider: FakeProvider, flavour: Literal["openai", "anthropic", "llama.cpp"]
+    state_root: Path,
+    fake_provider: FakeProvider,
+    flavour: Literal["openai", "anthropic", "llama.cpp"],
 ) -> None:
     provider = "anthropic" if flavour == "anthropic" else "openai-compatible"
     fake_provider.enqueue(
@@ -201,7 +215,7 @@ def test_after_a_failed_turn_a_new_input_keeps_the_earlier_one_once(
     assert "goondan.failedTurn" not in records[1]["metadata"]
 
 
-# -- 2 (runtime side). empty replies and malformed tool arguments ------------------------------------
+# -- 2 (runtime side). empty replies and malformed tool arguments ----------------------------------
 
 
 def test_an_empty_reply_is_asked_again_once_and_never_stored(
@@ -254,10 +268,12 @@ def test_malformed_tool_arguments_are_a_tool_error_the_model_can_fix(
     assert error["code"] == "E_TOOL_INVALID_ARGS" and "{a: 2, b: 3" in error["message"]
 
 
-# -- 5. usage a stream never reported ------------------------------------------------------------------
+# -- 5. usage a stream never reported --------------------------------------------------------------
 
 
-def test_a_stream_without_usage_is_unknown_not_zero(state_root: Path, fake_provider: FakeProvider) -> None:
+def test_a_stream_without_usage_is_unknown_not_zero(
+    state_root: Path, fake_provider: FakeProvider
+) -> None:
     fake_provider.enqueue(FakeReply.reply("no usage here", usage=False), FakeReply.reply("counted"))
 
     async def main() -> tuple[Any, Any, Any]:
@@ -269,6 +285,14 @@ def test_a_stream_without_usage_is_unknown_not_zero(state_root: Path, fake_provi
 
     first, second, total = run(main())
     assert fake_provider.requests[0].json["stream_options"] == {"include_usage": True}
-    assert first.metadata["tokenUsage"] == {"prompt": 0, "completion": 0, "total": 0, "unknownCalls": 1}
-    assert second.metadata["tokenUsage"]["total"] == 18 and "unknownCalls" not in second.metadata["tokenUsage"]
+    assert first.metadata["tokenUsage"] == {
+        "prompt": 0,
+        "completion": 0,
+        "total": 0,
+        "unknownCalls": 1,
+    }
+    assert (
+        second.metadata["tokenUsage"]["total"] == 18
+        and "unknownCalls" not in second.metadata["tokenUsage"]
+    )
     assert (total.total_tokens, total.unknown_calls) == (18, 1)

@@ -50,8 +50,14 @@ def key(call_id: str) -> str:
     return idempotency_key(AGENT, KEY, TURN, call_id)
 
 
-def interrupt(bundle: Path, state_root: Path, messages: list[Message], records: list[dict[str, Any]],
-              *, event: AgentEvent | None = None) -> None:
+def interrupt(
+    bundle: Path,
+    state_root: Path,
+    messages: list[Message],
+    records: list[dict[str, Any]],
+    *,
+    event: AgentEvent | None = None,
+) -> None:
     """Leave on disk what a process killed during turn ``TURN`` leaves: its events and journal."""
     event = event or AgentEvent(type="message", input="go", id="evt-1", instance_key=KEY)
     with InstanceStore.open(state_root, workspace_of(bundle, state_root), AGENT, KEY) as store:
@@ -73,12 +79,17 @@ def user() -> Message:
 
 
 def step(*calls: tuple[str, str]) -> Message:
-    return Message.assistant("", [ToolCall(call_id, f"ledger__{export}", {}) for call_id, export in calls],
-                             step_id=f"{TURN}-step-0")
+    return Message.assistant(
+        "",
+        [ToolCall(call_id, f"ledger__{export}", {}) for call_id, export in calls],
+        step_id=f"{TURN}-step-0",
+    )
 
 
 def result(call_id: str, export: str) -> Message:
-    return Message.tool_result(ToolCallResult.success(call_id, f"ledger__{export}", f"done {call_id}"))
+    return Message.tool_result(
+        ToolCallResult.success(call_id, f"ledger__{export}", f"done {call_id}")
+    )
 
 
 def started(call_id: str, export: str) -> dict[str, Any]:
@@ -97,8 +108,12 @@ def tool_outputs(model: ScriptedModel) -> dict[str, Any]:
     return out
 
 
-async def resume(bundle: Path, state_root: Path, model: ScriptedModel, **options: Any) -> tuple[Any, Any]:
-    async with Runtime.from_bundle(bundle, state_root=state_root, models={AGENT: model}, **options) as rt:
+async def resume(
+    bundle: Path, state_root: Path, model: ScriptedModel, **options: Any
+) -> tuple[Any, Any]:
+    async with Runtime.from_bundle(
+        bundle, state_root=state_root, models={AGENT: model}, **options
+    ) as rt:
         instance = await rt.instance(AGENT, KEY)
         outcome = await instance.resume()
         records = base_records(instance)
@@ -130,7 +145,11 @@ def test_each_interrupted_call_gets_what_its_state_allows(bundle: Path, state_ro
     assert outputs["c4"] == {"type": "text", "value": "charged c4"}
     assert shape(records) == [
         ("user", "user", "go"),
-        ("assistant", "assistant", "call:ledger__charge|call:ledger__mark|call:ledger__charge|call:ledger__charge"),
+        (
+            "assistant",
+            "assistant",
+            "call:ledger__charge|call:ledger__mark|call:ledger__charge|call:ledger__charge",
+        ),
         ("tool", "tool", "result:ledger__charge:text"),
         ("tool", "tool", "result:ledger__mark:text"),
         ("tool", "tool", "result:ledger__charge:error-json"),
@@ -140,7 +159,9 @@ def test_each_interrupted_call_gets_what_its_state_allows(bundle: Path, state_ro
     model.assert_complete()
 
 
-def test_a_written_final_answer_is_the_answer_without_a_model_call(bundle: Path, state_root: Path) -> None:
+def test_a_written_final_answer_is_the_answer_without_a_model_call(
+    bundle: Path, state_root: Path
+) -> None:
     interrupt(bundle, state_root, [user(), step(("c1", "charge")), result("c1", "charge"),
                                    Message.assistant("the answer", step_id=f"{TURN}-step-1")],
               [started("c1", "charge")])
@@ -151,10 +172,14 @@ def test_a_written_final_answer_is_the_answer_without_a_model_call(bundle: Path,
     assert [r["data"]["role"] for r in records] == ["user", "assistant", "tool", "assistant"]
 
 
-def test_the_resumed_answer_goes_to_the_original_reply_channel(bundle: Path, state_root: Path) -> None:
+def test_the_resumed_answer_goes_to_the_original_reply_channel(
+    bundle: Path, state_root: Path
+) -> None:
     request = AgentEvent(type="message", input="go", id="evt-1", instance_key=KEY,
                          reply_to=ReplyChannel(target="orchestrator", correlation_id="corr-7"))
-    interrupt(bundle, state_root, [user(), step(("c1", "mark"))], [started("c1", "mark")], event=request)
+    interrupt(
+        bundle, state_root, [user(), step(("c1", "mark"))], [started("c1", "mark")], event=request
+    )
     answers: list[AgentEvent] = []
 
     async def main() -> None:
@@ -176,7 +201,9 @@ def _collect(answers: list[AgentEvent]) -> Any:
     return outgoing
 
 
-def test_a_turn_killed_before_its_input_was_written_starts_over_once(bundle: Path, state_root: Path) -> None:
+def test_a_turn_killed_before_its_input_was_written_starts_over_once(
+    bundle: Path, state_root: Path
+) -> None:
     interrupt(bundle, state_root, [], [])
     model = ScriptedModel([{"toolCalls": [{"name": "ledger__mark", "args": {}}]}, "done"])
     outcome, records = run(resume(bundle, state_root, model))
@@ -202,9 +229,18 @@ def test_the_next_event_waits_for_the_resumed_turn(bundle: Path, state_root: Pat
     assert [line[1] for line in calls_log(bundle)] == ["c1"]
 
 
-def test_the_crash_loop_guard_ends_the_turn_after_three_crash_resumes(bundle: Path, state_root: Path) -> None:
-    interrupt(bundle, state_root, [user(), step(("c1", "mark"))],
-              [started("c1", "mark"), *({"type": "turn.resumed", "attempt": n, "cause": "crash"} for n in (1, 2, 3))])
+def test_the_crash_loop_guard_ends_the_turn_after_three_crash_resumes(
+    bundle: Path, state_root: Path
+) -> None:
+    interrupt(
+        bundle,
+        state_root,
+        [user(), step(("c1", "mark"))],
+        [
+            started("c1", "mark"),
+            *({"type": "turn.resumed", "attempt": n, "cause": "crash"} for n in (1, 2, 3)),
+        ],
+    )
     model = ScriptedModel([])
     outcome, records = run(resume(bundle, state_root, model))
     assert outcome.finish_reason == "error" and outcome.error["code"] == "E_TURN_INTERRUPTED"
@@ -221,7 +257,11 @@ def test_resume_interrupted_false_repairs_as_before(bundle: Path, state_root: Pa
         async with Runtime.from_bundle(bundle, state_root=state_root, models={AGENT: model},
                                        resume_interrupted=False) as rt:
             instance = await rt.instance(AGENT, KEY)
-            return await instance.resume(), base_records(instance), instance.store.paths.journal.read_text()
+            return (
+                await instance.resume(),
+                base_records(instance),
+                instance.store.paths.journal.read_text(),
+            )
 
     outcome, records, journal = run(main())
     assert outcome is None and journal == "" and calls_log(bundle) == []
@@ -243,7 +283,9 @@ def test_the_ledger_is_written_before_the_handler_runs_and_emptied_at_turn_end(
             log = calls_log(bundle)
             assert [line[0] for line in log] == ["charge", "mark"]
             assert all(line[3:] == ["journaled"] for line in log), log
-            assert [line[2] for line in log] == [idempotency_key(AGENT, KEY, result.turn_id, line[1]) for line in log]
+            assert [line[2] for line in log] == [
+                idempotency_key(AGENT, KEY, result.turn_id, line[1]) for line in log
+            ]
 
     run(main())
 
@@ -268,4 +310,6 @@ def test_journal_records_of_a_turn(bundle: Path, state_root: Path) -> None:
     assert records[0]["input"]["id"] == "evt-9" and records[0]["input"]["input"] == "go"
     assert isinstance(records[0]["inputMessageId"], str)
     assert records[1]["toolName"] == "ledger__mark" and records[1]["idempotent"] is True
-    assert records[1]["idempotencyKey"] == idempotency_key(AGENT, KEY, records[0]["turnId"], records[1]["toolCallId"])
+    assert records[1]["idempotencyKey"] == idempotency_key(
+        AGENT, KEY, records[0]["turnId"], records[1]["toolCallId"]
+    )

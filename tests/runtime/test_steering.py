@@ -26,10 +26,20 @@ from tests.support.memory_store import MemoryStore
 
 
 def _spec(max_steps: int = 32) -> AgentSpec:
-    return AgentSpec(name="plain", model=ModelBinding("m", "scripted", "scripted"), params={},
-                     system_prompt="Be brief.", tools=[], extensions=[], required_tools=[],
-                     parallel_tool_calls=False, workdir=Path("."), max_steps_per_turn=max_steps, resource=None,
-                     input_policy="steer")
+    return AgentSpec(
+        name="plain",
+        model=ModelBinding("m", "scripted", "scripted"),
+        params={},
+        system_prompt="Be brief.",
+        tools=[],
+        extensions=[],
+        required_tools=[],
+        parallel_tool_calls=False,
+        workdir=Path("."),
+        max_steps_per_turn=max_steps,
+        resource=None,
+        input_policy="steer",
+    )
 
 
 def _instance(model: Any, tools: ToolRegistry | None = None, max_steps: int = 32) -> AgentInstance:
@@ -41,7 +51,12 @@ def _instance(model: Any, tools: ToolRegistry | None = None, max_steps: int = 32
 
 
 def _steered(text: str) -> AgentEvent:
-    return AgentEvent(type="message", input=text, instance_key="k", source={"kind": "connector", "name": "control"})
+    return AgentEvent(
+        type="message",
+        input=text,
+        instance_key="k",
+        source={"kind": "connector", "name": "control"},
+    )
 
 
 def _user_texts(request: ModelRequest) -> list[str]:

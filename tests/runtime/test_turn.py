@@ -93,7 +93,9 @@ def test_step_catalog_edit_and_tool_args_edit(state_root: Path) -> None:
     model = ScriptedModel([{"toolCalls": [call("calc__add", a=5, b=1)]}, "ok"])
 
     async def main() -> None:
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"editor": model}) as rt:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"editor": model}
+        ) as rt:
             await rt.run_turn("editor", "hi")
             instance = await rt.instance("editor")
             records = base_records(instance)
@@ -132,7 +134,9 @@ def test_required_tools_reminder_then_success(state_root: Path) -> None:
     ])
 
     async def main() -> None:
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"strict": model}) as rt:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"strict": model}
+        ) as rt:
             result = await rt.run_turn("strict", "2+2?")
             records = base_records(await rt.instance("strict"))
         assert result.finish_reason == "text_response"
@@ -151,7 +155,9 @@ def test_required_tools_unmet_until_max_steps(state_root: Path) -> None:
     model = ScriptedModel(["no tools for you"], loop=True)
 
     async def main() -> None:
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"strict": model}) as rt:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"strict": model}
+        ) as rt:
             result = await rt.run_turn("strict", "2+2?")
         assert result.finish_reason == "max_steps"
         assert "calc__add" in result.text and result.text.startswith("no tools for you")
@@ -241,7 +247,9 @@ def test_cancellation_repairs_interrupted_tool_call(state_root: Path, tmp_path: 
                 ("tool", "tool", "result:calc__add:json"),
                 ("tool", "tool", "result:calc__wait:error-json"),
             ]
-            assert records[3]["data"]["content"][0]["output"]["value"]["code"] == "E_TURN_INTERRUPTED"
+            assert (
+                records[3]["data"]["content"][0]["output"]["value"]["code"] == "E_TURN_INTERRUPTED"
+            )
             failed = [e for e in events if e["type"] == "turn.failed"]
             assert failed and failed[0]["errorCode"] == "E_TURN_CANCELLED"
             result = await rt.run_turn("plain", "again")
@@ -258,7 +266,9 @@ def test_parallel_tool_calls_keep_call_order(state_root: Path, tmp_path: Path) -
     ])
 
     async def main() -> None:
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"parallel": model}) as rt:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"parallel": model}
+        ) as rt:
             completed: list[str] = []
 
             def on_event(event: dict[str, Any]) -> None:
@@ -281,10 +291,15 @@ def test_parallel_tool_calls_keep_call_order(state_root: Path, tmp_path: Path) -
 
 
 def test_events_carry_trace_span_and_usage(state_root: Path) -> None:
-    model = ScriptedModel([
-        {"toolCalls": [call("calc__add", a=1, b=1)], "usage": {"inputTokens": 10, "outputTokens": 2}},
-        {"text": "ok", "usage": {"inputTokens": 20, "outputTokens": 3}},
-    ])
+    model = ScriptedModel(
+        [
+            {
+                "toolCalls": [call("calc__add", a=1, b=1)],
+                "usage": {"inputTokens": 10, "outputTokens": 2},
+            },
+            {"text": "ok", "usage": {"inputTokens": 20, "outputTokens": 3}},
+        ]
+    )
     trace = "ab" * 16
 
     async def main() -> list[dict[str, Any]]:
@@ -420,18 +435,26 @@ def test_fifo_one_turn_at_a_time(state_root: Path) -> None:
     assert peak == 1
 
 
-def test_a_connector_events_input_carries_its_id_and_a_reopened_instance_finds_it(state_root: Path) -> None:
+def test_a_connector_events_input_carries_its_id_and_a_reopened_instance_finds_it(
+    state_root: Path,
+) -> None:
     """The claim check of an agent process that takes over a dead process's reservation
     (docs/connectors.md "Delivery guarantee"): the input message of a connector event's Turn
     carries ``connectorEventId``, and a later process sees it in the stored conversation."""
     async def first() -> None:
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"plain": ScriptedModel(["ok"])}) as rt:
-            await rt.run_turn("plain", "from the hook", instance_key="c", metadata={"connectorEventId": "gh-42"})
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"plain": ScriptedModel(["ok"])}
+        ) as rt:
+            await rt.run_turn(
+                "plain", "from the hook", instance_key="c", metadata={"connectorEventId": "gh-42"}
+            )
             instance = await rt.instance("plain", "c")
             assert instance.messages[0].metadata == {"connectorEventId": "gh-42"}
 
     async def later() -> None:
-        async with Runtime.from_bundle(BASIC, state_root=state_root, models={"plain": ScriptedModel(["ok"])}) as rt:
+        async with Runtime.from_bundle(
+            BASIC, state_root=state_root, models={"plain": ScriptedModel(["ok"])}
+        ) as rt:
             instance = await rt.instance("plain", "c")
             event = AgentEvent(type="msg", input="x", metadata={"connectorEventId": "gh-42"})
             other = AgentEvent(type="msg", input="x", metadata={"connectorEventId": "gh-43"})

@@ -117,7 +117,11 @@ def test_a_step_middleware_s_failed_result_ends_the_turn_with_its_error() -> Non
     loop = Loop([], pipeline=pipeline)
     runner = run(loop.run("hi"))
     assert loop.result.finish_reason == "error"
-    assert loop.result.error == {"code": "E_QUOTA", "message": "quota used up", "helpUrl": help_url("E_QUOTA")}
+    assert loop.result.error == {
+        "code": "E_QUOTA",
+        "message": "quota used up",
+        "helpUrl": help_url("E_QUOTA"),
+    }
     outcome = runner.outcome(loop.result)
     assert outcome.error_count == 1 and outcome.needs_repair
     assert loop.events[-1]["type"] == "step.failed"
@@ -148,7 +152,9 @@ def test_classify_step_maps_status_flags_and_metadata_to_one_outcome() -> None:
     assert classify_step(StepResult("completed", True, [ToolCall("c1", "calc__add", {})], [result]),
                          answer) == ToolsRan((result,))
     failed = classify_step(StepResult("failed", False), answer)
-    assert failed == StepFailed({"code": "E_STEP_FAILED", "message": "step failed", "helpUrl": help_url("E_STEP_FAILED")})
+    assert failed == StepFailed(
+        {"code": "E_STEP_FAILED", "message": "step failed", "helpUrl": help_url("E_STEP_FAILED")}
+    )
     assert isinstance(failed, StepFailed) and not failed.retry
 
 
@@ -193,9 +199,17 @@ def test_a_turn_that_outlasts_the_status_delay_records_processing_then_idle() ->
             return "done"
 
         tools = ToolRegistry()
-        agent = AgentInstance(spec(), instance_key="k", store=store, model=FunctionModel(reply),
-                              pipeline=PipelineRegistry(), tools=tools, executor=ToolExecutor(tools),
-                              state=store.load(), stream=False)
+        agent = AgentInstance(
+            spec(),
+            instance_key="k",
+            store=store,
+            model=FunctionModel(reply),
+            pipeline=PipelineRegistry(),
+            tools=tools,
+            executor=ToolExecutor(tools),
+            state=store.load(),
+            stream=False,
+        )
         await agent.run("slow")
         await agent.close()
         assert seen == ["processing"]

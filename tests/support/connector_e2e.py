@@ -58,13 +58,18 @@ def base_bundle(root: Path, endpoint: str | None, agents: dict[str, str], docume
     else:
         model = (f"  provider: openai\n  model: fake-model\n  endpoint: {endpoint}\n"
                  f"  apiKey: {{valueFrom: {{env: {FAKE_KEY_ENV}}}}}\n")
-    text = ("apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: connector-e2e}\nspec:\n"
-            "  version: \"0.1.0\"\n  dependencies:\n    - {name: \"@goondan/base\", version: \"0.1.0\"}\n"
-            "---\napiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: main}\nspec:\n" + model)
+    text = (
+        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: connector-e2e}\nspec:\n"
+        '  version: "0.1.0"\n  dependencies:\n    - {name: "@goondan/base", version: "0.1.0"}\n'
+        "---\napiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: main}\nspec:\n" + model
+    )
     for name, tools in agents.items():
-        text += (f"---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: {name}}}\nspec:\n"
-                 f"  modelConfig: {{modelRef: Model/main}}\n  prompts: {{systemPrompt: You are {name}.}}\n"
-                 f"{tools}")
+        text += (
+            f"---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: {name}}}\nspec:\n"
+            "  modelConfig: {modelRef: Model/main}\n  "
+            f"prompts: {{systemPrompt: You are {name}.}}\n"
+            f"{tools}"
+        )
     refs = ", ".join(f"{{ref: Agent/{name}}}" for name in agents)
     text += (f"---\napiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: default}}\nspec:\n"
              f"  entryAgent: Agent/{next(iter(agents))}\n  agents: [{refs}]\n---\n{documents}")
@@ -77,9 +82,22 @@ def start_run(bundle: Path, state_root: Path, env: dict[str, str],
     """``goondan run --foreground [args]`` in its own process group (output discarded: the logs
     are under the state root)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle", str(bundle),
-         "--foreground", *args],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "goondan",
+            "--state-root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(bundle),
+            "--foreground",
+            *args,
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
         env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, **env},
     )
 
@@ -104,7 +122,9 @@ def goondan_run(bundle: Path, state_root: Path, env: dict[str, str],
 
 def address_file(state_root: Path, connection: str) -> Path | None:
     """``address.json`` of an HTTP connector's Connection (docs/base-connectors.md)."""
-    found = list(state_root.glob(f"workspaces/*/connections/default/{connection}/state/address.json"))
+    found = list(
+        state_root.glob(f"workspaces/*/connections/default/{connection}/state/address.json")
+    )
     return found[0] if found else None
 
 

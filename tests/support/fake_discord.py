@@ -33,7 +33,8 @@ class FakeDiscord:
     bot_token: str = BOT_TOKEN
     url: str = ""
     interaction_tokens: set[str] = field(default_factory=set)
-    calls: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)  # method, path, body, auth
+    # method, path, body, auth
+    calls: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)
     throttled: list[float] = field(default_factory=list)
     next_id: int = 900000000000000000
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -47,12 +48,17 @@ class FakeDiscord:
         with self.lock:
             self.throttled.append(retry_after)
 
-    def handle(self, method: str, path: str, body: dict[str, Any], auth: str) -> tuple[int, dict[str, Any]]:
+    def handle(
+        self, method: str, path: str, body: dict[str, Any], auth: str
+    ) -> tuple[int, dict[str, Any]]:
         with self.lock:
             self.calls.append((method, path, body, auth))
             if self.throttled:
-                return 429, {"message": "You are being rate limited.", "retry_after": self.throttled.pop(0),
-                             "global": False}
+                return 429, {
+                    "message": "You are being rate limited.",
+                    "retry_after": self.throttled.pop(0),
+                    "global": False,
+                }
             self.next_id += 1
             message_id = str(self.next_id)
         parts = path.removeprefix("/api/v10/").split("/")
@@ -60,10 +66,18 @@ class FakeDiscord:
             if parts[2] not in self.interaction_tokens:
                 return 404, {"message": "Unknown Webhook", "code": 10015}
             if method == "PATCH" and parts[3:] == ["messages", "@original"]:
-                return 200, {"id": message_id, "channel_id": "C-original", "content": body.get("content")}
+                return 200, {
+                    "id": message_id,
+                    "channel_id": "C-original",
+                    "content": body.get("content"),
+                }
             if method == "POST" and len(parts) == 3:
-                return 200, {"id": message_id, "channel_id": "C-followup", "content": body.get("content"),
-                             "flags": body.get("flags", 0)}
+                return 200, {
+                    "id": message_id,
+                    "channel_id": "C-followup",
+                    "content": body.get("content"),
+                    "flags": body.get("flags", 0),
+                }
         if parts[0] == "channels" and parts[2:] == ["messages"] and method == "POST":
             if auth != f"Bot {self.bot_token}":
                 return 401, {"message": "401: Unauthorized", "code": 0}
@@ -79,7 +93,9 @@ def _handler(fake: FakeDiscord) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length", "0") or 0)
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else {}
-            status, answer = fake.handle(self.command, self.path, body, self.headers.get("Authorization", ""))
+            status, answer = fake.handle(
+                self.command, self.path, body, self.headers.get("Authorization", "")
+            )
             data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

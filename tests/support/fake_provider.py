@@ -86,10 +86,16 @@ _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_err
                           403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                           429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
 # llama-cpp-python's answer to an assistant message whose content is null (pydantic report).
-_LLAMA_CPP_NULL_CONTENT: dict[str, Any] = {"error": {
-    "message": "1 validation error for ChatCompletionRequestAssistantMessage\ncontent\n  Input should "
-               "be a valid string [type=string_type, input_value=None, input_type=NoneType]",
-    "type": "internal_server_error", "param": None, "code": None}}
+_LLAMA_CPP_NULL_CONTENT: dict[str, Any] = {
+    "error": {
+        "message": "1 validation error for "
+        "ChatCompletionRequestAssistantMessage\ncontent\n  Input should "
+        "be a valid string [type=string_type, input_value=None, input_type=NoneType]",
+        "type": "internal_server_error",
+        "param": None,
+        "code": None,
+    }
+}
 
 _GOOGLE_STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
                     404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
@@ -148,7 +154,9 @@ class FakeReply:
     def calls(cls, *calls: FakeToolCall | tuple[str, dict[str, Any]], text: str = "",
               **kwargs: Any) -> FakeReply:
         """A reply with one or more tool calls (``FakeToolCall`` or ``(name, args)`` tuples)."""
-        items = [c if isinstance(c, FakeToolCall) else FakeToolCall(c[0], dict(c[1])) for c in calls]
+        items = [
+            c if isinstance(c, FakeToolCall) else FakeToolCall(c[0], dict(c[1])) for c in calls
+        ]
         return cls(text=text, tool_calls=items, **kwargs)
 
     @classmethod
@@ -166,16 +174,33 @@ class FakeReply:
     ) -> FakeReply:
         """HTTP 400 "the prompt does not fit", in the shape ``flavour``'s server sends it."""
         bodies: dict[str, dict[str, Any]] = {
-            "openai": {"error": {
-                "message": "This model's maximum context length is 4096 tokens. However, your "
-                           "messages resulted in 5120 tokens. Please reduce the length of the messages.",
-                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}},
-            "anthropic": {"type": "error", "error": {
-                "type": "invalid_request_error", "message": "prompt is too long: 208310 tokens > 200000 maximum"},
-                "request_id": "req_fake_context"},
-            "llama.cpp": {"error": {
-                "code": 400, "message": "request (5120 tokens) exceeds the available context size (4096 tokens)",
-                "type": "exceed_context_size_error", "n_prompt_tokens": 5120, "n_ctx": 4096}},
+            "openai": {
+                "error": {
+                    "message": "This model's maximum context length is 4096 tokens. However, your "
+                    "messages resulted in 5120 tokens. Please reduce the length of the messages.",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            },
+            "anthropic": {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "prompt is too long: 208310 tokens > 200000 maximum",
+                },
+                "request_id": "req_fake_context",
+            },
+            "llama.cpp": {
+                "error": {
+                    "code": 400,
+                    "message": "request (5120 tokens) exceeds "
+                    "the available context size (4096 tokens)",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": 5120,
+                    "n_ctx": 4096,
+                }
+            },
         }
         return cls(status=400, error_json=bodies[flavour], **kwargs)
 
@@ -298,12 +323,23 @@ class _Renderer:
             return self.reply.error_json
         status, message = self.reply.status, self.reply.error_message or "error"
         if self.provider == "openai":
-            return {"error": {"message": message, "type": _OPENAI_ERROR_TYPES.get(status, "api_error"),
-                              "param": None, "code": _OPENAI_ERROR_CODES.get(status)}}
+            return {
+                "error": {
+                    "message": message,
+                    "type": _OPENAI_ERROR_TYPES.get(status, "api_error"),
+                    "param": None,
+                    "code": _OPENAI_ERROR_CODES.get(status),
+                }
+            }
         if self.provider == "anthropic":
-            return {"type": "error",
-                    "error": {"type": _ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message},
-                    "request_id": f"req_fake{self.seq}"}
+            return {
+                "type": "error",
+                "error": {
+                    "type": _ANTHROPIC_ERROR_TYPES.get(status, "api_error"),
+                    "message": message,
+                },
+                "request_id": f"req_fake{self.seq}",
+            }
         return {"error": {"code": status, "message": message,
                           "status": _GOOGLE_STATUSES.get(status, "UNKNOWN")}}
 
@@ -325,8 +361,13 @@ class _Renderer:
                                               "rejected_prediction_tokens": 0}}
 
     def _openai_base(self, obj: str) -> dict[str, Any]:
-        return {"id": f"chatcmpl-fake{self.seq}", "object": obj, "created": 1_700_000_000 + self.seq,
-                "model": self.model, "system_fingerprint": "fp_fake"}
+        return {
+            "id": f"chatcmpl-fake{self.seq}",
+            "object": obj,
+            "created": 1_700_000_000 + self.seq,
+            "model": self.model,
+            "system_fingerprint": "fp_fake",
+        }
 
     def _openai_json(self) -> dict[str, Any]:
         r = self.reply
@@ -338,7 +379,9 @@ class _Renderer:
                 for c, cid in zip(r.tool_calls, self.call_ids, strict=True)
             ]
         out = self._openai_base("chat.completion")
-        out["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish}]
+        out["choices"] = [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish}
+        ]
         if r.usage:
             out["usage"] = self._openai_usage()
         return out
@@ -377,21 +420,38 @@ class _Renderer:
         if r.text:
             blocks.append({"type": "text", "text": r.text})
         for call, cid in zip(r.tool_calls, self.call_ids, strict=True):
-            blocks.append(_without_none({"type": "tool_use", "id": cid, "name": call.name, "input": call.args}))
+            blocks.append(
+                _without_none(
+                    {"type": "tool_use", "id": cid, "name": call.name, "input": call.args}
+                )
+            )
         return blocks
 
     def _anthropic_usage(self, output_tokens: int) -> dict[str, Any]:
-        return {"input_tokens": self.reply.input_tokens, "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": self.reply.cached_tokens or 0, "output_tokens": output_tokens}
+        return {
+            "input_tokens": self.reply.input_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": self.reply.cached_tokens or 0,
+            "output_tokens": output_tokens,
+        }
 
     def _anthropic_message(self, content: list[dict[str, Any]], stop: str | None,
                            output_tokens: int) -> dict[str, Any]:
-        return {"id": f"msg_fake{self.seq}", "type": "message", "role": "assistant", "model": self.model,
-                "content": content, "stop_reason": stop, "stop_sequence": None,
-                "usage": self._anthropic_usage(output_tokens)}
+        return {
+            "id": f"msg_fake{self.seq}",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": self._anthropic_usage(output_tokens),
+        }
 
     def _anthropic_json(self) -> dict[str, Any]:
-        return self._anthropic_message(self._anthropic_blocks(), self.finish, self.reply.output_tokens)
+        return self._anthropic_message(
+            self._anthropic_blocks(), self.finish, self.reply.output_tokens
+        )
 
     @staticmethod
     def _sse(event: str, data: dict[str, Any]) -> str:
@@ -404,27 +464,59 @@ class _Renderer:
                                           "message": self._anthropic_message([], None, 1)})]
         index = 0
         if r.text:
-            ev.append(self._sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                                        "content_block": {"type": "text", "text": ""}}))
+            ev.append(
+                self._sse(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                )
+            )
             ev.append(self._sse("ping", {"type": "ping"}))
             for piece in _split(r.text, r.chunks):
-                ev.append(self._sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                            "delta": {"type": "text_delta", "text": piece}}))
+                ev.append(
+                    self._sse(
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": 0,
+                            "delta": {"type": "text_delta", "text": piece},
+                        },
+                    )
+                )
             ev.append(self._sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
             index = 1
         for offset, (call, cid) in enumerate(zip(r.tool_calls, self.call_ids, strict=True)):
             i = index + offset
-            ev.append(self._sse("content_block_start", {
-                "type": "content_block_start", "index": i,
-                "content_block": _without_none({"type": "tool_use", "id": cid, "name": call.name, "input": {}})}))
+            ev.append(
+                self._sse(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": _without_none(
+                            {"type": "tool_use", "id": cid, "name": call.name, "input": {}}
+                        ),
+                    },
+                )
+            )
             for piece in ["", *_split(_dumps(call.args), r.chunks)]:
                 ev.append(self._sse("content_block_delta", {
                     "type": "content_block_delta", "index": i,
                     "delta": {"type": "input_json_delta", "partial_json": piece}}))
             ev.append(self._sse("content_block_stop", {"type": "content_block_stop", "index": i}))
-        ev.append(self._sse("message_delta", {"type": "message_delta",
-                                              "delta": {"stop_reason": self.finish, "stop_sequence": None},
-                                              "usage": {"output_tokens": r.output_tokens}}))
+        ev.append(
+            self._sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": self.finish, "stop_sequence": None},
+                    "usage": {"output_tokens": r.output_tokens},
+                },
+            )
+        )
         ev.append(self._sse("message_stop", {"type": "message_stop"}))
         return ev
 
@@ -470,7 +562,10 @@ class _Renderer:
             bodies.append((calls, True))
         else:
             bodies[-1] = (bodies[-1][0], True)
-        return [f"data: {_dumps(self._google_response(parts, final))}\r\n\r\n" for parts, final in bodies]
+        return [
+            f"data: {_dumps(self._google_response(parts, final))}\r\n\r\n"
+            for parts, final in bodies
+        ]
 
 
 # -- server ----------------------------------------------------------------------------------------
@@ -530,7 +625,9 @@ class _Handler(BaseHTTPRequestHandler):
         model = str(body.get("model", "")) if isinstance(body, dict) else ""
         if provider == "google":
             model = path.rsplit("/", 1)[-1].split(":", 1)[0]
-        include_usage = bool(isinstance(body, dict) and (body.get("stream_options") or {}).get("include_usage"))
+        include_usage = bool(
+            isinstance(body, dict) and (body.get("stream_options") or {}).get("include_usage")
+        )
         renderer = _Renderer(provider, reply, model, seq, include_usage)
         try:
             self._respond(renderer, recorded.stream)
@@ -581,7 +678,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, _dumps(data).encode("utf-8"), "application/json", headers or {})
 
-    def _send_bytes(self, status: int, data: bytes, content_type: str, headers: dict[str, str]) -> None:
+    def _send_bytes(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str]
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
@@ -742,7 +841,11 @@ class FakeProvider:
             return next(self._seq), reply
 
     def _take(self, request: RecordedRequest) -> FakeReply | None:
-        if self.behaviour == "llama-cpp" and request.provider == "openai" and _null_content(request.json):
+        if (
+            self.behaviour == "llama-cpp"
+            and request.provider == "openai"
+            and _null_content(request.json)
+        ):
             # Rejected before the queue is looked at, as the server rejects it before the model.
             return FakeReply.validation_error()
         model = request.json.get("model") if isinstance(request.json, dict) else None

@@ -85,7 +85,13 @@ class FakeSlack:
             return {"ok": False, "error": "channel_not_found"}
         if not params.get("text"):
             return {"ok": False, "error": "no_text"}
-        message = {"type": "message", "user": "UBOT", "bot_id": "B1", "text": params["text"], "ts": self._next_ts()}
+        message = {
+            "type": "message",
+            "user": "UBOT",
+            "bot_id": "B1",
+            "text": params["text"],
+            "ts": self._next_ts(),
+        }
         if params.get("thread_ts"):
             message["thread_ts"] = params["thread_ts"]
         self.messages.setdefault(channel, []).append(message)
@@ -129,9 +135,14 @@ class FakeSlack:
 
         def keep(m: dict[str, Any]) -> bool:
             ts = float(m["ts"])
-            if latest is not None and (ts > float(latest) or (ts == float(latest) and not inclusive)):
+            if latest is not None and (
+                ts > float(latest) or (ts == float(latest) and not inclusive)
+            ):
                 return False
-            return not (oldest is not None and (ts < float(oldest) or (ts == float(oldest) and not inclusive)))
+            return not (
+                oldest is not None
+                and (ts < float(oldest) or (ts == float(oldest) and not inclusive))
+            )
 
         kept = [m for m in messages if keep(m)]
         limit = int(params.get("limit", 100))
@@ -142,7 +153,9 @@ class FakeSlack:
         channel = self._channel(params)
         if channel is None:
             return {"ok": False, "error": "channel_not_found"}
-        newest_first = sorted(self.messages.get(channel, []), key=lambda m: float(m["ts"]), reverse=True)
+        newest_first = sorted(
+            self.messages.get(channel, []), key=lambda m: float(m["ts"]), reverse=True
+        )
         return self._page(newest_first, params)
 
     def api_conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +175,9 @@ def _handler(fake: FakeSlack) -> type[BaseHTTPRequestHandler]:
 
         def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
-            for name, value in (headers or {"Content-Type": "application/json; charset=utf-8"}).items():
+            for name, value in (
+                headers or {"Content-Type": "application/json; charset=utf-8"}
+            ).items():
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

@@ -126,13 +126,23 @@ class FakeTelegram:
         with self.lock:
             self.next_message_id += 1
             message_id = self.next_message_id
-        return {"message_id": message_id, "date": int(time.time()), "text": params["text"],
-                "chat": {"id": chat_id, "type": "private"}, "from": {"id": 1, "is_bot": True, "first_name": "bot"}}
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "text": params["text"],
+            "chat": {"id": chat_id, "type": "private"},
+            "from": {"id": 1, "is_bot": True, "first_name": "bot"},
+        }
 
     def api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = self._chat(params)
-        return {"message_id": int(params["message_id"]), "date": int(time.time()),
-                "edit_date": int(time.time()), "text": params["text"], "chat": {"id": chat_id, "type": "private"}}
+        return {
+            "message_id": int(params["message_id"]),
+            "date": int(time.time()),
+            "edit_date": int(time.time()),
+            "text": params["text"],
+            "chat": {"id": chat_id, "type": "private"},
+        }
 
     def api_deleteMessage(self, params: dict[str, Any]) -> bool:
         self._chat(params)
@@ -150,8 +160,12 @@ class FakeTelegram:
         file_id = str(params.get("file_id", ""))
         if file_id not in self.files:
             raise _ApiError(400, "Bad Request: invalid file_id")
-        return {"file_id": file_id, "file_unique_id": "u-" + file_id, "file_size": len(self.files[file_id]),
-                "file_path": f"photos/{file_id}.jpg"}
+        return {
+            "file_id": file_id,
+            "file_unique_id": "u-" + file_id,
+            "file_size": len(self.files[file_id]),
+            "file_path": f"photos/{file_id}.jpg",
+        }
 
 
 class _ApiError(Exception):
@@ -200,7 +214,10 @@ def _handler(fake: FakeTelegram) -> type[BaseHTTPRequestHandler]:
             with fake.lock:
                 fake.calls.append(call)
             if token != fake.token:
-                status, answer = 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
+                status, answer = (
+                    401,
+                    {"ok": False, "error_code": 401, "description": "Unauthorized"},
+                )
             else:
                 status, answer = fake.handle(method, params)
             call.status = status

@@ -96,7 +96,12 @@ def openai_factory(server: FakeProvider, key: str = "sk-hostile-test-key") -> An
 def completion_body(content_json: str) -> bytes:
     """A non-streamed OpenAI chat completion whose ``content`` is the JSON text given verbatim
     (e.g. ``'"hi \\\\udcff"'``)."""
-    head = {"id": "chatcmpl-hostile", "object": "chat.completion", "created": 1, "model": "gpt-test"}
+    head = {
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-test",
+    }
     prefix = json.dumps(head)[:-1]
     return (prefix + ',"choices":[{"index":0,"message":{"role":"assistant","content":'
             + content_json + '},"finish_reason":"stop"}],'

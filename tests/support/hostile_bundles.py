@@ -32,7 +32,8 @@ def write_bundle(
     root.mkdir(parents=True, exist_ok=True)
     docs = [
         f"apiVersion: goondan.ai/v1\nkind: Package\nmetadata:\n  name: {package}\n",
-        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata:\n  name: fake\nspec:\n  provider: scripted\n"
+        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata:\n  "
+        "name: fake\nspec:\n  provider: scripted\n"
         f"  model: fake\n  options:\n    loop: {_yaml(loop)}\n    script: {_yaml(script)}\n",
     ]
     refs_ext: list[str] = []
@@ -45,7 +46,9 @@ def write_bundle(
     for name, (source, exports) in (tools or {}).items():
         (root / f"{name}.py").write_text(textwrap.dedent(source), encoding="utf-8")
         export_yaml = "".join(
-            f"    - name: {e}\n      description: {e}\n      parameters: {{type: object}}\n" for e in exports)
+            f"    - name: {e}\n      description: {e}\n      parameters: {{type: object}}\n"
+            for e in exports
+        )
         docs.append(f"apiVersion: goondan.ai/v1\nkind: Tool\nmetadata:\n  name: {name}\n"
                     f"spec:\n  entry: ./{name}.py\n  exports:\n{export_yaml}")
         refs_tool.append(f"    - ref: Tool/{name}\n")

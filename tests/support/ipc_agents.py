@@ -45,10 +45,14 @@ AGENTS_ENV = "GOONDAN_TEST_AGENTS"
 class ScriptHandler:
     """A TurnHandler driven by the command in each event's input."""
 
-    def __init__(self, agent: str, key: str, agents: AgentsFactory, record: list[str] | None = None) -> None:
+    def __init__(
+        self, agent: str, key: str, agents: AgentsFactory, record: list[str] | None = None
+    ) -> None:
         self.agent, self.key, self.agents, self.record = agent, key, agents, record
         directory = os.environ.get(RECORD_DIR_ENV)
-        self.record_file = Path(directory) / f"{process_name(agent, key)}.log" if directory else None
+        self.record_file = (
+            Path(directory) / f"{process_name(agent, key)}.log" if directory else None
+        )
         self.closed = False
         if directory and record is None:  # a real process: its pid, for the agent SIGKILL trials
             (Path(directory) / f"{process_name(agent, key)}.pid").write_text(str(os.getpid()))
@@ -70,14 +74,20 @@ class ScriptHandler:
             with self.record_file.open("a", encoding="utf-8") as handle:
                 handle.write(line + "\n")
         answer = await self._answer(event, text)
-        result = TurnResult(new_id("turn"), "text_response", response_message=Message.assistant(answer))
+        result = TurnResult(
+            new_id("turn"), "text_response", response_message=Message.assistant(answer)
+        )
         if text.startswith("restart:"):  # what a turn that called base `self-restart` returns
-            result.metadata.update({"restartRequested": True, "restartReason": text[len("restart:"):]})
+            result.metadata.update(
+                {"restartRequested": True, "restartReason": text[len("restart:") :]}
+            )
         return result
 
     async def _answer(self, event: AgentEvent, text: str) -> str:
         command, _, rest = text.partition(":")
-        api = self.agents(event, turn_id=new_id("turn"), trace_id=event.trace_id or "0" * 32, span_id="1" * 16)
+        api = self.agents(
+            event, turn_id=new_id("turn"), trace_id=event.trace_id or "0" * 32, span_id="1" * 16
+        )
         if command == "echo":
             return rest
         if command in ("ask", "send"):
@@ -103,8 +113,14 @@ class ScriptHandler:
         if command == "job":
             from goondan.tools.processes import owner_env
 
-            job = subprocess.Popen(["sleep", "7799"], start_new_session=True, env={**os.environ, **owner_env()},
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            job = subprocess.Popen(
+                ["sleep", "7799"],
+                start_new_session=True,
+                env={**os.environ, **owner_env()},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             Path(rest).write_text(str(job.pid))
             return "job"
         if command == "fail":
@@ -121,7 +137,9 @@ def catalog_of(agents: list[str], entry: str | None = None) -> SwarmCatalog:
     return SwarmCatalog("test", entry or agents[0], tuple(agents))
 
 
-def in_process_worker(agents: list[str], record: list[str] | None = None, *, max_depth: int = 8) -> Any:
+def in_process_worker(
+    agents: list[str], record: list[str] | None = None, *, max_depth: int = 8
+) -> Any:
     """A WorkerFactory for :class:`InProcessSpawner` running :class:`ScriptHandler`s."""
     catalog = catalog_of(agents)
 
@@ -131,7 +149,9 @@ def in_process_worker(agents: list[str], record: list[str] | None = None, *, max
             w.router, catalog, agent_name=request.agent_name, instance_key=request.instance_key,
             max_depth=max_depth,
         )
-        return await w.serve(ScriptHandler(request.agent_name, request.instance_key, factory, record))
+        return await w.serve(
+            ScriptHandler(request.agent_name, request.instance_key, factory, record)
+        )
 
     return worker
 

@@ -18,7 +18,11 @@ from tests.support.aio import run as run  # older imports of run from here
 from tests.support.fake_provider import FakeProvider, Provider
 
 PROVIDERS: tuple[Provider, ...] = ("openai", "anthropic", "google")
-MODEL_NAMES: dict[str, str] = {"openai": "gpt-test", "anthropic": "claude-test", "google": "gemini-test"}
+MODEL_NAMES: dict[str, str] = {
+    "openai": "gpt-test",
+    "anthropic": "claude-test",
+    "google": "gemini-test",
+}
 # Long and distinctive, so any leak into an error text is unmistakable.
 API_KEY = "sk-test-DO-NOT-LEAK-0123456789abcdef"
 SYSTEM = "You are terse."
@@ -84,7 +88,9 @@ def first_request(*, tools: bool = True, params: dict[str, Any] | None = None) -
     )
 
 
-def assistant_with_calls(calls: list[tuple[str, str, dict[str, Any]]], text: str = "") -> dict[str, Any]:
+def assistant_with_calls(
+    calls: list[tuple[str, str, dict[str, Any]]], text: str = ""
+) -> dict[str, Any]:
     """A canonical assistant message carrying tool-call parts ``(id, name, args)``."""
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     parts += [{"type": "tool-call", "toolCallId": cid, "toolName": name, "input": args}
@@ -109,7 +115,10 @@ def round_trip_request(response: ModelResponse, results: list[Any]) -> ModelRequ
         {"role": "user", "content": QUESTION},
         assistant_with_calls(calls, response.text),
     ]
-    messages += [tool_result(c.id, c.name, value) for c, value in zip(response.tool_calls, results, strict=True)]
+    messages += [
+        tool_result(c.id, c.name, value)
+        for c, value in zip(response.tool_calls, results, strict=True)
+    ]
     return ModelRequest(messages=messages, tools=list(TOOLS), system=SYSTEM, params=dict(PARAMS))
 
 
@@ -124,7 +133,9 @@ def reassemble(deltas: list[StreamDelta]) -> tuple[str, list[tuple[str | None, s
         call["id"] = delta.tool_call_id or call["id"]
         call["name"] = delta.tool_name or call["name"]
         call["args"] += delta.args_delta
-    rebuilt = [(c["id"], c["name"], json.loads(c["args"]) if c["args"] else {}) for c in calls.values()]
+    rebuilt = [
+        (c["id"], c["name"], json.loads(c["args"]) if c["args"] else {}) for c in calls.values()
+    ]
     return text, rebuilt
 
 

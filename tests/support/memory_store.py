@@ -36,7 +36,10 @@ class MemoryStore:
         self._loaded: list[Message] | None = None
 
     def __repr__(self) -> str:
-        return f"<MemoryStore messages={len(self.base)} pending={len(self.events)} closed={self.closed}>"
+        return (
+            f"<MemoryStore messages={len(self.base)} "
+            f"pending={len(self.events)} closed={self.closed}>"
+        )
 
     @property
     def texts(self) -> list[str]:

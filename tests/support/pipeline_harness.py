@@ -114,7 +114,9 @@ def tool_context(workdir: Path | str = ".", **overrides: Any) -> ToolContext:
     return ToolContext(**values)
 
 
-def ok_result(call_id: str = "call-1", name: str = "bash__exec", output: Any = "ok") -> ToolCallResult:
+def ok_result(
+    call_id: str = "call-1", name: str = "bash__exec", output: Any = "ok"
+) -> ToolCallResult:
     return ToolCallResult.success(call_id, name, output)
 
 

@@ -65,15 +65,26 @@ def _table() -> dict[int, _Proc]:
         with contextlib.suppress(OSError, ValueError, IndexError):
             stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
             fields = stat[stat.rfind(")") + 2:].split()
-            out[int(entry.name)] = _Proc(int(entry.name), int(fields[1]), int(fields[2]), int(fields[3]),
-                                         int(fields[19]), fields[0])
+            out[int(entry.name)] = _Proc(
+                int(entry.name),
+                int(fields[1]),
+                int(fields[2]),
+                int(fields[3]),
+                int(fields[19]),
+                fields[0],
+            )
     return out
 
 
 def _cmdline(pid: int) -> str:
     with contextlib.suppress(OSError):
-        return (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                .strip()[:200])
+        return (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()[:200]
+        )
     return "?"
 
 
@@ -106,11 +117,20 @@ class ProcessWatch:
         process's own ``multiprocessing`` resource tracker (it lives as long as the test
         process, by design) is not one."""
         table = _table()
-        found = {p for p in self._descendants(table) if p not in self.baseline and table[p].state not in "ZX"
-                 and not (table[p].ppid == self.me and RESOURCE_TRACKER in _cmdline(p))}
+        found = {
+            p
+            for p in self._descendants(table)
+            if p not in self.baseline
+            and table[p].state not in "ZX"
+            and not (table[p].ppid == self.me and RESOURCE_TRACKER in _cmdline(p))
+        }
         for proc in table.values():
-            if proc.pid != self.me and proc.state not in "ZX" and proc.pid not in self.baseline and (
-                    proc.pgrp in self.groups or proc.session in self.groups):
+            if (
+                proc.pid != self.me
+                and proc.state not in "ZX"
+                and proc.pid not in self.baseline
+                and (proc.pgrp in self.groups or proc.session in self.groups)
+            ):
                 found.add(proc.pid)
         for pid in found:
             self.groups.update({pid, table[pid].pgrp, table[pid].session})
@@ -131,7 +151,9 @@ class ProcessWatch:
         return described
 
 
-def watch_run_module(request: pytest.FixtureRequest, modules: tuple[str, ...]) -> Iterator[ProcessWatch | None]:
+def watch_run_module(
+    request: pytest.FixtureRequest, modules: tuple[str, ...]
+) -> Iterator[ProcessWatch | None]:
     """The body of a ``no_leftover_processes`` fixture: for a test of one of ``modules`` (module
     name prefixes), fail when a process started during the test outlives it."""
     module = request.module.__name__.rsplit(".", 1)[-1]

@@ -20,7 +20,9 @@ def base_records(instance: AgentInstance) -> list[dict[str, Any]]:
     path = instance.store.paths.base
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def shape(records: list[dict[str, Any]]) -> list[tuple[str, str, str]]:

@@ -15,7 +15,11 @@ def test_typed_fields_travel_as_top_level_keys_and_round_trip() -> None:
                        parent_span_id="p" * 16, reply_target="coordinator",
                        start_marker={"path": "/tmp/claims/x", "id": "e1"}, stream=True)
     wire = event.to_dict()
-    assert (wire["parentSpanId"], wire["replyTarget"], wire["stream"]) == ("p" * 16, "coordinator", True)
+    assert (wire["parentSpanId"], wire["replyTarget"], wire["stream"]) == (
+        "p" * 16,
+        "coordinator",
+        True,
+    )
     assert wire["startMarker"] == {"path": "/tmp/claims/x", "id": "e1"}
     assert wire["metadata"] == {"callerAgent": "a"} and "extra" not in wire
     back = AgentEvent.from_dict(json.loads(json.dumps(wire)))

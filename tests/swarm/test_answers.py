@@ -17,8 +17,13 @@ DELEGATION = Path(__file__).resolve().parents[2] / "examples" / "delegation"
 
 def test_finished_and_failed_turns_answer_the_same_way() -> None:
     async def main() -> None:
-        orch = Orchestrator(InProcessSpawner(in_process_worker(["a"])), swarm_name="t", entry_agent="a",
-                            agents=["a"], reconcile_interval_s=0)
+        orch = Orchestrator(
+            InProcessSpawner(in_process_worker(["a"])),
+            swarm_name="t",
+            entry_agent="a",
+            agents=["a"],
+            reconcile_interval_s=0,
+        )
         async with orch:
             ok = await orch.request("a", "echo:hello", timeout_ms=30_000)
             failed = await orch.request("a", "fail:", timeout_ms=30_000)
@@ -37,8 +42,15 @@ def test_the_instance_of_an_agent_process_has_no_second_way_to_answer(state_root
 
         parent, child = InProcessTransport.pair()
         worker = AgentWorker(child, agent_name="worker", instance_key="k")
-        args = argparse.Namespace(bundle_dir=str(DELEGATION), agent_name="worker", instance_key="k",
-                                  state_root=str(state_root), swarm=None, workdir=None, max_depth=None)
+        args = argparse.Namespace(
+            bundle_dir=str(DELEGATION),
+            agent_name="worker",
+            instance_key="k",
+            state_root=str(state_root),
+            swarm=None,
+            workdir=None,
+            max_depth=None,
+        )
         instance = await build_agent_instance(args, worker)
         try:
             assert getattr(instance, "on_outgoing", "missing") is None

@@ -6,7 +6,9 @@ from __future__ import annotations
 from goondan.swarm.supervision import InstanceRecord
 
 
-def test_a_crash_looping_agent_shows_crash_loop_back_off_and_its_last_error_between_crashes() -> None:
+def test_a_crash_looping_agent_shows_crash_loop_back_off_and_its_last_error_between_crashes() -> (
+    None
+):
     rec = InstanceRecord(agent_name="worker", instance_key="k")
     for crash in range(1, 7):
         rec.begin_spawn()
@@ -20,6 +22,10 @@ def test_a_crash_looping_agent_shows_crash_loop_back_off_and_its_last_error_betw
     rec.transition("turnStarted")
     rec.turn_finished()  # a finished turn starts the count over
     row = rec.to_dict()
-    assert row["status"] == "idle" and row["consecutiveCrashes"] == 0 and row["lastError"] == "exited with code 6"
+    assert (
+        row["status"] == "idle"
+        and row["consecutiveCrashes"] == 0
+        and row["lastError"] == "exited with code 6"
+    )
     rec.reset_crashes()  # a restart: the last error goes too
     assert rec.to_dict()["lastError"] is None

@@ -18,9 +18,13 @@ def request(event_id: str, correlation: str = "corr-1") -> AgentEvent:
                       reply_to=ReplyChannel(target="orchestrator", correlation_id=correlation))
 
 
-def settle(rec: InstanceRecord, ready: Ready, pending: set[str]) -> tuple[str | None, list[tuple[str, str]]]:
+def settle(
+    rec: InstanceRecord, ready: Ready, pending: set[str]
+) -> tuple[str | None, list[tuple[str, str]]]:
     failed: list[tuple[str, str]] = []
-    outcome = settle_on_ready(rec, ready, pending, lambda event, _rec, code, _msg: failed.append((event.id, code)), LOG)
+    outcome = settle_on_ready(
+        rec, ready, pending, lambda event, _rec, code, _msg: failed.append((event.id, code)), LOG
+    )
     return outcome, failed
 
 
@@ -30,7 +34,11 @@ def test_the_resumed_turn_is_in_flight_again_and_its_caller_keeps_waiting() -> N
     rec.hold_interrupted(held, "signal 9")
     outcome, failed = settle(rec, Ready(1, journal=True, resuming=held.to_dict()), {"corr-1"})
     assert outcome == "resumed" and failed == []
-    assert rec.inbox.current is not None and rec.inbox.current.event is held and rec.inbox.current.started
+    assert (
+        rec.inbox.current is not None
+        and rec.inbox.current.event is held
+        and rec.inbox.current.started
+    )
     assert rec.interrupted is None
 
 

@@ -20,8 +20,15 @@ SWARM = GOONDAN / "swarm"
 
 
 def _spec() -> ConnectionSpec:
-    return ConnectionSpec(name="trig", connector="trigger", connector_package=None, entry=Path("trigger.py"),
-                          swarm="main", events=(), rules=())
+    return ConnectionSpec(
+        name="trig",
+        connector="trigger",
+        connector_package=None,
+        entry=Path("trigger.py"),
+        swarm="main",
+        events=(),
+        rules=(),
+    )
 
 
 def test_connector_statuses_are_in_the_one_transition_table() -> None:
@@ -41,15 +48,25 @@ def test_a_connector_record_walks_the_table_like_an_instance_record() -> None:
     assert connector.status == "pending"
     assert [connector.transition(t) for t in ("spawn", "run", "done", "exit")] == [
         "spawning", "running", "completed", "terminated"]
-    assert [instance.transition(t) for t in ("spawn", "ready", "exit")] == ["spawning", "idle", "terminated"]
+    assert [instance.transition(t) for t in ("spawn", "ready", "exit")] == [
+        "spawning",
+        "idle",
+        "terminated",
+    ]
 
 
 def test_crashes_are_counted_and_backed_off_the_same_way_for_every_kind() -> None:
     for rec in (ConnectorRecord(_spec()), InstanceRecord("a", "k")):
         delays = [rec.count_crash(2) for _ in range(4)]
         assert delays == [0, 0, 1000, 2000]
-        assert (rec.status, rec.consecutive_crashes, rec.total_crashes) == ("crashLoopBackOff", 4, 4)
-    stable = ConnectorRecord(_spec(), consecutive_crashes=7, started_monotonic=time.monotonic() - STABLE_AFTER_S - 1)
+        assert (rec.status, rec.consecutive_crashes, rec.total_crashes) == (
+            "crashLoopBackOff",
+            4,
+            4,
+        )
+    stable = ConnectorRecord(
+        _spec(), consecutive_crashes=7, started_monotonic=time.monotonic() - STABLE_AFTER_S - 1
+    )
     assert stable.count_crash(5, stable_after_s=STABLE_AFTER_S) == 0
     assert (stable.status, stable.consecutive_crashes) == ("crashed", 1)
 

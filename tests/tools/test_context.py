@@ -12,8 +12,8 @@ from tests.support.pipeline_harness import tool_context
 
 
 def test_fields_of_seed_002() -> None:
-    """seed 002 §7.3: agentName, instanceKey, turnId, toolCallId, message, workdir, logger (+traceId, runtime,
-    and the Tool's config, output cap and idempotency key, docs/tools.md)."""
+    """seed 002 §7.3: agentName, instanceKey, turnId, toolCallId, message, workdir, logger
+    (+traceId, runtime, and the Tool's config, output cap and idempotency key, docs/tools.md)."""
     names = {f.name for f in dataclasses.fields(ToolContext)}
     assert names == {"agent_name", "instance_key", "turn_id", "trace_id", "tool_call_id",
                      "message", "workdir", "logger", "runtime", "config", "max_output_bytes",
@@ -28,7 +28,8 @@ def test_no_v1_interfaces() -> None:
 
 
 def test_workdir_is_a_path_and_context_is_read_only(tmp_path: Path) -> None:
-    """seed 002 §2.5 rule 1 / Decision 16: workdir is the instance working directory; fields are readonly."""
+    """seed 002 §2.5 rule 1 / Decision 16: workdir is the instance working directory; fields are
+    readonly."""
     ctx = tool_context(workdir=str(tmp_path))
     assert ctx.workdir == tmp_path and isinstance(ctx.workdir, Path)
     assert ctx.runtime is None and ctx.logger.name == "goondan.tools"

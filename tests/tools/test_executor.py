@@ -1,4 +1,5 @@
-"""ToolExecutor: catalog gating, schema check, handler errors, timeouts (seed 002 §2.3, §2.4, §9, §10)."""
+"""ToolExecutor: catalog gating, schema check, handler errors, timeouts (seed 002 §2.3, §2.4, §9,
+§10)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ EXPORTS = ["echo", "aecho", "fail", "afail", "hang", "block", "bad-output", "nan
            "noop", "anoop", "where", "lambda"]
 
 
-def make(limit: int = 1000, timeout_ms: int = 120_000, **params: Any) -> tuple[ToolExecutor, list[Any]]:
+def make(
+    limit: int = 1000, timeout_ms: int = 120_000, **params: Any
+) -> tuple[ToolExecutor, list[Any]]:
     registry = ToolRegistry()
     binding = Binding(
         name="basic", entry=TOOL_FIXTURES / "basic.py",
@@ -91,7 +94,8 @@ def test_unknown_tool_in_catalog_is_not_found() -> None:
 
 
 def test_handler_exception_becomes_an_error_result() -> None:
-    """seed 002 §2.4 rule 1 / §10.3: exceptions are returned as ToolResult (code E_TOOL, name = class)."""
+    """seed 002 §2.4 rule 1 / §10.3: exceptions are returned as ToolResult (code E_TOOL, name =
+    class)."""
     executor, _ = make()
     result = execute(executor, "basic__fail", {"message": "request failed"})
     assert result.status == "error" and result.error is not None
@@ -105,7 +109,8 @@ def test_handler_exception_becomes_an_error_result() -> None:
 
 
 def test_error_message_limit_and_truncation_suffix() -> None:
-    """seed 002 §2.4 rule 2 / §10.4: error.message is cut to errorMessageLimit with '... (truncated)'."""
+    """seed 002 §2.4 rule 2 / §10.4: error.message is cut to errorMessageLimit with '...
+    (truncated)'."""
     executor, _ = make(limit=40)
     result = execute(executor, "basic__fail", {"message": "x" * 100})
     assert result.error is not None
@@ -132,13 +137,16 @@ def test_truncate_error_message_function() -> None:
 
 
 def test_invalid_arguments_name_the_failing_path() -> None:
-    """Issue 4 Build 2: args are checked against the export's schema → E_TOOL_INVALID_ARGS with the path."""
+    """Issue 4 Build 2: args are checked against the export's schema → E_TOOL_INVALID_ARGS with the
+    path."""
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     executor, _ = make(echo=schema)
     bad = execute(executor, "basic__echo", {"n": "1"})
     assert bad.error is not None and bad.error.code == "E_TOOL_INVALID_ARGS"
     assert "$.n: expected integer, got string" in bad.error.message
-    assert execute(executor, "basic__echo", {}).error.message.endswith("$.n: required property is missing")  # type: ignore[union-attr]
+    assert execute(executor, "basic__echo", {}).error.message.endswith(
+        "$.n: required property is missing"
+    )  # type: ignore[union-attr]
     assert execute(executor, "basic__echo", {"n": 1}).ok
 
 
@@ -166,8 +174,9 @@ def test_sync_handler_timeout_does_not_block_the_loop() -> None:
 
     async def main() -> ToolCallResult:
         try:
-            return await executor.execute(ToolCall("c", "basic__block", {}), catalog=["basic__block"],
-                                          context=tool_context())
+            return await executor.execute(
+                ToolCall("c", "basic__block", {}), catalog=["basic__block"], context=tool_context()
+            )
         finally:
             module.RELEASE.set()  # let the worker thread finish so the loop can close
 
@@ -244,8 +253,12 @@ def test_tool_context_carries_workdir_message_and_ids(tmp_path: Path, state_root
     """seed 002 §2.5 rules 1, 2, 4 / §7.3, through a real turn: the handler's ``ctx`` has the
     Agent's workdir (relative paths resolve in it), the assistant message that holds the call
     (as stored in the conversation), the call's id, and the turn's trace and turn ids."""
-    bundle = write_bundle(tmp_path / "b", script=["unused"], tools={"where": (WHERE_TOOL, ["show"])},
-                          agent_extra="  workdir: ./work\n")
+    bundle = write_bundle(
+        tmp_path / "b",
+        script=["unused"],
+        tools={"where": (WHERE_TOOL, ["show"])},
+        agent_extra="  workdir: ./work\n",
+    )
     (bundle / "work").mkdir()
     model = ScriptedModel([
         {"text": "looking", "toolCalls": [{"name": "where__show", "args": {}},
@@ -261,14 +274,21 @@ def test_tool_context_carries_workdir_message_and_ids(tmp_path: Path, state_root
     result, messages = run(main())
     [assistant] = [m for m in messages if m.tool_calls]
     calls = [c.id for c in assistant.tool_calls]
-    outputs = [part["output"]["value"] for m in messages if m.role == "tool" for part in m.data["content"]]
+    outputs = [
+        part["output"]["value"] for m in messages if m.role == "tool" for part in m.data["content"]
+    ]
     workdir = (bundle / "work").resolve()
     assert [Path(o["workdir"]).resolve() for o in outputs] == [workdir, workdir]
-    assert [o["resolved"] for o in outputs] == [str(Path(outputs[0]["workdir"]) / "a.txt"), "/etc/hosts"]
+    assert [o["resolved"] for o in outputs] == [
+        str(Path(outputs[0]["workdir"]) / "a.txt"),
+        "/etc/hosts",
+    ]
     assert [o["messageId"] for o in outputs] == [assistant.id] * 2
     assert [o["messageCalls"] for o in outputs] == [calls] * 2
     assert [o["toolCallId"] for o in outputs] == calls
-    assert {(o["traceId"], o["turnId"]) for o in outputs} == {(result.metadata["traceId"], result.turn_id)}
+    assert {(o["traceId"], o["turnId"]) for o in outputs} == {
+        (result.metadata["traceId"], result.turn_id)
+    }
 
 
 def _single(handler: Any, *, timeout_ms: int = 120_000) -> ToolExecutor:
@@ -287,7 +307,10 @@ def test_timeout_error_raised_by_the_handler_is_not_the_tool_timeout() -> None:
     def sync_connect(ctx: Any, input: Any) -> Any:
         raise TimeoutError("read timed out")
 
-    for handler, text in ((connect, "connect to db.internal timed out"), (sync_connect, "read timed out")):
+    for handler, text in (
+        (connect, "connect to db.internal timed out"),
+        (sync_connect, "read timed out"),
+    ):
         result = execute(_single(handler), "one__run")
         assert result.error is not None
         assert result.error.code == "E_TOOL" and result.error.name == "TimeoutError"
@@ -337,7 +360,9 @@ def test_sync_handlers_reuse_daemon_threads_and_a_stuck_one_keeps_only_its_own()
             release.wait(30)
 
     registry = ToolRegistry()
-    registry.register({"name": "t__rec"}, record, source=ToolSource("extension", "x"), timeout_ms=200)
+    registry.register(
+        {"name": "t__rec"}, record, source=ToolSource("extension", "x"), timeout_ms=200
+    )
     executor = ToolExecutor(registry)
     try:
         for _ in range(3):

@@ -21,7 +21,9 @@ def _base_values() -> dict[str, bool]:
     for doc in yaml.safe_load_all(BASE.read_text(encoding="utf-8")):
         if doc and doc.get("kind") == "Tool":
             for export in doc["spec"]["exports"]:
-                values[f"{doc['metadata']['name']}__{export['name']}"] = export.get("idempotent", False)
+                values[f"{doc['metadata']['name']}__{export['name']}"] = export.get(
+                    "idempotent", False
+                )
     return values
 
 
@@ -39,7 +41,9 @@ def test_every_base_tool_export_declares_idempotent_and_the_docs_list_it() -> No
 def test_the_export_value_reaches_the_registered_tool(tmp_path: Path) -> None:
     entry = tmp_path / "t.py"
     entry.write_text("handlers = {'safe': print, 'risky': print}\n")
-    binding = ToolBinding("t", None, entry, [ToolExport("safe", idempotent=True), ToolExport("risky")])
+    binding = ToolBinding(
+        "t", None, entry, [ToolExport("safe", idempotent=True), ToolExport("risky")]
+    )
     tools = {tool.name: tool.idempotent for tool in EntryModuleProvider(binding).load()}
     assert tools == {"t__safe": True, "t__risky": False}
     assert build_tool({"name": "t__run"}, print).idempotent is False

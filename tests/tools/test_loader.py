@@ -70,7 +70,8 @@ def test_a_package_directory_entry_loads_its_init_with_relative_imports(tmp_path
     package.mkdir()
     (package / "helpers.py").write_text("def forecast(city):\n    return f'sunny in {city}'\n")
     (package / "__init__.py").write_text(
-        "from .helpers import forecast\n\nhandlers = {'get': lambda ctx, args: forecast(args['city'])}\n"
+        "from .helpers import forecast\n\nhandlers = "
+        "{'get': lambda ctx, args: forecast(args['city'])}\n"
     )
     module = load_entry_module(package)
     assert module.handlers["get"](None, {"city": "Seoul"}) == "sunny in Seoul"

@@ -70,7 +70,9 @@ def test_an_entry_module_provider_serves_the_declared_exports(tmp_path: Path) ->
         tools = await provider.list_tools()
         assert [t.name for t in tools] == ["basic__echo", "basic__aecho"]
         assert tools[0].source == ToolSource("config", "basic")
-        assert await provider.call("basic__aecho", context(tmp_path), {"x": 1}) == {"echo": {"x": 1}}
+        assert await provider.call("basic__aecho", context(tmp_path), {"x": 1}) == {
+            "echo": {"x": 1}
+        }
         assert await run_handler(tools[0], context(tmp_path), {"y": 2}) == {
             "echo": {"y": 2}, "thread": True}
         await provider.aclose()

@@ -14,9 +14,13 @@ from tests.support.pipeline_harness import TOOL_FIXTURES, Binding, Export
 
 def basic_binding(*exports: str, name: str = "basic") -> Binding:
     return Binding(
-        name=name, entry=TOOL_FIXTURES / "basic.py",
-        exports=[Export(e, f"{e} description", {"type": "object", "properties": {}}) for e in exports],
-        error_message_limit=200, timeout_ms=5_000,
+        name=name,
+        entry=TOOL_FIXTURES / "basic.py",
+        exports=[
+            Export(e, f"{e} description", {"type": "object", "properties": {}}) for e in exports
+        ],
+        error_message_limit=200,
+        timeout_ms=5_000,
     )
 
 
@@ -45,7 +49,8 @@ def test_extension_tools_are_in_the_registry() -> None:
 
 
 def test_catalog_starts_from_agent_tools_then_extension_tools() -> None:
-    """seed 002 §2.1 rules 1-2 / §12.3 / runtime.md §7.2: config tools first, then extension tools."""
+    """seed 002 §2.1 rules 1-2 / §12.3 / runtime.md §7.2: config tools first, then extension
+    tools."""
     registry = ToolRegistry()
     registry.register({"name": "weather__get"}, handler, source=ToolSource("extension", "w"))
     bindings = [basic_binding("echo", "noop")]
@@ -57,7 +62,8 @@ def test_catalog_starts_from_agent_tools_then_extension_tools() -> None:
 
 
 def test_catalog_lists_declared_tools_only() -> None:
-    """seed 002 §2.1 rule 2: the catalog comes from the Agent's spec.tools, not from every loaded tool."""
+    """seed 002 §2.1 rule 2: the catalog comes from the Agent's spec.tools, not from every loaded
+    tool."""
     registry = ToolRegistry()
     registry.load_bindings([basic_binding("echo"), basic_binding("noop", name="other")])
     assert [i.name for i in registry.catalog([basic_binding("echo")])] == ["basic__echo"]

@@ -28,7 +28,9 @@ spec:
 def _errors(tmp_path: Path, *, exports: str = "[{name: run}]", entry: str = "./t.py",
             api: str = "goondan.ai/v1") -> list[tuple[str, str]]:
     (tmp_path / "goondan.yaml").write_text(BUNDLE.format(exports=exports, entry=entry, api=api))
-    (tmp_path / "t.py").write_text("handlers = {'run': lambda ctx, i: 1, 'a__b': lambda ctx, i: 1}\n")
+    (tmp_path / "t.py").write_text(
+        "handlers = {'run': lambda ctx, i: 1, 'a__b': lambda ctx, i: 1}\n"
+    )
     (tmp_path / "e.py").write_text("def register(api):\n    pass\n")
     report = validate_bundle(tmp_path, env={}, state_root=tmp_path / "state")
     return [(d.code, d.message) for d in report.errors]
@@ -45,7 +47,9 @@ def test_valid_tool_and_extension_resources(tmp_path: Path) -> None:
     ("[{name: a__b}]", "./t.py", "E_CONFIG_SCHEMA_INVALID", "must not contain '__'"),
     ("[{name: run}]", "./missing.py", "E_CONFIG_ENTRY_NOT_FOUND", ""),
 ])
-def test_tool_resource_rules(tmp_path: Path, exports: str, entry: str, code: str, text: str) -> None:
+def test_tool_resource_rules(
+    tmp_path: Path, exports: str, entry: str, code: str, text: str
+) -> None:
     """seed 002 §2.7 rules 1, 3, 4, §2.2 rule 3 / §4.3 (MUST, MUST NOT): spec.entry must exist,
     at least one export, unique export names, no '__' inside an export name."""
     errors = _errors(tmp_path, exports=exports, entry=entry)

@@ -41,8 +41,20 @@ def check(args: Any) -> str | None:
 
 def test_valid_arguments_pass() -> None:
     """seed 002 §6.1: a value matching type/required/enum/items/properties passes."""
-    assert check({"path": "a", "maxBytes": 1.5, "count": 3, "mode": "r",
-                  "files": [{"name": "x", "size": 2}], "opts": {"deep": True}, "maybe": None}) is None
+    assert (
+        check(
+            {
+                "path": "a",
+                "maxBytes": 1.5,
+                "count": 3,
+                "mode": "r",
+                "files": [{"name": "x", "size": 2}],
+                "opts": {"deep": True},
+                "maybe": None,
+            }
+        )
+        is None
+    )
     assert check({"path": "a", "count": 2.0}) is None  # 2.0 is an integer in JSON Schema
 
 
@@ -103,7 +115,9 @@ def test_unknown_keywords_are_ignored() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
     max_leaves=10,
 )
 
@@ -112,4 +126,7 @@ json_values = st.recursive(
 def test_never_crashes_on_arbitrary_json(args: dict[str, Any]) -> None:
     """The checker returns None or a violation for any JSON input (no exceptions)."""
     validate_args(SCHEMA, args)
-    validate_args({"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}, args)
+    validate_args(
+        {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+        args,
+    )

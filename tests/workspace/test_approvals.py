@@ -16,9 +16,17 @@ from goondan.workspace.approvals import ApprovalStore, approval_id, parse_time
 
 def _request(store: ApprovalStore, *, call: str = "call_1", timeout_ms: int | None = None,
              at: str | None = None, agent: str = "assistant", key: str = "k1") -> str:
-    found = store.request(agent=agent, instance_key=key, turn_id="turn_1", tool_call_id=call,
-                          tool="bash__exec", args={"command": "rm -rf build"}, reason="deletes files",
-                          timeout_ms=timeout_ms, requested_at=at)
+    found = store.request(
+        agent=agent,
+        instance_key=key,
+        turn_id="turn_1",
+        tool_call_id=call,
+        tool="bash__exec",
+        args={"command": "rm -rf build"},
+        reason="deletes files",
+        timeout_ms=timeout_ms,
+        requested_at=at,
+    )
     return found.id
 
 
@@ -119,7 +127,9 @@ def test_list_filters_and_remove_instance(tmp_path: Path) -> None:
 def _decide_in_child(root: str, ident: str, who: str, start: multiprocessing.synchronize.Event,
                      out: multiprocessing.queues.Queue[tuple[str, bool, str]]) -> None:
     start.wait()
-    found, mine = ApprovalStore(Path(root), "ws").decide(ident, approve=who == "approver", by=who, via="cli")
+    found, mine = ApprovalStore(Path(root), "ws").decide(
+        ident, approve=who == "approver", by=who, via="cli"
+    )
     out.put((who, mine, found.status))
 
 
@@ -130,8 +140,10 @@ def test_two_processes_racing_to_decide_first_wins(tmp_path: Path, trial: int) -
     context = multiprocessing.get_context("fork")
     start = context.Event()
     out: multiprocessing.queues.Queue[tuple[str, bool, str]] = context.Queue()
-    children = [context.Process(target=_decide_in_child, args=(str(tmp_path), ident, who, start, out))
-                for who in ("approver", "denier")]
+    children = [
+        context.Process(target=_decide_in_child, args=(str(tmp_path), ident, who, start, out))
+        for who in ("approver", "denier")
+    ]
     for child in children:
         child.start()
     start.set()
@@ -148,4 +160,6 @@ def test_two_processes_racing_to_decide_first_wins(tmp_path: Path, trial: int) -
     assert {r[2] for r in results} == {final.status}
     leftovers = [n for n in os.listdir(store.dir) if n.endswith(".tmp")]
     assert not leftovers
-    assert json.loads((store.dir / f"{ident}.decision.json").read_text())["decidedBy"] == winners[0][0]
+    assert (
+        json.loads((store.dir / f"{ident}.decision.json").read_text())["decidedBy"] == winners[0][0]
+    )

@@ -32,7 +32,10 @@ def test_concurrent_processes_claim_each_id_exactly_once(tmp_path: Path) -> None
     ids = [f"e{i}" for i in range(300)]
     context = multiprocessing.get_context("fork")
     workers = [
-        context.Process(target=_claim_all, args=(str(path), ids if n % 2 == 0 else ids[::-1], str(tmp_path / f"{n}.txt")))
+        context.Process(
+            target=_claim_all,
+            args=(str(path), ids if n % 2 == 0 else ids[::-1], str(tmp_path / f"{n}.txt")),
+        )
         for n in range(4)
     ]
     for worker in workers:
@@ -40,7 +43,9 @@ def test_concurrent_processes_claim_each_id_exactly_once(tmp_path: Path) -> None
     for worker in workers:
         worker.join(60)
         assert worker.exitcode == 0
-    won = [line for n in range(4) for line in (tmp_path / f"{n}.txt").read_text().splitlines() if line]
+    won = [
+        line for n in range(4) for line in (tmp_path / f"{n}.txt").read_text().splitlines() if line
+    ]
     assert sorted(won) == sorted(ids)
     assert read_claims(path) == set(ids)
 
@@ -56,7 +61,9 @@ def _dead_owner(tmp_path: Path) -> str:
     return token
 
 
-def test_a_reservation_of_a_live_owner_blocks_and_one_of_a_dead_owner_is_taken_over(tmp_path: Path) -> None:
+def test_a_reservation_of_a_live_owner_blocks_and_one_of_a_dead_owner_is_taken_over(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "started.jsonl"
     me = claims.owner_token()
     assert claims.owner_alive(me)
@@ -84,14 +91,17 @@ def test_a_dead_owners_reservation_whose_input_was_written_becomes_final(tmp_pat
     assert claims.claim_states(path) == {"c": claims.STARTED}
 
 
-def test_compaction_drops_consumed_final_claims_and_a_cached_reader_starts_over(tmp_path: Path) -> None:
+def test_compaction_drops_consumed_final_claims_and_a_cached_reader_starts_over(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "started.jsonl"
     me = claims.owner_token()
     for i in range(5):
         assert claim(path, f"e{i}", owner=me)
         claims.confirm(path, f"e{i}")
     assert claim(path, "live", owner=me)  # a reservation stays
-    assert claims.compact(path, {"e0", "e1", "e2", "e3"}) == 8  # their reservations and final claims
+    # their reservations and final claims
+    assert claims.compact(path, {"e0", "e1", "e2", "e3"}) == 8
     assert claims.claim_states(path) == {"e4": claims.STARTED, "live": me}
     with path.open("ab") as handle:  # another process appends past this process's cached offset
         handle.write(b'{"id":"x1"}\n' * 40)

@@ -4,8 +4,8 @@ Each scenario starts from a prepared state root and runs an action (a turn and i
 plain open = recovery) in a child killed at its 1st, 2nd, ... mutating file call (writes torn
 in half). After each kill the instance is reopened — and that recovery is itself killed at every
 point once more — and the final history must be a point of the intended history (the turn cut after
-some event, or committed) (recovery: exactly the uninterrupted recovery), with no leftover temporary file, an empty
-events file, and a further open that changes nothing (idempotent).
+some event, or committed) (recovery: exactly the uninterrupted recovery), with no leftover temporary
+file, an empty events file, and a further open that changes nothing (idempotent).
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ def forwards(data: bytes) -> list[tuple[int, bytes]]:
     return found[::-1]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.binary(max_size=80).map(lambda b: bytes(b"ab \n"[x % 4] for x in b)),
        block=st.integers(min_value=1, max_value=9))
 def test_backwards_lines_equal_forwards_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -1,4 +1,5 @@
-"""The turn journal (turn.jsonl): records, the open turn, torn lines, and load() leaving an open turn's calls."""
+"""The turn journal (turn.jsonl): records, the open turn, torn lines, and load() leaving an open
+turn's calls."""
 
 from __future__ import annotations
 
@@ -40,24 +41,36 @@ def test_the_open_turn_collects_its_started_calls_approvals_and_resumes(tmp_path
         journal.append({"type": "approval.requested", "turnId": "t1", "approvalId": "apr_1",
                         "toolCallId": "c3", "toolName": "t__x", "args": {}, "reason": None,
                         "expiresAt": None, "at": "x"})
-        journal.append({"type": "turn.parked", "turnId": "t1", "reason": "approval_pending", "at": "x"})
+        journal.append(
+            {"type": "turn.parked", "turnId": "t1", "reason": "approval_pending", "at": "x"}
+        )
         turn = journal.open_turn()
         assert turn is not None and turn.turn_id == "t1" and turn.parked
         assert turn.input == {"type": "message", "text": "hi"}
         assert sorted(turn.started_calls) == ["c1", "c2"]
         assert turn.started_calls["c1"]["idempotencyKey"] == "k-c1"
         assert list(turn.approvals) == ["c3"] and turn.crash_resumes == 0
-        journal.append({"type": "turn.resumed", "turnId": "t1", "attempt": 1, "cause": "decision", "at": "x"})
-        journal.append({"type": "turn.resumed", "turnId": "t1", "attempt": 2, "cause": "crash", "at": "x"})
-        journal.append({"type": "turn.resumed", "turnId": "t1", "attempt": 3, "cause": "crash", "at": "x"})
+        journal.append(
+            {"type": "turn.resumed", "turnId": "t1", "attempt": 1, "cause": "decision", "at": "x"}
+        )
+        journal.append(
+            {"type": "turn.resumed", "turnId": "t1", "attempt": 2, "cause": "crash", "at": "x"}
+        )
+        journal.append(
+            {"type": "turn.resumed", "turnId": "t1", "attempt": 3, "cause": "crash", "at": "x"}
+        )
         turn = journal.open_turn()
-        assert turn is not None and not turn.parked and turn.crash_resumes == 2 and turn.resumes == 3
+        assert (
+            turn is not None and not turn.parked and turn.crash_resumes == 2 and turn.resumes == 3
+        )
 
 
 def test_an_ended_turn_is_not_open_and_clear_empties_the_file(tmp_path: Path) -> None:
     with TurnJournal.open(tmp_path) as journal:
         journal.append(started())
-        journal.append({"type": "turn.ended", "turnId": "t1", "finishReason": "text_response", "at": "x"})
+        journal.append(
+            {"type": "turn.ended", "turnId": "t1", "finishReason": "text_response", "at": "x"}
+        )
         assert journal.open_turn() is None
         journal.clear()
         assert journal.path.read_bytes() == b""
@@ -99,8 +112,12 @@ def test_the_idempotency_key_is_stable_and_distinct_per_call() -> None:
     key = idempotency_key("agent", "k", "turn-1", "call-1")
     assert key == idempotency_key("agent", "k", "turn-1", "call-1")
     assert key.startswith("gdn_") and len(key) == 44
-    others = {idempotency_key("agent", "k", "turn-1", "call-2"), idempotency_key("agent", "k", "turn-2", "call-1"),
-              idempotency_key("agent", "k2", "turn-1", "call-1"), idempotency_key("other", "k", "turn-1", "call-1")}
+    others = {
+        idempotency_key("agent", "k", "turn-1", "call-2"),
+        idempotency_key("agent", "k", "turn-2", "call-1"),
+        idempotency_key("agent", "k2", "turn-1", "call-1"),
+        idempotency_key("other", "k", "turn-1", "call-1"),
+    }
     assert key not in others and len(others) == 4
 
 
@@ -109,15 +126,21 @@ def _interrupted_turn(state_root: Path) -> None:
     with InstanceStore.open(state_root, WS, "planner", "k") as store:
         state = store.load()
         store.journal.append(started())
-        events = [MessageEvent.append(Message.user("run it")),
-                  MessageEvent.append(Message.assistant("", [ToolCall("c1", "bash"), ToolCall("c2", "bash")])),
-                  MessageEvent.append(Message.tool_result(ToolCallResult.success("c1", "bash", "done")))]
+        events = [
+            MessageEvent.append(Message.user("run it")),
+            MessageEvent.append(
+                Message.assistant("", [ToolCall("c1", "bash"), ToolCall("c2", "bash")])
+            ),
+            MessageEvent.append(Message.tool_result(ToolCallResult.success("c1", "bash", "done"))),
+        ]
         for event in events:
             state.emit(event)
             store.append_event(event, "t1")
 
 
-def test_store_exposes_its_journal_and_load_can_leave_the_open_calls_unanswered(state_root: Path) -> None:
+def test_store_exposes_its_journal_and_load_can_leave_the_open_calls_unanswered(
+    state_root: Path,
+) -> None:
     _interrupted_turn(state_root)
     with InstanceStore.open(state_root, WS, "planner", "k") as store:
         turn = store.journal.open_turn()
@@ -125,7 +148,8 @@ def test_store_exposes_its_journal_and_load_can_leave_the_open_calls_unanswered(
         state = store.load(keep_open_calls=True)
         assert [m.role for m in state.next_messages] == ["user", "assistant", "tool"]
         assert [d.code for d in store.recovery_diagnostics] == ["W_WORKSPACE_RECOVERED"]
-    # Reopened without resuming (the crash-loop guard, resume_interrupted=False): repaired as before.
+    # Reopened without resuming (the crash-loop guard, resume_interrupted=False): repaired as
+    # before.
     with InstanceStore.open(state_root, WS, "planner", "k") as store:
         state = store.load()
         assert [m.role for m in state.next_messages] == ["user", "assistant", "tool", "tool"]

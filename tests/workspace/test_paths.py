@@ -65,7 +65,9 @@ def test_invalid_config_toml_is_a_clear_error(tmp_path: Path) -> None:
     assert info.value.code == "E_WORKSPACE_CONFIG" and "config.toml" in (info.value.location or "")
 
 
-def test_workspace_id_is_slug_plus_path_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workspace_id_is_slug_plus_path_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project = tmp_path / "My Project"
     first = workspace_id_for(project, "@acme/Weather Bot")
     assert first.startswith("acme-weather-bot-") and len(first.rsplit("-", 1)[1]) == 8
@@ -84,7 +86,9 @@ def test_slugify_follows_workspace_md() -> None:
 
 
 def test_instance_dir_name_sanitises_like_the_reference() -> None:
-    assert instance_dir_name("planner", "slack:C01:1700000000.1") == "planner:slack:C01:1700000000-1"
+    assert (
+        instance_dir_name("planner", "slack:C01:1700000000.1") == "planner:slack:C01:1700000000-1"
+    )
     assert instance_dir_name("a", "ü/../x") == "a:-----x"
     assert len(instance_dir_name("a", "k" * 500)) == 128
     other = collision_dir_name("a", "k" * 500)

@@ -100,7 +100,9 @@ def test_reopen_returns_the_committed_history(state_root: Path) -> None:
     with open_store(state_root) as store:
         state = store.load()
         for turn in range(3):
-            state = run_turn(store, state, [MessageEvent.append(Message.user(f"m{turn}"))], f"t{turn}")
+            state = run_turn(
+                store, state, [MessageEvent.append(Message.user(f"m{turn}"))], f"t{turn}"
+            )
     with open_store(state_root) as store:
         assert [m.text for m in store.load().next_messages] == ["m0", "m1", "m2"]
         assert store.recovery_diagnostics == []
@@ -131,7 +133,9 @@ def test_interrupted_delta_commit_is_not_applied_twice(state_root: Path) -> None
         store.load()
         store.append_events([MessageEvent.append(m) for m in messages], "t1")
         # Simulate a crash after half of the delta reached base.jsonl and the rest was torn.
-        partial = b"".join(encode_message(m) for m in messages[:2]) + encode_message(messages[2])[:10]
+        partial = (
+            b"".join(encode_message(m) for m in messages[:2]) + encode_message(messages[2])[:10]
+        )
         store.paths.base.write_bytes(partial)
     with open_store(state_root) as store:
         state = store.load()
@@ -145,7 +149,9 @@ def test_interrupted_delta_commit_is_not_applied_twice(state_root: Path) -> None
 def test_interrupted_rewrite_after_rename_discards_the_events(state_root: Path) -> None:
     with open_store(state_root) as store:
         keep, drop = Message.user("keep"), Message.user("drop")
-        state = run_turn(store, store.load(), [MessageEvent.append(keep), MessageEvent.append(drop)], "t1")
+        state = run_turn(
+            store, store.load(), [MessageEvent.append(keep), MessageEvent.append(drop)], "t1"
+        )
         events = [MessageEvent.remove(drop.id), MessageEvent.append(Message.user("new"))]
         for event in events:
             state.emit(event)
@@ -382,7 +388,10 @@ def test_an_event_append_that_fails_half_way_is_undone(state_root: Path) -> None
     with open_store(state_root) as store:
         state = store.load()
         store.append_event(MessageEvent.append(Message.user("kept")), "t1")
-        with file_size_limit(store.paths.events.stat().st_size + 100), pytest.raises(WorkspaceError):
+        with (
+            file_size_limit(store.paths.events.stat().st_size + 100),
+            pytest.raises(WorkspaceError),
+        ):
             store.append_event(MessageEvent.append(Message.user("y" * 1000)), "t1")
         store.append_event(MessageEvent.append(Message.user("next")), "t1")
         del state
@@ -425,7 +434,10 @@ def test_events_of_two_turns_after_a_committed_delta_are_exact(state_root: Path)
     a, b = Message.user("a"), Message.user("b")
     with open_store(state_root) as store:
         run_turn(store, store.load(), [MessageEvent.append(a), MessageEvent.append(b)], "t1")
-        turn2 = [MessageEvent.replace(a.id, Message.user("a2")), MessageEvent.append(Message.user("c"))]
+        turn2 = [
+            MessageEvent.replace(a.id, Message.user("a2")),
+            MessageEvent.append(Message.user("c")),
+        ]
         store.paths.events.write_bytes(
             encode_event(MessageEvent.append(a), "t1") + encode_event(MessageEvent.append(b), "t1")
             + b"".join(encode_event(e, "t2") for e in turn2))
@@ -468,17 +480,41 @@ def test_lock_is_released_when_the_holder_is_killed(state_root: Path) -> None:
         assert store.recovery_diagnostics == []
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(base_ids=st.lists(st.sampled_from("abcdef"), max_size=6),
-       turns=st.lists(st.lists(st.one_of(
-           st.builds(lambda i: MessageEvent.append(Message(id=i, data={"role": "user", "content": i},
-                                                           source=MessageSource("user"))),
-                     st.sampled_from("abcdefgh")),
-           st.builds(lambda t: MessageEvent.replace(t, Message(id=t, data={"role": "user", "content": "R"},
-                                                               source=MessageSource("user"))),
-                     st.sampled_from("abcdefgh")),
-           st.builds(MessageEvent.remove, st.sampled_from("abcdefgh")),
-           st.just(None).map(lambda _: MessageEvent.truncate())), max_size=5), max_size=4))
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    base_ids=st.lists(st.sampled_from("abcdef"), max_size=6),
+    turns=st.lists(
+        st.lists(
+            st.one_of(
+                st.builds(
+                    lambda i: MessageEvent.append(
+                        Message(
+                            id=i, data={"role": "user", "content": i}, source=MessageSource("user")
+                        )
+                    ),
+                    st.sampled_from("abcdefgh"),
+                ),
+                st.builds(
+                    lambda t: MessageEvent.replace(
+                        t,
+                        Message(
+                            id=t,
+                            data={"role": "user", "content": "R"},
+                            source=MessageSource("user"),
+                        ),
+                    ),
+                    st.sampled_from("abcdefgh"),
+                ),
+                st.builds(MessageEvent.remove, st.sampled_from("abcdefgh")),
+                st.just(None).map(lambda _: MessageEvent.truncate()),
+            ),
+            max_size=5,
+        ),
+        max_size=4,
+    ),
+)
 def test_store_commits_equal_the_naive_fold_even_with_duplicate_ids(
     state_root: Path, base_ids: list[str], turns: list[list[MessageEvent]]
 ) -> None:

@@ -73,7 +73,9 @@ class BundleCache:
     host waits for the first load instead of parsing the same YAML hundreds of times."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, str | None], tuple[Any, tuple[tuple[str, int, int], ...]]] = {}
+        self._entries: dict[
+            tuple[str, str | None], tuple[Any, tuple[tuple[str, int, int], ...]]
+        ] = {}
         self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
         self.loads = 0
 
@@ -174,8 +176,14 @@ class AgentHost:
         """The host's epoch, pid and hosted instance count."""
         import ray
 
-        return {"epoch": self.epoch, "pid": os.getpid(), "instances": len(self._hosted), "name": self.name,
-                "nodeId": ray.get_runtime_context().get_node_id(), "bundleLoads": self._bundles.loads}
+        return {
+            "epoch": self.epoch,
+            "pid": os.getpid(),
+            "instances": len(self._hosted),
+            "name": self.name,
+            "nodeId": ray.get_runtime_context().get_node_id(),
+            "bundleLoads": self._bundles.loads,
+        }
 
     async def open(self, hid: str, argv: list[str], kind: str = "agent",
                    env: Mapping[str, str] | None = None) -> str:

@@ -83,8 +83,11 @@ def host_index(agent: str, instance_key: str, hosts: int) -> int:
 
 
 def _closed() -> IpcError:
-    return IpcError("the Ray host of this agent instance is gone", code="E_IPC_CLOSED",
-                    suggestion="the orchestrator re-creates the instance on a restarted host; retry")
+    return IpcError(
+        "the Ray host of this agent instance is gone",
+        code="E_IPC_CLOSED",
+        suggestion="the orchestrator re-creates the instance on a restarted host; retry",
+    )
 
 
 class _RayTransport(Transport):
@@ -131,7 +134,9 @@ class _RayTransport(Transport):
         self._closed = True
         self._inbox.put_nowait(_EOF)
         with contextlib.suppress(Exception):
-            await self._spawner.actor(self._host).eof.options(concurrency_group="io").remote(self.hid)
+            await (
+                self._spawner.actor(self._host).eof.options(concurrency_group="io").remote(self.hid)
+            )
 
 
 class _HostSender:
@@ -179,7 +184,9 @@ class _HostSender:
 
 
 class _RayHandle(AgentHandle):
-    def __init__(self, request: SpawnRequest, transport: _RayTransport, spawner: RaySpawner) -> None:
+    def __init__(
+        self, request: SpawnRequest, transport: _RayTransport, spawner: RaySpawner
+    ) -> None:
         super().__init__(request, transport)
         self.ray_transport = transport
         self._spawner = spawner
@@ -223,7 +230,9 @@ class RaySpawner(Spawner):
     ) -> None:
         self._ray = require_ray()
         self.state_root = Path(state_root).resolve()
-        self.local = ProcessSpawner(bundle_dir, state_root=self.state_root, swarm=swarm, log_dir=log_dir)
+        self.local = ProcessSpawner(
+            bundle_dir, state_root=self.state_root, swarm=swarm, log_dir=log_dir
+        )
         self.hosts = hosts
         self.address = address
         self.name_prefix = name_prefix or f"goondan-{uuid.uuid4().hex[:8]}"
@@ -248,7 +257,9 @@ class RaySpawner(Spawner):
         self._ray_log: logging.Handler | None = None
 
     def __repr__(self) -> str:
-        return f"<RaySpawner hosts={self.hosts} address={self.address!r} prefix={self.name_prefix!r}>"
+        return (
+            f"<RaySpawner hosts={self.hosts} address={self.address!r} prefix={self.name_prefix!r}>"
+        )
 
     def actor(self, index: int) -> Any:
         """The Ray actor handle of host ``index``."""
@@ -304,8 +315,12 @@ class RaySpawner(Spawner):
         if self._ray_log is None:
             if self.log_dir is not None:
                 Path(self.log_dir).mkdir(parents=True, exist_ok=True)
-                self._ray_log = logging.FileHandler(Path(self.log_dir) / "ray.driver.log", encoding="utf-8")
-                self._ray_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+                self._ray_log = logging.FileHandler(
+                    Path(self.log_dir) / "ray.driver.log", encoding="utf-8"
+                )
+                self._ray_log.setFormatter(
+                    logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+                )
             else:
                 self._ray_log = logging.NullHandler()
         for name in ("ray", "ray._private"):
@@ -321,7 +336,9 @@ class RaySpawner(Spawner):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         if self._remote_cls is None:
-            self._remote_cls = self._ray.remote(concurrency_groups={"io": 1, "poll": 1, "control": 8})(AgentHost)
+            self._remote_cls = self._ray.remote(
+                concurrency_groups={"io": 1, "poll": 1, "control": 8}
+            )(AgentHost)
         options: dict[str, Any] = {
             "name": f"{self.name_prefix}-host-{suffix}", "namespace": NAMESPACE,
             "max_restarts": -1, "max_task_retries": 0, "num_cpus": 0, "lifetime": None,
@@ -343,8 +360,14 @@ class RaySpawner(Spawner):
         """Every new host sees the state root's marker; then its poll starts."""
         assert self._marker is not None
         marker, token = self._marker
-        checks = await asyncio.gather(*(self._actors[i].verify.options(concurrency_group="control").remote(
-            str(marker), token) for i in indices))
+        checks = await asyncio.gather(
+            *(
+                self._actors[i]
+                .verify.options(concurrency_group="control")
+                .remote(str(marker), token)
+                for i in indices
+            )
+        )
         for index, check in zip(indices, checks, strict=True):
             if not check["ok"]:
                 raise ConfigError(
@@ -394,8 +417,11 @@ class RaySpawner(Spawner):
                 hid, argv, request.kind, forwarded_env(os.environ))
         except Exception as exc:
             self._forget(hid)
-            raise IpcError(f"cannot open {request.process_name} on Ray host {index}: {exc}",
-                           code="E_IPC_CLOSED", suggestion="check the Ray cluster ('ray status')") from exc
+            raise IpcError(
+                f"cannot open {request.process_name} on Ray host {index}: {exc}",
+                code="E_IPC_CLOSED",
+                suggestion="check the Ray cluster ('ray status')",
+            ) from exc
         handle.epoch = epoch
         if epoch in self._dead_epochs[index]:  # opened on the host just before it went away
             handle.ended(WorkerExit("signalled", None, 9))
@@ -422,7 +448,9 @@ class RaySpawner(Spawner):
             self._epochs[index] = epoch
         for hid in list(self._by_host[index]):
             handle = self._handles.get(hid)
-            if hid == keep or (handle is not None and (handle.epoch is None or handle.epoch == epoch)):
+            if hid == keep or (
+                handle is not None and (handle.epoch is None or handle.epoch == epoch)
+            ):
                 continue
             if handle is not None:
                 handle.ended(WorkerExit("signalled", None, 9))
@@ -445,7 +473,11 @@ class RaySpawner(Spawner):
                     self._unreachable_since[index] = since = now
                     _log.warning("Ray host %d unreachable (%s)", index, type(exc).__name__)
                 if now - since > UNREACHABLE_GIVE_UP_S and self._by_host[index]:
-                    _log.warning("Ray host %d unreachable for %.0f s; its instances ended", index, now - since)
+                    _log.warning(
+                        "Ray host %d unreachable for %.0f s; its instances ended",
+                        index,
+                        now - since,
+                    )
                     self._host_restarted(index, None)
                 await asyncio.sleep(0.2)  # the actor restarts elsewhere; poll it again then
                 continue
@@ -459,7 +491,11 @@ class RaySpawner(Spawner):
                 if frame is not None:
                     handle.ray_transport.feed(frame)
                 if exit_info is not None:
-                    handle.ended(WorkerExit(exit_info["reason"], exit_info.get("code"), exit_info.get("signal")))
+                    handle.ended(
+                        WorkerExit(
+                            exit_info["reason"], exit_info.get("code"), exit_info.get("signal")
+                        )
+                    )
                     self._forget(hid)
 
     async def host_info(self) -> list[dict[str, Any]]:

@@ -161,8 +161,11 @@ class HttpServer:
 
     def __repr__(self) -> str:
         state = "serving" if self._server is not None else "stopped"
-        return (f"<HttpServer {self.host}:{self.port}{self.path} {state} connections={len(self._peers)} "
-                f"idle={len(self._idle)}>")
+        return (
+            f"<HttpServer {self.host}:{self.port}{self.path} "
+            f"{state} connections={len(self._peers)} "
+            f"idle={len(self._idle)}>"
+        )
 
     async def start(self) -> None:
         """Bind and listen; afterwards :attr:`port` is the bound port."""
@@ -300,7 +303,9 @@ class HttpServer:
         if method not in self.methods:
             raise _Refused(405, "method_not_allowed")
         connection = headers.get("connection", "").lower()
-        keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
+        keep_alive = (
+            "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
+        )
         length = _content_length(headers, self.max_body_bytes)
         if headers.get("expect", "").lower() == "100-continue":
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -396,7 +401,9 @@ class HttpServer:
         if response.stream is not None:
             await self._send_stream(writer, response.stream)
 
-    async def _send_stream(self, writer: asyncio.StreamWriter, stream: AsyncIterator[bytes]) -> None:
+    async def _send_stream(
+        self, writer: asyncio.StreamWriter, stream: AsyncIterator[bytes]
+    ) -> None:
         try:
             async for chunk in stream:
                 if chunk:

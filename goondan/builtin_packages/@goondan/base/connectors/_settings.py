@@ -20,9 +20,21 @@ from goondan.workspace.files import atomic_write
 from ._http import Handler, HttpServer, Response
 
 __all__ = [
-    "ADDRESS_FILE", "DEFAULT_MAX_BODY_BYTES", "BadBody", "bearer_matches", "config_bool", "config_error", "config_int",
-    "emit_and_answer", "hmac_sha256_hex", "origin_allowed", "parse_json_body", "serve_http", "setting",
-    "signature_matches", "timestamp_skew",
+    "ADDRESS_FILE",
+    "DEFAULT_MAX_BODY_BYTES",
+    "BadBody",
+    "bearer_matches",
+    "config_bool",
+    "config_error",
+    "config_int",
+    "emit_and_answer",
+    "hmac_sha256_hex",
+    "origin_allowed",
+    "parse_json_body",
+    "serve_http",
+    "setting",
+    "signature_matches",
+    "timestamp_skew",
 ]
 
 ADDRESS_FILE = "address.json"
@@ -102,7 +114,8 @@ def parse_json_body(body: bytes) -> object:
 
 
 def bearer_matches(expected: str, header: str) -> bool:
-    """Is ``header`` (an ``Authorization`` value) ``Bearer <expected>``? Compared in constant time."""
+    """Is ``header`` (an ``Authorization`` value) ``Bearer <expected>``? Compared in constant
+    time."""
     scheme, _, given = header.strip().partition(" ")
     if scheme.lower() != "bearer":
         return False
@@ -156,9 +169,16 @@ def _write_address(ctx: ConnectorContext, server: HttpServer) -> Path:
     return path
 
 
-async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path: str,
-                     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                     methods: tuple[str, ...] = ("POST",), extra_paths: tuple[str, ...] = ()) -> None:
+async def serve_http(
+    ctx: ConnectorContext,
+    handler: Handler,
+    *,
+    port: int,
+    path: str,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    methods: tuple[str, ...] = ("POST",),
+    extra_paths: tuple[str, ...] = (),
+) -> None:
     """Run an :class:`HttpServer` for ``handler`` until cancelled.
 
     The bound address is logged and written to ``<state_dir>/address.json`` (atomically; removed
@@ -169,10 +189,21 @@ async def serve_http(ctx: ConnectorContext, handler: Handler, *, port: int, path
     if not path.startswith("/"):
         raise config_error(ctx, f"path {path!r} must start with '/'", "write the path as /hooks")
     connections = config_int(ctx, "MAX_CONNECTIONS", default=DEFAULT_MAX_CONNECTIONS, minimum=1)
-    per_ip = config_int(ctx, "MAX_CONNECTIONS_PER_IP", default=DEFAULT_MAX_CONNECTIONS_PER_IP, minimum=1)
-    server = HttpServer(handler, host=host, port=port, path=path, extra_paths=extra_paths, methods=methods,
-                        max_body_bytes=max_body_bytes,
-                        max_connections=connections, max_connections_per_ip=per_ip, logger=ctx.logger)
+    per_ip = config_int(
+        ctx, "MAX_CONNECTIONS_PER_IP", default=DEFAULT_MAX_CONNECTIONS_PER_IP, minimum=1
+    )
+    server = HttpServer(
+        handler,
+        host=host,
+        port=port,
+        path=path,
+        extra_paths=extra_paths,
+        methods=methods,
+        max_body_bytes=max_body_bytes,
+        max_connections=connections,
+        max_connections_per_ip=per_ip,
+        logger=ctx.logger,
+    )
     address = Path(ctx.state_dir) / ADDRESS_FILE
     address.unlink(missing_ok=True)  # a stale address must not be mistaken for this run's
     try:

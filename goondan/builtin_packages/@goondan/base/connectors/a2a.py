@@ -103,8 +103,12 @@ class TaskRecord:
         history = self.history
         if history_length is not None:  # the last historyLength messages
             history = history[-history_length:] if history_length > 0 else []
-        task: dict[str, Any] = {"id": self.id, "contextId": self.context_id, "status": self.status(),
-                                "history": history}
+        task: dict[str, Any] = {
+            "id": self.id,
+            "contextId": self.context_id,
+            "status": self.status(),
+            "history": history,
+        }
         if self.artifacts:
             task["artifacts"] = self.artifacts
         return task
@@ -115,9 +119,15 @@ def _skills(ctx: ConnectorContext) -> dict[str, str]:
     names = [n.strip() for n in raw.split(",") if n.strip()] if raw else [ctx.entry_agent]
     unknown = [n for n in names if n not in ctx.agents]
     if unknown or not names:
-        raise config_error(ctx, f"config AGENTS names agents not in the Swarm: {', '.join(unknown) or '(none)'}",
-                           "list agents of the Swarm: " + ", ".join(ctx.agents))
-    return {n: setting(ctx, f"DESCRIPTION_{n}") or ctx.agents.get(n, "") or f"Ask the agent {n}." for n in names}
+        raise config_error(
+            ctx,
+            f"config AGENTS names agents not in the Swarm: {', '.join(unknown) or '(none)'}",
+            "list agents of the Swarm: " + ", ".join(ctx.agents),
+        )
+    return {
+        n: setting(ctx, f"DESCRIPTION_{n}") or ctx.agents.get(n, "") or f"Ask the agent {n}."
+        for n in names
+    }
 
 
 class A2aHandler:
@@ -129,11 +139,15 @@ class A2aHandler:
         self.path = path
         self.skills = _skills(ctx)
         self.tasks: dict[str, TaskRecord] = {}
-        self.allowed_origins = tuple(o.strip() for o in (setting(ctx, "ALLOWED_ORIGINS") or "").split(",") if o.strip())
+        self.allowed_origins = tuple(
+            o.strip() for o in (setting(ctx, "ALLOWED_ORIGINS") or "").split(",") if o.strip()
+        )
         self.public_url = setting(ctx, "PUBLIC_URL")
 
     async def __call__(self, request: Request) -> Response:
-        if self.token is not None and not bearer_matches(self.token, request.header("authorization")):
+        if self.token is not None and not bearer_matches(
+            self.token, request.header("authorization")
+        ):
             self.ctx.logger.warning("A2A request refused: missing or wrong bearer token")
             return Response(401, b'{"ok":false,"error":"unauthorized"}',
                             headers={"WWW-Authenticate": 'Bearer realm="goondan"'})
@@ -141,17 +155,23 @@ class A2aHandler:
             return Response.error(403, "origin_not_allowed")
         if request.path == CARD_PATH:
             if request.method != "GET":
-                return Response(405, b'{"ok":false,"error":"method_not_allowed"}', headers={"Allow": "GET"})
+                return Response(
+                    405, b'{"ok":false,"error":"method_not_allowed"}', headers={"Allow": "GET"}
+                )
             return Response.json(200, self.card(request.header("host")))
         if request.method != "POST":
-            return Response(405, b'{"ok":false,"error":"method_not_allowed"}', headers={"Allow": "POST"})
+            return Response(
+                405, b'{"ok":false,"error":"method_not_allowed"}', headers={"Allow": "POST"}
+            )
         try:
             message = parse_json_body(request.body)
         except BadBody:
             return Response.json(200, error_response(None, PARSE_ERROR, "parse error"))
         if not isinstance(message, dict) or not isinstance(message.get("method"), str) \
                 or not isinstance(message.get("params", {}), dict):
-            return Response.json(200, error_response(None, INVALID_REQUEST, "one JSON-RPC request object"))
+            return Response.json(
+                200, error_response(None, INVALID_REQUEST, "one JSON-RPC request object")
+            )
         rid, method, params = message.get("id"), message["method"], message.get("params") or {}
         if method == "SendStreamingMessage":
             started = self._start(params)
@@ -169,13 +189,21 @@ class A2aHandler:
         card: dict[str, Any] = {
             "name": setting(self.ctx, "NAME") or self.ctx.connection_name,
             "description": setting(self.ctx, "DESCRIPTION") or self.skills[first],
-            "supportedInterfaces": [{"url": self.public_url or f"http://{host or '127.0.0.1'}{self.path}",
-                                     "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION}],
+            "supportedInterfaces": [
+                {
+                    "url": self.public_url or f"http://{host or '127.0.0.1'}{self.path}",
+                    "protocolBinding": "JSONRPC",
+                    "protocolVersion": PROTOCOL_VERSION,
+                }
+            ],
             "version": "1.0.0",
             "capabilities": {"streaming": True, "pushNotifications": False},
-            "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
-            "skills": [{"id": name, "name": name, "description": text, "tags": ["goondan"]}
-                       for name, text in self.skills.items()],
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [
+                {"id": name, "name": name, "description": text, "tags": ["goondan"]}
+                for name, text in self.skills.items()
+            ],
         }
         if self.token is not None:
             card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
@@ -188,7 +216,9 @@ class A2aHandler:
             if isinstance(started, str):
                 return error_response(rid, INVALID_PARAMS, started)
             configuration = params.get("configuration")
-            if not (isinstance(configuration, dict) and configuration.get("returnImmediately") is True):
+            if not (
+                isinstance(configuration, dict) and configuration.get("returnImmediately") is True
+            ):
                 assert started.runner is not None
                 await asyncio.shield(started.runner)
             return result_response(rid, {"task": started.to_dict()})
@@ -199,7 +229,9 @@ class A2aHandler:
             return error_response(rid, TASK_NOT_FOUND, "task not found")
         if method == "GetTask":
             length = params.get("historyLength")
-            return result_response(rid, record.to_dict(length if isinstance(length, int) and length >= 0 else None))
+            return result_response(
+                rid, record.to_dict(length if isinstance(length, int) and length >= 0 else None)
+            )
         if record.state in TERMINAL_STATES or record.runner is None:
             return error_response(rid, TASK_NOT_CANCELABLE, f"task is {record.state}")
         record.runner.cancel()
@@ -218,11 +250,15 @@ class A2aHandler:
         if not isinstance(context_id, str) or not CONTEXT_ID.match(context_id):
             return "contextId must be 1-128 letters, digits or . _ : -"
         metadata = message.get("metadata")
-        agent = (metadata.get("skill") if isinstance(metadata, dict) else None) or next(iter(self.skills))
+        agent = (metadata.get("skill") if isinstance(metadata, dict) else None) or next(
+            iter(self.skills)
+        )
         if agent not in self.skills:
             return f"unknown skill {agent!r}; skills: {', '.join(self.skills)}"
         record = TaskRecord(new_id(), context_id, str(agent), [])
-        record.history.append({**message, "contextId": context_id, "taskId": record.id, "role": "ROLE_USER"})
+        record.history.append(
+            {**message, "contextId": context_id, "taskId": record.id, "role": "ROLE_USER"}
+        )
         self._remember(record)
         record.runner = asyncio.ensure_future(self._run(record, text))
         return record
@@ -237,8 +273,16 @@ class A2aHandler:
     def _set(self, record: TaskRecord, state: str, text: str | None = None) -> None:
         record.state, record.updated = state, timestamp()
         if text is not None:
-            record.status_message = agent_message(text, context_id=record.context_id, task_id=record.id)
-        update = {"statusUpdate": {"taskId": record.id, "contextId": record.context_id, "status": record.status()}}
+            record.status_message = agent_message(
+                text, context_id=record.context_id, task_id=record.id
+            )
+        update = {
+            "statusUpdate": {
+                "taskId": record.id,
+                "contextId": record.context_id,
+                "status": record.status(),
+            }
+        }
         self._publish(record, update)
 
     def _publish(self, record: TaskRecord, update: dict[str, Any]) -> None:
@@ -251,8 +295,11 @@ class A2aHandler:
                                                 "task": record.id})
         self._set(record, "TASK_STATE_WORKING")
         try:
-            answer = await self.ctx.ask(event, agent=record.agent,
-                                        on_progress=lambda p: self._set(record, "TASK_STATE_WORKING", progress_text(p)))
+            answer = await self.ctx.ask(
+                event,
+                agent=record.agent,
+                on_progress=lambda p: self._set(record, "TASK_STATE_WORKING", progress_text(p)),
+            )
         except asyncio.CancelledError:
             self._set(record, "TASK_STATE_CANCELED", "cancelled")
             return
@@ -268,8 +315,17 @@ class A2aHandler:
         record.history.append(answer_message)
         artifact = {"artifactId": new_id(), "name": "answer", "parts": [{"text": reply}]}
         record.artifacts.append(artifact)
-        self._publish(record, {"artifactUpdate": {"taskId": record.id, "contextId": record.context_id,
-                                                  "artifact": artifact, "lastChunk": True}})
+        self._publish(
+            record,
+            {
+                "artifactUpdate": {
+                    "taskId": record.id,
+                    "contextId": record.context_id,
+                    "artifact": artifact,
+                    "lastChunk": True,
+                }
+            },
+        )
         record.status_message = answer_message
         self._set(record, "TASK_STATE_COMPLETED")
 

@@ -118,13 +118,21 @@ def to_event(interaction: dict[str, Any]) -> ConnectorEvent | None:
     any other type, or when the interaction names no channel."""
     kind = interaction.get("type")
     data = interaction.get("data")
-    channel = _text(interaction.get("channel_id")) or _text(_object(interaction.get("channel")).get("id"))
+    channel = _text(interaction.get("channel_id")) or _text(
+        _object(interaction.get("channel")).get("id")
+    )
     interaction_id = _text(interaction.get("id"))
-    if kind not in (APPLICATION_COMMAND, MESSAGE_COMPONENT, MODAL_SUBMIT) or not isinstance(data, dict) \
-            or channel is None or interaction_id is None:
+    if (
+        kind not in (APPLICATION_COMMAND, MESSAGE_COMPONENT, MODAL_SUBMIT)
+        or not isinstance(data, dict)
+        or channel is None
+        or interaction_id is None
+    ):
         return None
     # A guild interaction carries member.user, a direct message user.
-    user = _object(_object(interaction.get("member")).get("user")) or _object(interaction.get("user"))
+    user = _object(_object(interaction.get("member")).get("user")) or _object(
+        interaction.get("user")
+    )
     properties: dict[str, str] = {"interaction_id": interaction_id, "channel_id": channel}
     for key, value in (("application_id", interaction.get("application_id")),
                        ("interaction_token", interaction.get("token")),
@@ -138,7 +146,10 @@ def to_event(interaction: dict[str, Any]) -> ConnectorEvent | None:
         if name is None:
             return None
         properties["command_name"] = name
-        text, event_name = " ".join([f"/{name}", *_option_words(data.get("options"))]), "slash_command"
+        text, event_name = (
+            " ".join([f"/{name}", *_option_words(data.get("options"))]),
+            "slash_command",
+        )
     else:
         custom_id = _text(data.get("custom_id"))
         if custom_id is None:
@@ -177,7 +188,9 @@ class DiscordReceiver:
         if event is None:
             return Response.error(400, "unsupported_interaction")
         # Not stored (503): Discord shows the user that the interaction failed.
-        deferred = DEFERRED_CHANNEL_MESSAGE if kind == APPLICATION_COMMAND else DEFERRED_UPDATE_MESSAGE
+        deferred = (
+            DEFERRED_CHANNEL_MESSAGE if kind == APPLICATION_COMMAND else DEFERRED_UPDATE_MESSAGE
+        )
         return await emit_and_answer(self.ctx, event, accepted={"type": deferred})
 
 

@@ -90,9 +90,13 @@ def to_event(kind: str, payload: dict[str, Any], delivery: str | None) -> Connec
         "number": number if isinstance(number, int) and not isinstance(number, bool) else None,
         "sender": _get(payload, "sender", "login"),
     }
-    return ConnectorEvent.text(EVENTS[kind], text, instance_key=f"github:{repo}",
-                               properties={k: v for k, v in properties.items() if isinstance(v, str | int)},
-                               id=delivery or None)
+    return ConnectorEvent.text(
+        EVENTS[kind],
+        text,
+        instance_key=f"github:{repo}",
+        properties={k: v for k, v in properties.items() if isinstance(v, str | int)},
+        id=delivery or None,
+    )
 
 
 class WebhookReceiver:
@@ -134,4 +138,6 @@ async def run(ctx: ConnectorContext) -> None:
     max_body = config_int(ctx, "MAX_BODY_BYTES", default=DEFAULT_MAX_BODY_BYTES, minimum=1)
     path = setting(ctx, "PATH") or "/"
     secret = signing_secret(ctx, WEBHOOK_SECRET)
-    await serve_http(ctx, WebhookReceiver(ctx, secret), port=port, path=path, max_body_bytes=max_body)
+    await serve_http(
+        ctx, WebhookReceiver(ctx, secret), port=port, path=path, max_body_bytes=max_body
+    )

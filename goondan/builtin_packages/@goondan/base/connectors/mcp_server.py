@@ -74,9 +74,14 @@ def exposed_agents(ctx: ConnectorContext) -> list[ExposedAgent]:
     names = [n.strip() for n in raw.split(",") if n.strip()] if raw else [ctx.entry_agent]
     unknown = [n for n in names if n not in ctx.agents]
     if unknown or not names:
-        raise config_error(ctx, f"config AGENTS names agents not in the Swarm: {', '.join(unknown) or '(none)'}",
-                           "list agents of the Swarm: " + ", ".join(ctx.agents))
-    return [ExposedAgent(n, setting(ctx, f"DESCRIPTION_{n}") or ctx.agents.get(n, "")) for n in names]
+        raise config_error(
+            ctx,
+            f"config AGENTS names agents not in the Swarm: {', '.join(unknown) or '(none)'}",
+            "list agents of the Swarm: " + ", ".join(ctx.agents),
+        )
+    return [
+        ExposedAgent(n, setting(ctx, f"DESCRIPTION_{n}") or ctx.agents.get(n, "")) for n in names
+    ]
 
 
 def make_ask(ctx: ConnectorContext) -> Any:
@@ -87,7 +92,9 @@ def make_ask(ctx: ConnectorContext) -> Any:
                                     properties={"tool": f"ask_{agent}", "agent": agent,
                                                 "session": instance_key.removeprefix("mcp:")})
         try:
-            answer = await ctx.ask(event, agent=agent, on_progress=lambda p: progress(progress_text(p)))
+            answer = await ctx.ask(
+                event, agent=agent, on_progress=lambda p: progress(progress_text(p))
+            )
         except GoondanError as err:  # refused by the ingress (a rule names an agent not running…)
             ctx.logger.warning("MCP call not accepted: %s", err.message)
             return ToolOutcome(f"[{err.code}] {err.message}", is_error=True)
@@ -113,14 +120,18 @@ class McpHttpHandler:
         self.sessions: dict[str, McpSession] = {}
 
     async def __call__(self, request: Request) -> Response:
-        if self.token is not None and not bearer_matches(self.token, request.header("authorization")):
+        if self.token is not None and not bearer_matches(
+            self.token, request.header("authorization")
+        ):
             self.ctx.logger.warning("MCP request refused: missing or wrong bearer token")
             return Response(401, b'{"ok":false,"error":"unauthorized"}',
                             headers={"WWW-Authenticate": 'Bearer realm="goondan"'})
         if not origin_allowed(request.header("origin"), self.allowed_origins):
             return Response.error(403, "origin_not_allowed")
         if request.method == "GET":
-            return Response(405, b'{"ok":false,"error":"method_not_allowed"}', headers={"Allow": "POST, DELETE"})
+            return Response(
+                405, b'{"ok":false,"error":"method_not_allowed"}', headers={"Allow": "POST, DELETE"}
+            )
         if request.method == "DELETE":
             session = self.sessions.pop(request.header("mcp-session-id"), None)
             if session is None:
@@ -135,7 +146,9 @@ class McpHttpHandler:
         except BadBody:
             return Response.json(400, error_message(None, PARSE_ERROR, "parse error"))
         if not isinstance(message, dict):  # batches were removed from the protocol (2025-06-18)
-            return Response.json(400, error_message(None, INVALID_REQUEST, "one JSON-RPC message per POST"))
+            return Response.json(
+                400, error_message(None, INVALID_REQUEST, "one JSON-RPC message per POST")
+            )
         is_request = "method" in message and "id" in message
         if message.get("method") == "initialize" and is_request:
             session = McpSession()
@@ -146,16 +159,28 @@ class McpHttpHandler:
                                                         f"missing {SESSION_HEADER} header"))
             found = self.sessions.get(session_id)
             if found is None:
-                return Response.json(404, error_message(message.get("id"), INVALID_REQUEST, "unknown session"))
+                return Response.json(
+                    404, error_message(message.get("id"), INVALID_REQUEST, "unknown session")
+                )
             session = found
             version = request.header("mcp-protocol-version")
             if version and version not in SUPPORTED_VERSIONS:
-                return Response.json(400, error_message(message.get("id"), INVALID_REQUEST,
-                                                        f"unsupported MCP-Protocol-Version {version}"))
+                return Response.json(
+                    400,
+                    error_message(
+                        message.get("id"),
+                        INVALID_REQUEST,
+                        f"unsupported MCP-Protocol-Version {version}",
+                    ),
+                )
         if not is_request:
             await self.server.handle(session, message, lambda _: None)
             return Response(202)
-        meta = message.get("params", {}).get("_meta") if isinstance(message.get("params"), dict) else None
+        meta = (
+            message.get("params", {}).get("_meta")
+            if isinstance(message.get("params"), dict)
+            else None
+        )
         streamed = (message.get("method") == "tools/call" and isinstance(meta, dict)
                     and meta.get("progressToken") is not None and SSE in request.header("accept"))
         if streamed:
@@ -178,7 +203,9 @@ class McpHttpHandler:
             if oldest is not None:
                 del self.sessions[oldest.id]
 
-    async def _answer(self, session: McpSession, message: dict[str, Any], notify: Any) -> dict[str, Any]:
+    async def _answer(
+        self, session: McpSession, message: dict[str, Any], notify: Any
+    ) -> dict[str, Any]:
         task = asyncio.ensure_future(self.server.handle(session, message, notify))
         session.track(message["id"], task)
         try:
@@ -204,7 +231,9 @@ async def run(ctx: ConnectorContext) -> None:
     max_body = config_int(ctx, "MAX_BODY_BYTES", default=DEFAULT_MAX_BODY_BYTES, minimum=1)
     path = setting(ctx, "PATH") or "/mcp"
     token = signing_secret(ctx, AUTH_TOKEN)
-    origins = tuple(o.strip() for o in (setting(ctx, "ALLOWED_ORIGINS") or "").split(",") if o.strip())
+    origins = tuple(
+        o.strip() for o in (setting(ctx, "ALLOWED_ORIGINS") or "").split(",") if o.strip()
+    )
     server = McpServer(exposed_agents(ctx), make_ask(ctx), name=f"goondan {ctx.connection_name}")
     handler = McpHttpHandler(ctx, server, token, allowed_origins=origins)
     await serve_http(ctx, handler, port=port, path=path, max_body_bytes=max_body,

@@ -84,7 +84,9 @@ def _photo(message: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     photos = [p for p in message.get("photo") or [] if isinstance(p, dict) and p.get("file_id")]
     if not photos:
         return [], {}
-    best = max(photos, key=lambda p: (p.get("width", 0) * p.get("height", 0), p.get("file_size", 0)))
+    best = max(
+        photos, key=lambda p: (p.get("width", 0) * p.get("height", 0), p.get("file_size", 0))
+    )
     props = {"has_photo": True, "photo_file_id": best["file_id"],
              "photo_file_unique_id": best.get("file_unique_id"), "photo_width": best.get("width"),
              "photo_height": best.get("height"), "photo_file_size": best.get("file_size"),
@@ -99,10 +101,14 @@ def _image_document(message: dict[str, Any]) -> tuple[list[str], dict[str, Any]]
     mime = document.get("mime_type")
     if not isinstance(mime, str) or not mime.startswith("image/"):
         return [], {}
-    props = {"has_image_document": True, "image_document_file_id": document["file_id"],
-             "image_document_file_unique_id": document.get("file_unique_id"),
-             "image_document_file_name": document.get("file_name"),
-             "image_document_mime_type": mime, "image_document_file_size": document.get("file_size")}
+    props = {
+        "has_image_document": True,
+        "image_document_file_id": document["file_id"],
+        "image_document_file_unique_id": document.get("file_unique_id"),
+        "image_document_file_name": document.get("file_name"),
+        "image_document_mime_type": mime,
+        "image_document_file_size": document.get("file_size"),
+    }
     return [f"[telegram_image_document] file_id={document['file_id']}"], props
 
 
@@ -133,8 +139,13 @@ def to_event(update: dict[str, Any]) -> ConnectorEvent | None:
         "from_first_name": sender.get("first_name"), "from_last_name": sender.get("last_name"),
         **photo_props, **doc_props,
     }
-    return ConnectorEvent.text("telegram_message", "\n".join(lines), instance_key=f"telegram:{chat_id}",
-                               properties=properties, id=f"telegram-update-{update['update_id']}")
+    return ConnectorEvent.text(
+        "telegram_message",
+        "\n".join(lines),
+        instance_key=f"telegram:{chat_id}",
+        properties=properties,
+        id=f"telegram-update-{update['update_id']}",
+    )
 
 
 class TelegramPoller:
@@ -142,15 +153,29 @@ class TelegramPoller:
 
     def __init__(self, ctx: ConnectorContext) -> None:
         self.ctx = ctx
-        token = next((ctx.secrets[n] for n in TOKEN_SECRETS if ctx.secrets.get(n, "").strip()), None)
+        token = next(
+            (ctx.secrets[n] for n in TOKEN_SECRETS if ctx.secrets.get(n, "").strip()), None
+        )
         if token is None:
             raise config_error(ctx, "telegram-polling needs a bot token",
                                "set spec.secrets.TELEGRAM_BOT_TOKEN of the Connection")
         self._token = token.strip()
-        self.poll_timeout = config_int(ctx, "TELEGRAM_POLL_TIMEOUT_SECONDS", default=30, secrets=True)
-        self.request_timeout = config_int(ctx, "TELEGRAM_REQUEST_TIMEOUT_MS", secrets=True, minimum=1,
-                                          default=(self.poll_timeout + 5) * 1000) / 1000.0
-        self.retry_delay = config_int(ctx, "TELEGRAM_RETRY_DELAY_MS", default=1000, secrets=True) / 1000.0
+        self.poll_timeout = config_int(
+            ctx, "TELEGRAM_POLL_TIMEOUT_SECONDS", default=30, secrets=True
+        )
+        self.request_timeout = (
+            config_int(
+                ctx,
+                "TELEGRAM_REQUEST_TIMEOUT_MS",
+                secrets=True,
+                minimum=1,
+                default=(self.poll_timeout + 5) * 1000,
+            )
+            / 1000.0
+        )
+        self.retry_delay = (
+            config_int(ctx, "TELEGRAM_RETRY_DELAY_MS", default=1000, secrets=True) / 1000.0
+        )
         base = setting(ctx, "TELEGRAM_API_BASE_URL", secrets=True) or DEFAULT_API_BASE_URL
         self.base_url = base.rstrip("/")
         self.offset_path = Path(ctx.state_dir) / OFFSET_FILE
@@ -176,8 +201,11 @@ class TelegramPoller:
         try:
             return int(initial)
         except ValueError:
-            raise config_error(self.ctx, f"TELEGRAM_INITIAL_OFFSET must be an integer, got {initial!r}",
-                               "set it to an update_id") from None
+            raise config_error(
+                self.ctx,
+                f"TELEGRAM_INITIAL_OFFSET must be an integer, got {initial!r}",
+                "set it to an update_id",
+            ) from None
 
     def _store_offset(self, offset: int) -> None:
         self.offset_path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,8 +223,11 @@ class TelegramPoller:
         url = f"{self.base_url}/bot{self._token}/getUpdates"
         try:
             response = self._pool.request(
-                "POST", url, body=json.dumps(params).encode(),
-                headers={"Content-Type": "application/json"}, timeout=http.timeout(self.request_timeout),
+                "POST",
+                url,
+                body=json.dumps(params).encode(),
+                headers={"Content-Type": "application/json"},
+                timeout=http.timeout(self.request_timeout),
             )
         except Exception as exc:
             failure = http.failure_of(exc)
@@ -206,15 +237,21 @@ class TelegramPoller:
         try:
             data = json.loads(response.data)
         except ValueError:
-            raise _ApiError(f"getUpdates failed: HTTP {response.status} with a non-JSON body") from None
+            raise _ApiError(
+                f"getUpdates failed: HTTP {response.status} with a non-JSON body"
+            ) from None
         if not isinstance(data, dict):
             raise _ApiError(f"getUpdates failed: HTTP {response.status} with an unexpected body")
         if not data.get("ok"):
-            params_: dict[str, Any] = data["parameters"] if isinstance(data.get("parameters"), dict) else {}
+            params_: dict[str, Any] = (
+                data["parameters"] if isinstance(data.get("parameters"), dict) else {}
+            )
             retry_after = params_.get("retry_after")
             description = self._mask(str(data.get("description") or "unknown error"))
-            raise _ApiError(f"getUpdates failed ({data.get('error_code', response.status)}): {description}",
-                            float(retry_after) if isinstance(retry_after, int | float) else None)
+            raise _ApiError(
+                f"getUpdates failed ({data.get('error_code', response.status)}): {description}",
+                float(retry_after) if isinstance(retry_after, int | float) else None,
+            )
         result = data.get("result")
         if not isinstance(result, list):
             raise _ApiError("getUpdates failed: 'result' is not a list")
@@ -234,7 +271,9 @@ class TelegramPoller:
                     await self.ctx.emit(event)
                     emitted += 1
                 except ConnectorEventError as exc:
-                    self.ctx.logger.warning("telegram update %d dropped: %s", update_id, exc.message)
+                    self.ctx.logger.warning(
+                        "telegram update %d dropped: %s", update_id, exc.message
+                    )
             self._store_offset(update_id + 1)
         return emitted
 

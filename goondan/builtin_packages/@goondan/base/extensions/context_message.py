@@ -164,7 +164,9 @@ def register(api: Any) -> None:
     include_inbound = boolean(api, "includeInboundContext", False)
     include_call = boolean(api, "includeCallContext", False)
     include_route = boolean(api, "includeRouteSummary", False)
-    instruction = text(api, "swarmCatalogInstruction", DEFAULT_INSTRUCTION).strip() or DEFAULT_INSTRUCTION
+    instruction = (
+        text(api, "swarmCatalogInstruction", DEFAULT_INSTRUCTION).strip() or DEFAULT_INSTRUCTION
+    )
 
     async def context_message(ctx: Any) -> Any:
         segments: dict[str, str] = {}

@@ -53,7 +53,9 @@ def _stringify(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def format_response(message: Message, meta: dict[str, Any], *, include_request_metadata: bool) -> str:
+def format_response(
+    message: Message, meta: dict[str, Any], *, include_request_metadata: bool
+) -> str:
     """The text that replaces the message."""
     lines = [f"[inter-agent response] {meta['fromAgentId']} -> {meta['toAgentId']} "
              f"status={meta['status']} requestId={meta['requestId']}"]

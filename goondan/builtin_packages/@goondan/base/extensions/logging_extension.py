@@ -99,9 +99,15 @@ def register(api: Any) -> None:
 
     async def step(ctx: Any) -> Any:
         start = time.perf_counter()
-        log(logging.INFO, "[logging.step] start", {
-            "turnId": ctx.turn_id, "stepIndex": ctx.step_index, "catalogSize": len(ctx.tool_catalog),
-        })
+        log(
+            logging.INFO,
+            "[logging.step] start",
+            {
+                "turnId": ctx.turn_id,
+                "stepIndex": ctx.step_index,
+                "catalogSize": len(ctx.tool_catalog),
+            },
+        )
         try:
             result = await ctx.next()
         except Exception as exc:

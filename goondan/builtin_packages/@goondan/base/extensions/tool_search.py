@@ -85,7 +85,9 @@ def register(api: Any) -> None:
     async def search(ctx: Any, input: dict[str, Any]) -> dict[str, Any]:
         query = input.get("query")
         if not isinstance(query, str):
-            raise ToolFailure("'query' is required and must be a string", code="E_TOOL_INVALID_ARGS")
+            raise ToolFailure(
+                "'query' is required and must be a string", code="E_TOOL_INVALID_ARGS"
+            )
         needle = query.strip().lower()
         if len(needle) < config["minQueryLength"] or not needle:
             return {"query": query, "results": [], "selectedTools": []}
@@ -117,8 +119,10 @@ def register(api: Any) -> None:
                 "type": "object",
                 "properties": {
                     "query": {"type": "string", "description": "Words to look for."},
-                    "limit": {"type": "number",
-                              "description": f"At most this many tools (<= {config['maxResults']})."},
+                    "limit": {
+                        "type": "number",
+                        "description": f"At most this many tools (<= {config['maxResults']}).",
+                    },
                 },
                 "required": ["query"],
             },

@@ -32,7 +32,13 @@ from urllib.parse import urlsplit
 from goondan.http.pool import LocationParseError, parse_url  # urllib3's own URL parser
 from goondan.tools import ToolFailure
 
-__all__ = ["DEFAULT_DENIED_NAMES", "DEFAULT_DENIED_NETWORKS", "HostPolicy", "Target", "parse_strictly"]
+__all__ = [
+    "DEFAULT_DENIED_NAMES",
+    "DEFAULT_DENIED_NETWORKS",
+    "HostPolicy",
+    "Target",
+    "parse_strictly",
+]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -273,8 +279,11 @@ def _resolve(url: str, host: str, port: int) -> list[Address]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
-        raise ToolFailure(f"request to {url} failed: cannot resolve {host!r} ({exc})", code="E_BASE_HTTP",
-                          suggestion="Check the URL and that the server is reachable.") from None
+        raise ToolFailure(
+            f"request to {url} failed: cannot resolve {host!r} ({exc})",
+            code="E_BASE_HTTP",
+            suggestion="Check the URL and that the server is reachable.",
+        ) from None
     out: list[Address] = []
     for info in infos:
         address = _literal(str(info[4][0]).split("%", 1)[0])

@@ -143,7 +143,12 @@ def positive_int(input: dict[str, Any], name: str, default: int | None = None,
     value = input.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0 or int(value) != value:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value <= 0
+        or int(value) != value
+    ):
         raise invalid(f"'{name}' must be a positive integer")
     if maximum is not None and value > maximum:
         raise invalid(f"'{name}' must be at most {maximum}")
@@ -153,8 +158,11 @@ def positive_int(input: dict[str, Any], name: str, default: int | None = None,
 def _failure(url: str, secret: str, timeout_ms: int, failure: http.Failure) -> ToolFailure:
     shown = url.replace(secret, "***") if secret else url
     if failure.timed_out:
-        return ToolFailure(f"request to {shown} timed out after {timeout_ms} ms", code="E_BASE_HTTP_TIMEOUT",
-                           suggestion="Retry later or raise timeoutMs.")
+        return ToolFailure(
+            f"request to {shown} timed out after {timeout_ms} ms",
+            code="E_BASE_HTTP_TIMEOUT",
+            suggestion="Retry later or raise timeoutMs.",
+        )
     reason = failure.reason.replace(secret, "***") if secret else failure.reason
     return ToolFailure(f"request to {shown} failed: {reason}", code="E_BASE_HTTP",
                        suggestion="Check the API base URL and that the service is reachable.")
@@ -182,9 +190,12 @@ def _send(method: str, url: str, headers: dict[str, str], body: bytes | None, ti
         target = urljoin(url, location)
         if not allowed(target):
             raise ToolFailure(
-                f"request to {shown} was redirected (HTTP {status}) to {show_origin(origin(target))}; "
+                f"request to {shown} was redirected (HTTP "
+                f"{status}) to {show_origin(origin(target))}; "
                 "not followed: the token may only go to the API it was meant for",
-                code="E_BASE_HTTP", suggestion="Check the API base URL (it should not redirect elsewhere).")
+                code="E_BASE_HTTP",
+                suggestion="Check the API base URL (it should not redirect elsewhere).",
+            )
         if status == 303 or (status in (301, 302) and method not in ("GET", "HEAD")):
             method, body = "GET", None
             headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
@@ -205,8 +216,11 @@ def _send_once(method: str, url: str, headers: dict[str, str], body: bytes | Non
                 chunks.append(chunk)
                 size += len(chunk)
                 if max_bytes is not None and size > max_bytes:
-                    raise ToolFailure(f"the file is larger than maxBytes ({max_bytes})", code="E_BASE_HTTP",
-                                      suggestion="Raise maxBytes (at most 20000000).")
+                    raise ToolFailure(
+                        f"the file is larger than maxBytes ({max_bytes})",
+                        code="E_BASE_HTTP",
+                        suggestion="Raise maxBytes (at most 20000000).",
+                    )
         finally:
             response.release_conn()
     except ToolFailure:
@@ -219,9 +233,16 @@ def _send_once(method: str, url: str, headers: dict[str, str], body: bytes | Non
     return response.status, {k.lower(): v for k, v in response.headers.items()}, b"".join(chunks)
 
 
-async def request(method: str, url: str, *, headers: dict[str, str], timeout_ms: int, secret: str = "",
-                  json_body: dict[str, Any] | None = None,
-                  query: dict[str, Any] | None = None) -> ApiResponse:
+async def request(
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str],
+    timeout_ms: int,
+    secret: str = "",
+    json_body: dict[str, Any] | None = None,
+    query: dict[str, Any] | None = None,
+) -> ApiResponse:
     """One API call; the body is ``json_body`` as JSON, or nothing (``query`` goes in the URL).
     A body that is not JSON is answered with ``data = None``."""
     headers = dict(headers)
@@ -249,7 +270,9 @@ async def download(url: str, *, headers: dict[str, str], max_bytes: int, timeout
     return Download(status, response_headers, body)
 
 
-def file_output(ctx: ToolContext, input: dict[str, Any], data: bytes, content_type: str) -> dict[str, Any]:
+def file_output(
+    ctx: ToolContext, input: dict[str, Any], data: bytes, content_type: str
+) -> dict[str, Any]:
     """``savedPath``, ``base64`` and ``dataUrl`` of a downloaded file, as the inputs ask."""
     include_base64 = input.get("includeBase64", True)
     include_data_url = input.get("includeDataUrl", True)

@@ -104,7 +104,11 @@ async def send(ctx: Any, input: dict[str, Any]) -> dict[str, Any]:
         )
     except AgentError as err:
         raise _failure(err) from None
-    return {"target": result["target"], "eventId": result.get("eventId"), "accepted": bool(result.get("accepted"))}
+    return {
+        "target": result["target"],
+        "eventId": result.get("eventId"),
+        "accepted": bool(result.get("accepted")),
+    }
 
 
 async def spawn(ctx: Any, input: dict[str, Any]) -> dict[str, Any]:

@@ -103,7 +103,9 @@ def base_env(config: Any, environ: dict[str, str] | None = None) -> dict[str, st
         merged[key] = value
     fixed = config.get("env") if hasattr(config, "get") else None
     if isinstance(fixed, dict):
-        merged.update({str(k): primitive(v) for k, v in fixed.items() if isinstance(v, str | int | float)})
+        merged.update(
+            {str(k): primitive(v) for k, v in fixed.items() if isinstance(v, str | int | float)}
+        )
     return merged
 
 
@@ -172,7 +174,9 @@ class _Capture:
         data = b"".join(self.kept)
         truncated = self.total > self.size
         # A cut inside a multi-byte character drops it instead of ending with U+FFFD.
-        text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=not truncated)
+        text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(
+            data, final=not truncated
+        )
         if truncated:
             dropped = self.total - len(text.encode("utf-8"))
             # The cap may fall inside a secret: its start is masked here, before the marker

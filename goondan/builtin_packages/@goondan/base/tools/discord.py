@@ -12,8 +12,8 @@ Exports:
 
 The API base URL is input ``apiBaseUrl``, else ``$DISCORD_API_BASE_URL``, else
 ``https://discord.com/api/v10``; ``send`` with the bot token from the environment refuses an
-input ``apiBaseUrl`` on another origin (``_web_api.api_base_url``). An HTTP error answer fails the call with
-``E_BASE_DISCORD_API`` and ``[discord] <export> failed: HTTP <status> <message>``; network
+input ``apiBaseUrl`` on another origin (``_web_api.api_base_url``). An HTTP error answer fails the
+call with ``E_BASE_DISCORD_API`` and ``[discord] <export> failed: HTTP <status> <message>``; network
 failures are ``E_BASE_HTTP`` / ``E_BASE_HTTP_TIMEOUT``. Tokens never appear in a result or
 an error.
 """
@@ -66,8 +66,11 @@ async def _call(export: str, method: str, url: str, *, body: dict[str, Any], sec
             message = message.replace(secret, "***")
         retry = data.get("retry_after") or response.headers.get("retry-after")
         hint = f" (retry after {retry} s)" if response.status == 429 and retry else ""
-        raise ToolFailure(f"[discord] {export} failed: HTTP {response.status} {message}{hint}".rstrip(),
-                          code="E_BASE_DISCORD_API", suggestion=_suggestion(response.status))
+        raise ToolFailure(
+            f"[discord] {export} failed: HTTP {response.status} {message}{hint}".rstrip(),
+            code="E_BASE_DISCORD_API",
+            suggestion=_suggestion(response.status),
+        )
     return data
 
 

@@ -1,4 +1,5 @@
-"""Tool ``file-system`` of ``@goondan/base``: read, write, list and create files (docs/base-package.md).
+"""Tool ``file-system`` of ``@goondan/base``: read, write, list and create files
+(docs/base-package.md).
 
 Exports ``read``, ``write``, ``list`` and ``mkdir``. Relative paths resolve against the agent's
 workdir (``ctx.workdir``). Every path is *confined* (docs/base-package.md, "file-system
@@ -8,8 +9,8 @@ the Tool config's ``allowPaths`` directories, else the call fails with ``E_BASE_
 ``path`` is the absolute, normalised (not symlink-resolved) path. Text is UTF-8: bytes that are
 not valid UTF-8 read as U+FFFD. ``read`` returns at most the call's output cap
 (``ctx.max_output_bytes``) whatever ``maxBytes`` asks for. ``read`` and ``write`` take regular
-files only: a FIFO, device, socket or directory is refused without blocking. The handlers are plain functions, so
-the executor runs them in a worker thread and file I/O never blocks the event loop.
+files only: a FIFO, device, socket or directory is refused without blocking. The handlers are plain
+functions, so the executor runs them in a worker thread and file I/O never blocks the event loop.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def confined(ctx: ToolContext, raw: str) -> Path:
         if real == root or real.is_relative_to(root):
             return path
     raise ToolFailure(
-        f"path is outside the agent's workdir: {path}" + (f" (resolves to {real})" if real != path else ""),
+        f"path is outside the agent's workdir: {path}"
+        + (f" (resolves to {real})" if real != path else ""),
         code="E_BASE_PATH_OUTSIDE",
         suggestion="Use a path inside the workdir, or list the directory in the Tool's "
         "config allowPaths.",
@@ -118,8 +120,11 @@ def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
 
 
 def _not_regular(path: Path, verb: str) -> ToolFailure:
-    return ToolFailure(f"not a regular file (a directory, FIFO, device or socket): {path}", code="E_BASE_FS",
-                       suggestion=f"{verb} regular files only; list directories with file-system__list.")
+    return ToolFailure(
+        f"not a regular file (a directory, FIFO, device or socket): {path}",
+        code="E_BASE_FS",
+        suggestion=f"{verb} regular files only; list directories with file-system__list.",
+    )
 
 
 def _open_for_write(path: Path, append: bool) -> int:

@@ -61,9 +61,17 @@ def _limits(ctx: ToolContext, input: dict[str, Any]) -> _Limits:
     """The model's ``maxBytes`` within the Tool config's hard maxima (it can lower, never raise)."""
     config = getattr(ctx, "config", None) or {}
     hard = config.get("maxBytes") if hasattr(config, "get") else None
-    hard = hard if isinstance(hard, int) and not isinstance(hard, bool) and hard > 0 else DEFAULT_MAX_BYTES
+    hard = (
+        hard
+        if isinstance(hard, int) and not isinstance(hard, bool) and hard > 0
+        else DEFAULT_MAX_BYTES
+    )
     wire = config.get("maxWireBytes") if hasattr(config, "get") else None
-    wire = wire if isinstance(wire, int) and not isinstance(wire, bool) and wire > 0 else DEFAULT_MAX_WIRE_BYTES
+    wire = (
+        wire
+        if isinstance(wire, int) and not isinstance(wire, bool) and wire > 0
+        else DEFAULT_MAX_WIRE_BYTES
+    )
     return _Limits(body=min(_positive(input, "maxBytes", DEFAULT_MAX_BYTES), hard), wire=wire)
 
 
@@ -147,11 +155,15 @@ def _read_body(response: Any, url: str, limits: _Limits, remaining: Any) -> tupl
                 return bytes(out[: limits.body]), True
         try:
             # max_length is always >= 1 here (0 would mean "unbounded").
-            piece = data if inflater is None else inflater.decompress(data, limits.body + 1 - len(out))
+            piece = (
+                data if inflater is None else inflater.decompress(data, limits.body + 1 - len(out))
+            )
         except zlib.error as exc:
-            raise ToolFailure(f"request to {url} failed: the {encoding} body cannot be decoded ({exc})",
-                              code="E_BASE_HTTP",
-                              suggestion="Ask for an uncompressed body (accept-encoding: identity).") from None
+            raise ToolFailure(
+                f"request to {url} failed: the {encoding} body cannot be decoded ({exc})",
+                code="E_BASE_HTTP",
+                suggestion="Ask for an uncompressed body (accept-encoding: identity).",
+            ) from None
         out += piece
         if len(out) > limits.body:
             return bytes(out[: limits.body]), True
@@ -198,13 +210,17 @@ def _fetch(method: str, url: str, headers: dict[str, str], body: bytes | None,
                     following = urljoin(target.url, location)
                     scheme = urlsplit(following).scheme.lower()
                 except ValueError:
-                    raise policy.refusal(location, "the redirect target is not a valid URL") from None
+                    raise policy.refusal(
+                        location, "the redirect target is not a valid URL"
+                    ) from None
                 if scheme not in ("http", "https"):
                     break
                 # Checked like the first URL: the next request goes to this target's addresses.
                 nxt = policy.target(following)
                 if (nxt.scheme, nxt.host, nxt.port) != (target.scheme, target.host, target.port):
-                    headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+                    headers = {
+                        k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS
+                    }
                 if response.status == 303 and method != "HEAD":
                     method, body = "GET", None
                 target = nxt
@@ -255,10 +271,14 @@ def _open(target: Target, method: str, headers: dict[str, str], body: bytes | No
     The connection goes to the address itself (never to the name, which could resolve to
     something else by now); the name travels in the ``Host`` header and, for https, in SNI and
     the certificate check."""
-    kwargs = None if target.is_literal or target.scheme != "https" else {"server_hostname": target.host}
+    kwargs = (
+        None if target.is_literal or target.scheme != "https" else {"server_hostname": target.host}
+    )
     sent = {**headers, "Host": target.host_header}
     for index, address in enumerate(target.addresses):
-        pool = _pool.connection_from_host(str(address), target.port, target.scheme, pool_kwargs=kwargs)
+        pool = _pool.connection_from_host(
+            str(address), target.port, target.scheme, pool_kwargs=kwargs
+        )
         left = remaining()
         try:
             response: http.Response = pool.urlopen(
@@ -298,7 +318,9 @@ def _network_failure(url: str, timeout_ms: int, failure: http.Failure,
                        suggestion="Check the URL and that the server is reachable.")
 
 
-async def _request(ctx: ToolContext, method: str, input: dict[str, Any], *, with_body: bool) -> dict[str, Any]:
+async def _request(
+    ctx: ToolContext, method: str, input: dict[str, Any], *, with_body: bool
+) -> dict[str, Any]:
     url = _url(input)
     headers = _headers(input)
     body = _body(input, headers) if with_body else None

@@ -43,14 +43,21 @@ class _Client:
         """POST ``body`` as JSON (write methods) or GET with ``query`` (read methods, which
         Slack does not accept as JSON); returns the ``ok: true`` answer."""
         response = await api.request(
-            "POST" if body is not None else "GET", f"{self.base}/{method}",
-            headers={"Authorization": f"Bearer {self.token}"}, timeout_ms=self.timeout_ms,
-            secret=self.token, json_body={k: v for k, v in body.items() if v is not None} if body else None,
-            query=query)
+            "POST" if body is not None else "GET",
+            f"{self.base}/{method}",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout_ms=self.timeout_ms,
+            secret=self.token,
+            json_body={k: v for k, v in body.items() if v is not None} if body else None,
+            query=query,
+        )
         data = response.data
         if not isinstance(data, dict):
-            raise ToolFailure(f"[slack] {method} failed: HTTP {response.status} without a JSON answer",
-                              code="E_BASE_SLACK_API", suggestion="Check the Slack API base URL.")
+            raise ToolFailure(
+                f"[slack] {method} failed: HTTP {response.status} without a JSON answer",
+                code="E_BASE_SLACK_API",
+                suggestion="Check the Slack API base URL.",
+            )
         if not data.get("ok"):
             error = data.get("error") or f"HTTP {response.status}"
             retry = response.headers.get("retry-after")
@@ -94,11 +101,24 @@ async def send(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     channel = required_text(input, "channelId", allow_blank=False)
     text = required_text(input, "text")
     client = _Client(input)
-    data = await client.call("chat.postMessage", body={
-        "channel": channel, "text": text, "thread_ts": _ts(input, "threadTs"),
-        "mrkdwn": flag(input, "mrkdwn"), "unfurl_links": flag(input, "unfurlLinks"),
-        "unfurl_media": flag(input, "unfurlMedia"), "reply_broadcast": flag(input, "replyBroadcast")})
-    return {"ok": True, "channelId": data.get("channel", channel), "messageTs": data.get("ts"), "text": text}
+    data = await client.call(
+        "chat.postMessage",
+        body={
+            "channel": channel,
+            "text": text,
+            "thread_ts": _ts(input, "threadTs"),
+            "mrkdwn": flag(input, "mrkdwn"),
+            "unfurl_links": flag(input, "unfurlLinks"),
+            "unfurl_media": flag(input, "unfurlMedia"),
+            "reply_broadcast": flag(input, "replyBroadcast"),
+        },
+    )
+    return {
+        "ok": True,
+        "channelId": data.get("channel", channel),
+        "messageTs": data.get("ts"),
+        "text": text,
+    }
 
 
 async def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
@@ -123,10 +143,21 @@ async def read(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     data = await _Client(input).call(method, query=query)
     messages = [m for m in data.get("messages") or [] if isinstance(m, dict)]
     found = any(m.get("ts") == message_ts for m in messages) if message_ts else bool(messages)
-    metadata = data.get("response_metadata") if isinstance(data.get("response_metadata"), dict) else {}
-    return {"ok": True, "channelId": channel, "method": method, "messageTs": message_ts,
-            "threadTs": thread_ts, "count": len(messages), "found": found, "messages": messages,
-            "hasMore": bool(data.get("has_more")), "nextCursor": (metadata or {}).get("next_cursor") or None}
+    metadata = (
+        data.get("response_metadata") if isinstance(data.get("response_metadata"), dict) else {}
+    )
+    return {
+        "ok": True,
+        "channelId": channel,
+        "method": method,
+        "messageTs": message_ts,
+        "threadTs": thread_ts,
+        "count": len(messages),
+        "found": found,
+        "messages": messages,
+        "hasMore": bool(data.get("has_more")),
+        "nextCursor": (metadata or {}).get("next_cursor") or None,
+    }
 
 
 async def edit(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
@@ -136,8 +167,12 @@ async def edit(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     text = required_text(input, "text")
     data = await _Client(input).call("chat.update", body={
         "channel": channel, "ts": message_ts, "text": text, "mrkdwn": flag(input, "mrkdwn")})
-    return {"ok": True, "channelId": data.get("channel", channel), "messageTs": data.get("ts", message_ts),
-            "edited": True}
+    return {
+        "ok": True,
+        "channelId": data.get("channel", channel),
+        "messageTs": data.get("ts", message_ts),
+        "edited": True,
+    }
 
 
 async def delete(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +204,9 @@ async def react(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     client = _Client(input)
     for name in names:
         try:
-            await client.call("reactions.add", body={"channel": channel, "timestamp": message_ts, "name": name})
+            await client.call(
+                "reactions.add", body={"channel": channel, "timestamp": message_ts, "name": name}
+            )
         except ToolFailure as exc:
             if "already_reacted" not in exc.message:
                 raise
@@ -192,20 +229,32 @@ def _may_get_token(url: str, base: str) -> bool:
 
 async def download_file(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     """GET a Slack file URL (``url_private``) with the bot token; another host is refused."""
-    url = next((input[n] for n in ("url", "fileUrl", "downloadUrl") if input.get(n) is not None), None)
+    url = next(
+        (input[n] for n in ("url", "fileUrl", "downloadUrl") if input.get(n) is not None), None
+    )
     if not isinstance(url, str) or not url.strip():
         raise invalid("'url' is required (a Slack file URL such as url_private)")
     url = url.strip()
     client = _Client(input)
     if not _may_get_token(url, client.base):
-        raise invalid(f"'url' must be a Slack file URL (https://files.slack.com/..., a file's "
-                      f"url_private): the bot token is not sent to {api.show_origin(api.origin(url))}")
-    got = await api.download(url, headers={"Authorization": f"Bearer {client.token}"},
-                             max_bytes=api.max_download_bytes(input), timeout_ms=client.timeout_ms,
-                             secret=client.token, may_follow=lambda target: _may_get_token(target, client.base))
+        raise invalid(
+            f"'url' must be a Slack file URL (https://files.slack.com/..., a file's "
+            f"url_private): the bot token is not sent to {api.show_origin(api.origin(url))}"
+        )
+    got = await api.download(
+        url,
+        headers={"Authorization": f"Bearer {client.token}"},
+        max_bytes=api.max_download_bytes(input),
+        timeout_ms=client.timeout_ms,
+        secret=client.token,
+        may_follow=lambda target: _may_get_token(target, client.base),
+    )
     if got.status >= 400:
-        raise ToolFailure(f"[slack] download_file failed: HTTP {got.status}", code="E_BASE_SLACK_API",
-                          suggestion="Check the file URL and the bot's files:read scope.")
+        raise ToolFailure(
+            f"[slack] download_file failed: HTTP {got.status}",
+            code="E_BASE_SLACK_API",
+            suggestion="Check the file URL and the bot's files:read scope.",
+        )
     content_type = got.headers.get("content-type", "application/octet-stream")
     length = got.headers.get("content-length")
     return {"ok": True, "url": url, "contentType": content_type,

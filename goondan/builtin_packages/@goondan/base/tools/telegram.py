@@ -26,9 +26,19 @@ TOKEN_ENV = ("TELEGRAM_BOT_TOKEN", "BOT_TOKEN", "TELEGRAM_TOKEN", "BRAIN_TELEGRA
 DEFAULT_BASE_URL = "https://api.telegram.org"
 PARSE_MODES = {"markdown": "Markdown", "markdownv2": "MarkdownV2", "markdown-v2": "MarkdownV2",
                "html": "HTML"}
-CHAT_ACTIONS = ("typing", "upload-photo", "record-video", "upload-video", "record-voice", "upload-voice",
-                "upload-document", "choose-sticker", "find-location", "record-video-note",
-                "upload-video-note")
+CHAT_ACTIONS = (
+    "typing",
+    "upload-photo",
+    "record-video",
+    "upload-video",
+    "record-voice",
+    "upload-voice",
+    "upload-document",
+    "choose-sticker",
+    "find-location",
+    "record-video-note",
+    "upload-video-note",
+)
 
 
 class _Client:
@@ -48,8 +58,11 @@ class _Client:
             secret=self.token, json_body={k: v for k, v in params.items() if v is not None})
         data = response.data
         if not isinstance(data, dict):
-            raise ToolFailure(f"[telegram] {method} failed ({response.status}): no JSON answer",
-                              code="E_BASE_TELEGRAM_API", suggestion="Check the Telegram API base URL.")
+            raise ToolFailure(
+                f"[telegram] {method} failed ({response.status}): no JSON answer",
+                code="E_BASE_TELEGRAM_API",
+                suggestion="Check the Telegram API base URL.",
+            )
         if not data.get("ok"):
             code = data.get("error_code", response.status)
             description = str(data.get("description") or "unknown error").replace(self.token, "***")
@@ -87,7 +100,9 @@ def _chat_id(input: dict[str, Any]) -> int | str:
     return value
 
 
-def _message_id(input: dict[str, Any], name: str = "messageId", required: bool = True) -> int | None:
+def _message_id(
+    input: dict[str, Any], name: str = "messageId", required: bool = True
+) -> int | None:
     value = input.get(name)
     if value is None:
         if required:
@@ -95,7 +110,12 @@ def _message_id(input: dict[str, Any], name: str = "messageId", required: bool =
         return None
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0 or int(value) != value:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value <= 0
+        or int(value) != value
+    ):
         raise invalid(f"'{name}' must be an integer > 0")
     return int(value)
 
@@ -159,11 +179,23 @@ async def react(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
     emojis = [] if clear else emoji_list(input, example="'👍'")
     if not clear and not emojis:
         raise invalid("'emoji', 'emojis' or clear: true is required")
-    await _Client(input).call("setMessageReaction", {
-        "chat_id": chat_id, "message_id": message_id,
-        "reaction": [{"type": "emoji", "emoji": e} for e in emojis], "is_big": flag(input, "isBig")})
-    return {"ok": True, "chatId": chat_id, "messageId": message_id, "cleared": clear, "emojis": emojis,
-            "reactionCount": len(emojis)}
+    await _Client(input).call(
+        "setMessageReaction",
+        {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "reaction": [{"type": "emoji", "emoji": e} for e in emojis],
+            "is_big": flag(input, "isBig"),
+        },
+    )
+    return {
+        "ok": True,
+        "chatId": chat_id,
+        "messageId": message_id,
+        "cleared": clear,
+        "emojis": emojis,
+        "reactionCount": len(emojis),
+    }
 
 
 async def set_chat_action(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
@@ -189,19 +221,32 @@ async def download_file(ctx: ToolContext, input: dict[str, Any]) -> dict[str, An
     info = info if isinstance(info, dict) else {}
     path = info.get("file_path")
     if not isinstance(path, str) or not path:
-        raise ToolFailure("[telegram] getFile failed: the file has no file_path (is it over 20 MB?)",
-                          code="E_BASE_TELEGRAM_API", suggestion="Telegram serves files up to 20 MB to bots.")
+        raise ToolFailure(
+            "[telegram] getFile failed: the file has no file_path (is it over 20 MB?)",
+            code="E_BASE_TELEGRAM_API",
+            suggestion="Telegram serves files up to 20 MB to bots.",
+        )
     url = f"{client.base}/file/bot{client.token}/{path}"
     got = await api.download(url, headers={}, max_bytes=max_bytes, timeout_ms=client.timeout_ms,
                              secret=client.token)
     if got.status >= 400:
-        raise ToolFailure(f"[telegram] download_file failed: HTTP {got.status}", code="E_BASE_TELEGRAM_API",
-                          suggestion="The file_id may have expired; get a fresh one from a new message.")
+        raise ToolFailure(
+            f"[telegram] download_file failed: HTTP {got.status}",
+            code="E_BASE_TELEGRAM_API",
+            suggestion="The file_id may have expired; get a fresh one from a new message.",
+        )
     content_type = got.headers.get("content-type", "application/octet-stream")
-    return {"ok": True, "fileId": info.get("file_id", file_id), "fileUniqueId": info.get("file_unique_id"),
-            "filePath": path, "fileSize": info.get("file_size"),
-            "downloadUrl": f"{client.base}/file/bot<token>/{path}", "contentType": content_type,
-            "sizeBytes": len(got.body), **api.file_output(ctx, input, got.body, content_type)}
+    return {
+        "ok": True,
+        "fileId": info.get("file_id", file_id),
+        "fileUniqueId": info.get("file_unique_id"),
+        "filePath": path,
+        "fileSize": info.get("file_size"),
+        "downloadUrl": f"{client.base}/file/bot<token>/{path}",
+        "contentType": content_type,
+        "sizeBytes": len(got.body),
+        **api.file_output(ctx, input, got.body, content_type),
+    }
 
 
 handlers = {"send": send, "edit": edit, "delete": delete, "react": react,
