@@ -1,9 +1,12 @@
-"""Supervision of connector processes: one per Connection, crash backoff, graceful stop.
+"""The connector kind of supervised worker: one process per Connection.
 
-The same policy as agent processes (docs/orchestrator.md, "Supervision"), applied by
-:class:`ConnectorSupervisor` through the same :class:`~goondan.swarm.spawner.Spawner`, on the
-same record base (:class:`~goondan.swarm.supervision.WorkerRecord`: one status moved only by the
-one :data:`~goondan.swarm.supervision.TRANSITIONS` table, one crash count and backoff):
+:class:`ConnectorSupervisor` is the one supervision loop of agent processes
+(:class:`~goondan.swarm.supervisor.WorkerSupervisor`: spawn, watch, crash count and backoff,
+graceful stop; docs/orchestrator.md "Supervision"), through the same
+:class:`~goondan.swarm.spawner.Spawner`, on the same record base
+(:class:`~goondan.swarm.supervision.WorkerRecord`: one status moved only by the one
+:data:`~goondan.swarm.supervision.TRANSITIONS` table, one crash count and backoff). What is the
+connector's own:
 
 * every Connection's process is started when the supervisor starts (connectors are not on
   demand: they listen);
@@ -15,8 +18,8 @@ one :data:`~goondan.swarm.supervision.TRANSITIONS` table, one crash count and ba
   :data:`STABLE_AFTER_S` starts a new count;
 * a connector whose ``run`` *returns* has finished its work (a file was read to its end): it
   is logged and not restarted, which is neither a crash nor a crash loop;
-* :meth:`ConnectorSupervisor.shutdown` sends ``shutdown`` to every process, waits up to the
-  grace period and SIGKILLs what is left;
+* :meth:`ConnectorSupervisor.shutdown` sends ``shutdown`` to every process (``draining``),
+  waits up to the grace period and SIGKILLs what is left;
 * ``goondan run --watch`` changes the set while it runs: :meth:`~ConnectorSupervisor.add`
   starts a new Connection's process, :meth:`~ConnectorSupervisor.replace` stops one the same
   way (reason ``config_change``) and starts it again with the new spec and a fresh crash count,
@@ -32,16 +35,15 @@ reports update the status.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from goondan.connectors.asking import TurnAnswer
 from goondan.connectors.event import ConnectorEvent
 from goondan.connectors.spec import ConnectionSpec
-from goondan.errors import ConnectorEventError, GoondanError, IpcError
+from goondan.errors import ConnectorEventError, GoondanError
 from goondan.ipc.control import (
     Answer,
     Cancel,
@@ -53,12 +55,12 @@ from goondan.ipc.control import (
     StartError,
     decode_control,
 )
-from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage, ShutdownReason
+from goondan.ipc.protocol import ORCHESTRATOR, IpcMessage
 from goondan.swarm.asking import ask_ingress
 from goondan.swarm.ingress import Ingress
-from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest
+from goondan.swarm.spawner import AgentHandle, Spawner, SpawnRequest, WorkerExit
 from goondan.swarm.supervision import ProcessStatus, WorkerRecord
-from goondan.swarm.supervisor import pump_messages
+from goondan.swarm.supervisor import WorkerSupervisor
 from goondan.types import AgentEvent, JsonObject
 
 __all__ = ["STABLE_AFTER_S", "ConnectorRecord", "ConnectorSupervisor"]
@@ -72,18 +74,40 @@ STABLE_AFTER_S = 60.0
 @dataclass
 class ConnectorRecord(WorkerRecord):
     """Supervision state of one Connection's connector process: pending → spawning → running
-    (→ completed) or crashed / crashLoopBackOff / terminated (:data:`TRANSITIONS`)."""
+    (→ completed) or crashed / crashLoopBackOff, draining → terminated (:data:`TRANSITIONS`)."""
 
     spec: ConnectionSpec
     status: ProcessStatus = field(default="pending", kw_only=True)
     emitted: int = 0
     reported_error: str | None = None  # what this process reported (startError / connectorError)
-    timer: asyncio.TimerHandle | None = None
-    replacing: bool = False  # stopped for a configuration change: neither a crash nor completed
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    # -- what the supervisor tells the record (its fields change only here) -----------------------
+    def begin_spawn(self) -> None:
+        super().begin_spawn()
+        self.reported_error = None  # a new process: what the last one reported is history
+
+    def report_error(self, message: str) -> None:
+        """The process reported why it fails (``runtime.startError`` / ``connectorError``)."""
+        self.reported_error = message
+
+    def crash_cause(self, ended: WorkerExit | None) -> str:
+        if ended is None:
+            return super().crash_cause(ended)
+        return self.reported_error or ended.describe()
+
+    def count_emit(self, *, new: bool) -> None:
+        """An emitted event was accepted (``new``: neither a duplicate nor dropped)."""
+        self.emitted += 1 if new else 0
+
+    def respec(self, spec: ConnectionSpec) -> None:
+        """A reloaded bundle changed the Connection: a fresh start with ``spec``."""
+        self.spec = spec
+        self.reset_crashes()
+        self.reported_error = None
 
     def to_dict(self) -> JsonObject:
         """A row of the status document (a crash-looping connector shows ``crashLoopBackOff``
@@ -105,8 +129,10 @@ class ConnectorRecord(WorkerRecord):
         }
 
 
-class ConnectorSupervisor:
+class ConnectorSupervisor(WorkerSupervisor[str, ConnectorRecord]):
     """Starts and supervises the connector process of each Connection (module docstring)."""
+
+    stable_after_s = STABLE_AFTER_S
 
     def __init__(
         self,
@@ -118,14 +144,10 @@ class ConnectorSupervisor:
         crash_threshold: int = 5,
         logger: logging.Logger | None = None,
     ) -> None:
-        self.spawner = spawner
+        super().__init__(spawner, grace_period_ms=grace_period_ms,
+                         crash_threshold=crash_threshold, logger=logger or _log)
         self.ingress = ingress
         self.records = {c.name: ConnectorRecord(c) for c in connections}
-        self.grace_period_ms = grace_period_ms
-        self.crash_threshold = crash_threshold
-        self.logger = logger or _log
-        self._stopping = False
-        self._tasks: set[asyncio.Task[Any]] = set()
         # (connection, event id) -> its Turn
         self._asks: dict[tuple[str, str], asyncio.Task[Any]] = {}
 
@@ -136,12 +158,6 @@ class ConnectorSupervisor:
             f"live={live} stopping={self._stopping}>"
         )
 
-    def _task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     def start(self) -> None:
         """Start every Connection's process."""
         for rec in self.records.values():
@@ -151,21 +167,17 @@ class ConnectorSupervisor:
         """One status row per Connection."""
         return [rec.to_dict() for rec in self.records.values()]
 
-    def _ensure_running(self, rec: ConnectorRecord) -> None:
-        if self._stopping or rec.handle is not None or rec.status == "spawning":
-            return
-        rec.begin_spawn()
-        self._task(self._start(rec))
+    # -- the connector kind in the supervision loop ------------------------------------------------
+    def _spawn_request(self, rec: ConnectorRecord) -> SpawnRequest:
+        return SpawnRequest.connector(rec.spec.name, rec.spec.connector)
 
-    async def _start(self, rec: ConnectorRecord) -> None:
-        request = SpawnRequest.connector(rec.spec.name, rec.spec.connector)
-        try:
-            handle = await self.spawner.spawn(request)
-        except Exception as exc:  # cannot even start a process: same policy as a crash
-            self._crashed(rec, None, f"spawning failed: {exc}")
-            rec.exited.set()
-            return
-        rec.spawned(handle)
+    def _address(self, rec: ConnectorRecord) -> str:
+        return rec.name
+
+    def _label(self, rec: ConnectorRecord) -> str:
+        return f"connection {rec.name}"
+
+    def _on_spawned(self, rec: ConnectorRecord, handle: AgentHandle) -> None:
         self.logger.info(
             "started connector %s of Connection %s (pid %s)",
             rec.spec.connector,
@@ -173,12 +185,39 @@ class ConnectorSupervisor:
             handle.pid,
             extra={"event": "connector.spawned", "connection": rec.name, "childPid": handle.pid},
         )
-        pump = self._task(self._pump(rec, handle))
-        self._task(self._watch(rec, handle, pump))
 
-    async def _pump(self, rec: ConnectorRecord, handle: AgentHandle) -> None:
-        await pump_messages(handle, lambda message: self._on_message(rec, handle, message),
-                            name=f"connection {rec.name}", logger=self.logger)
+    def _on_finished(self, rec: ConnectorRecord) -> None:
+        rec.transition("done")
+        self.logger.info(
+            "connector of Connection %s finished (run returned); not restarted",
+            rec.name,
+            extra={"event": "connector.completed", "connection": rec.name},
+        )
+
+    def _on_crash(self, rec: ConnectorRecord, code: int | None, cause: str, delay_ms: int) -> None:
+        self.logger.error(
+            "[E_CONNECTOR] Connection %s (connector %s) "
+            "failed: %s; restarting in %d ms (%d in a row)",
+            rec.name,
+            rec.spec.connector,
+            cause,
+            delay_ms,
+            rec.consecutive_crashes,
+            extra={
+                "event": "connector.crashed",
+                "code": "E_CONNECTOR",
+                "connection": rec.name,
+                "connector": rec.spec.connector,
+                "exitCode": code,
+                "backoffMs": delay_ms,
+                "consecutiveCrashes": rec.consecutive_crashes,
+            },
+        )
+
+    def _unsendable(self, rec: ConnectorRecord, message: IpcMessage, exc: Exception) -> None:
+        self.logger.error("cannot send a %s message to connection %s: %s",
+                          message.type, rec.name, exc,
+                          extra={"event": "connector.sendFailed", "connection": rec.name})
 
     async def _on_message(
         self, rec: ConnectorRecord, handle: AgentHandle, message: IpcMessage
@@ -203,7 +242,7 @@ class ConnectorSupervisor:
         elif isinstance(control, Ready):
             rec.transition("run")
         elif isinstance(control, (StartError, ConnectorError)):
-            rec.reported_error = str(control.message)
+            rec.report_error(str(control.message))
         elif isinstance(control, Completed):
             rec.transition("done")
 
@@ -216,7 +255,7 @@ class ConnectorSupervisor:
         try:
             accepted = await self.ingress.accept(rec.name, event.metadata.get("event"))
             receipt = accepted.receipt
-            rec.emitted += 0 if receipt.duplicate or receipt.dropped else 1
+            rec.count_emit(new=not (receipt.duplicate or receipt.dropped))
             answer = Answer(correlation, result={"id": receipt.id, "duplicate": receipt.duplicate,
                                                  "dropped": receipt.dropped})
         except ConnectorEventError as err:
@@ -229,18 +268,18 @@ class ConnectorSupervisor:
         # The answer goes out without holding up the next message of this connector: on an
         # engine where a send is a round trip (Ray), awaiting it would make a burst of emits
         # pay one round trip each, one after the other. The event is durable already.
-        self._task(self._send_answer(rec, handle, answer))
+        self._spawn_task(self._send_answer(rec, handle, answer))
 
     def _start_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str, raw: Any,
                    agent: str | None) -> None:
         try:
             event = ConnectorEvent.from_dict(raw)
         except ConnectorEventError as err:
-            self._task(self._send_answer(rec, handle, Answer(
+            self._spawn_task(self._send_answer(rec, handle, Answer(
                 correlation, error={"code": err.code, "message": err.message})))
             return
         key = (rec.name, event.id)
-        task = self._task(self._answer_ask(rec, handle, correlation, event, agent))
+        task = self._spawn_task(self._answer_ask(rec, handle, correlation, event, agent))
         self._asks[key] = task
         task.add_done_callback(
             lambda done: self._asks.pop(key, None) if self._asks.get(key) is done else None
@@ -249,14 +288,14 @@ class ConnectorSupervisor:
     async def _answer_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str,
                           event: ConnectorEvent, agent: str | None) -> None:
         def progress(payload: JsonObject) -> None:
-            self._task(self._send_answer(rec, handle, Delta(event.id, payload)))
+            self._spawn_task(self._send_answer(rec, handle, Delta(event.id, payload)))
 
         answer: Answer
         try:
             result: TurnAnswer = await ask_ingress(self.ingress, rec.name, event, agent=agent,
                                                         on_progress=progress)
             receipt = result.receipt
-            rec.emitted += 0 if receipt.duplicate or receipt.dropped else 1
+            rec.count_emit(new=not (receipt.duplicate or receipt.dropped))
             answer = Answer(correlation, result=result.to_dict())
         except asyncio.CancelledError:  # the connector cancelled it: the Turn is cancelled
             answer = Answer(
@@ -272,71 +311,13 @@ class ConnectorSupervisor:
             )
             answer = Answer(correlation, error={"code": err.code, "message": err.message})
         # a task like the progress sends before it: tasks start in order, so it leaves after them
-        self._task(self._send_answer(rec, handle, answer))
+        self._spawn_task(self._send_answer(rec, handle, answer))
 
     async def _send_answer(
         self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer | Delta
     ) -> None:
-        with contextlib.suppress(IpcError):
-            await handle.transport.send(
-                answer.ipc_message(sender=ORCHESTRATOR, to=rec.name, instance_key=rec.name))
-
-    async def _watch(
-        self, rec: ConnectorRecord, handle: AgentHandle, pump: asyncio.Task[Any]
-    ) -> None:
-        ended = await handle.wait()
-        try:  # the last reports (connectorError, completed) were written before the exit
-            async with asyncio.timeout(2.0):
-                await asyncio.shield(pump)
-        except (TimeoutError, asyncio.CancelledError):
-            pump.cancel()
-        with contextlib.suppress(Exception):
-            await handle.transport.aclose()
-        rec.ended(ended.status_code)
-        if self._stopping or rec.replacing:
-            rec.transition("exit")
-        elif ended.ok:
-            rec.transition("done")
-            self.logger.info(
-                "connector of Connection %s finished (run returned); not restarted",
-                rec.name,
-                extra={"event": "connector.completed", "connection": rec.name},
-            )
-        else:
-            self._crashed(rec, ended.status_code, rec.reported_error or ended.describe())
-        rec.reported_error = None
-        rec.exited.set()
-
-    def _crashed(self, rec: ConnectorRecord, code: int | None, cause: str) -> None:
-        delay = rec.count_crash(self.crash_threshold, stable_after_s=STABLE_AFTER_S, cause=cause)
-        self.logger.error(
-            "[E_CONNECTOR] Connection %s (connector %s) "
-            "failed: %s; restarting in %d ms (%d in a row)",
-            rec.name,
-            rec.spec.connector,
-            cause,
-            delay,
-            rec.consecutive_crashes,
-            extra={
-                "event": "connector.crashed",
-                "code": "E_CONNECTOR",
-                "connection": rec.name,
-                "connector": rec.spec.connector,
-                "exitCode": code,
-                "backoffMs": delay,
-                "consecutiveCrashes": rec.consecutive_crashes,
-            },
-        )
-        if self._stopping or rec.replacing:
-            return
-        if delay > 0:
-            rec.timer = asyncio.get_running_loop().call_later(delay / 1000, self._respawn, rec)
-        else:
-            self._respawn(rec)
-
-    def _respawn(self, rec: ConnectorRecord) -> None:
-        rec.timer = None
-        self._ensure_running(rec)
+        await self._send(rec, handle, answer.ipc_message(
+            sender=ORCHESTRATOR, to=rec.name, instance_key=rec.name))
 
     def add(self, spec: ConnectionSpec) -> None:
         """Start the process of a Connection that was not running (a reloaded bundle)."""
@@ -349,9 +330,7 @@ class ConnectorSupervisor:
         """Stop the Connection's process (``config_change``) and start it again with ``spec``."""
         rec = self.records[spec.name]
         await self._stop_for_change(rec)
-        rec.spec = spec
-        rec.reset_crashes()
-        rec.reported_error = None
+        rec.respec(spec)
         self._ensure_running(rec)
 
     async def remove(self, name: str) -> None:
@@ -362,51 +341,13 @@ class ConnectorSupervisor:
             del self.records[name]
 
     async def _stop_for_change(self, rec: ConnectorRecord) -> None:
-        if rec.timer is not None:
-            rec.timer.cancel()
-            rec.timer = None
-        rec.replacing = True
+        rec.hold_dispatch("config_change")  # stopped for a change: neither a crash nor completed
         try:
-            await self._stop(rec, reason="config_change")
+            await self._stop_record(rec, "config_change", None)
         finally:
-            rec.replacing = False
+            rec.resume_dispatch()
 
     async def shutdown(self) -> None:
         """Stop every connector: ``shutdown`` → cancel ``run`` → exit; SIGKILL after the grace."""
-        self._stopping = True
-        for rec in self.records.values():
-            if rec.timer is not None:
-                rec.timer.cancel()
-                rec.timer = None
-        await asyncio.gather(
-            *(self._stop(rec) for rec in self.records.values()), return_exceptions=True
-        )
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _stop(
-        self, rec: ConnectorRecord, reason: ShutdownReason = "orchestrator_shutdown"
-    ) -> None:
-        while rec.status == "spawning" and rec.handle is None:
-            await asyncio.sleep(0.005)
-        handle = rec.handle
-        if handle is None:
-            return
-        with contextlib.suppress(IpcError):
-            await handle.transport.send(IpcMessage.shutdown(
-                rec.name, grace_period_ms=self.grace_period_ms, reason=reason))
-        try:
-            async with asyncio.timeout(self.grace_period_ms / 1000):
-                await handle.wait()
-        except TimeoutError:
-            self.logger.warning("connector of Connection %s did not stop within %d ms; killing it",
-                                rec.name, self.grace_period_ms)
-            handle.kill()
-            await handle.wait()
-        while rec.handle is handle:
-            rec.exited.clear()
-            if rec.handle is not handle:
-                break
-            await rec.exited.wait()
+        await self._stop_all("orchestrator_shutdown", None)
+        await self._close_tasks()

@@ -12,7 +12,7 @@ Responsibilities (docs/orchestrator.md):
   (``metadata.inReplyTo``) is forwarded to the process that asked (or resolves a local future
   for :meth:`request`). If the callee dies during that Turn, the respawned process resumes it
   and the caller gets its answer (:mod:`goondan.swarm.resumes`).
-* **Supervision** (:class:`~goondan.swarm.supervisor.ProcessSupervisor`, the base class): a
+* **Supervision** (the base class :class:`~goondan.swarm.supervisor.ProcessSupervisor`): a
   non-zero exit is a crash: ``consecutiveCrashes += 1``; the first ``crash_threshold`` (5)
   respawn at once, then ``min(1 s · 2^(n-6), 300 s)`` in status ``crashLoopBackOff``; a finished
   Turn resets the count. A reconciliation loop (default every 5 s) respawns what is due and

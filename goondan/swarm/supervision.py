@@ -2,13 +2,13 @@
 "Supervision").
 
 Pure data and pure functions, so the policy is testable without processes. Every worker kind
-has a :class:`WorkerRecord`: agent instances an :class:`InstanceRecord` (applied by
-:class:`~goondan.swarm.supervisor.ProcessSupervisor`), Connections a
-:class:`~goondan.swarm.connector_supervisor.ConnectorRecord` (applied by
-:class:`~goondan.swarm.connector_supervisor.ConnectorSupervisor`). A record's ``status`` is the
-one status of its process; :data:`TRANSITIONS` is the one table of what moves it, for every
+has a :class:`WorkerRecord`: agent instances an :class:`InstanceRecord`, Connections a
+:class:`~goondan.swarm.connector_supervisor.ConnectorRecord`; both are applied by the one
+supervision loop, :class:`~goondan.swarm.supervisor.WorkerSupervisor`. A record's ``status`` is
+the one status of its process; :data:`TRANSITIONS` is the one table of what moves it, for every
 worker kind, :meth:`WorkerRecord.transition` the only place it changes and
-:meth:`WorkerRecord.count_crash` the one crash count and backoff.
+:meth:`WorkerRecord.count_crash` the one crash count and backoff. A record's fields change only
+through its methods.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Final, Literal, Self
 from goondan.ipc.logs import process_name
 from goondan.ipc.protocol import ShutdownReason
 from goondan.swarm.instance_queue import InstanceQueue
-from goondan.swarm.spawner import AgentHandle
+from goondan.swarm.spawner import AgentHandle, WorkerExit
 from goondan.types import AgentEvent, JsonObject, now_iso
 
 __all__ = [
@@ -100,8 +100,8 @@ def iso_from_epoch(epoch: float) -> str:
 @dataclass(kw_only=True)
 class WorkerRecord:
     """What every supervised worker has, whatever its kind: one ``status`` that only
-    :meth:`transition` changes, its process handle, crash counts (:meth:`count_crash`) and an
-    ``exited`` event per process."""
+    :meth:`transition` changes, its process handle, crash counts (:meth:`count_crash`), the
+    respawn after a backoff, the hold of a stop under way and an ``exited`` event per process."""
 
     status: ProcessStatus = "terminated"
     handle: AgentHandle | None = None
@@ -114,7 +114,19 @@ class WorkerRecord:
     started_at: str | None = None
     started_monotonic: float | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_mode: ShutdownReason | None = None  # set: a stop or restart is under way (no respawn)
+    next_spawn_at: float = 0.0  # time.monotonic(): the end of the backoff
+    _timer: asyncio.TimerHandle | None = None  # the respawn after a backoff
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def alive(self) -> bool:
+        return self.handle is not None
+
+    @property
+    def starting(self) -> bool:
+        """A spawn is under way (no handle yet)."""
+        return self.status == "spawning" and self.handle is None
 
     def transition(self, trigger: Trigger) -> ProcessStatus:
         """The one place the status changes (:data:`TRANSITIONS`); wakes :meth:`wait_for`."""
@@ -144,6 +156,13 @@ class WorkerRecord:
         self.consecutive_crashes = 0
         self.crash_looping = False
         self.last_error = None
+        self.next_spawn_at = 0.0
+
+    def crash_cause(self, ended: WorkerExit | None) -> str:
+        """Why the process crashed (``None``: it could not be spawned)."""
+        code = ended.status_code if ended is not None else None
+        return f"exited with code {code}" if code is None or code >= 0 else (
+            f"killed by signal {-code}")
 
     def count_crash(self, threshold: int, *, stable_after_s: float | None = None,
                     cause: str | None = None) -> int:
@@ -160,8 +179,30 @@ class WorkerRecord:
             self.last_error = cause
         delay = backoff_ms(self.consecutive_crashes, threshold)
         self.crash_looping = delay > 0
+        self.next_spawn_at = time.monotonic() + delay / 1000
         self.transition("backoff" if delay > 0 else "crash")
         return delay
+
+    def hold_dispatch(self, reason: ShutdownReason) -> None:
+        """A stop or restart for ``reason`` is under way: the worker is not respawned (and an
+        agent is sent nothing)."""
+        self.stop_mode = reason
+
+    def resume_dispatch(self) -> None:
+        self.stop_mode = None
+
+    def schedule_spawn(self, delay_s: float, callback: Callable[[], object]) -> None:
+        """Call ``callback`` after ``delay_s`` (the end of a backoff), unless one is pending."""
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(delay_s, callback)
+
+    def spawn_timer_fired(self) -> None:
+        self._timer = None
+
+    def cancel_spawn_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def shown_status(self, stable_after_s: float | None = None) -> ProcessStatus:
         """The status ``status`` shows: ``crashLoopBackOff`` while the worker is crash-looping —
@@ -200,13 +241,10 @@ class InstanceRecord(WorkerRecord):
     owner: tuple[str, str] | None = None
     created_at: str = field(default_factory=now_iso)
     inbox: InstanceQueue = field(default_factory=InstanceQueue)
-    stop_mode: ShutdownReason | None = None  # set: hold dispatch (a stop or restart is under way)
     processed: int = 0
-    next_spawn_at: float = 0.0  # time.monotonic()
     ready_signal: asyncio.Event = field(default_factory=asyncio.Event)  # per process: ready or gone
     # A started Turn whose process died, and how it exited (goondan/swarm/resumes.py).
     interrupted: tuple[AgentEvent, str] | None = None
-    _timer: asyncio.TimerHandle | None = None  # the respawn after a backoff
     _idle_timer: asyncio.TimerHandle | None = None  # policy.idleTimeoutMs (docs/scaling.md)
 
     @property
@@ -216,15 +254,6 @@ class InstanceRecord(WorkerRecord):
     @property
     def name(self) -> str:
         return process_name(self.agent_name, self.instance_key)
-
-    @property
-    def alive(self) -> bool:
-        return self.handle is not None
-
-    @property
-    def starting(self) -> bool:
-        """A spawn is under way (no handle yet)."""
-        return self.status == "spawning" and self.handle is None
 
     @property
     def ready(self) -> bool:
@@ -266,16 +295,6 @@ class InstanceRecord(WorkerRecord):
         super().ended(exit_code)
         self.ready_signal.set()
 
-    def count_crash(self, threshold: int, *, stable_after_s: float | None = None,
-                    cause: str | None = None) -> int:
-        delay = super().count_crash(threshold, stable_after_s=stable_after_s, cause=cause)
-        self.next_spawn_at = time.monotonic() + delay / 1000
-        return delay
-
-    def reset_crashes(self) -> None:
-        super().reset_crashes()
-        self.next_spawn_at = 0.0
-
     def turn_finished(self, steered: Collection[str] | None = None) -> None:
         """The turn in flight finished (``steered``: the ids of the steered inputs it took): it
         leaves the queue, the crash count starts over."""
@@ -284,26 +303,6 @@ class InstanceRecord(WorkerRecord):
         self.crash_looping = False
         self.processed += 1
         self.transition("turnFinished")
-
-    def hold_dispatch(self, reason: ShutdownReason) -> None:
-        """A stop or restart for ``reason`` is under way: nothing is sent to the process."""
-        self.stop_mode = reason
-
-    def resume_dispatch(self) -> None:
-        self.stop_mode = None
-
-    def schedule_spawn(self, delay_s: float, callback: Callable[[], object]) -> None:
-        """Call ``callback`` after ``delay_s`` (the end of a backoff), unless one is pending."""
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(delay_s, callback)
-
-    def spawn_timer_fired(self) -> None:
-        self._timer = None
-
-    def cancel_spawn_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
     def arm_idle_timer(self, delay_s: float, callback: Callable[[], object]) -> None:
         """(Re)start the idle timer: ``callback`` after ``delay_s`` without work."""
