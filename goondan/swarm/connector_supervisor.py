@@ -44,6 +44,8 @@ from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import ConnectorEventError, GoondanError, IpcError
 from goondan.ipc.control import (
     Answer,
+    ApprovalDecided,
+    ApprovalRequested,
     Cancel,
     Completed,
     ConnectorError,
@@ -128,6 +130,8 @@ class ConnectorSupervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         # (connection, event id) -> its Turn
         self._asks: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        # stores a connector's approval decisions (goondan.swarm.approval_relay), when set
+        self.approvals: Any = None
 
     def __repr__(self) -> str:
         live = sum(1 for r in self.records.values() if r.handle is not None)
@@ -196,6 +200,8 @@ class ConnectorSupervisor:
             )
         elif isinstance(control, Emit) and event.reply_to is not None:
             await self._answer_emit(rec, handle, event)
+        elif isinstance(control, ApprovalDecided) and event.reply_to is not None:
+            self._task(self._answer_decision(rec, handle, event.reply_to.correlation_id, control))
         elif isinstance(control, Cancel):
             task = self._asks.get((rec.name, control.event_id))
             if task is not None:
@@ -273,6 +279,36 @@ class ConnectorSupervisor:
             answer = Answer(correlation, error={"code": err.code, "message": err.message})
         # a task like the progress sends before it: tasks start in order, so it leaves after them
         self._task(self._send_answer(rec, handle, answer))
+
+    async def _answer_decision(self, rec: ConnectorRecord, handle: AgentHandle,
+                               correlation: str, decision: ApprovalDecided) -> None:
+        answer: Answer
+        if self.approvals is None:
+            answer = Answer(correlation, error={"code": "E_APPROVAL_FORBIDDEN",
+                                                "message": "this swarm takes no decisions here"})
+        else:
+            try:
+                answer = Answer(correlation, result=await self.approvals.decide(rec.name, decision))
+            except GoondanError as err:
+                self.logger.warning("connection %s: approval decision refused: %s", rec.name,
+                                    err.message, extra={"event": "connector.approvalRefused",
+                                                        "connection": rec.name})
+                answer = Answer(correlation, error={"code": err.code, "message": err.message})
+        await self._send_answer(rec, handle, answer)
+
+    async def send_approval(self, connection: str, message: ApprovalRequested) -> bool:
+        """Tell ``connection``'s connector process to announce an approval; False when it has
+        no live process."""
+        rec = self.records.get(connection)
+        handle = rec.handle if rec is not None else None
+        if rec is None or handle is None:
+            return False
+        try:
+            await handle.transport.send(
+                message.ipc_message(sender=ORCHESTRATOR, to=rec.name, instance_key=rec.name))
+        except IpcError:
+            return False
+        return True
 
     async def _send_answer(
         self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer | Delta
