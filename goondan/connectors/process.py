@@ -15,7 +15,10 @@ Arguments: ``--bundle-dir --connection-name --connector-name --state-root [--swa
    ``{error}`` (raised as :class:`ConnectorEventError`). ``ctx.ask(event)`` sends the same
    with ``answer: true``: the answer comes when the Turn ended, ``runtime.delta`` messages of
    its event id before it go to the caller's ``on_progress``, and cancelling the call sends
-   ``runtime.cancel {eventId}`` (:mod:`goondan.connectors.asking`);
+   ``runtime.cancel {eventId}`` (:mod:`goondan.connectors.asking`). A
+   ``runtime.approvalRequested`` from the orchestrator goes to the handler of
+   ``ctx.on_approval``; ``ctx.decide_approval`` sends ``runtime.approvalDecided`` and waits for
+   its ``runtime.answer`` (docs/approvals.md "Connectors");
 3. ``shutdown``, SIGTERM or EOF on the channel (orchestrator gone) cancel ``run`` (a sync
    ``run`` sees ``ctx.stopping`` set and gets :data:`SYNC_STOP_GRACE_S` to return) and the
    process exits 0; ``run`` returning exits 0; ``run`` raising is reported as

@@ -25,8 +25,10 @@ one :data:`~goondan.swarm.supervision.TRANSITIONS` table, one crash count and ba
 Messages from a connector process are never taken for an agent's: ``runtime.emit`` goes to
 :meth:`Ingress.accept` and is answered with ``runtime.answer``; one with ``answer: true``
 (``ctx.ask``) is answered when its Turn ended, its progress sent as ``runtime.delta`` and a
-``runtime.cancel`` of its event id cancels it (:mod:`goondan.connectors.asking`); other
-reports update the status.
+``runtime.cancel`` of its event id cancels it (:mod:`goondan.connectors.asking`);
+``runtime.approvalDecided`` goes to :attr:`ConnectorSupervisor.approvals` (an
+:class:`~goondan.swarm.approval_relay.ApprovalRelay`), which also announces approvals through
+:meth:`ConnectorSupervisor.send_approval`; other reports update the status.
 """
 
 from __future__ import annotations
