@@ -17,6 +17,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+from goondan.commands.trace import load_spans
+from goondan.runtime.traces import build_tree, format_tree
 from goondan.workspace.approvals import Approval, ApprovalStore
 from tests.support.connector_e2e import (
     base_bundle,
@@ -239,3 +241,13 @@ def test_webhook_signed_decision_post_denies_once_for_approvers_only(
     assert "E_APPROVAL_DENIED" in result and "not today" in result
     [decided] = _approvals(state_root)
     assert (decided.to_dict()["decidedBy"], decided.to_dict()["via"]) == ("ops-lead", "webhook")
+    # inspect trace shows the wait: a span under the waiting tool call, closed by the decision
+    spans = load_spans(state_root)
+    [wait] = [s for s in spans if s.kind == "approval"]
+    [call] = [s for s in spans if s.span_id == wait.parent_span_id]
+    assert (call.kind, wait.name, wait.attributes["approvalId"]) == (
+        "toolCall", "approval bash__exec", decided.id)
+    assert wait.duration_ms is not None and wait.duration_ms > 0
+    lines = format_tree(build_tree(s for s in spans if s.trace_id == wait.trace_id))
+    [line] = [line for line in lines if "approval bash__exec" in line]
+    assert line.endswith(": denied by ops-lead via webhook"), lines
