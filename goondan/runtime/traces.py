@@ -219,14 +219,14 @@ class SpanAssembler:
             _merge_attributes(record.attributes, payload)
             self.open[span_id] = record
             return None
-        record = self.open.pop(span_id, None)
-        if record is None or not timestamp:  # its request is not in these events
+        waiting = self.open.pop(span_id, None)
+        if waiting is None or not timestamp:  # its request is not in these events
             return None
-        _merge_attributes(record.attributes, payload)
-        waited = iso_to_unix_nanos(timestamp) - record.start_unix_nanos
-        record.duration_ms = max(waited, 0) / 1_000_000
-        record.status = "ok"
-        return record
+        _merge_attributes(waiting.attributes, payload)
+        waited = iso_to_unix_nanos(timestamp) - waiting.start_unix_nanos
+        waiting.duration_ms = max(waited, 0) / 1_000_000
+        waiting.status = "ok"
+        return waiting
 
     def _start(self, kind: str, payload: JsonObject) -> SpanRecord:
         timestamp = str(payload.get("timestamp") or "")
