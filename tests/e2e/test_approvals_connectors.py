@@ -149,6 +149,8 @@ def test_slack_approval_buttons_in_the_thread_decide_once_for_approvers_only(
             assert status == 401
             status, answer = _press(port, "U2", approve)
             assert status == 200 and answer["decided"] is True and answer["status"] == "approved"
+            status, replay = _press(port, "U2", approve)  # the same press again
+            assert status == 200 and (replay["decided"], replay["status"]) == (False, "approved")
             # Slack retries, a person double-clicks: the first decision stands
             status, replay = _press(port, "U3", {**approve, "action_id": "goondan_deny"})
             assert status == 200 and replay["decided"] is False
