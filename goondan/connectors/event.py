@@ -4,7 +4,8 @@ connector's ``async def run(ctx)`` receives (docs/connectors.md).
 A Connector is a protocol adapter. It turns outside traffic (stdin lines, HTTP requests, long
 polling) into :class:`ConnectorEvent` values and hands each to ``await ctx.emit(event)``. It never
 routes, never talks to agents and never answers users; routing is the orchestrator's job and
-replies go out through tools.
+replies go out through tools. The exception: an approval a Turn of the Connection waits for is
+announced and decided by its connector (``on_approval``, ``decide_approval``).
 
 ``ctx.emit`` returns an :class:`EmitReceipt` only once the event is durably accepted (appended
 and flushed to the Connection's inbox under the state root), so an HTTP connector may answer
