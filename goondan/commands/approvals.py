@@ -1,4 +1,5 @@
-"""``goondan approvals list|approve|deny``: answer the tool calls that wait for a person.
+"""``goondan approvals list|approve|deny|cancel``: answer the tool calls that wait for a person
+(``cancel``: cancel the parked turn, denying every pending approval of it).
 
 The decision is written into the workspace's approval store
 (:class:`~goondan.workspace.approvals.ApprovalStore`), which works whether the swarm runs or
@@ -113,8 +114,6 @@ def list_approvals(bundle: str | None = None, show_all: bool = False, as_json: b
 
 def _decide(approval: str, *, approve: bool, args: str | None, note: str | None, reason: str | None,
             bundle: str | None, state_root: str | None, as_json: bool) -> None:
-    import getpass
-
     from goondan.errors import UsageError
 
     options = get_globals()
@@ -138,12 +137,8 @@ def _decide(approval: str, *, approve: bool, args: str | None, note: str | None,
     store, workspace = _find(root, bundle or options.bundle, approval)
     if edited is not None:
         _check_args(root, workspace, store.get(approval), edited)
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
     found, mine = store.decide(
-        approval, approve=approve, by=user, via="cli", args=edited, note=note, reason=reason
+        approval, approve=approve, by=_user(), via="cli", args=edited, note=note, reason=reason
     )
     notified = _notify(root, approval)
     row = found.to_dict()
@@ -165,6 +160,15 @@ def _decide(approval: str, *, approve: bool, args: str | None, note: str | None,
         click.echo(f"{approval} was already {found.status}"
                    + (f" by {row['decidedBy']} via {row['via']}" if row.get("decidedBy") else "")
                    + "; nothing changed")
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def _check_args(state_root: Path, workspace: str, found: Any, edited: dict[str, Any]) -> None:
@@ -269,3 +273,39 @@ def deny(approval_id: str, reason: str | None, bundle: str | None, as_json: bool
     """Deny APPROVAL_ID: the tool call does not run; the model gets E_APPROVAL_DENIED."""
     _decide(approval_id, approve=False, args=None, note=None, reason=reason, bundle=bundle,
             state_root=state_root, as_json=as_json)
+
+
+CANCELLED_REASON = "the turn was cancelled"
+
+
+@approvals.command("cancel")
+@click.argument("approval_id")
+@click.option("--reason", default=None, help=f"Why [default: {CANCELLED_REASON}].")
+@_with_common
+def cancel(approval_id: str, reason: str | None, bundle: str | None, as_json: bool,
+           state_root: str | None) -> None:
+    """Cancel the parked turn of APPROVAL_ID: every pending approval of that turn is denied;
+    the turn resumes with E_APPROVAL_DENIED for those calls and ends."""
+    options = get_globals()
+    root = options.resolve_state_root(state_root)
+    store, _ = _find(root, bundle or options.bundle, approval_id)
+    request = store.get(approval_id).request
+    turn = [a for a in store.list(status="pending", agent=request.get("agent"),
+                                  instance_key=request.get("instanceKey"))
+            if a.request.get("turnId") == request.get("turnId")]
+    user, denied = _user(), []
+    for found in turn:
+        decided, mine = store.decide(found.id, approve=False, by=user, via="cli",
+                                     reason=reason or CANCELLED_REASON)
+        if mine:
+            denied.append(decided.id)
+    notified = _notify(root, denied[0]) if denied else False
+    if as_json or options.json_errors:
+        click.echo(json.dumps({"turnId": request.get("turnId"), "denied": denied,
+                               "notified": notified}))
+    elif not denied:
+        click.echo(f"turn {request.get('turnId')} has no pending approval; nothing changed")
+    else:
+        click.echo(f"turn {request.get('turnId')} cancelled: denied {', '.join(denied)}"
+                   + (" (the running swarm resumes the turn)" if notified
+                      else " (applied when the swarm runs)"))

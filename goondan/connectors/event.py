@@ -4,7 +4,8 @@ connector's ``async def run(ctx)`` receives (docs/connectors.md).
 A Connector is a protocol adapter. It turns outside traffic (stdin lines, HTTP requests, long
 polling) into :class:`ConnectorEvent` values and hands each to ``await ctx.emit(event)``. It never
 routes, never talks to agents and never answers users; routing is the orchestrator's job and
-replies go out through tools.
+replies go out through tools. The exception: an approval a Turn of the Connection waits for is
+announced and decided by its connector (``on_approval``, ``decide_approval``).
 
 ``ctx.emit`` returns an :class:`EmitReceipt` only once the event is durably accepted (appended
 and flushed to the Connection's inbox under the state root), so an HTTP connector may answer
@@ -209,6 +210,11 @@ EmitFn = Callable[[ConnectorEvent], Awaitable[EmitReceipt]]
 # (event, agent, on_progress) -> a goondan.connectors.asking.TurnAnswer (not imported: it imports
 # this)
 AskFn = Callable[[ConnectorEvent, str | None, Callable[[JsonObject], None] | None], Awaitable[Any]]
+# (approval id, approve, by, via, args, note, reason) -> {status, decided, decidedBy, via}
+DecideFn = Callable[[str, bool, str, str, JsonObject | None, str | None, str | None],
+                    Awaitable[JsonObject]]
+# (the approval's listing row, the input event's properties) -> None: announce it
+ApprovalHandler = Callable[[JsonObject, dict[str, Any]], Awaitable[None]]
 
 
 class ConnectorContext:
@@ -231,6 +237,13 @@ class ConnectorContext:
       ``entry_agent``: the Swarm the Connection is bound to.
     * ``stopping``: a :class:`threading.Event` set when the connector is told to stop; a sync
       ``run`` watches it and returns (an async ``run`` is cancelled instead).
+    * ``on_approval(handler)``: ``await handler(approval, properties)`` is called when a turn
+      whose input came from this Connection waits for a person (``approval``: the listing row
+      of docs/approvals.md; ``properties``: the input event's properties, where to announce it).
+    * ``await decide_approval(id, approve=, by=, via=, args=, note=, reason=)``: store a
+      decision a person took here; the parked turn resumes. Returns ``{status, decided,
+      decidedBy, via}`` (``decided`` false: an earlier decision stands); raises
+      :class:`goondan.errors.ConnectorError` when the orchestrator refuses it.
     """
 
     def __init__(
@@ -243,6 +256,7 @@ class ConnectorContext:
         emit: EmitFn,
         state_dir: Path,
         ask: AskFn | None = None,
+        decide: DecideFn | None = None,
         agents: Mapping[str, str] | None = None,
         entry_agent: str = "",
         logger: logging.Logger | None = None,
@@ -257,6 +271,8 @@ class ConnectorContext:
         self.stopping = threading.Event()
         self._emit = emit
         self._ask = ask
+        self._decide = decide
+        self.approval_handler: ApprovalHandler | None = None
         self.agents: dict[str, str] = dict(agents or {})
         self.entry_agent = entry_agent
         self._loop = loop
@@ -295,6 +311,20 @@ class ConnectorContext:
             self.logger.warning("invalid event dropped: %s", err.message)
             raise
         return await self._ask(parsed, agent, on_progress)
+
+    def on_approval(self, handler: ApprovalHandler) -> None:
+        """Announce approval requests with ``handler`` (see the class docstring)."""
+        self.approval_handler = handler
+
+    async def decide_approval(self, approval: str, *, approve: bool, by: str, via: str,
+                              args: JsonObject | None = None, note: str | None = None,
+                              reason: str | None = None) -> JsonObject:
+        """Store a decision for ``approval`` through the orchestrator (class docstring)."""
+        if self._decide is None:
+            raise RuntimeError(
+                "decide_approval needs a running swarm (it is set when goondan runs the connector)"
+            )
+        return await self._decide(approval, approve, by, via, args, note, reason)
 
     def emit_sync(self, event: ConnectorEvent | Mapping[str, Any]) -> EmitReceipt:
         """:meth:`emit` for a sync ``run(ctx)``: called from its thread, it blocks until the

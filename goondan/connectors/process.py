@@ -15,7 +15,10 @@ Arguments: ``--bundle-dir --connection-name --connector-name --state-root [--swa
    ``{error}`` (raised as :class:`ConnectorEventError`). ``ctx.ask(event)`` sends the same
    with ``answer: true``: the answer comes when the Turn ended, ``runtime.delta`` messages of
    its event id before it go to the caller's ``on_progress``, and cancelling the call sends
-   ``runtime.cancel {eventId}`` (:mod:`goondan.connectors.asking`);
+   ``runtime.cancel {eventId}`` (:mod:`goondan.connectors.asking`). A
+   ``runtime.approvalRequested`` from the orchestrator goes to the handler of
+   ``ctx.on_approval``; ``ctx.decide_approval`` sends ``runtime.approvalDecided`` and waits for
+   its ``runtime.answer`` (docs/approvals.md "Connectors");
 3. ``shutdown``, SIGTERM or EOF on the channel (orchestrator gone) cancel ``run`` (a sync
    ``run`` sees ``ctx.stopping`` set and gets :data:`SYNC_STOP_GRACE_S` to return) and the
    process exits 0; ``run`` returning exits 0; ``run`` raising is reported as
@@ -46,6 +49,7 @@ from goondan.ipc import control
 from goondan.ipc.channel import PipeTransport, Transport
 from goondan.ipc.protocol import ORCHESTRATOR
 from goondan.secrets import mask
+from goondan.types import JsonObject
 from goondan.workspace.files import private_dirs
 
 __all__ = ["ConnectorWorker", "parse_args", "process_main", "serve"]
@@ -75,6 +79,8 @@ class ConnectorWorker:
         self._pending: dict[str, asyncio.Future[control.Answer]] = {}
         self._progress: dict[str, ProgressFn] = {}  # event id -> the on_progress of its ask
         self.stop_requested = asyncio.Event()
+        self.ctx: ConnectorContext | None = None  # set once opened: approval requests go to it
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<ConnectorWorker {self.connection_name} pending={len(self._pending)}>"
@@ -145,6 +151,42 @@ class ConnectorWorker:
             )
         return TurnAnswer.from_dict(answer.result, event.id)
 
+    async def decide(self, approval: str, approve: bool, by: str, via: str,
+                     args: JsonObject | None, note: str | None,
+                     reason: str | None) -> JsonObject:
+        """Send a decision (``runtime.approvalDecided``) and wait for the orchestrator's answer."""
+        correlation = f"corr_{uuid.uuid4().hex}"
+        future: asyncio.Future[control.Answer] = asyncio.get_running_loop().create_future()
+        self._pending[correlation] = future
+        try:
+            await self.report(control.ApprovalDecided(
+                correlation_id=correlation, approval_id=approval, approve=approve, by=by, via=via,
+                args=args, note=note, reason=reason))
+            answer = await future
+        finally:
+            self._pending.pop(correlation, None)
+        if isinstance(answer.error, dict):
+            raise ConnectorError(str(answer.error.get("message")),
+                                 code=str(answer.error.get("code") or "E_CONNECTOR"))
+        return answer.result if isinstance(answer.result, dict) else {}
+
+    def _announce(self, message: control.ApprovalRequested) -> None:
+        handler = self.ctx.approval_handler if self.ctx is not None else None
+        if handler is None:
+            _log.info("approval %s not announced: this connector announces no approvals",
+                      message.approval.get("id"))
+            return
+
+        async def announce() -> None:
+            try:
+                await handler(dict(message.approval), dict(message.properties))
+            except Exception:  # a connector's bug must not stop the read loop
+                _log.exception("announcing approval %s failed", message.approval.get("id"))
+
+        task = asyncio.ensure_future(announce())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def read_loop(self) -> None:
         """Resolve answers; ``shutdown`` or EOF sets :attr:`stop_requested`."""
         while True:
@@ -169,6 +211,8 @@ class ConnectorWorker:
                     future = self._pending.get(answer.in_reply_to)
                     if future is not None and not future.done():
                         future.set_result(answer)
+                elif isinstance(answer, control.ApprovalRequested):
+                    self._announce(answer)
                 elif isinstance(answer, control.Delta):
                     listener = self._progress.get(answer.event_id)
                     if listener is not None:
@@ -235,8 +279,8 @@ async def _open(
         agents[name] = description.strip() if isinstance(description, str) else ""
     ctx = ConnectorContext(
         connection_name=spec.name, connector_name=spec.connector, config=config, secrets=secrets,
-        emit=worker.emit, ask=worker.ask, state_dir=state_dir, loop=asyncio.get_running_loop(),
-        agents=agents, entry_agent=swarm.entry_agent,
+        emit=worker.emit, ask=worker.ask, decide=worker.decide, state_dir=state_dir,
+        loop=asyncio.get_running_loop(), agents=agents, entry_agent=swarm.entry_agent,
     )
     return run, ctx
 
@@ -301,6 +345,7 @@ async def serve(
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop_requested.set)
     try:
         run, ctx = await _open(args, worker)
+        worker.ctx = ctx
     except Exception as exc:  # any start failure is reported the same way, once
         message = exc.message if isinstance(exc, GoondanError) else f"{type(exc).__name__}: {exc}"
         _log.error("connection %s failed to start: %s", args.connection_name, mask(message))

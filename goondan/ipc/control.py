@@ -9,8 +9,9 @@ written in one place and a misspelt key cannot silently read as ``None``.
 Worker → orchestrator: :class:`Ready`, :class:`TurnStarted`, :class:`TurnFinished`,
 :class:`StartError`, :class:`Delta` (a streamed runtime event), the queries
 :class:`SpawnQuery` and :class:`ListQuery`, and a connector's :class:`Emit`,
-:class:`ConnectorError`, :class:`Completed`. Orchestrator → worker: :class:`Cancel`,
-:class:`Inspect` (a state query) and :class:`Answer` (to a query or an ``emit``).
+:class:`ConnectorError`, :class:`Completed`, :class:`ApprovalDecided`. Orchestrator → worker:
+:class:`Cancel`, :class:`Inspect` (a state query), :class:`Answer` (to a query or an ``emit``)
+and, to a connector, :class:`ApprovalRequested`.
 ``shutdown`` / ``shutdown_ack`` are IPC message types of their own (:class:`Shutdown`,
 :class:`ShutdownAck`, :func:`decode_shutdown`).
 """
@@ -28,6 +29,8 @@ from goondan.types import AgentEvent, JsonObject, ReplyChannel
 __all__ = [
     "CONTROL_TYPES",
     "Answer",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "Cancel",
     "Completed",
     "ConnectorError",
@@ -234,6 +237,33 @@ class Emit(Query):
 
 
 @dataclass(frozen=True)
+class ApprovalDecided(Query):
+    """A connector took a decision for approval ``approval_id`` (a Slack button, a Telegram
+    inline keyboard, a signed webhook POST): the orchestrator stores it and resumes the parked
+    turn (docs/approvals.md); answered with ``{status, decided, decidedBy, via}`` or an error."""
+
+    kind: ClassVar[str] = "approvalDecided"
+    approval_id: str = ""
+    approve: bool = False
+    by: str = ""
+    via: str = ""
+    args: JsonObject | None = None
+    note: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalRequested(Control):
+    """Orchestrator → connector: a turn whose input came from this Connection waits for
+    ``approval`` (the listing row of docs/approvals.md); ``properties`` are the input event's
+    properties (where to announce it: Slack channel and thread, Telegram chat)."""
+
+    kind: ClassVar[str] = "approvalRequested"
+    approval: JsonObject = field(default_factory=dict)
+    properties: JsonObject = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Answer(Control):
     """The answer to a :class:`Query`: ``result`` or ``error`` ``{code, message}``."""
 
@@ -271,7 +301,8 @@ class Completed(Control):
 CONTROL_TYPES: Final[dict[str, type[Control]]] = {
     cls.kind: cls
     for cls in (Ready, TurnStarted, TurnFinished, StartError, Delta, SpawnQuery, ListQuery, Inspect,
-                Emit, Answer, Cancel, ConnectorError, Completed)
+                Emit, Answer, Cancel, ConnectorError, Completed, ApprovalDecided,
+                ApprovalRequested)
 }
 
 

@@ -4,12 +4,16 @@ Runtime events come in pairs (``turn.started`` … ``turn.completed``); :class:`
 pairs them by ``spanId`` into :class:`SpanRecord` objects, whichever process or file they came
 from. :func:`build_tree` links the spans of a trace by ``parentSpanId`` into one tree (coordinator
 turn → step → ``agents__request`` tool call → agent request → worker turn → …), and
-:func:`format_tree` draws it. The exporter (``goondan/otlp/``) sends the same records. See
-docs/observability.md "Span tree".
+:func:`format_tree` draws it. The wait for a person is a span of kind ``approval`` under the
+waiting tool call, from ``approval.requested`` to ``approval.decided`` (paired by
+``approvalId``: the decision is applied by the resumed turn, in another span), still
+``waiting`` while undecided (docs/approvals.md "Events"). The exporter (``goondan/otlp/``)
+sends the same records. See docs/observability.md "Span tree".
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -144,6 +148,8 @@ class SpanAssembler:
             return None
         if event_type == "ingress.received":
             return self._ingress(payload)
+        if event_type in ("approval.requested", "approval.decided"):
+            return self._approval(event_type, payload)
         kind = _KINDS.get(event_type.split(".", 1)[0])
         span_id = payload.get("spanId")
         trace_id = payload.get("traceId")
@@ -191,6 +197,36 @@ class SpanAssembler:
         )
         _merge_attributes(record.attributes, payload)
         return record
+
+    def _approval(self, event_type: str, payload: JsonObject) -> SpanRecord | None:
+        """The wait for a decision: opened by ``approval.requested`` (a child of the waiting
+        tool call), closed by the ``approval.decided`` of the same ``approvalId``."""
+        ident = payload.get("approvalId")
+        if not isinstance(ident, str) or not ident:
+            return None
+        span_id = hashlib.sha256(ident.encode()).hexdigest()[:16]  # an OTLP-shaped span id
+        timestamp = str(payload.get("timestamp") or "")
+        if event_type == "approval.requested":
+            if not payload.get("traceId") or not payload.get("spanId") or not timestamp:
+                return None
+            record = SpanRecord(
+                trace_id=str(payload["traceId"]), span_id=span_id,
+                parent_span_id=str(payload["spanId"]),
+                name=f"approval {payload.get('toolName') or ''}".strip(), kind="approval",
+                agent_name=str(payload.get("agentName") or ""),
+                instance_key=str(payload.get("instanceKey") or ""), start_time=timestamp,
+                start_unix_nanos=iso_to_unix_nanos(timestamp))
+            _merge_attributes(record.attributes, payload)
+            self.open[span_id] = record
+            return None
+        waiting = self.open.pop(span_id, None)
+        if waiting is None or not timestamp:  # its request is not in these events
+            return None
+        _merge_attributes(waiting.attributes, payload)
+        waited = iso_to_unix_nanos(timestamp) - waiting.start_unix_nanos
+        waiting.duration_ms = max(waited, 0) / 1_000_000
+        waiting.status = "ok"
+        return waiting
 
     def _start(self, kind: str, payload: JsonObject) -> SpanRecord:
         timestamp = str(payload.get("timestamp") or "")
@@ -242,6 +278,19 @@ def _usage_text(usage: JsonObject | None) -> str:
     return text
 
 
+def _approval_text(span: SpanRecord) -> str:
+    """``waited 1.2 s: approved by U2 via slack:U2``, or ``waiting`` (no decision yet)."""
+    if span.duration_ms is None:
+        return "waiting for a decision"
+    attrs = span.attributes
+    text = f"waited {span.duration_ms / 1000:.1f} s: {attrs.get('status', 'decided')}"
+    if attrs.get("decidedBy"):
+        text += f" by {attrs['decidedBy']}"
+    if attrs.get("via"):
+        text += f" via {attrs['via']}"
+    return text
+
+
 def format_tree(roots: list[SpanRecord]) -> list[str]:
     """The indented tree, one line per span: name, agent, duration, tokens, cost, error."""
     lines: list[str] = []
@@ -250,7 +299,12 @@ def format_tree(roots: list[SpanRecord]) -> list[str]:
         parts = [("  " * depth) + span.name]
         if span.kind == "turn":
             parts.append(f"[{span.agent_name}@{span.instance_key}]")
-        parts.append(f"{span.duration_ms:.1f} ms" if span.duration_ms is not None else "running")
+        if span.kind == "approval":
+            parts.append(_approval_text(span))
+        else:
+            parts.append(
+                f"{span.duration_ms:.1f} ms" if span.duration_ms is not None else "running"
+            )
         if span.kind in ("turn", "llm"):
             usage = _usage_text(span.token_usage)
             if usage:

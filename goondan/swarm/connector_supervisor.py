@@ -28,8 +28,10 @@ connector's own:
 Messages from a connector process are never taken for an agent's: ``runtime.emit`` goes to
 :meth:`Ingress.accept` and is answered with ``runtime.answer``; one with ``answer: true``
 (``ctx.ask``) is answered when its Turn ended, its progress sent as ``runtime.delta`` and a
-``runtime.cancel`` of its event id cancels it (:mod:`goondan.connectors.asking`); other
-reports update the status.
+``runtime.cancel`` of its event id cancels it (:mod:`goondan.connectors.asking`);
+``runtime.approvalDecided`` goes to :attr:`ConnectorSupervisor.approvals` (an
+:class:`~goondan.swarm.approval_relay.ApprovalRelay`), which also announces approvals through
+:meth:`ConnectorSupervisor.send_approval`; other reports update the status.
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ from typing import Any
 from goondan.connectors.asking import TurnAnswer
 from goondan.connectors.event import ConnectorEvent
 from goondan.connectors.spec import ConnectionSpec
-from goondan.errors import ConnectorEventError, GoondanError
+from goondan.errors import ConnectorEventError, GoondanError, IpcError
 from goondan.ipc.control import (
     Answer,
+    ApprovalDecided,
+    ApprovalRequested,
     Cancel,
     Completed,
     ConnectorError,
@@ -150,6 +154,8 @@ class ConnectorSupervisor(WorkerSupervisor[str, ConnectorRecord]):
         self.records = {c.name: ConnectorRecord(c) for c in connections}
         # (connection, event id) -> its Turn
         self._asks: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        # stores a connector's approval decisions (goondan.swarm.approval_relay), when set
+        self.approvals: Any = None
 
     def __repr__(self) -> str:
         live = sum(1 for r in self.records.values() if r.handle is not None)
@@ -235,6 +241,10 @@ class ConnectorSupervisor(WorkerSupervisor[str, ConnectorRecord]):
             )
         elif isinstance(control, Emit) and event.reply_to is not None:
             await self._answer_emit(rec, handle, event)
+        elif isinstance(control, ApprovalDecided) and event.reply_to is not None:
+            self._spawn_task(
+                self._answer_decision(rec, handle, event.reply_to.correlation_id, control)
+            )
         elif isinstance(control, Cancel):
             task = self._asks.get((rec.name, control.event_id))
             if task is not None:
@@ -312,6 +322,36 @@ class ConnectorSupervisor(WorkerSupervisor[str, ConnectorRecord]):
             answer = Answer(correlation, error={"code": err.code, "message": err.message})
         # a task like the progress sends before it: tasks start in order, so it leaves after them
         self._spawn_task(self._send_answer(rec, handle, answer))
+
+    async def _answer_decision(self, rec: ConnectorRecord, handle: AgentHandle,
+                               correlation: str, decision: ApprovalDecided) -> None:
+        answer: Answer
+        if self.approvals is None:
+            answer = Answer(correlation, error={"code": "E_APPROVAL_FORBIDDEN",
+                                                "message": "this swarm takes no decisions here"})
+        else:
+            try:
+                answer = Answer(correlation, result=await self.approvals.decide(rec.name, decision))
+            except GoondanError as err:
+                self.logger.warning("connection %s: approval decision refused: %s", rec.name,
+                                    err.message, extra={"event": "connector.approvalRefused",
+                                                        "connection": rec.name})
+                answer = Answer(correlation, error={"code": err.code, "message": err.message})
+        await self._send_answer(rec, handle, answer)
+
+    async def send_approval(self, connection: str, message: ApprovalRequested) -> bool:
+        """Tell ``connection``'s connector process to announce an approval; False when it has
+        no live process."""
+        rec = self.records.get(connection)
+        handle = rec.handle if rec is not None else None
+        if rec is None or handle is None:
+            return False
+        try:
+            await handle.transport.send(
+                message.ipc_message(sender=ORCHESTRATOR, to=rec.name, instance_key=rec.name))
+        except IpcError:
+            return False
+        return True
 
     async def _send_answer(
         self, rec: ConnectorRecord, handle: AgentHandle, answer: Answer | Delta

@@ -229,6 +229,14 @@ class SwarmService:
         # One supervised connector process per Connection of this Swarm (docs/connectors.md).
         self.connections = ConnectionRuntime(bundle, self.swarm, self.orchestrator, spawner,
                                              state_root=self.state_root)
+        from goondan.swarm.approval_relay import ApprovalRelay
+
+        # Approvals announced and decided where the conversation came from (docs/approvals.md).
+        relay = ApprovalRelay(self.state_root, self.workspace_id, resume=self._approval_decided,
+                              send=self.connections.supervisor.send_approval,
+                              agents=tuple(self.swarm.agents))
+        self.connections.supervisor.approvals = relay
+        self.orchestrator.add_event_sink(relay)
         self._server: asyncio.AbstractServer | None = None
         self._watcher: Any = None
         self._approvals_task: asyncio.Future[None] | None = None  # _watch_approvals

@@ -317,3 +317,41 @@ def test_the_timestamped_signature_recipe_of_the_docs_is_accepted(
             assert inbox.events[0].message["text"] == "The database is down"
 
     asyncio.run(body())
+
+
+def _deciding(ctx: Any, decided: list[tuple[Any, ...]]) -> Any:
+    """``ctx`` whose ``decide_approval`` records its calls (the orchestrator's side)."""
+    async def decide(approval: str, approve: bool, by: str, via: str, args: Any, note: Any,
+                     reason: Any) -> dict[str, Any]:
+        decided.append((approval, approve, by, via))
+        return {"id": approval, "status": "approved", "decided": True, "decidedBy": by,
+                "via": via}
+
+    ctx._decide = decide
+    return ctx
+
+
+@pytest.mark.parametrize(("secret", "approvers", "status"), [
+    (True, None, 403),  # APPROVERS unset: nobody may decide (fail closed)
+    (True, "alice, ops-lead", 200),
+    (False, "ops-lead", 403),  # an unsigned Connection takes no decisions at all
+])
+def test_an_approval_decision_needs_a_signature_and_a_listed_approver(
+    tmp_path: Path, secret: bool, approvers: str | None, status: int
+) -> None:
+    async def body() -> None:
+        decided: list[tuple[Any, ...]] = []
+        config = {"PATH": "/hooks", **({"APPROVERS": approvers} if approvers else {})}
+        ctx = _deciding(context(tmp_path, RecordingInbox(), secret=secret, **config), decided)
+        async with running(webhook, ctx) as url:
+            payload = json.dumps({"decision": "approve", "by": "ops-lead"}).encode()
+            got, answer = await post(url + "/hooks/approvals/apr_0123", payload,
+                                     {"X-Signature-256": sign(payload)})
+            assert got == status, answer
+            assert decided == ([("apr_0123", True, "ops-lead", "webhook")] if status == 200
+                               else [])
+            # another path under PATH stays 404
+            got, _ = await post(url + "/hooks/other", payload, {"X-Signature-256": sign(payload)})
+            assert got == 404
+
+    asyncio.run(body())

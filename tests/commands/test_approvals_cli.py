@@ -155,3 +155,52 @@ def test_a_decision_taken_while_stopped_is_applied_when_the_instance_opens(
 
     run_async(main())
     assert (root / "work" / "old.txt").exists()
+
+
+def test_cancelling_the_parked_turn_denies_every_pending_approval_of_it(
+    tmp_path: Path, state_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "bundle"
+    shutil.copytree(EXAMPLE, root)
+    (root / "work").mkdir()
+    for name in ("old.txt", "keep.txt"):
+        (root / "work" / name).write_text(name)
+
+    async def park() -> list[str]:
+        model = ScriptedModel([{"toolCalls": [
+            {"name": "files__delete", "args": {"path": "old.txt"}},
+            {"name": "files__delete", "args": {"path": "keep.txt"}}]}])
+        async with Runtime.from_bundle(
+            root, state_root=state_root, models={"assistant": model}
+        ) as rt:
+            result = await rt.run_turn(None, "delete both", instance_key="k")
+        return [str(row["id"]) for row in result.metadata["approvals"]]
+
+    ids = run_async(park())
+    assert len(ids) == 2
+    code, out, _ = run(capsys, "--state-root", str(state_root), "approvals", "cancel", ids[1],
+                       "--json")
+    assert code == 0
+    cancelled = json.loads(out)
+    assert sorted(cancelled["denied"]) == sorted(ids) and cancelled["notified"] is False
+    code, out, _ = run(capsys, "--state-root", str(state_root), "approvals", "list", "--all",
+                       "--json")
+    rows = json.loads(out)
+    assert {(r["status"], r["denyReason"], r["via"]) for r in rows} == {
+        ("denied", "the turn was cancelled", "cli")}
+    code, out, _ = run(capsys, "--state-root", str(state_root), "approvals", "cancel", ids[0])
+    assert code == 0 and "nothing changed" in out
+
+    async def resume() -> None:
+        model = ScriptedModel(["nothing deleted"])
+        async with Runtime.from_bundle(
+            root, state_root=state_root, models={"assistant": model}
+        ) as rt:
+            instance = await rt.instance(None, "k")
+            assert (await instance.resume()) is not None
+            assert instance.parked is None and instance.messages[-1].text == "nothing deleted"
+            sent = json.dumps(model.requests[0].messages)
+            assert sent.count("E_APPROVAL_DENIED") == 2 and "the turn was cancelled" in sent
+
+    run_async(resume())
+    assert (root / "work" / "old.txt").exists() and (root / "work" / "keep.txt").exists()

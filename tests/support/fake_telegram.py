@@ -69,6 +69,17 @@ class FakeTelegram:
                    "text": text, **extra}
         return self.add_update({"message": message})
 
+    def add_callback(self, chat_id: int, user_id: int, data: str, *,
+                     message_id: int = 1) -> int:
+        """Queue a ``callback_query`` update: user ``user_id`` pressed an inline button with
+        ``callback_data`` ``data`` under the bot's message ``message_id`` in ``chat_id``."""
+        query = {"id": f"cbq-{self.next_update_id}", "chat_instance": f"ci-{chat_id}",
+                 "from": {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"},
+                 "message": {"message_id": message_id, "date": 1700000000,
+                             "chat": {"id": chat_id, "type": "private"}, "text": "..."},
+                 "data": data}
+        return self.add_update({"callback_query": query})
+
     def throttle(self, retry_after: int, times: int = 1) -> None:
         """Answer the next ``times`` calls with 429 and ``retry_after``."""
         with self.lock:
@@ -154,6 +165,11 @@ class FakeTelegram:
 
     def api_sendChatAction(self, params: dict[str, Any]) -> bool:
         self._chat(params)
+        return True
+
+    def api_answerCallbackQuery(self, params: dict[str, Any]) -> bool:
+        if not params.get("callback_query_id"):
+            raise _ApiError(400, "Bad Request: query is too old and response timeout expired")
         return True
 
     def api_getFile(self, params: dict[str, Any]) -> dict[str, Any]:

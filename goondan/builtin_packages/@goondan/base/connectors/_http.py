@@ -7,7 +7,8 @@ It serves one POST path and nothing else, which keeps it small enough to reason 
   → 431; they must arrive within ``header_timeout`` (10 s) or the connection is dropped
   (slowloris) — a new connection that sends nothing is closed after ``header_timeout`` too;
   a malformed request line → 400;
-* another path (than ``path`` and ``extra_paths``) → 404, another method → 405, both answered
+* another path (than ``path``, ``extra_paths`` and those under ``prefixes``) → 404, another
+  method → 405, both answered
   before the body is read;
 * ``Content-Length`` over ``max_body_bytes`` → 413 before reading; ``Transfer-Encoding:
   chunked`` bodies are read chunk by chunk and refused with 413 as soon as they grow past the
@@ -123,6 +124,7 @@ class HttpServer:
         port: int,
         path: str = "/",
         extra_paths: tuple[str, ...] = (),
+        prefixes: tuple[str, ...] = (),
         methods: tuple[str, ...] = ("POST",),
         max_body_bytes: int = 1024 * 1024,
         max_header_bytes: int = 16 * 1024,
@@ -140,6 +142,7 @@ class HttpServer:
         self.port = port
         self.path = path
         self.extra_paths = extra_paths  # served too (the A2A agent card's well-known path)
+        self.prefixes = prefixes  # and every path under these (webhook's <PATH>/approvals/)
         self.methods = methods
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
@@ -298,7 +301,8 @@ class HttpServer:
             method, target, version = _request_line(first, self.max_header_bytes)
             headers = await self._read_headers(reader, len(first))
         parts = urlsplit(target)
-        if parts.path != self.path and parts.path not in self.extra_paths:
+        if (parts.path != self.path and parts.path not in self.extra_paths
+                and not parts.path.startswith(self.prefixes)):
             raise _Refused(404, "not_found")
         if method not in self.methods:
             raise _Refused(405, "method_not_allowed")

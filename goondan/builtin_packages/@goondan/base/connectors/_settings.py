@@ -178,6 +178,7 @@ async def serve_http(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     methods: tuple[str, ...] = ("POST",),
     extra_paths: tuple[str, ...] = (),
+    prefixes: tuple[str, ...] = (),
 ) -> None:
     """Run an :class:`HttpServer` for ``handler`` until cancelled.
 
@@ -198,6 +199,7 @@ async def serve_http(
         port=port,
         path=path,
         extra_paths=extra_paths,
+        prefixes=prefixes,
         methods=methods,
         max_body_bytes=max_body_bytes,
         max_connections=connections,

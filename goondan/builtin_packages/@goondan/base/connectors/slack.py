@@ -18,17 +18,30 @@ event is ``app_mention`` become ``app_mention`` events and plain ``message`` eve
 ``{"ok": true, "ignored": true}``. The event id is the envelope's ``event_id``, so Slack's
 retries (``X-Slack-Retry-Num``) are accepted once. Instance key
 ``slack:<channel>:<thread_ts or ts>``.
+
+Approvals (docs/approvals.md, "Slack"): a turn of this Connection that waits for a person is
+announced in its thread (``chat.postMessage`` with an ``actions`` block holding Approve / Deny
+buttons whose ``value`` is the approval id) with the bot token (secrets ``SLACK_BOT_TOKEN`` /
+``BOT_TOKEN``; API base ``SLACK_API_BASE_URL``, default ``https://slack.com/api``). A press
+comes back as a signed interactivity request (``application/x-www-form-urlencoded``,
+``payload=<block_actions JSON>``) on the same path; only users of config ``APPROVERS`` may
+decide (403 otherwise; nobody when unset), recorded ``via: slack:<user id>``. A replayed press
+changes nothing. After a decision the message is updated to say who decided.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import json
 import time
 from typing import Any
+from urllib.parse import parse_qs
 
 from goondan.connectors import ConnectorContext, ConnectorEvent
 from goondan.connectors.signing import SLACK_SECRET, signing_secret
 
+from ._approvals import decide, json_object, post_json, request_text
 from ._http import Request, Response
 from ._settings import (
     DEFAULT_MAX_BODY_BYTES,
@@ -47,6 +60,35 @@ __all__ = ["DEFAULT_PORT", "SIGNATURE_WINDOW_SECONDS", "SlackReceiver", "run", "
 DEFAULT_PORT = 8787
 SIGNATURE_WINDOW_SECONDS = 5 * 60
 _SKIPPED_SUBTYPES = frozenset({"bot_message", "message_changed", "message_deleted"})
+DEFAULT_API_BASE_URL = "https://slack.com/api"
+TOKEN_SECRETS = ("SLACK_BOT_TOKEN", "BOT_TOKEN")
+APPROVE_ACTION, DENY_ACTION = "goondan_approve", "goondan_deny"
+
+
+def approval_blocks(approval: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Block Kit blocks of an approval request: its text and the two buttons."""
+    ident = str(approval.get("id"))
+    return [
+        {"type": "section", "text": {"type": "plain_text", "text": request_text(approval)}},
+        {"type": "actions", "block_id": f"goondan_approval_{ident}", "elements": [
+            {"type": "button", "action_id": APPROVE_ACTION, "value": ident, "style": "primary",
+             "text": {"type": "plain_text", "text": "Approve"}},
+            {"type": "button", "action_id": DENY_ACTION, "value": ident, "style": "danger",
+             "text": {"type": "plain_text", "text": "Deny"}},
+        ]},
+    ]
+
+
+def interaction_payload(request: Request) -> dict[str, Any] | None:
+    """The JSON ``payload`` field of a form-encoded interactivity request, or None."""
+    if "application/x-www-form-urlencoded" not in request.header("content-type").lower():
+        return None
+    try:
+        fields = parse_qs(request.body.decode("utf-8"), strict_parsing=False)
+        payload = json.loads(fields.get("payload", [""])[0])
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def verify_signature(secret: str, request: Request, now: float) -> str | None:
@@ -131,6 +173,54 @@ class SlackReceiver:
     def __init__(self, ctx: ConnectorContext, secret: str | None) -> None:
         self.ctx = ctx
         self.secret = secret
+        self.token = next((ctx.secrets[n].strip() for n in TOKEN_SECRETS
+                           if ctx.secrets.get(n, "").strip()), None)
+        base = setting(ctx, "SLACK_API_BASE_URL", secrets=True) or DEFAULT_API_BASE_URL
+        self.api_base = base.rstrip("/")
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def _api(self, method: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        if self.token is None:
+            self.ctx.logger.warning("slack %s skipped: no bot token (secret SLACK_BOT_TOKEN)",
+                                    method)
+            return None
+        body = {k: v for k, v in body.items() if v is not None}
+        data = await post_json(self.ctx, f"{self.api_base}/{method}", body, secret=self.token,
+                               headers={"Authorization": f"Bearer {self.token}"})
+        if data is not None and not data.get("ok"):
+            self.ctx.logger.warning("slack %s failed: %s", method, data.get("error"))
+        return data
+
+    async def announce(self, approval: dict[str, Any], properties: dict[str, Any]) -> None:
+        """Post the approval request with its buttons in the conversation's thread."""
+        channel = properties.get("channel_id")
+        thread = properties.get("thread_ts") or properties.get("ts")
+        if not channel:
+            return
+        await self._api("chat.postMessage", {"channel": channel, "thread_ts": thread,
+                                             "text": request_text(approval),
+                                             "blocks": approval_blocks(approval)})
+
+    async def _button(self, payload: dict[str, Any]) -> Response:
+        actions = [a for a in payload.get("actions") or [] if isinstance(a, dict)
+                   and a.get("action_id") in (APPROVE_ACTION, DENY_ACTION)]
+        if payload.get("type") != "block_actions" or not actions:
+            return Response.json(200, {"ok": True, "ignored": True})
+        action = actions[0]
+        user = json_object(payload.get("user"))
+        user_id = str(user.get("id") or "")
+        approve = action.get("action_id") == APPROVE_ACTION
+        status, body = await decide(self.ctx, str(action.get("value") or ""), approve=approve,
+                                    user=user_id, via=f"slack:{user_id}")
+        channel = json_object(payload.get("channel"))
+        message = json_object(payload.get("message"))
+        if status == 200 and body.get("decided") and channel.get("id") and message.get("ts"):
+            text = f"{body.get('status', 'decided').capitalize()} by <@{user_id}>"
+            task = asyncio.ensure_future(self._api("chat.update", {
+                "channel": channel["id"], "ts": message["ts"], "text": text, "blocks": []}))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return Response.json(status, body)
 
     async def __call__(self, request: Request) -> Response:
         if self.secret is not None:
@@ -138,6 +228,11 @@ class SlackReceiver:
             if reason is not None:
                 self.ctx.logger.warning("slack request refused: %s", reason)
                 return Response.error(401, reason)
+        payload = interaction_payload(request)
+        if payload is not None:
+            if self.secret is None:  # an unsigned Connection takes no decisions
+                return Response.error(403, "unsigned")
+            return await self._button(payload)
         try:
             envelope = parse_json_body(request.body)
         except BadBody as exc:
@@ -165,4 +260,6 @@ async def run(ctx: ConnectorContext) -> None:
     max_body = config_int(ctx, "MAX_BODY_BYTES", default=DEFAULT_MAX_BODY_BYTES, minimum=1)
     path = setting(ctx, "SLACK_WEBHOOK_PATH", "PATH") or "/"
     secret = signing_secret(ctx, SLACK_SECRET)
-    await serve_http(ctx, SlackReceiver(ctx, secret), port=port, path=path, max_body_bytes=max_body)
+    receiver = SlackReceiver(ctx, secret)
+    ctx.on_approval(receiver.announce)
+    await serve_http(ctx, receiver, port=port, path=path, max_body_bytes=max_body)

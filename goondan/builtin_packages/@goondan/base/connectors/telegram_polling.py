@@ -18,6 +18,13 @@ Calls go through the HTTP layer (``goondan/http/``). A failed call (a network fa
 kind, an error answer) is logged as a warning and retried after ``TELEGRAM_RETRY_DELAY_MS``; a 429
 answer waits ``parameters.retry_after`` seconds instead. Updates without a ``message``, from
 bots, or without text, caption, photo or image document are skipped (the offset still moves).
+
+Approvals (docs/approvals.md, "Telegram"): a turn of this Connection that waits for a person is
+announced in its chat (``sendMessage`` with ``reply_markup.inline_keyboard``: Approve / Deny
+buttons whose ``callback_data`` is ``gdn:a:<id>`` / ``gdn:d:<id>``). A press comes back as a
+``callback_query`` update; only users of config ``APPROVERS`` (Telegram user ids) may decide,
+recorded ``via: telegram:<user id>``; every press is answered with ``answerCallbackQuery``
+(saying what happened), and a replayed one changes nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import goondan.http as http
 from goondan.connectors import ConnectorContext, ConnectorEvent, ConnectorEventError
 from goondan.workspace.files import atomic_write
 
+from ._approvals import decide, json_object, post_json, request_text
 from ._settings import config_error, config_int, setting
 
 __all__ = ["OFFSET_FILE", "TelegramPoller", "run", "to_event"]
@@ -41,6 +49,7 @@ __all__ = ["OFFSET_FILE", "TelegramPoller", "run", "to_event"]
 OFFSET_FILE = "telegram-offset.json"
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
 TOKEN_SECRETS = ("TELEGRAM_BOT_TOKEN", "BOT_TOKEN", "TELEGRAM_TOKEN")
+CALLBACK_PREFIX = "gdn:"
 
 
 T = TypeVar("T")
@@ -257,6 +266,46 @@ class TelegramPoller:
             raise _ApiError("getUpdates failed: 'result' is not a list")
         return [u for u in result if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
 
+    async def _api(self, method: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        data = await post_json(self.ctx, f"{self.base_url}/bot{self._token}/{method}", body,
+                               secret=self._token)
+        if data is not None and not data.get("ok"):
+            self.ctx.logger.warning("telegram %s failed: %s", method,
+                                    self._mask(str(data.get("description"))))
+        return data
+
+    async def announce(self, approval: dict[str, Any], properties: dict[str, Any]) -> None:
+        """Send the approval request with its inline keyboard to the conversation's chat."""
+        chat = properties.get("chat_id")
+        if not chat:
+            return
+        ident = str(approval.get("id"))
+        keyboard = [[{"text": "Approve", "callback_data": f"{CALLBACK_PREFIX}a:{ident}"},
+                     {"text": "Deny", "callback_data": f"{CALLBACK_PREFIX}d:{ident}"}]]
+        await self._api("sendMessage", {"chat_id": chat, "text": request_text(approval),
+                                        "reply_markup": {"inline_keyboard": keyboard}})
+
+    async def on_callback(self, query: dict[str, Any]) -> None:
+        """A button press (``callback_query``): decide, then answer the query."""
+        data = query.get("data")
+        if not isinstance(data, str) or not data.startswith(CALLBACK_PREFIX):
+            return
+        kind, _, ident = data.removeprefix(CALLBACK_PREFIX).partition(":")
+        if kind not in ("a", "d") or not ident:
+            return
+        sender = json_object(query.get("from"))
+        user = str(sender.get("id") or "")
+        status, body = await decide(self.ctx, ident, approve=kind == "a", user=user,
+                                    via=f"telegram:{user}")
+        if status == 200:
+            text = f"{ident} {body.get('status')}" + ("" if body.get("decided") else
+                                                       f" (already, by {body.get('decidedBy')})")
+        else:
+            text = "You may not decide this approval." if status == 403 else \
+                f"Not decided: {body.get('error')}"
+        await self._api("answerCallbackQuery", {"callback_query_id": query.get("id"),
+                                                "text": text})
+
     async def poll_once(self) -> int:
         """One long poll and the hand-over of its updates; returns how many were emitted."""
         updates = await _in_daemon_thread(self._get_updates)
@@ -265,6 +314,10 @@ class TelegramPoller:
             update_id = int(update["update_id"])
             if self.offset is not None and update_id < self.offset:
                 continue  # already handed over (a late answer to an earlier poll)
+            if isinstance(update.get("callback_query"), dict):
+                await self.on_callback(update["callback_query"])
+                self._store_offset(update_id + 1)
+                continue
             event = to_event(update)
             if event is not None:
                 try:
@@ -291,4 +344,6 @@ class TelegramPoller:
 
 async def run(ctx: ConnectorContext) -> None:
     """Long-poll the Bot API until cancelled."""
-    await TelegramPoller(ctx).run_forever()
+    poller = TelegramPoller(ctx)
+    ctx.on_approval(poller.announce)
+    await poller.run_forever()

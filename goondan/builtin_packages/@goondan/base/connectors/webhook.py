@@ -26,6 +26,13 @@ Answers: 200 ``{accepted, eventName, instanceKey, id, duplicate}`` once ``ctx.em
 signature or timestamp; 404 other path; 405 other method; 413 body too large; 503 when the
 event could not be stored. A refused request emits nothing and its body and the secret are
 never logged.
+
+Approvals (docs/approvals.md, "Webhook"): ``POST <PATH>/approvals/<id>`` (``/approvals/<id>``
+when ``PATH`` is ``/``), signed like any request, with the body ``{"decision": "approve" |
+"deny", "by": "<user id>", "args"?, "note"?, "reason"?}`` decides an approval of a turn that
+came from this Connection. ``by`` must be one of config ``APPROVERS`` (403 otherwise; nobody
+when unset); recorded ``via: webhook``. Answers 200 ``{ok, id, status, decided, decidedBy,
+via}`` (``decided`` false: an earlier decision stands), 400 a bad body, 404 an unknown id.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from typing import Any
 from goondan.connectors import ConnectorContext, ConnectorEvent
 from goondan.connectors.signing import WEBHOOK_SECRET, signing_secret
 
+from ._approvals import decide
 from ._http import Request, Response
 from ._settings import (
     DEFAULT_MAX_BODY_BYTES,
@@ -127,10 +135,30 @@ class WebhookReceiver:
     """The request handler: signature, body, emit, answer (no I/O of its own)."""
 
     def __init__(self, ctx: ConnectorContext, secret: str | None, *,
-                 require_timestamp: bool = False) -> None:
+                 require_timestamp: bool = False, path: str = "/") -> None:
         self.ctx = ctx
         self.secret = secret
         self.require_timestamp = require_timestamp
+        self.approvals_prefix = path.rstrip("/") + "/approvals/"
+
+    async def _decision(self, approval: str, body: bytes) -> Response:
+        if self.secret is None:  # an unsigned Connection takes no decisions
+            return Response.error(403, "unsigned")
+        try:
+            payload = parse_payload(body)
+        except BadBody as exc:
+            return Response.error(400, str(exc))
+        decision = payload.get("decision")
+        texts = [payload.get(k) for k in ("by", "note", "reason")]
+        if (decision not in ("approve", "deny") or not approval or "/" in approval
+                or any(t is not None and not isinstance(t, str) for t in texts)
+                or not isinstance(payload.get("args", {}), dict)):
+            return Response.error(400, "invalid_decision")
+        status, answer = await decide(
+            self.ctx, approval, approve=decision == "approve", user=str(payload.get("by") or ""),
+            via="webhook", args=payload.get("args"), note=payload.get("note"),
+            reason=payload.get("reason"))
+        return Response.json(status, answer)
 
     async def __call__(self, request: Request) -> Response:
         replay_id = None
@@ -140,6 +168,9 @@ class WebhookReceiver:
             if reason is not None:
                 self.ctx.logger.warning("webhook request refused: %s", reason)
                 return Response.error(401, reason)
+        if request.path.startswith(self.approvals_prefix):
+            return await self._decision(request.path.removeprefix(self.approvals_prefix),
+                                        request.body)
         try:
             event = to_event(parse_payload(request.body), replay_id)
         except BadBody as exc:
@@ -155,5 +186,6 @@ async def run(ctx: ConnectorContext) -> None:
     path = setting(ctx, "PATH") or "/"
     require_timestamp = config_bool(ctx, "REQUIRE_TIMESTAMP", default=False)
     secret = signing_secret(ctx, WEBHOOK_SECRET)
-    receiver = WebhookReceiver(ctx, secret, require_timestamp=require_timestamp)
-    await serve_http(ctx, receiver, port=port, path=path, max_body_bytes=max_body)
+    receiver = WebhookReceiver(ctx, secret, require_timestamp=require_timestamp, path=path)
+    await serve_http(ctx, receiver, port=port, path=path, max_body_bytes=max_body,
+                     prefixes=(receiver.approvals_prefix,))
