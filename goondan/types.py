@@ -308,9 +308,13 @@ class AgentEvent:
     What the runtime and the swarm themselves read is typed: ``parent_span_id`` (the span the
     Turn is a child of), ``reply_target`` (an answer: the process it goes back to),
     ``start_marker`` (a connector event's start claim ``{path, id}``, docs/connectors.md) and
-    ``stream`` (report the Turn's runtime events as they happen). On the wire they are the
-    top-level keys ``parentSpanId``, ``replyTarget``, ``startMarker`` and ``stream``; the
-    metadata keys they used to ride in (:data:`LEGACY_METADATA_KEYS`) are still read."""
+    ``stream`` (report the Turn's runtime events as they happen), ``steer_into`` (the id of the
+    running Turn this input joins, ``inputPolicy: steer``), ``was_steered`` (it had joined a Turn
+    whose process died) and ``wait_for_final`` (the caller waits for the final answer of a Turn
+    that parks on approvals, ``send --wait``). On the wire they are the top-level keys
+    ``parentSpanId``, ``replyTarget``, ``startMarker``, ``stream``, ``steerInto``, ``wasSteered``
+    and ``waitForFinal``; the metadata keys the first four used to ride in
+    (:data:`LEGACY_METADATA_KEYS`) are still read."""
 
     type: str
     input: str | None = None
@@ -327,10 +331,14 @@ class AgentEvent:
     reply_target: str | None = None
     start_marker: JsonObject | None = None
     stream: bool = False
+    steer_into: str | None = None
+    was_steered: bool = False
+    wait_for_final: bool = False
 
     _KEYS = (
         "id", "type", "createdAt", "traceId", "metadata", "input", "instanceKey",
         "source", "auth", "replyTo", "parentSpanId", "replyTarget", "startMarker", "stream",
+        "steerInto", "wasSteered", "waitForFinal",
     )
 
     def __post_init__(self) -> None:
@@ -385,6 +393,12 @@ class AgentEvent:
             out["startMarker"] = self.start_marker
         if self.stream:
             out["stream"] = True
+        if self.steer_into is not None:
+            out["steerInto"] = self.steer_into
+        if self.was_steered:
+            out["wasSteered"] = True
+        if self.wait_for_final:
+            out["waitForFinal"] = True
         out.update(self.extra)
         return out
 
@@ -408,6 +422,9 @@ class AgentEvent:
             reply_target=_str_or_none(data.get("replyTarget")),
             start_marker=marker if isinstance(marker, dict) else None,
             stream=data.get("stream") is True,
+            steer_into=_str_or_none(data.get("steerInto")),
+            was_steered=data.get("wasSteered") is True,
+            wait_for_final=data.get("waitForFinal") is True,
         )
 
 

@@ -37,10 +37,8 @@ __all__ = [
     "ORCHESTRATOR",
     "SHUTDOWN_REASONS",
     "START_MARKER_KEY",
-    "STEER_KEY",
     "STREAMED_EVENT_TYPES",
     "STREAM_KEY",
-    "WAS_STEERED_KEY",
     "IpcMessage",
     "MessageType",
     "ShutdownReason",
@@ -70,10 +68,6 @@ CANCEL_EVENT: Final = CONTROL_PREFIX + "cancel"
 # already had their Turn (docs/connectors.md, "Delivery guarantee").
 STREAM_KEY: Final = LEGACY_METADATA_KEYS["stream"]
 START_MARKER_KEY: Final = LEGACY_METADATA_KEYS["start_marker"]
-# Event metadata: the id of the running Turn this event should join (``inputPolicy: steer``,
-# docs/orchestrator.md "Steering"); ``WAS_STEERED_KEY``: it joined a Turn whose process died.
-STEER_KEY: Final = "__goondanSteerInto"
-WAS_STEERED_KEY: Final = "__goondanWasSteered"
 # The runtime events forwarded for a streamed Turn (what the console renderer draws).
 STREAMED_EVENT_TYPES: Final = frozenset({
     "llm.delta", "step.started", "step.completed", "tool.called", "tool.completed", "tool.failed",

@@ -134,8 +134,6 @@ def decision_result(status: str, tool_call_id: str, tool_name: str,
 
 
 APPROVAL_PENDING_CODE = "E_APPROVAL_PENDING"
-# AgentEvent metadata: the caller waits for the final answer, not for the park (send --wait).
-WAIT_KEY = "goondan.waitForApproval"
 
 
 class ApprovalGate:
@@ -329,7 +327,7 @@ def answers(event: AgentEvent, result: TurnResult, resumed: bool) -> bool:
     the caller waits for the final answer (``send --wait``); a resumed turn answers only such a
     caller, since the others were answered when it parked."""
     parks = result.finish_reason == APPROVAL_PENDING
-    waits = bool(event.metadata.get(WAIT_KEY))
+    waits = event.wait_for_final
     if resumed:
         return waits and not parks
     return not (parks and waits)

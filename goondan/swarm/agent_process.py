@@ -71,8 +71,6 @@ from goondan.ipc.matcher import RequestMatcher, new_correlation_id
 from goondan.ipc.protocol import (
     CONTROL_PREFIX,
     ORCHESTRATOR,
-    STEER_KEY,
-    WAS_STEERED_KEY,
     IpcMessage,
 )
 from goondan.ipc.queries import answer_inspect
@@ -266,7 +264,7 @@ class AgentWorker:
                 elif event.type == APPROVAL_DECIDED_EVENT:
                     # Beside the queue: inputs queued behind a parked turn wait for this one.
                     self._track(asyncio.ensure_future(self._resume_parked(event)))
-                elif STEER_KEY in event.metadata:
+                elif event.steer_into is not None:
                     self._steer(event)
                 else:
                     self._queue.append(event)
@@ -280,7 +278,7 @@ class AgentWorker:
         can_steer = getattr(handler, "can_steer", None)
         if (
             running is None
-            or running[0] != event.metadata.get(STEER_KEY)
+            or running[0] != event.steer_into
             or not callable(can_steer)
             or not can_steer()
         ):
@@ -441,7 +439,7 @@ class AgentWorker:
             # Already started by another process (one orphaned by a killed orchestrator).
             self.logger.info("event %s already had its turn; not run again", event.id)
             self._running = None
-            if event.metadata.get(WAS_STEERED_KEY) and event.reply_to is not None:
+            if event.was_steered and event.reply_to is not None:
                 # it joined a Turn whose process died: that Turn's caller is answered, not this one
                 await self._answer(
                     event,

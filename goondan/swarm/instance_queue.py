@@ -7,7 +7,7 @@ crash loses at most the Turn that was running.
 
 Steering (``inputPolicy: steer``, docs/orchestrator.md "Steering"): while the Turn in flight has
 started, :meth:`InstanceQueue.take_next` hands out the next waiting event anyway, marked
-(``metadata.__goondanSteerInto``) to join that Turn; it is kept in :attr:`InFlight.steered`.
+(:attr:`AgentEvent.steer_into`) to join that Turn; it is kept in :attr:`InFlight.steered`.
 When the Turn finishes, the ones its process did not take go back to the front of the queue;
 when the process died, all of them do (their claims tell whether one had joined the Turn).
 """
@@ -18,7 +18,6 @@ from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from goondan.ipc.protocol import STEER_KEY, WAS_STEERED_KEY
 from goondan.types import AgentEvent
 
 __all__ = ["InFlight", "InstanceQueue"]
@@ -75,7 +74,7 @@ class InstanceQueue:
             ):
                 return None
             event = self.waiting.popleft()
-            event.metadata[STEER_KEY] = current.event.id
+            event.steer_into = current.event.id
             current.steered.append(event)
             return event
         event = self.waiting.popleft()
@@ -90,9 +89,9 @@ class InstanceQueue:
         if current is not None and current.steered:
             back = [e for e in current.steered if taken is None or e.id not in taken]
             for event in back:
-                event.metadata.pop(STEER_KEY, None)
+                event.steer_into = None
                 if taken is None:
-                    event.metadata[WAS_STEERED_KEY] = True
+                    event.was_steered = True
             self.push_front(back)
         return current
 

@@ -510,7 +510,7 @@ class SwarmService:
         message to an agent (default: the entry agent), for scripts, headless runs and a
         ``goondan run`` attached to this swarm (``cli``: the Swarm's ``cli`` Connection routes it).
         ``on_accepted`` gets ``{"id", "agent", "instanceKey"}`` once the message is durable."""
-        from goondan.runtime.approvals import APPROVAL_PENDING, WAIT_KEY
+        from goondan.runtime.approvals import APPROVAL_PENDING
         from goondan.types import AgentEvent
 
         text = str(request.get("input") or "")
@@ -519,7 +519,7 @@ class SwarmService:
         event = AgentEvent(type="message", input=text, instance_key=key,
                            source={"kind": "connector", "name": "control"})
         if request.get("waitForApproval"):  # send --wait: answered by the turn's final answer
-            event.metadata[WAIT_KEY] = True
+            event.wait_for_final = True
         if request.get("cli") and self.connections.cli is not None:
             routed = await self.connections.cli_event(text)
             if routed is None:

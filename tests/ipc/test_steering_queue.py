@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from goondan.ipc.channel import Transport
-from goondan.ipc.protocol import STEER_KEY, WAS_STEERED_KEY
 from goondan.runtime.agents import AgentsFactory
 from goondan.swarm.agent_process import AgentWorker
 from goondan.swarm.durable_inputs import SwarmInbox
@@ -40,12 +39,12 @@ def test_a_started_turn_of_a_steering_agent_takes_the_waiting_input_at_once() ->
     queue.current.started = True
     assert queue.take_next() is None  # started, but the agent queues (inputPolicy: queue)
     steering[0] = True
-    assert queue.take_next() is second and second.metadata[STEER_KEY] == first.id
+    assert queue.take_next() is second and second.steer_into == first.id
     queue.push(third)
     assert queue.take_next() is third and len(queue) == 3
     queue.finish(taken=[second.id])  # the Turn took "2"; "3" reached it too late
-    assert list(queue.waiting) == [third] and STEER_KEY not in third.metadata
-    assert WAS_STEERED_KEY not in third.metadata
+    assert list(queue.waiting) == [third] and third.steer_into is None
+    assert not third.was_steered
 
 
 def test_after_a_crash_every_steered_input_goes_back_behind_the_interrupted_one() -> None:
@@ -58,7 +57,7 @@ def test_after_a_crash_every_steered_input_goes_back_behind_the_interrupted_one(
     queue.push(second)
     assert queue.take_next() is second
     queue.finish()  # the process died
-    assert list(queue.waiting) == [second] and second.metadata.get(WAS_STEERED_KEY) is True
+    assert list(queue.waiting) == [second] and second.was_steered is True
 
 
 def test_input_a_worker_cannot_steer_runs_as_its_own_turn_exactly_once(tmp_path: Path) -> None:

@@ -45,3 +45,17 @@ def test_an_event_written_with_the_old_metadata_keys_reads_into_the_fields() -> 
 def test_an_event_without_the_fields_keeps_the_old_wire_shape() -> None:
     wire = AgentEvent(type="message", input="hi", id="e2", created_at="t").to_dict()
     assert set(wire) == {"id", "type", "createdAt", "source", "input"}
+
+
+def test_steering_and_wait_flags_are_typed_fields_too() -> None:
+    """Steering (``inputPolicy: steer``) and ``send --wait`` ride typed fields, not metadata."""
+    event = AgentEvent(type="message", input="hi", steer_into="evt-running", was_steered=True,
+                       wait_for_final=True)
+    wire = event.to_dict()
+    assert (wire["steerInto"], wire["wasSteered"], wire["waitForFinal"]) == (
+        "evt-running", True, True)
+    assert "metadata" not in wire
+    back = AgentEvent.from_dict(json.loads(json.dumps(wire)))
+    assert back == event and back.extra == {}
+    plain = AgentEvent.from_dict(AgentEvent(type="message", input="x").to_dict())
+    assert (plain.steer_into, plain.was_steered, plain.wait_for_final) == (None, False, False)
