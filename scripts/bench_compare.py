@@ -123,7 +123,8 @@ def main() -> int:
             order = list(trees) if index % 2 == 0 else list(reversed(trees))
             for label in order:
                 for name, values in turn_figures(trees[label], args.turns).items():
-                    turn[label][name].append(values)
+                    if name in turn[label]:  # a newer tree may report more (journal on/off)
+                        turn[label][name].append(values)
             for label in order:
                 env, rows, tag = envs[label], cold[label], f"{label}{index}"
                 rows["floor"].append(timed([sys.executable, "-c", "pass"], env, None))
