@@ -208,7 +208,9 @@ class EmitReceipt:
 EmitFn = Callable[[ConnectorEvent], Awaitable[EmitReceipt]]
 # (event, agent, on_progress) -> a goondan.connectors.asking.TurnAnswer (not imported: it imports
 # this)
-AskFn = Callable[[ConnectorEvent, str | None, Callable[[JsonObject], None] | None], Awaitable[Any]]
+AskFn = Callable[..., Awaitable[Any]]
+# (approval id, approve=, by=, via=, reason=) -> {id, status, decided}
+DecideFn = Callable[..., Awaitable[JsonObject]]
 
 
 class ConnectorContext:
@@ -227,6 +229,10 @@ class ConnectorContext:
       receipt is back).
     * ``await ask(event, agent=None, on_progress=None)``: emit and wait for the Turn's answer,
       a :class:`goondan.connectors.asking.TurnAnswer`; cancelling it cancels the Turn.
+      With ``wait_for_approval`` a Turn that parks on an approval answers only once it resumed
+      and ended; the wait shows as an ``approval.requested`` progress event.
+    * ``await decide_approval(id, approve=, by=, via=, reason=None)``: store a decision on an
+      approval (as ``goondan approvals`` does) and resume its Turn (docs/approvals.md).
     * ``agents`` (name → ``spec.description`` or ``""``, in the Swarm's order) and
       ``entry_agent``: the Swarm the Connection is bound to.
     * ``stopping``: a :class:`threading.Event` set when the connector is told to stop; a sync
@@ -243,6 +249,7 @@ class ConnectorContext:
         emit: EmitFn,
         state_dir: Path,
         ask: AskFn | None = None,
+        decide: DecideFn | None = None,
         agents: Mapping[str, str] | None = None,
         entry_agent: str = "",
         logger: logging.Logger | None = None,
@@ -257,6 +264,7 @@ class ConnectorContext:
         self.stopping = threading.Event()
         self._emit = emit
         self._ask = ask
+        self._decide = decide
         self.agents: dict[str, str] = dict(agents or {})
         self.entry_agent = entry_agent
         self._loop = loop
@@ -278,7 +286,8 @@ class ConnectorContext:
         return await self._emit(parsed)
 
     async def ask(self, event: ConnectorEvent | Mapping[str, Any], *, agent: str | None = None,
-                  on_progress: Callable[[JsonObject], None] | None = None) -> Any:
+                  on_progress: Callable[[JsonObject], None] | None = None,
+                  wait_for_approval: bool = False) -> Any:
         """Emit ``event`` and wait until its Turn ended; returns a
         :class:`goondan.connectors.asking.TurnAnswer` (the agent's final text, or the error that
         ended the Turn). ``agent`` takes the entry agent's place in the Connection's routing
@@ -294,7 +303,20 @@ class ConnectorContext:
         except ConnectorEventError as err:
             self.logger.warning("invalid event dropped: %s", err.message)
             raise
+        if wait_for_approval:
+            return await self._ask(parsed, agent, on_progress, wait_for_approval=True)
         return await self._ask(parsed, agent, on_progress)
+
+    async def decide_approval(self, approval: str, *, approve: bool, by: str, via: str,
+                              reason: str | None = None) -> JsonObject:
+        """Store a decision on ``approval`` (the first decision wins, as with ``goondan
+        approvals``; ``by``/``via`` are recorded) and resume its parked Turn. Returns
+        ``{id, status, decided}`` (``decided`` false when an earlier decision stands)."""
+        if self._decide is None:
+            raise RuntimeError(
+                "ctx.decide_approval needs a running swarm (set when goondan runs the connector)"
+            )
+        return await self._decide(approval, approve=approve, by=by, via=via, reason=reason)
 
     def emit_sync(self, event: ConnectorEvent | Mapping[str, Any]) -> EmitReceipt:
         """:meth:`emit` for a sync ``run(ctx)``: called from its thread, it blocks until the

@@ -46,6 +46,7 @@ from goondan.ipc import control
 from goondan.ipc.channel import PipeTransport, Transport
 from goondan.ipc.protocol import ORCHESTRATOR
 from goondan.secrets import mask
+from goondan.types import JsonObject
 from goondan.workspace.files import private_dirs
 
 __all__ = ["ConnectorWorker", "parse_args", "process_main", "serve"]
@@ -115,7 +116,8 @@ class ConnectorWorker:
         )
 
     async def ask(self, event: ConnectorEvent, agent: str | None = None,
-                  on_progress: ProgressFn | None = None) -> TurnAnswer:
+                  on_progress: ProgressFn | None = None, *,
+                  wait_for_approval: bool = False) -> TurnAnswer:
         """Hand ``event`` to the orchestrator and wait for its Turn's answer; cancelling this
         cancels the Turn."""
         correlation = f"corr_{uuid.uuid4().hex}"
@@ -125,7 +127,8 @@ class ConnectorWorker:
             self._progress[event.id] = on_progress
         try:
             await self.report(control.Emit(correlation_id=correlation, event=event.to_dict(),
-                                             answer=True, agent=agent))
+                                             answer=True, agent=agent,
+                                             wait_for_approval=wait_for_approval))
             answer = await future
         except asyncio.CancelledError:
             await asyncio.shield(self.report_quietly(control.Cancel(event.id, "cancelled")))
@@ -144,6 +147,25 @@ class ConnectorWorker:
                 str(error.get("message")), code=str(error.get("code") or "E_CONNECTOR")
             )
         return TurnAnswer.from_dict(answer.result, event.id)
+
+    async def decide(self, approval: str, *, approve: bool, by: str, via: str,
+                     reason: str | None = None) -> JsonObject:
+        """Store a decision on ``approval`` and resume its Turn (``ctx.decide_approval``);
+        returns ``{id, status, decided}``. Raises the orchestrator's error (unknown id …)."""
+        correlation = f"corr_{uuid.uuid4().hex}"
+        future: asyncio.Future[control.Answer] = asyncio.get_running_loop().create_future()
+        self._pending[correlation] = future
+        try:
+            await self.report(control.Decide(correlation_id=correlation, approval_id=approval,
+                                             approve=approve, decided_by=by, via=via,
+                                             reason=reason))
+            answer = await future
+        finally:
+            self._pending.pop(correlation, None)
+        if isinstance(answer.error, dict):
+            raise ConnectorError(str(answer.error.get("message")),
+                                 code=str(answer.error.get("code") or "E_CONNECTOR"))
+        return answer.result if isinstance(answer.result, dict) else {}
 
     async def read_loop(self) -> None:
         """Resolve answers; ``shutdown`` or EOF sets :attr:`stop_requested`."""
@@ -235,7 +257,8 @@ async def _open(
         agents[name] = description.strip() if isinstance(description, str) else ""
     ctx = ConnectorContext(
         connection_name=spec.name, connector_name=spec.connector, config=config, secrets=secrets,
-        emit=worker.emit, ask=worker.ask, state_dir=state_dir, loop=asyncio.get_running_loop(),
+        emit=worker.emit, ask=worker.ask, decide=worker.decide, state_dir=state_dir,
+        loop=asyncio.get_running_loop(),
         agents=agents, entry_agent=swarm.entry_agent,
     )
     return run, ctx

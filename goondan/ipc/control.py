@@ -8,7 +8,7 @@ written in one place and a misspelt key cannot silently read as ``None``.
 
 Worker → orchestrator: :class:`Ready`, :class:`TurnStarted`, :class:`TurnFinished`,
 :class:`StartError`, :class:`Delta` (a streamed runtime event), the queries
-:class:`SpawnQuery` and :class:`ListQuery`, and a connector's :class:`Emit`,
+:class:`SpawnQuery` and :class:`ListQuery`, and a connector's :class:`Emit`, :class:`Decide`,
 :class:`ConnectorError`, :class:`Completed`. Orchestrator → worker: :class:`Cancel`,
 :class:`Inspect` (a state query) and :class:`Answer` (to a query or an ``emit``).
 ``shutdown`` / ``shutdown_ack`` are IPC message types of their own (:class:`Shutdown`,
@@ -32,6 +32,7 @@ __all__ = [
     "Completed",
     "ConnectorError",
     "Control",
+    "Decide",
     "Delta",
     "Emit",
     "Inspect",
@@ -231,6 +232,22 @@ class Emit(Query):
     event: Any = None
     answer: bool = False
     agent: str | None = None  # with answer: takes the entry agent's place in the routing
+    # with answer: a Turn parked on an approval answers once resumed (docs/approvals.md)
+    wait_for_approval: bool = False
+
+
+@dataclass(frozen=True)
+class Decide(Query):
+    """A connector's decision on an approval its caller took (docs/approvals.md): stored as
+    ``goondan approvals`` stores one (``via``, ``decided_by``), then the parked Turn resumes.
+    Answered with the stored approval's ``{id, status, decided}``."""
+
+    kind: ClassVar[str] = "decide"
+    approval_id: str = ""
+    approve: bool = False
+    decided_by: str = ""
+    via: str = ""
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -271,7 +288,7 @@ class Completed(Control):
 CONTROL_TYPES: Final[dict[str, type[Control]]] = {
     cls.kind: cls
     for cls in (Ready, TurnStarted, TurnFinished, StartError, Delta, SpawnQuery, ListQuery, Inspect,
-                Emit, Answer, Cancel, ConnectorError, Completed)
+                Emit, Decide, Answer, Cancel, ConnectorError, Completed)
 }
 
 

@@ -74,9 +74,11 @@ START_MARKER_KEY: Final = LEGACY_METADATA_KEYS["start_marker"]
 # docs/orchestrator.md "Steering"); ``WAS_STEERED_KEY``: it joined a Turn whose process died.
 STEER_KEY: Final = "__goondanSteerInto"
 WAS_STEERED_KEY: Final = "__goondanWasSteered"
-# The runtime events forwarded for a streamed Turn (what the console renderer draws).
+# The runtime events forwarded for a streamed Turn (what the console renderer draws; and
+# ``approval.requested``: a caller that waits through a park sees the wait, docs/serving.md).
 STREAMED_EVENT_TYPES: Final = frozenset({
     "llm.delta", "step.started", "step.completed", "tool.called", "tool.completed", "tool.failed",
+    "approval.requested",
 })
 
 

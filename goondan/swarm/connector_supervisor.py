@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ from goondan.ipc.control import (
     Cancel,
     Completed,
     ConnectorError,
+    Decide,
     Delta,
     Emit,
     Ready,
@@ -128,6 +129,8 @@ class ConnectorSupervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         # (connection, event id) -> its Turn
         self._asks: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        # a connector's approval decision (Decide): SwarmService.decide_approval
+        self.decide: Callable[..., Awaitable[JsonObject]] | None = None
 
     def __repr__(self) -> str:
         live = sum(1 for r in self.records.values() if r.handle is not None)
@@ -191,9 +194,10 @@ class ConnectorSupervisor:
         event = message.agent_event()
         control = decode_control(event)
         if isinstance(control, Emit) and event.reply_to is not None and control.answer:
-            self._start_ask(
-                rec, handle, event.reply_to.correlation_id, control.event, control.agent
-            )
+            self._start_ask(rec, handle, event.reply_to.correlation_id, control.event,
+                            control.agent, control.wait_for_approval)
+        elif isinstance(control, Decide) and event.reply_to is not None:
+            self._task(self._answer_decide(rec, handle, event.reply_to.correlation_id, control))
         elif isinstance(control, Emit) and event.reply_to is not None:
             await self._answer_emit(rec, handle, event)
         elif isinstance(control, Cancel):
@@ -231,8 +235,25 @@ class ConnectorSupervisor:
         # pay one round trip each, one after the other. The event is durable already.
         self._task(self._send_answer(rec, handle, answer))
 
+    async def _answer_decide(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str,
+                             control: Decide) -> None:
+        answer: Answer
+        try:
+            if self.decide is None:
+                raise ConnectorEventError("approval decisions need a running swarm")
+            result = await self.decide(control.approval_id, approve=control.approve,
+                                       by=control.decided_by, via=control.via,
+                                       reason=control.reason)
+            answer = Answer(correlation, result=result)
+        except GoondanError as err:  # an unknown id, the store cannot be written
+            answer = Answer(correlation, error={"code": err.code, "message": err.message})
+        self.logger.info("connection %s decided approval %s: %s", rec.name, control.approval_id,
+                         answer.result or answer.error,
+                         extra={"event": "connector.approvalDecided", "connection": rec.name})
+        self._task(self._send_answer(rec, handle, answer))
+
     def _start_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str, raw: Any,
-                   agent: str | None) -> None:
+                   agent: str | None, wait_for_approval: bool = False) -> None:
         try:
             event = ConnectorEvent.from_dict(raw)
         except ConnectorEventError as err:
@@ -240,21 +261,24 @@ class ConnectorSupervisor:
                 correlation, error={"code": err.code, "message": err.message})))
             return
         key = (rec.name, event.id)
-        task = self._task(self._answer_ask(rec, handle, correlation, event, agent))
+        task = self._task(
+            self._answer_ask(rec, handle, correlation, event, agent, wait_for_approval))
         self._asks[key] = task
         task.add_done_callback(
             lambda done: self._asks.pop(key, None) if self._asks.get(key) is done else None
         )
 
     async def _answer_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str,
-                          event: ConnectorEvent, agent: str | None) -> None:
+                          event: ConnectorEvent, agent: str | None,
+                          wait_for_approval: bool = False) -> None:
         def progress(payload: JsonObject) -> None:
             self._task(self._send_answer(rec, handle, Delta(event.id, payload)))
 
         answer: Answer
         try:
             result: TurnAnswer = await ask_ingress(self.ingress, rec.name, event, agent=agent,
-                                                        on_progress=progress)
+                                                   on_progress=progress,
+                                                   wait_for_approval=wait_for_approval)
             receipt = result.receipt
             rec.emitted += 0 if receipt.duplicate or receipt.dropped else 1
             answer = Answer(correlation, result=result.to_dict())

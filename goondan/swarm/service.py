@@ -229,6 +229,7 @@ class SwarmService:
         # One supervised connector process per Connection of this Swarm (docs/connectors.md).
         self.connections = ConnectionRuntime(bundle, self.swarm, self.orchestrator, spawner,
                                              state_root=self.state_root)
+        self.connections.supervisor.decide = self.decide_approval  # ctx.decide_approval
         self._server: asyncio.AbstractServer | None = None
         self._watcher: Any = None
         self._approvals_task: asyncio.Future[None] | None = None  # _watch_approvals
@@ -680,6 +681,18 @@ class SwarmService:
                 )
                 wait = 5.0
             await asyncio.sleep(wait)
+
+    async def decide_approval(self, approval: str, *, approve: bool, by: str, via: str,
+                              reason: str | None = None) -> JsonObject:
+        """A connector's decision (``ctx.decide_approval``, e.g. the ``a2a`` connector): stored
+        as ``goondan approvals`` stores one, then applied as its ``approval`` command is."""
+        from goondan.workspace.approvals import ApprovalStore
+
+        store = ApprovalStore(self.state_root, self.workspace_id)
+        found, mine = await asyncio.to_thread(
+            store.decide, approval, approve=approve, by=by, via=via, reason=reason)
+        await self._approval_decided(found.id)
+        return {"id": found.id, "status": found.status, "decided": mine}
 
     async def _approval_decided(self, approval: str, *, force: bool = False) -> JsonObject:
         """``{"command": "approval", "id"}``: a decision was stored (``goondan approvals``); the
