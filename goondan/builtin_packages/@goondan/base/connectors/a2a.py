@@ -24,6 +24,13 @@ through the Connection's inbox and routing like any event, with instanceKey
 sends the returned ``contextId`` continues the conversation. A message's ``metadata.skill``
 picks another exposed agent. Tasks are kept in memory (the newest 10,000): a restart forgets
 them, the conversation itself is durable.
+
+A Turn that parks on an approval (docs/approvals.md) puts its Task in
+``TASK_STATE_INPUT_REQUIRED``, the status message listing the approvals (text, and a data part
+``{"approvals": [{id, tool, reason}]}``). A message to that Task (``taskId``) decides one —
+``approve [ID]``, ``deny [ID] [REASON]`` or a data part ``{"approval": {id, decision, reason?}}``
+— through ``ctx.decide_approval`` (``via: a2a``), only when ``ALLOW_APPROVAL_DECISIONS`` is
+``"true"`` (else ``-32004``); the Task then completes with the resumed Turn's answer.
 """
 
 from __future__ import annotations
