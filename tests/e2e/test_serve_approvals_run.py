@@ -97,6 +97,21 @@ async def _mcp_next(url: str) -> Any:
             "ask_assistant", {"message": "what happened?", "conversation": "ops"})
 
 
+async def _attached_park(state_root: Path, bundle: Path) -> Any:
+    from mcp import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "goondan", "--state-root", str(state_root), "serve", "mcp", "--bundle",
+              str(bundle)],
+        env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "MCP_AUTH_TOKEN": MCP_TOKEN,
+             "A2A_AUTH_TOKEN": A2A_TOKEN},
+        cwd=str(REPO),
+    )
+    async with Client(params) as client:
+        return await client.call_tool("ask_assistant", {"message": "delete nothing.txt"})
+
+
 async def _a2a(port: int) -> dict[str, Any]:
     http = httpx.AsyncClient(headers={"Authorization": f"Bearer {A2A_TOKEN}"},
                              timeout=httpx.Timeout(60))
@@ -127,6 +142,7 @@ def test_a_parked_turn_is_reported_over_mcp_and_decided_over_a2a(
             FakeReply.reply("old.txt is gone"),  # the next MCP call in that conversation
             FakeReply.calls(("files__delete", {"path": "keep.txt"})),  # A2A: parks
             FakeReply.reply("deleted keep.txt"),  # resumed after the approval sent over A2A
+            FakeReply.calls(("files__delete", {"path": "nothing.txt"})),  # serve mcp attached
         )
         bundle = _bundle(tmp_path, fake.base_url("openai"))
         env = {"MCP_AUTH_TOKEN": MCP_TOKEN, "A2A_AUTH_TOKEN": A2A_TOKEN}
@@ -165,6 +181,12 @@ def test_a_parked_turn_is_reported_over_mcp_and_decided_over_a2a(
             artifacts = [e.artifact_update.artifact for e in second
                          if e.HasField("artifact_update")]
             assert [a.parts[0].text for a in artifacts] == ["deleted keep.txt"]
+
+            # `goondan serve mcp` attached to the running swarm reports the wait the same way
+            attached = asyncio.run(_attached_park(state_root, bundle))
+            assert attached.is_error is False
+            assert "Waiting for approval" in attached.content[0].text
+            assert "tool files__delete" in attached.content[0].text
             fake.assert_all_used()
 
             listed = _goondan(state_root, bundle, "approvals", "list", "--all", "--json")
