@@ -60,7 +60,10 @@ class Asker:
             on_progress({"type": "step.started", "stepIndex": 0})
         if event.message["text"].startswith("delete") and on_progress is not None:
             # the Turn parks on an approval; the answer comes once it is decided and resumed
+            on_progress({"type": "tool.called", "toolName": "files__delete",
+                         "toolCallId": "c1", "args": {"path": "old.txt"}})
             on_progress({"type": "approval.requested", "approvalId": "apr_0123",
+                         "toolCallId": "c1",
                          "toolName": "files__delete", "reason": "deletes files"})
             await self.decided.wait()
             verdict = "approved" if self.decisions[-1]["approve"] else "denied"
@@ -177,9 +180,11 @@ def test_an_approval_wait_is_input_required_and_decided_in_the_task_when_allowed
             waiting = (await rpc(url, "SendMessage", message("delete old.txt")))["result"]["task"]
             assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
             parts = waiting["status"]["message"]["parts"]
-            assert "apr_0123: tool files__delete (deletes files)" in parts[0]["text"]
+            assert ('apr_0123: tool files__delete {"path":"old.txt"} (deletes files)'
+                    in parts[0]["text"])
             assert parts[1]["data"] == {"approvals": [
-                {"id": "apr_0123", "tool": "files__delete", "reason": "deletes files"}]}
+                {"id": "apr_0123", "tool": "files__delete", "args": {"path": "old.txt"},
+                 "reason": "deletes files"}]}
             answer = message("approve apr_0123", taskId=waiting["id"],
                              contextId=waiting["contextId"])
             refused = await rpc(url, "SendMessage", answer)

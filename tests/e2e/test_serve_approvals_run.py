@@ -173,7 +173,8 @@ def test_a_parked_turn_is_reported_over_mcp_and_decided_over_a2a(
             seen = asyncio.run(_a2a(webhook_port(state_root, "a2a-in")))
             assert seen["last"].state == TaskState.TASK_STATE_INPUT_REQUIRED
             assert "files__delete" in seen["waiting"]["parts"][0]["text"]
-            assert seen["waiting"]["parts"][1]["data"]["approvals"][0]["tool"] == "files__delete"
+            [row] = seen["waiting"]["parts"][1]["data"]["approvals"]
+            assert (row["tool"], row["args"]) == ("files__delete", {"path": "keep.txt"})
             assert (bundle / "work" / "keep.txt").exists() is False
             second = seen["second"]
             final = second[-1].status_update.status

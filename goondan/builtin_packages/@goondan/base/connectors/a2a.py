@@ -27,7 +27,8 @@ them, the conversation itself is durable.
 
 A Turn that parks on an approval (docs/approvals.md) puts its Task in
 ``TASK_STATE_INPUT_REQUIRED``, the status message listing the approvals (text, and a data part
-``{"approvals": [{id, tool, reason}]}``). A message to that Task (``taskId``) decides one —
+``{"approvals": [{id, tool, args, reason}]}``: the decider sees what it approves). A message
+to that Task (``taskId``) decides one —
 ``approve [ID]``, ``deny [ID] [REASON]`` or a data part ``{"approval": {id, decision, reason?}}``
 — through ``ctx.decide_approval`` (``via: a2a``), only when ``ALLOW_APPROVAL_DECISIONS`` is
 ``"true"`` (else ``-32004``); the Task then completes with the resumed Turn's answer.
@@ -372,9 +373,11 @@ class A2aHandler:
         if payload is not None:
             record.approvals.append({"id": payload.get("approvalId"),
                                      "tool": payload.get("toolName"),
+                                     "args": payload.get("args"),
                                      "reason": payload.get("reason")})
         lines = ["Waiting for approval:"] + [
-            f"- {a['id']}: tool {a['tool']}" + (f" ({a['reason']})" if a.get("reason") else "")
+            f"- {a['id']}: tool {a['tool']} {_short(a.get('args'))}"
+            + (f" ({a['reason']})" if a.get("reason") else "")
             for a in record.approvals]
         lines.append('Answer in this task with "approve ID" or "deny ID REASON".')
         text = "\n".join(lines)
@@ -418,8 +421,13 @@ class A2aHandler:
                                     properties={"agent": record.agent, "context": record.context_id,
                                                 "task": record.id})
         self._set(record, "TASK_STATE_WORKING")
+        called: dict[str, Any] = {}  # toolCallId -> args, shown with an approval of that call
+
         def progress(payload: dict[str, Any]) -> None:
+            if payload.get("type") == "tool.called":
+                called[str(payload.get("toolCallId"))] = payload.get("args")
             if payload.get("type") == "approval.requested":
+                payload = {**payload, "args": called.get(str(payload.get("toolCallId")))}
                 self._waiting(record, payload)
             elif record.state != INPUT_REQUIRED:
                 self._set(record, "TASK_STATE_WORKING", progress_text(payload))
@@ -467,6 +475,13 @@ class A2aHandler:
                 yield _sse(result_response(rid, update))
         finally:
             record.listeners.remove(queue)
+
+
+def _short(args: Any, limit: int = 300) -> str:
+    """The arguments of a waiting call as compact JSON, cut at ``limit`` characters (the data
+    part carries them whole)."""
+    text = json.dumps(args if args is not None else {}, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _sse(message: dict[str, Any]) -> bytes:
