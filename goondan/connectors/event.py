@@ -209,7 +209,7 @@ class EmitReceipt:
 EmitFn = Callable[[ConnectorEvent], Awaitable[EmitReceipt]]
 # (event, agent, on_progress) -> a goondan.connectors.asking.TurnAnswer (not imported: it imports
 # this)
-AskFn = Callable[[ConnectorEvent, str | None, Callable[[JsonObject], None] | None], Awaitable[Any]]
+AskFn = Callable[..., Awaitable[Any]]  # (event, agent, on_progress, *, wait_for_approval=)
 # (approval id, approve, by, via, args, note, reason) -> {status, decided, decidedBy, via}
 DecideFn = Callable[[str, bool, str, str, JsonObject | None, str | None, str | None],
                     Awaitable[JsonObject]]
@@ -233,6 +233,8 @@ class ConnectorContext:
       receipt is back).
     * ``await ask(event, agent=None, on_progress=None)``: emit and wait for the Turn's answer,
       a :class:`goondan.connectors.asking.TurnAnswer`; cancelling it cancels the Turn.
+      With ``wait_for_approval`` a Turn that parks on an approval answers only once it resumed
+      and ended; the wait shows as an ``approval.requested`` progress event.
     * ``agents`` (name → ``spec.description`` or ``""``, in the Swarm's order) and
       ``entry_agent``: the Swarm the Connection is bound to.
     * ``stopping``: a :class:`threading.Event` set when the connector is told to stop; a sync
@@ -241,8 +243,9 @@ class ConnectorContext:
       whose input came from this Connection waits for a person (``approval``: the listing row
       of docs/approvals.md; ``properties``: the input event's properties, where to announce it).
     * ``await decide_approval(id, approve=, by=, via=, args=, note=, reason=)``: store a
-      decision a person took here; the parked turn resumes. Returns ``{status, decided,
-      decidedBy, via}`` (``decided`` false: an earlier decision stands); raises
+      decision a person took here (as ``goondan approvals`` does); the parked turn resumes.
+      Returns ``{id, status, decided, decidedBy, via}`` (``decided`` false: an earlier decision
+      stands); raises
       :class:`goondan.errors.ConnectorError` when the orchestrator refuses it.
     """
 
@@ -294,7 +297,8 @@ class ConnectorContext:
         return await self._emit(parsed)
 
     async def ask(self, event: ConnectorEvent | Mapping[str, Any], *, agent: str | None = None,
-                  on_progress: Callable[[JsonObject], None] | None = None) -> Any:
+                  on_progress: Callable[[JsonObject], None] | None = None,
+                  wait_for_approval: bool = False) -> Any:
         """Emit ``event`` and wait until its Turn ended; returns a
         :class:`goondan.connectors.asking.TurnAnswer` (the agent's final text, or the error that
         ended the Turn). ``agent`` takes the entry agent's place in the Connection's routing
@@ -310,6 +314,8 @@ class ConnectorContext:
         except ConnectorEventError as err:
             self.logger.warning("invalid event dropped: %s", err.message)
             raise
+        if wait_for_approval:
+            return await self._ask(parsed, agent, on_progress, wait_for_approval=True)
         return await self._ask(parsed, agent, on_progress)
 
     def on_approval(self, handler: ApprovalHandler) -> None:

@@ -121,7 +121,8 @@ class ConnectorWorker:
         )
 
     async def ask(self, event: ConnectorEvent, agent: str | None = None,
-                  on_progress: ProgressFn | None = None) -> TurnAnswer:
+                  on_progress: ProgressFn | None = None, *,
+                  wait_for_approval: bool = False) -> TurnAnswer:
         """Hand ``event`` to the orchestrator and wait for its Turn's answer; cancelling this
         cancels the Turn."""
         correlation = f"corr_{uuid.uuid4().hex}"
@@ -131,7 +132,8 @@ class ConnectorWorker:
             self._progress[event.id] = on_progress
         try:
             await self.report(control.Emit(correlation_id=correlation, event=event.to_dict(),
-                                             answer=True, agent=agent))
+                                             answer=True, agent=agent,
+                                             wait_for_approval=wait_for_approval))
             answer = await future
         except asyncio.CancelledError:
             await asyncio.shield(self.report_quietly(control.Cancel(event.id, "cancelled")))

@@ -234,6 +234,8 @@ class Emit(Query):
     event: Any = None
     answer: bool = False
     agent: str | None = None  # with answer: takes the entry agent's place in the routing
+    # with answer: a Turn parked on an approval answers once resumed (docs/approvals.md)
+    wait_for_approval: bool = False
 
 
 @dataclass(frozen=True)

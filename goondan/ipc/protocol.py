@@ -68,9 +68,11 @@ CANCEL_EVENT: Final = CONTROL_PREFIX + "cancel"
 # already had their Turn (docs/connectors.md, "Delivery guarantee").
 STREAM_KEY: Final = LEGACY_METADATA_KEYS["stream"]
 START_MARKER_KEY: Final = LEGACY_METADATA_KEYS["start_marker"]
-# The runtime events forwarded for a streamed Turn (what the console renderer draws).
+# The runtime events forwarded for a streamed Turn (what the console renderer draws; and
+# ``approval.requested``: a caller that waits through a park sees the wait, docs/serving.md).
 STREAMED_EVENT_TYPES: Final = frozenset({
     "llm.delta", "step.started", "step.completed", "tool.called", "tool.completed", "tool.failed",
+    "approval.requested",
 })
 
 

@@ -357,6 +357,11 @@ class AgentWorker:
         """A decision was stored: the instance resumes its parked turn (docs/approvals.md); its
         answer goes to a caller that waits for the final answer (``send --wait``), the others
         were answered when it parked."""
+        running = self._running[1] if self._running is not None else None
+        if running is not None and getattr(self._handler, "parked", None) is None:
+            # decided while the turn that asks is still in its step (a connector that answers
+            # at once, on approval.requested): it parks first, and that is the turn resumed
+            await asyncio.wait([running])
         parked = getattr(self._handler, "parked", None)
         try:
             result = await self._handler.run(event)

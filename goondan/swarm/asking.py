@@ -25,15 +25,22 @@ async def ask_ingress(
     *,
     agent: str | None = None,
     on_progress: ProgressFn | None = None,
+    wait_for_approval: bool = False,
 ) -> TurnAnswer:
     """Accept ``event`` on ``connection`` like an emit, run its Turn as a request and return
     its answer (see the module docstring). ``agent`` takes the entry agent's place in the
     routing. Raises :class:`ConnectorEventError` for an invalid event (nothing stored) and what
-    the inbox append raises."""
+    the inbox append raises.
+
+    A Turn that parks on an approval answers with ``finish_reason`` ``approval_pending`` and the
+    pending approvals; with ``wait_for_approval`` it answers only once the resumed Turn ended
+    (as ``goondan send --wait``), the wait showing as an ``approval.requested`` progress event."""
     accepted = await ingress.accept(connection, event, submit=False, default_agent=agent)
     if accepted.agent is None or accepted.event is None:  # a duplicate, or no rule matches
         return TurnAnswer(accepted.receipt)
     agent, agent_event = accepted.agent, accepted.event
+    if wait_for_approval:
+        agent_event.wait_for_final = True
 
     def progress(payload: JsonObject) -> None:
         if on_progress is not None and payload.get("type") in PROGRESS_EVENT_TYPES:
@@ -47,4 +54,9 @@ async def ask_ingress(
     except GoondanError as err:
         return TurnAnswer(accepted.receipt, agent, agent_event.instance_key,
                           error_code=err.code, error_message=err.message)
-    return TurnAnswer(accepted.receipt, agent, agent_event.instance_key, text=text)
+    finish = reply.metadata.get("finishReason")
+    approvals = reply.metadata.get("approvals")
+    return TurnAnswer(accepted.receipt, agent, agent_event.instance_key, text=text,
+                      finish_reason=finish if isinstance(finish, str) else None,
+                      approvals=tuple(a for a in approvals if isinstance(a, dict))
+                      if isinstance(approvals, list) else ())

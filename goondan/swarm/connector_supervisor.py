@@ -236,9 +236,8 @@ class ConnectorSupervisor(WorkerSupervisor[str, ConnectorRecord]):
         event = message.agent_event()
         control = decode_control(event)
         if isinstance(control, Emit) and event.reply_to is not None and control.answer:
-            self._start_ask(
-                rec, handle, event.reply_to.correlation_id, control.event, control.agent
-            )
+            self._start_ask(rec, handle, event.reply_to.correlation_id, control.event,
+                            control.agent, control.wait_for_approval)
         elif isinstance(control, Emit) and event.reply_to is not None:
             await self._answer_emit(rec, handle, event)
         elif isinstance(control, ApprovalDecided) and event.reply_to is not None:
@@ -281,7 +280,7 @@ class ConnectorSupervisor(WorkerSupervisor[str, ConnectorRecord]):
         self._spawn_task(self._send_answer(rec, handle, answer))
 
     def _start_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str, raw: Any,
-                   agent: str | None) -> None:
+                   agent: str | None, wait_for_approval: bool = False) -> None:
         try:
             event = ConnectorEvent.from_dict(raw)
         except ConnectorEventError as err:
@@ -289,21 +288,24 @@ class ConnectorSupervisor(WorkerSupervisor[str, ConnectorRecord]):
                 correlation, error={"code": err.code, "message": err.message})))
             return
         key = (rec.name, event.id)
-        task = self._spawn_task(self._answer_ask(rec, handle, correlation, event, agent))
+        task = self._spawn_task(
+            self._answer_ask(rec, handle, correlation, event, agent, wait_for_approval))
         self._asks[key] = task
         task.add_done_callback(
             lambda done: self._asks.pop(key, None) if self._asks.get(key) is done else None
         )
 
     async def _answer_ask(self, rec: ConnectorRecord, handle: AgentHandle, correlation: str,
-                          event: ConnectorEvent, agent: str | None) -> None:
+                          event: ConnectorEvent, agent: str | None,
+                          wait_for_approval: bool = False) -> None:
         def progress(payload: JsonObject) -> None:
             self._spawn_task(self._send_answer(rec, handle, Delta(event.id, payload)))
 
         answer: Answer
         try:
             result: TurnAnswer = await ask_ingress(self.ingress, rec.name, event, agent=agent,
-                                                        on_progress=progress)
+                                                   on_progress=progress,
+                                                   wait_for_approval=wait_for_approval)
             receipt = result.receipt
             rec.count_emit(new=not (receipt.duplicate or receipt.dropped))
             answer = Answer(correlation, result=result.to_dict())

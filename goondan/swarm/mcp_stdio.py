@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from goondan.connectors.asking import progress_text
+from goondan.connectors.asking import APPROVAL_PENDING, approval_wait_text, progress_text
 from goondan.connectors.event import ConnectorEvent
 from goondan.connectors.spec import ConnectionSpec, resolve_connection_values
 from goondan.errors import ConfigError, GoondanError
@@ -124,6 +124,8 @@ def make_ask(service: Any, spec: ConnectionSpec | None) -> AskFn:
         try:
             reply = await service.orchestrator.request(agent, request, instance_key=instance_key,
                                                        on_event=_progress_filter(progress))
+            if reply.metadata.get("finishReason") == APPROVAL_PENDING:
+                return ToolOutcome(approval_wait_text(reply.metadata.get("approvals")))
             return ToolOutcome(response_text(reply))
         except GoondanError as err:
             return ToolOutcome(f"[{err.code}] {err.message}", is_error=True)
@@ -144,6 +146,8 @@ def make_attached_ask(socket_path: Path) -> AskFn:
             return ToolOutcome(f"[{err.code}] {err.message}", is_error=True)
         if not answer.get("ok"):
             return ToolOutcome(f"[{answer.get('code')}] {answer.get('message')}", is_error=True)
+        if answer.get("status") == "waitingForApproval":
+            return ToolOutcome(approval_wait_text(answer.get("approvals")))
         return ToolOutcome(str(answer.get("response") or ""))
 
     return ask

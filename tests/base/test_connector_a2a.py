@@ -38,13 +38,40 @@ class Asker:
         self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
 
+        self.waits: list[bool] = []  # wait_for_approval of each call
+        self.decisions: list[dict[str, Any]] = []
+        self.decided = asyncio.Event()
+
+    async def decide(self, approval: str, approve: bool, by: str, via: str, args: Any,
+                     note: str | None, reason: str | None) -> dict[str, Any]:
+        """The orchestrator's side of ``ctx.decide_approval``: records the decision, which
+        resumes the parked Turn."""
+        how = {"approve": approve, "by": by, "via": via, "reason": reason}
+        self.decisions.append({"id": approval, **how})
+        self.decided.set()
+        return {"id": approval, "status": "approved" if how["approve"] else "denied",
+                "decided": True}
+
     async def __call__(
-        self, event: ConnectorEvent, agent: str | None, on_progress: Any
+        self, event: ConnectorEvent, agent: str | None, on_progress: Any,
+        wait_for_approval: bool = False,
     ) -> TurnAnswer:
         self.calls.append((event, agent))
+        self.waits.append(wait_for_approval)
         self.started.set()
         if on_progress is not None:
             on_progress({"type": "step.started", "stepIndex": 0})
+        if event.message["text"].startswith("delete") and on_progress is not None:
+            # the Turn parks on an approval; the answer comes once it is decided and resumed
+            on_progress({"type": "tool.called", "toolName": "files__delete",
+                         "toolCallId": "c1", "args": {"path": "old.txt"}})
+            on_progress({"type": "approval.requested", "approvalId": "apr_0123",
+                         "toolCallId": "c1",
+                         "toolName": "files__delete", "reason": "deletes files"})
+            await self.decided.wait()
+            verdict = "approved" if self.decisions[-1]["approve"] else "denied"
+            return TurnAnswer(EmitReceipt(event.id), agent, event.instance_key,
+                              text=f"delete was {verdict}")
         if self.hang:
             try:
                 await asyncio.Event().wait()
@@ -67,6 +94,7 @@ def context(tmp_path: Path, asker: Asker, **config: str) -> ConnectorContext:
     return ConnectorContext(
         connection_name="test-a2a", connector_name="a2a", config={"PORT": "0", **config},
         secrets=secrets, emit=RecordingInbox().emit, ask=asker, state_dir=tmp_path,
+        decide=asker.decide,
         agents={"assistant": "Answers.", "coder": "Writes code."}, entry_agent="assistant",
         logger=logging.getLogger("goondan.connector.test-a2a"),
     )
@@ -143,6 +171,47 @@ def test_messages_map_context_to_instance_key_and_skill_to_agent(tmp_path: Path)
                 failed["status"]["message"]["parts"][0]["text"]
                 == "[E_AGENT_REQUEST_FAILED] model down"
             )
+
+    asyncio.run(body())
+
+
+def test_an_approval_wait_is_input_required_and_decided_in_the_task_when_allowed(
+        tmp_path: Path) -> None:
+    async def body() -> None:
+        closed = Asker()
+        async with running(a2a, context(tmp_path, closed)) as url:  # decisions not allowed
+            waiting = (await rpc(url, "SendMessage", message("delete old.txt")))["result"]["task"]
+            assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+            parts = waiting["status"]["message"]["parts"]
+            assert ('apr_0123: tool files__delete {"path":"old.txt"} (deletes files)'
+                    in parts[0]["text"])
+            assert parts[1]["data"] == {"approvals": [
+                {"id": "apr_0123", "tool": "files__delete", "args": {"path": "old.txt"},
+                 "reason": "deletes files"}]}
+            answer = message("approve apr_0123", taskId=waiting["id"],
+                             contextId=waiting["contextId"])
+            refused = await rpc(url, "SendMessage", answer)
+            assert refused["error"]["code"] == -32004
+            assert "ALLOW_APPROVAL_DECISIONS" in refused["error"]["message"]
+            assert closed.decisions == [] and closed.waits == [True]
+
+        asker = Asker()
+        async with running(a2a, context(tmp_path, asker, ALLOW_APPROVAL_DECISIONS="true")) as url:
+            waiting = (await rpc(url, "SendMessage", message("delete old.txt")))["result"]["task"]
+            ids = {"taskId": waiting["id"], "contextId": waiting["contextId"]}
+            for bad in ("ok do it", "approve apr_9999"):  # not a decision; not its approval
+                error = (await rpc(url, "SendMessage", message(bad, **ids)))["error"]
+                assert error["code"] == -32602 and "apr_0123" in error["message"]
+            deny = {"message": {"messageId": "m2", "role": "ROLE_USER", **ids, "parts": [
+                {"data": {"approval": {"id": "apr_0123", "decision": "deny",
+                                       "reason": "keep it"}}}]}}
+            done = (await rpc(url, "SendMessage", deny))["result"]["task"]
+            assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+            assert done["artifacts"][0]["parts"] == [{"text": "delete was denied"}]
+            assert asker.decisions == [{"id": "apr_0123", "approve": False,
+                                        "by": f"a2a:{waiting['contextId']}", "via": "a2a",
+                                        "reason": "keep it"}]
+            assert len(asker.calls) == 1  # the decision is not a new Turn
 
     asyncio.run(body())
 

@@ -104,3 +104,19 @@ def test_the_wire_form_round_trips_and_progress_lines_name_steps_and_tools() -> 
         == "tool bash__exec"
     )
     assert progress_text({"type": "tool.failed", "toolName": "t__x"}) == "tool t__x failed"
+
+
+def test_a_parked_turn_crosses_the_wire_and_reads_as_a_wait_not_an_error() -> None:
+    row = {"id": "apr_1", "tool": "files__delete", "args": {"path": "secret.txt"},
+           "reason": "deletes files"}
+    parked = TurnAnswer(EmitReceipt("e1"), "a", "mcp:x", finish_reason="approval_pending",
+                        approvals=(row,))
+    back = TurnAnswer.from_dict(parked.to_dict(), "e1")
+    assert back == parked and back.parked
+    text, is_error = back.outcome_text()
+    assert is_error is False
+    assert "approval apr_1: tool files__delete (deletes files)" in text
+    assert "goondan approvals approve apr_1" in text
+    assert "secret.txt" not in text  # names only: the arguments stay in `approvals list`
+    assert progress_text({"type": "approval.requested", "toolName": "files__delete",
+                          "approvalId": "apr_1"}) == "tool files__delete waits for approval apr_1"

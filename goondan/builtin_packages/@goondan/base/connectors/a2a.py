@@ -24,6 +24,14 @@ through the Connection's inbox and routing like any event, with instanceKey
 sends the returned ``contextId`` continues the conversation. A message's ``metadata.skill``
 picks another exposed agent. Tasks are kept in memory (the newest 10,000): a restart forgets
 them, the conversation itself is durable.
+
+A Turn that parks on an approval (docs/approvals.md) puts its Task in
+``TASK_STATE_INPUT_REQUIRED``, the status message listing the approvals (text, and a data part
+``{"approvals": [{id, tool, args, reason}]}``: the decider sees what it approves). A message
+to that Task (``taskId``) decides one —
+``approve [ID]``, ``deny [ID] [REASON]`` or a data part ``{"approval": {id, decision, reason?}}``
+— through ``ctx.decide_approval`` (``via: a2a``), only when ``ALLOW_APPROVAL_DECISIONS`` is
+``"true"`` (else ``-32004``); the Task then completes with the resumed Turn's answer.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from goondan.a2a.wire import (
     TASK_NOT_CANCELABLE,
     TASK_NOT_FOUND,
     TERMINAL_STATES,
+    UNSUPPORTED_OPERATION,
     agent_message,
     error_response,
     message_text,
@@ -70,12 +79,52 @@ from ._settings import (
     setting,
 )
 
-__all__ = ["EVENT_NAME", "A2aHandler", "run"]
+__all__ = ["EVENT_NAME", "A2aHandler", "parse_decision", "run"]
 
 EVENT_NAME = "a2a_message"
 SSE = "text/event-stream"
 MAX_TASKS = 10_000
 CONTEXT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+DECIDE = re.compile(r"^\s*(approve|deny)\b(?:\s+(apr_\w+))?\s*(.*)$", re.IGNORECASE | re.DOTALL)
+
+
+Decision = tuple[str, bool, str | None]  # (approval id, approve, reason)
+
+
+def parse_decision(message: Any, waiting: list[dict[str, Any]]) -> Decision | str:
+    """``(approval id, approve, reason)`` of a message answering a Task that waits for
+    approval (docs/serving.md), or the reason it is not one: a data part
+    ``{"approval": {"id", "decision": "approve" | "deny", "reason"?}}``, or the text
+    ``approve [ID]`` / ``deny [ID] [REASON]`` (ID may be left out while one approval waits)."""
+    ids = [str(a.get("id")) for a in waiting]
+    parts = message.get("parts") if isinstance(message, dict) else None
+    for part in parts if isinstance(parts, list) else []:
+        data = part.get("data") if isinstance(part, dict) else None
+        found = data.get("approval") if isinstance(data, dict) else None
+        if isinstance(found, dict):
+            decision, reason = found.get("decision"), found.get("reason")
+            if decision not in ("approve", "deny"):
+                return 'approval.decision must be "approve" or "deny"'
+            ident = found.get("id") if found.get("id") is not None else (
+                ids[0] if len(ids) == 1 else None)
+            return _checked(ident, ids, decision == "approve",
+                            str(reason) if isinstance(reason, str) and reason else None)
+    matched = DECIDE.match(message_text(message))
+    if matched is None:
+        return ("the task waits for approval of " + ", ".join(ids)
+                + ': answer "approve ID" or "deny ID REASON" (or an approval data part)')
+    verb, ident, rest = matched.group(1).lower(), matched.group(2), matched.group(3).strip()
+    if ident is None and len(ids) == 1:
+        ident = ids[0]
+    return _checked(ident, ids, verb == "approve", rest or None if verb == "deny" else None)
+
+
+def _checked(ident: Any, ids: list[str], approve: bool,
+             reason: str | None) -> Decision | str:
+    if not isinstance(ident, str) or ident not in ids:
+        return f"name one of the approvals this task waits for: {', '.join(ids)}"
+    return ident, approve, reason
 
 
 @dataclass
@@ -92,6 +141,14 @@ class TaskRecord:
     updated: str = field(default_factory=timestamp)
     runner: asyncio.Task[None] | None = None
     listeners: list[asyncio.Queue[dict[str, Any]]] = field(default_factory=list)
+    # the approvals its Turn waits for ({id, tool, reason}); set while TASK_STATE_INPUT_REQUIRED
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)  # ended or input-required
+
+    @property
+    def paused(self) -> bool:
+        """Ended, or waiting for the client's input (an approval): a send stops waiting."""
+        return self.state in TERMINAL_STATES or self.state == INPUT_REQUIRED
 
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = {"state": self.state, "timestamp": self.updated}
@@ -173,6 +230,9 @@ class A2aHandler:
                 200, error_response(None, INVALID_REQUEST, "one JSON-RPC request object")
             )
         rid, method, params = message.get("id"), message["method"], message.get("params") or {}
+        waiting = self._waiting_task(params)
+        if waiting is not None and method in ("SendMessage", "SendStreamingMessage"):
+            return await self._decision(rid, method, params, waiting)
         if method == "SendStreamingMessage":
             started = self._start(params)
             if isinstance(started, str):
@@ -219,8 +279,7 @@ class A2aHandler:
             if not (
                 isinstance(configuration, dict) and configuration.get("returnImmediately") is True
             ):
-                assert started.runner is not None
-                await asyncio.shield(started.runner)
+                await asyncio.shield(started.settled.wait())  # ended, or waits for approval
             return result_response(rid, {"task": started.to_dict()})
         if method not in ("GetTask", "CancelTask"):
             return error_response(rid, METHOD_NOT_FOUND, f"method not found: {method}")
@@ -263,6 +322,70 @@ class A2aHandler:
         record.runner = asyncio.ensure_future(self._run(record, text))
         return record
 
+    def _waiting_task(self, params: dict[str, Any]) -> TaskRecord | None:
+        """The Task a sent message answers when it waits for approval (``message.taskId``)."""
+        message = params.get("message")
+        task_id = message.get("taskId") if isinstance(message, dict) else None
+        record = self.tasks.get(task_id) if isinstance(task_id, str) else None
+        return record if record is not None and record.state == INPUT_REQUIRED else None
+
+    async def _decision(self, rid: Any, method: str, params: dict[str, Any],
+                        record: TaskRecord) -> Response:
+        """A message to a Task waiting for approval: the decision, stored as ``goondan approvals``
+        stores one (``via: a2a``) when ``ALLOW_APPROVAL_DECISIONS`` is ``"true"``; the Task then
+        goes on (streamed, or answered once it ended or waits again)."""
+        message = params["message"]
+        if (setting(self.ctx, "ALLOW_APPROVAL_DECISIONS") or "").lower() != "true":
+            return Response.json(200, error_response(
+                rid, UNSUPPORTED_OPERATION, "the task waits for approval; deciding it over A2A "
+                "is not enabled on this Connection (config ALLOW_APPROVAL_DECISIONS)"))
+        parsed = parse_decision(message, record.approvals)
+        if isinstance(parsed, str):
+            return Response.json(200, error_response(rid, INVALID_PARAMS, parsed))
+        ident, approve, reason = parsed
+        try:
+            stored = await self.ctx.decide_approval(
+                ident, approve=approve, by=f"a2a:{record.context_id}", via="a2a", reason=reason)
+        except GoondanError as err:
+            return Response.json(200, error_response(rid, INVALID_PARAMS,
+                                                     f"[{err.code}] {err.message}"))
+        record.history.append({**message, "contextId": record.context_id, "taskId": record.id,
+                               "role": "ROLE_USER"})
+        record.approvals = [a for a in record.approvals if a.get("id") != ident]
+        status = stored.get("status")
+        self.ctx.logger.info("A2A decision on approval %s: %s", ident, status)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        record.listeners.append(queue)  # before the state changes: no update is missed
+        if record.approvals:  # another approval of the Turn still waits
+            self._waiting(record, None)
+        else:
+            self._set(record, "TASK_STATE_WORKING", f"approval {ident} {status}; resuming")
+        if method == "SendStreamingMessage":
+            return Response(200, content_type=SSE, headers={"Cache-Control": "no-cache"},
+                            stream=self._stream(rid, record, queue))
+        record.listeners.remove(queue)
+        await asyncio.shield(record.settled.wait())
+        return Response.json(200, result_response(rid, {"task": record.to_dict()}))
+
+    def _waiting(self, record: TaskRecord, payload: dict[str, Any] | None) -> None:
+        """The Turn waits for approval (``approval.requested``): input required, the message
+        lists what waits (text, and a data part ``{"approvals": [{id, tool, reason}]}``)."""
+        if payload is not None:
+            record.approvals.append({"id": payload.get("approvalId"),
+                                     "tool": payload.get("toolName"),
+                                     "args": payload.get("args"),
+                                     "reason": payload.get("reason")})
+        lines = ["Waiting for approval:"] + [
+            f"- {a['id']}: tool {a['tool']} {_short(a.get('args'))}"
+            + (f" ({a['reason']})" if a.get("reason") else "")
+            for a in record.approvals]
+        lines.append('Answer in this task with "approve ID" or "deny ID REASON".')
+        text = "\n".join(lines)
+        message = agent_message(text, context_id=record.context_id, task_id=record.id)
+        message["parts"].append({"data": {"approvals": list(record.approvals)}})
+        record.status_message = message
+        self._set(record, INPUT_REQUIRED)
+
     def _remember(self, record: TaskRecord) -> None:
         self.tasks[record.id] = record
         if len(self.tasks) > MAX_TASKS:
@@ -272,6 +395,10 @@ class A2aHandler:
 
     def _set(self, record: TaskRecord, state: str, text: str | None = None) -> None:
         record.state, record.updated = state, timestamp()
+        if record.paused:
+            record.settled.set()
+        else:
+            record.settled.clear()
         if text is not None:
             record.status_message = agent_message(
                 text, context_id=record.context_id, task_id=record.id
@@ -294,12 +421,22 @@ class A2aHandler:
                                     properties={"agent": record.agent, "context": record.context_id,
                                                 "task": record.id})
         self._set(record, "TASK_STATE_WORKING")
+        called: dict[str, Any] = {}  # toolCallId -> args, shown with an approval of that call
+
+        def progress(payload: dict[str, Any]) -> None:
+            if payload.get("type") == "tool.called":
+                called[str(payload.get("toolCallId"))] = payload.get("args")
+            if payload.get("type") == "approval.requested":
+                payload = {**payload, "args": called.get(str(payload.get("toolCallId")))}
+                self._waiting(record, payload)
+            elif record.state != INPUT_REQUIRED:
+                self._set(record, "TASK_STATE_WORKING", progress_text(payload))
+
         try:
-            answer = await self.ctx.ask(
-                event,
-                agent=record.agent,
-                on_progress=lambda p: self._set(record, "TASK_STATE_WORKING", progress_text(p)),
-            )
+            # a Turn parked on an approval answers once resumed: meanwhile the Task is
+            # TASK_STATE_INPUT_REQUIRED (``progress``) and a message to it decides (_decision)
+            answer = await self.ctx.ask(event, agent=record.agent, on_progress=progress,
+                                        wait_for_approval=True)
         except asyncio.CancelledError:
             self._set(record, "TASK_STATE_CANCELED", "cancelled")
             return
@@ -333,11 +470,18 @@ class A2aHandler:
                       queue: asyncio.Queue[dict[str, Any]]) -> AsyncIterator[bytes]:
         try:
             yield _sse(result_response(rid, {"task": record.to_dict()}))
-            while record.state not in TERMINAL_STATES or not queue.empty():
+            while not record.paused or not queue.empty():
                 update = await queue.get()
                 yield _sse(result_response(rid, update))
         finally:
             record.listeners.remove(queue)
+
+
+def _short(args: Any, limit: int = 300) -> str:
+    """The arguments of a waiting call as compact JSON, cut at ``limit`` characters (the data
+    part carries them whole)."""
+    text = json.dumps(args if args is not None else {}, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _sse(message: dict[str, Any]) -> bytes:
