@@ -22,7 +22,14 @@ from typing import Any
 import click
 
 from goondan import __version__
-from goondan.commands.common import GlobalOptions, defer_gc, get_globals, startup_done, use_color
+from goondan.commands.common import (
+    GlobalOptions,
+    bundle_option,
+    defer_gc,
+    get_globals,
+    startup_done,
+    use_color,
+)
 from goondan.errors import EXIT_GENERAL, EXIT_INTERRUPTED, EXIT_USAGE, GoondanError, help_url
 from goondan.secrets import SecretMaskingFilter, mask
 
@@ -235,14 +242,8 @@ def _module_exists(module: str) -> bool:
     help="System root for workspaces and runtime files "
     "[env: GOONDAN_STATE_ROOT; default ~/.goondan].",
 )
-@click.option(
-    "-b",
-    "--bundle",
-    "-c",
-    "--config",
-    "bundle",
+@bundle_option(
     type=click.Path(),
-    default=None,
     help="Bundle directory or goondan.yaml [default: the current directory]; -c/--config is "
     "an alias.",
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals
+from goondan.commands.common import bundle_option, get_globals
 from goondan.secrets import mask
 
 __all__ = ["approvals"]
@@ -70,15 +70,8 @@ def approvals(ctx: click.Context) -> None:
 
 
 @approvals.command("list")
-@click.option(
-    "-b",
-    "--bundle",
-    "-c",
-    "--config",
-    "bundle",
-    default=None,
-    type=click.Path(exists=True),
-    help="Only this bundle's workspace [default: every workspace].",
+@bundle_option(
+    type=click.Path(exists=True), help="Only this bundle's workspace [default: every workspace]."
 )
 @click.option("--all", "show_all", is_flag=True, help="Also decided and expired approvals.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of approvals).")
@@ -229,13 +222,7 @@ def _notify(state_root: Path, approval: str) -> bool:
 
 
 _COMMON = [
-    click.option(
-        "-b",
-        "--bundle",
-        "-c",
-        "--config",
-        "bundle",
-        default=None,
+    bundle_option(
         type=click.Path(exists=True),
         help="Look only in this bundle's workspace [default: every workspace].",
     ),

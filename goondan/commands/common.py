@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import click
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = [
     "GlobalOptions",
     "adopt_paused_gc",
+    "bundle_option",
     "defer_gc",
     "find_running",
     "get_globals",
@@ -190,6 +194,13 @@ class HiddenAliasOption(click.Option):
             self.opts = shown
 
 
+def bundle_option(*, help: str, type: Any = None) -> Callable[[_F], _F]:
+    """``-b/--bundle`` (aliases ``-c/--config``, the reference's spelling) into ``bundle``,
+    default None: the one spelling of the bundle option, with each command's own help."""
+    return click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=type,
+                        help=help)
+
+
 def instance_key_option(func: Any) -> Any:
     """``-k/--instance-key``: the conversation a user talks to an agent in, the same on ``repl``,
     ``run`` and ``send``. Its default (None) means the Swarm's ``instanceKey``, so the three
@@ -205,13 +216,7 @@ def running_swarm_options(func: Any) -> Any:
     """``-b/--bundle`` and ``-s/--swarm``: which running swarm a command talks to."""
     func = click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
                         help="Swarm of the bundle [env: GOONDAN_SWARM; default: as run].")(func)
-    return click.option(
-        "-b",
-        "--bundle",
-        "-c",
-        "--config",
-        "bundle",
-        default=None,
+    return bundle_option(
         type=click.Path(file_okay=True, dir_okay=True),
         help="Bundle whose running swarm to address [default: the current directory's "
         "bundle, else the only running swarm].",

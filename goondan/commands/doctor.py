@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, style
+from goondan.commands.common import bundle_option, get_globals, style
 from goondan.errors import GoondanError
 
 __all__ = ["Check", "doctor", "run_checks"]
@@ -299,14 +299,8 @@ def _check_state_root(state_root: Path) -> Check:
 
 
 @click.command()
-@click.option(
-    "-b",
-    "--bundle",
-    "-c",
-    "--config",
-    "bundle",
+@bundle_option(
     type=click.Path(path_type=Path),
-    default=None,
     help="Bundle directory or goondan.yaml to check (default: the current directory).",
 )
 @click.option("--state-root", type=click.Path(), default=None, help="State root to check.")

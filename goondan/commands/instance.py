@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, style
+from goondan.commands.common import bundle_option, get_globals, style
 from goondan.secrets import mask
 from goondan.workspace.catalog import (
     InstanceInfo,
@@ -270,8 +270,9 @@ def plural(count: int, word: str) -> str:
     "--fresh", is_flag=True, default=False, help="Clear the agent's conversation history too."
 )
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the outcome as JSON.")
-@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None, type=click.Path(),
-              help="Bundle whose running swarm to address [default: as goondan restart].")
+@bundle_option(
+    type=click.Path(), help="Bundle whose running swarm to address [default: as goondan restart]."
+)
 @click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM", help="Swarm of the bundle.")
 def restart_instance(key: str, agent: str | None, fresh: bool, as_json: bool, bundle: str | None,
                      swarm: str | None) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 import click
 import yaml
 
-from goondan.commands.common import get_globals
+from goondan.commands.common import bundle_option, get_globals
 from goondan.commands.package_scaffold import default_distribution, scaffold_package
 from goondan.commands.validate import CHECKS
 from goondan.config import pydist, semver
@@ -146,16 +146,7 @@ def package() -> None:
 @click.argument("spec")
 @click.option("--dist", "dist", default=None,
               help="PyPI distribution to install [default: goondan-<scope>-<name>].")
-@click.option(
-    "-b",
-    "--bundle",
-    "-c",
-    "--config",
-    "bundle",
-    default=None,
-    type=click.Path(path_type=Path),
-    help="Bundle directory (or its goondan.yaml).",
-)
+@bundle_option(type=click.Path(path_type=Path), help="Bundle directory (or its goondan.yaml).")
 @click.option("--no-install", is_flag=True, default=False,
               help="Do not run pip; only record the dependency (it must already be installed).")
 @click.option("--pip-arg", "pip_args", multiple=True,
@@ -235,16 +226,7 @@ def add(
 
 
 @package.command("list")
-@click.option(
-    "-b",
-    "--bundle",
-    "-c",
-    "--config",
-    "bundle",
-    default=None,
-    type=click.Path(path_type=Path),
-    help="Bundle directory (or its goondan.yaml).",
-)
+@bundle_option(type=click.Path(path_type=Path), help="Bundle directory (or its goondan.yaml).")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print JSON.")
 @click.option("--all", "show_all", is_flag=True, default=False,
               help="Also list installed Goondan packages the bundle does not use.")
@@ -303,16 +285,7 @@ def list_(bundle: Path | None, as_json: bool, show_all: bool) -> None:
 
 
 @package.command("lock")
-@click.option(
-    "-b",
-    "--bundle",
-    "-c",
-    "--config",
-    "bundle",
-    default=None,
-    type=click.Path(path_type=Path),
-    help="Bundle directory (or its goondan.yaml).",
-)
+@bundle_option(type=click.Path(path_type=Path), help="Bundle directory (or its goondan.yaml).")
 def lock(bundle: Path | None) -> None:
     """Write goondan.lock.yaml with the resolved versions and file hashes."""
     manifest = _manifest(bundle)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from goondan.commands.common import get_globals, instance_key_option, startup_done
+from goondan.commands.common import bundle_option, get_globals, instance_key_option, startup_done
 
 if TYPE_CHECKING:
     pass
@@ -29,9 +29,10 @@ __all__ = ["repl"]
 
 @click.command("repl")
 @click.argument("agent", required=False)
-@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None,
-              type=click.Path(file_okay=True, dir_okay=True),
-              help="Bundle directory (or its goondan.yaml) [default: the current directory].")
+@bundle_option(
+    type=click.Path(file_okay=True, dir_okay=True),
+    help="Bundle directory (or its goondan.yaml) [default: the current directory].",
+)
 @click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
               help="Swarm to use [env: GOONDAN_SWARM; default: 'default' or the only one].")
 @instance_key_option

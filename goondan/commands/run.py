@@ -32,20 +32,14 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, instance_key_option, startup_done
+from goondan.commands.common import bundle_option, get_globals, instance_key_option, startup_done
 
 __all__ = ["run"]
 
 
 @click.command("run")
 @click.argument("path", required=False, type=click.Path(file_okay=True, dir_okay=True))
-@click.option(
-    "-b",
-    "--bundle",
-    "-c",
-    "--config",
-    "bundle",
-    default=None,
+@bundle_option(
     type=click.Path(file_okay=True, dir_okay=True),
     help="Bundle directory (or its goondan.yaml) [default: PATH, else the current directory].",
 )

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, startup_done
+from goondan.commands.common import bundle_option, get_globals, startup_done
 
 __all__ = ["serve"]
 
@@ -25,9 +25,10 @@ def serve() -> None:
 
 
 @serve.command("mcp")
-@click.option("-b", "--bundle", "-c", "--config", "bundle", default=None,
-              type=click.Path(file_okay=True, dir_okay=True),
-              help="Bundle directory (or its goondan.yaml) [default: the current directory].")
+@bundle_option(
+    type=click.Path(file_okay=True, dir_okay=True),
+    help="Bundle directory (or its goondan.yaml) [default: the current directory].",
+)
 @click.option("-s", "--swarm", default=None, envvar="GOONDAN_SWARM",
               help="Swarm to serve [env: GOONDAN_SWARM; default: 'default' or the only one].")
 @click.option("--connection", default=None,
