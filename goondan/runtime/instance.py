@@ -574,8 +574,9 @@ class AgentInstance:
                 raise
             finally:
                 self.status = "idle" if self._accepting else "draining"
-            self.parked = await asyncio.to_thread(approvals.park, self.env.approvals, self.store,
-                                                  outcome.turn_id, parks)
+            # a worker-thread hop only for a turn that parks (the rest: no I/O, no hop)
+            self.parked = None if not parks else await asyncio.to_thread(
+                approvals.park, self.env.approvals, self.store, outcome.turn_id, parks)
             self._parked_changed.set()  # set when a turn parks or ends: waiting input looks again
             if not outcome.cancelled and self.bus is not None:
                 await self.bus.drain()
