@@ -206,12 +206,8 @@ class OtlpExporter(EventSink):
             self._abort.abort()  # the thread's request (and any retry) fails at once
             self._batcher.close(timeout_s * 0.2)
             if not warned:
-                _log.warning(
-                    "OTLP export to %s did not answer within %.1f s at exit; the spans not "
-                    "sent are dropped",
-                    self.config.endpoint,
-                    timeout_s,
-                )
+                _log.warning("OTLP export to %s did not answer within %.1f s at exit; the spans "
+                             "not sent are dropped", self.config.endpoint, timeout_s)
         if self._pool is not None and not self._batcher.running:
             self._pool.clear()
             self._pool = None
@@ -249,20 +245,12 @@ class OtlpExporter(EventSink):
                                       retry_statuses=frozenset({429, 502, 503, 504}),
                                       retry_non_idempotent=True)
             limit = self.config.timeout_s
+            timeout = http.timeout(limit, connect_s=min(limit, CONNECT_TIMEOUT_S), total_s=limit)
+            headers = {**self.config.headers, "Content-Type": content_type}
             with http.abortable(self._abort):
-                status = int(
-                    http.send(
-                        self._pool,
-                        "POST",
-                        self.config.endpoint,
-                        body=body,
-                        policy=policy,
-                        headers={**self.config.headers, "Content-Type": content_type},
-                        timeout=http.timeout(
-                            limit, connect_s=min(limit, CONNECT_TIMEOUT_S), total_s=limit
-                        ),
-                    ).status
-                )
+                response = http.send(self._pool, "POST", self.config.endpoint, body=body,
+                                     policy=policy, headers=headers, timeout=timeout)
+            status = int(response.status)
         except Exception as exc:  # the exporter must never take a turn down
             failure = http.failure_of(exc)  # a network failure's safe reason
             self._failed(f"failed: {failure.reason if failure is not None else exc}", len(spans))
@@ -279,14 +267,8 @@ class OtlpExporter(EventSink):
         self.undelivered += spans
         level = logging.DEBUG if self._warned else logging.WARNING
         self._warned = True
-        _log.log(
-            level,
-            "OTLP export to %s %s; %d span(s) dropped (later failures are logged at debug "
-            "level until an export succeeds)",
-            self.config.endpoint,
-            what,
-            spans,
-        )
+        _log.log(level, "OTLP export to %s %s; %d span(s) dropped (later failures are logged at "
+                 "debug level until an export succeeds)", self.config.endpoint, what, spans)
 
 
 def exporter_from_env(env: Mapping[str, str] = os.environ, *,
