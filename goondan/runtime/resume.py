@@ -98,10 +98,11 @@ class TurnRecorder:
         self._append({"type": "turn.started", "turnId": turn_id, "input": event.to_dict(),
                       "inputMessageId": input_message_id})
 
-    def call_started(self, turn_id: str, call_id: str, tool_name: str, idempotent: bool) -> None:
+    def call_started(self, turn_id: str, call_id: str, tool_name: str, idempotent: bool,
+                     key: str) -> None:
+        """``toolCall.started`` (``key``: the call's :meth:`key`, computed once by the caller)."""
         self._append({"type": "toolCall.started", "turnId": turn_id, "toolCallId": call_id,
-                      "toolName": tool_name, "idempotencyKey": self.key(turn_id, call_id),
-                      "idempotent": idempotent})
+                      "toolName": tool_name, "idempotencyKey": key, "idempotent": idempotent})
 
     def turn_resumed(self, turn_id: str, attempt: int, cause: str = "crash") -> None:
         self._append(

@@ -612,7 +612,8 @@ class TurnRunner:
             actual = dataclasses.replace(call, args=c.args)  # keeps invalid_args
 
             def started(tool: Any) -> None:  # the ledger: durable before the handler runs
-                self.recorder.call_started(self.turn_id, call.id, call.name, tool.idempotent)
+                self.recorder.call_started(self.turn_id, call.id, call.name, tool.idempotent,
+                                           tool_context.idempotency_key)
 
             return await env.executor.execute(actual, catalog=catalog, context=tool_context,
                                               on_start=started)
