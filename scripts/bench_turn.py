@@ -242,7 +242,9 @@ def ledger_record_us(fsync: bool, count: int = 2000) -> float:
         recorder = TurnRecorder(journal, "plain", "bench")
         for index in range(count if not fsync else count // 10):
             started = time.perf_counter()
-            recorder.call_started("turn-bench", f"call_{index}", "calc__echo", False)
+            call_id = f"call_{index}"
+            recorder.call_started("turn-bench", call_id, "calc__echo", False,
+                                  recorder.key("turn-bench", call_id))
             samples.append(time.perf_counter() - started)
             if index % 200 == 199:
                 journal.clear()
