@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / "goondan"
 LAYERS: dict[str, int] = {
     "errors": 0, "types": 0, "secrets": 0, "text": 0, "codecache": 0,
     "config": 1, "conversation": 1, "workspace": 1, "tools": 1, "http": 1,
+    "storage": 2,
     "llm": 2, "pipeline": 2, "mcp": 2, "a2a": 2, "otlp": 2,
     "extensions": 3, "runtime": 3, "console": 3,
     "ipc": 4,

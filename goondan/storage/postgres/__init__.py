@@ -1,0 +1,1 @@
+"""The PostgreSQL backend (extra ``goondan[postgres]``): the only package that imports psycopg."""
