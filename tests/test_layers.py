@@ -157,7 +157,11 @@ RUNTIME_DEPENDENCIES = {
     "urllib3": "urllib3",
 }
 # Optional extras, imported only by the module that offers them.
-OPTIONAL_IMPORTS = {"ray": "engines/ray/"}
+OPTIONAL_IMPORTS = {
+    "ray": "engines/ray/",
+    "psycopg": "storage/postgres/",
+    "psycopg_pool": "storage/postgres/",
+}
 
 
 def test_runtime_dependencies_are_only_click_pyyaml_tomli_w_and_urllib3() -> None:
