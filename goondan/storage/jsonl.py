@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from goondan.workspace.approvals import ApprovalStore
-from goondan.workspace.catalog import find_instances, iter_instances
 from goondan.workspace.catalog import delete_instance as delete_instance_dir
+from goondan.workspace.catalog import find_instances, iter_instances
 from goondan.workspace.claims import STARTED, claim, claim_states, confirm, owner_alive
 from goondan.workspace.inbox import DurableInbox, InboxEntry, read_records
 from goondan.workspace.journal import interrupted_instances

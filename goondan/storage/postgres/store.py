@@ -45,7 +45,7 @@ from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
 from goondan.workspace.plans import Append, Noop, Rewrite, duplicate_ids, plan_commit, plan_recovery
 from goondan.workspace.store import extension_state_bytes
 
-__all__ = ["LOCK_CLASS", "Fence", "PostgresInstanceStore", "PostgresTurnJournal"]
+__all__ = ["LOCK_CLASS", "Fence", "PostgresInstanceStore", "PostgresTurnJournal", "lock_key"]
 
 # The first key of the two-key advisory locks that hold instances (the second: the row id).
 LOCK_CLASS = 0x6764  # "gd"
@@ -68,7 +68,7 @@ class PostgresTurnJournal:
         self._store = store
         self._next = 0
 
-    def _sync_position(self) -> None:
+    def sync_position(self) -> None:
         row = self._store.conn.execute(
             "SELECT coalesce(max(seq) + 1, 0) FROM goondan_turn_records WHERE instance_id = %s",
             (self._store.instance_id,)).fetchone()
@@ -151,7 +151,7 @@ class PostgresInstanceStore:
                 assert found is not None
             instance_id, meta_text = found
             row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
-                               (LOCK_CLASS, _lock_key(instance_id))).fetchone()
+                               (LOCK_CLASS, lock_key(instance_id))).fetchone()
             if not row or not row[0]:
                 raise InstanceLockedError(
                     f"instance {agent_name}:{instance_key} is open in another process",
@@ -162,8 +162,10 @@ class PostgresInstanceStore:
         except BaseException:
             conn.close()
             raise
-        return cls(conn, instance_id, agent_name=agent_name, instance_key=instance_key,
-                   workspace_id=workspace_id, metadata=metadata, fence=fence)
+        store = cls(conn, instance_id, agent_name=agent_name, instance_key=instance_key,
+                    workspace_id=workspace_id, metadata=metadata, fence=fence)
+        store._journal.sync_position()  # the journal is read (and written) before load()
+        return store
 
     def label(self, what: str) -> str:
         """Where a record lives, for diagnostics (``postgres:<ws>/<agent>:<key>/<what>``)."""
@@ -223,7 +225,6 @@ class PostgresInstanceStore:
         diagnostics.extend(duplicate_ids(base, self.label("messages")))
         self._base = MessagePrefix(base)
         self._next_event = int(event_rows[-1][1]) + 1 if event_rows else 0
-        self._journal._sync_position()
         plan = plan_recovery(base, leftovers, events_file=self.label("events"),
                              base_file=self.label("messages"), keep_open_calls=keep_open_calls)
         diagnostics.extend(plan.diagnostics)
@@ -403,7 +404,7 @@ def _find(conn: psycopg.Connection[Any], workspace_id: str, agent_name: str,
     return (int(row[0]), str(row[1])) if row else None
 
 
-def _lock_key(instance_id: int) -> int:
+def lock_key(instance_id: int) -> int:
     """The instance's row id as the int4 second key of its advisory lock."""
     return (instance_id % 0xFFFFFFFF) - 0x80000000
 

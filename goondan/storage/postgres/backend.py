@@ -1,0 +1,100 @@
+"""The PostgreSQL :class:`~goondan.storage.contract.StorageBackend`.
+
+One object per deployment's database URL. Opening an instance gives it its own connection (it
+holds the instance's lock); approvals, queues and listings share one connection. The schema is
+the migrations' (``migrations/*.sql``), applied before the backend is used.
+
+``fence``: called inside every write transaction of an open instance with its connection; it
+raises when this process's lease token is no longer the current one, so a writer that lost its
+lease writes nothing (issue 36, leases with fencing tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from goondan.errors import InstanceLockedError, WorkspaceCorruptError
+from goondan.storage.postgres.shared import PostgresApprovals, PostgresQueue, SharedConnection
+from goondan.storage.postgres.store import LOCK_CLASS, Fence, PostgresInstanceStore, lock_key
+from goondan.workspace.inbox import InboxEntry
+from goondan.workspace.journal import open_turn_of, parse_records
+
+__all__ = ["PostgresBackend"]
+
+
+class PostgresBackend:
+    """A PostgreSQL database as goondan's store (see the module docstring)."""
+
+    def __init__(self, url: str, *, fence: Fence | None = None) -> None:
+        self.url = url
+        self._fence = fence
+        self._shared = SharedConnection(url)
+
+    def __repr__(self) -> str:
+        return "PostgresBackend(<url>)"  # the URL may carry a password: never printed
+
+    def open_instance(self, workspace_id: str, agent_name: str, instance_key: str, *,
+                      create: bool = True) -> PostgresInstanceStore:
+        return PostgresInstanceStore.open(self.url, workspace_id, agent_name, instance_key,
+                                          create=create, fence=self._fence)
+
+    def instances(self, workspace_id: str) -> Iterator[dict[str, Any]]:
+        import json
+
+        rows = self._shared.execute(
+            "SELECT agent_name, instance_key, metadata FROM goondan_instances "
+            "WHERE workspace_id = %s ORDER BY agent_name, instance_key", (workspace_id,))
+        for agent, key, text in rows.fetchall():
+            try:
+                meta = json.loads(text)
+            except ValueError:
+                meta = {}
+            yield {**(meta if isinstance(meta, dict) else {}), "agentName": agent,
+                   "instanceKey": key}
+
+    def delete_instance(self, workspace_id: str, agent_name: str, instance_key: str) -> bool:
+        with self._shared.transaction() as conn:
+            row = conn.execute(
+                "SELECT id FROM goondan_instances WHERE workspace_id = %s AND agent_name = %s "
+                "AND instance_key = %s FOR UPDATE",
+                (workspace_id, agent_name, instance_key)).fetchone()
+            if row is None:
+                return False
+            got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, %s)",
+                               (LOCK_CLASS, lock_key(int(row[0])))).fetchone()
+            if not got or not got[0]:
+                raise InstanceLockedError(
+                    f"instance {agent_name}:{instance_key} is in use by another process",
+                    suggestion="stop that process first",
+                )
+            conn.execute("DELETE FROM goondan_instances WHERE id = %s", (row[0],))
+        return True
+
+    def interrupted_instances(self, workspace_id: str) -> list[tuple[str, str]]:
+        rows = self._shared.execute(
+            "SELECT i.agent_name, i.instance_key, r.record FROM goondan_turn_records r "
+            "JOIN goondan_instances i ON i.id = r.instance_id WHERE i.workspace_id = %s "
+            "ORDER BY i.agent_name, i.instance_key, r.seq", (workspace_id,)).fetchall()
+        grouped: dict[tuple[str, str], list[bytes]] = {}
+        for agent, key, record in rows:
+            grouped.setdefault((str(agent), str(key)), []).append(str(record).encode() + b"\n")
+        found: list[tuple[str, str]] = []
+        for pair, lines in grouped.items():
+            try:
+                turn = open_turn_of(parse_records(b"".join(lines), f"postgres:{pair}"))
+            except WorkspaceCorruptError:
+                continue  # reported when the instance opens
+            if turn is not None and not turn.parked:
+                found.append(pair)
+        return found
+
+    def approvals(self, workspace_id: str) -> PostgresApprovals:
+        return PostgresApprovals(self._shared, workspace_id)
+
+    def queue(self, workspace_id: str, scope: str,
+              accept: Callable[[InboxEntry], bool] | None = None) -> PostgresQueue:
+        return PostgresQueue(self._shared, workspace_id, scope, accept)
+
+    def close(self) -> None:
+        self._shared.close()
