@@ -28,7 +28,7 @@ def apply_schema(url: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         for path in sorted(MIGRATIONS.glob("*.sql")):
-            conn.execute(path.read_text(encoding="utf-8"))  # type: ignore[call-overload]
+            conn.execute(path.read_text(encoding="utf-8"))
 
 
 def open_backend(spec: tuple[str, str]) -> Any:

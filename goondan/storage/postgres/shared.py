@@ -62,7 +62,7 @@ class SharedConnection:
     def execute(self, query: str, params: tuple[Any, ...]) -> psycopg.Cursor[Any]:
         """Run one statement (its own transaction); the rows are fetched already."""
         with self._lock:
-            return self._get().execute(query, params)  # type: ignore[arg-type]
+            return self._get().execute(query, params)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
