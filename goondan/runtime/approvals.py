@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from goondan.pipeline.tracing import Span
     from goondan.runtime.resume import ResumePoint
     from goondan.runtime.turn import TurnRunner
+    from goondan.storage.contract import ApprovalIndex
     from goondan.types import ToolCall, ToolCatalogItem
     from goondan.workspace.journal import OpenTurn
 
@@ -142,7 +143,7 @@ class ApprovalGate:
     ``journal`` is the instance's :class:`~goondan.workspace.journal.TurnJournal` (None for a
     store without one: the request is then only in the approval store)."""
 
-    def __init__(self, *, rules: ApprovalRules, store: ApprovalStore, journal: Any,
+    def __init__(self, *, rules: ApprovalRules, store: ApprovalIndex, journal: Any,
                  agent: str, instance_key: str) -> None:
         self.rules = rules
         self.store = store
@@ -156,7 +157,7 @@ class ApprovalGate:
         return f"<ApprovalGate {self.agent}@{self.instance_key} pending={len(self.pending)}>"
 
     @classmethod
-    def of(cls, spec: Any, store: Any, approvals: ApprovalStore) -> ApprovalGate:
+    def of(cls, spec: Any, store: Any, approvals: ApprovalIndex) -> ApprovalGate:
         """The gate of an instance: ``spec``'s rules, ``store``'s journal, the workspace's index."""
         return cls(
             rules=approval_rules(spec),
@@ -343,10 +344,13 @@ class RuntimeApprovals:
 
     def __init__(self, runtime: Any) -> None:
         self._runtime = runtime
-        self.store = ApprovalStore(runtime.state_root, runtime.workspace_id)
+        storage = getattr(runtime, "storage", None)
+        self.store: ApprovalIndex = (
+            ApprovalStore(runtime.state_root, runtime.workspace_id) if storage is None
+            else storage.approvals(runtime.workspace_id))
 
     def __repr__(self) -> str:
-        return f"<RuntimeApprovals {self.store.dir}>"
+        return f"<RuntimeApprovals {getattr(self.store, 'dir', self.store)}>"
 
     def list(self, *, status: str | None = "pending", agent: str | None = None,
              instance_key: str | None = None) -> list[Approval]:
