@@ -126,7 +126,7 @@ class Database:
                         result = work(conn)
                         committing = True
                     return result
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:  # the session's end may come as any class (25P03 …)
                 if used is None or not (used.broken or used.closed):
                     raise  # a statement's own failure (lock timeout …): the caller's to handle
                 if attempt == 1 and not committing:
