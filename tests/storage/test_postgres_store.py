@@ -44,7 +44,7 @@ def turn(store: Any, state: Any, events: list[MessageEvent], turn_id: str) -> An
 
 
 def test_after_a_commit_each_message_is_stored_once_and_no_event_is_kept(url: str) -> None:
-    backend = PostgresBackend(url)
+    backend = PostgresBackend.open(url)
     store = backend.open_instance(WS, "planner", "k")
     first = Message.user("hello")
     state = turn(store, store.load(), [MessageEvent.append(first),
@@ -63,7 +63,7 @@ def test_after_a_commit_each_message_is_stored_once_and_no_event_is_kept(url: st
 
 
 def test_a_commit_is_one_transaction(url: str) -> None:
-    backend = PostgresBackend(url)
+    backend = PostgresBackend.open(url)
     store = backend.open_instance(WS, "planner", "k")
     turn(store, store.load(), [MessageEvent.append(Message.user(f"m{n}")) for n in range(3)], "t")
     # Every row a commit writes carries the id of the transaction that wrote it.
@@ -75,7 +75,7 @@ def test_a_commit_is_one_transaction(url: str) -> None:
 
 
 def test_a_commit_onto_a_moved_position_is_refused_and_writes_nothing(url: str) -> None:
-    backend = PostgresBackend(url)
+    backend = PostgresBackend.open(url)
     store = backend.open_instance(WS, "planner", "k")
     state = turn(store, store.load(), [MessageEvent.append(Message.user("mine"))], "t1")
     # Another writer got in (say, after this one's connection and lock were lost).
@@ -107,7 +107,7 @@ def test_every_write_runs_the_fence_first_and_a_refused_fence_writes_nothing(url
         if lease_lost:
             raise WorkspaceError("the lease was taken over", code="E_STORE_FENCED")
 
-    backend = PostgresBackend(url, fence=fence)
+    backend = PostgresBackend.open(url, fence=fence)
     store = backend.open_instance(WS, "planner", "k")
     state = turn(store, store.load(), [MessageEvent.append(Message.user("a"))], "t1")
     assert calls  # events and the commit were fenced
@@ -133,7 +133,7 @@ def test_the_lock_of_a_killed_holder_is_released(url: str) -> None:
     code = (
         "import sys, time\n"
         "from goondan.storage.postgres.backend import PostgresBackend\n"
-        "store = PostgresBackend(sys.argv[1]).open_instance(sys.argv[2], 'planner', 'k')\n"
+        "store = PostgresBackend.open(sys.argv[1]).open_instance(sys.argv[2], 'planner', 'k')\n"
         "print('open', flush=True); time.sleep(60)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -141,7 +141,7 @@ def test_the_lock_of_a_killed_holder_is_released(url: str) -> None:
                              text=True, env=env)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "open"
-        backend = PostgresBackend(url)
+        backend = PostgresBackend.open(url)
         with pytest.raises(InstanceLockedError):
             backend.open_instance(WS, "planner", "k")
         child.send_signal(signal.SIGKILL)
@@ -169,3 +169,32 @@ def test_import_goondan_never_imports_psycopg() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_an_instance_opened_under_a_lease_writes_nothing_once_the_lease_is_taken_over(
+    url: str,
+) -> None:
+    from goondan.storage.postgres.backend import lease_fence
+    from goondan.storage.postgres.leases import PostgresLeases
+
+    backend = PostgresBackend.open(url)
+    leases = PostgresLeases(backend.db)
+    name = f"orchestrator/{WS}/main"
+    token = leases.acquire_lease(name, "node-a", 30)
+    assert token is not None
+    fenced = backend.with_fence(lease_fence(name, token))
+    store = fenced.open_instance(WS, "planner", "k")
+    state = turn(store, store.load(), [MessageEvent.append(Message.user("a"))], "t1")
+    assert leases.release_lease(name, token)  # node-a stalled; node-b takes over
+    assert leases.acquire_lease(name, "node-b", 30) is not None
+    event = MessageEvent.append(Message.user("b"))
+    state.emit(event)
+    with pytest.raises(WorkspaceError) as info:
+        store.append_event(event, "t2")
+    assert info.value.code == "E_STORE_LEASE_LOST"
+    with pytest.raises(WorkspaceError):
+        store.commit(state)
+    assert rows(url, "SELECT count(*) FROM goondan_messages") == [(1,)]
+    assert rows(url, "SELECT count(*) FROM goondan_events") == [(0,)]
+    store.close()
+    backend.close()

@@ -19,16 +19,13 @@ from goondan.storage.contract import StorageBackend
 __all__ = ["BACKENDS", "apply_schema", "backend", "backend_name", "open_backend", "store_spec"]
 
 BACKENDS = ("jsonl", "postgres")
-MIGRATIONS = Path(__file__).resolve().parents[2] / "goondan" / "storage" / "postgres" / "migrations"
 
 
 def apply_schema(url: str) -> None:
-    """Create the tables: the migrations, in order."""
-    import psycopg
+    """Create the tables: the migrations, as a PostgreSQL store applies them at open."""
+    from goondan.storage.postgres.db import Database
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        for path in sorted(MIGRATIONS.glob("*.sql")):
-            conn.execute(path.read_text(encoding="utf-8"))
+    Database.open(url).close()
 
 
 def open_backend(spec: tuple[str, str]) -> Any:
@@ -40,7 +37,7 @@ def open_backend(spec: tuple[str, str]) -> Any:
         return JsonlBackend(Path(where))
     from goondan.storage.postgres.backend import PostgresBackend
 
-    return PostgresBackend(where)
+    return PostgresBackend.open(where)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,10 +23,22 @@ from tests.support.backends import open_backend
 Spec = tuple[str, str]
 
 
+_opened: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_backends() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
 def approvals(spec: Spec) -> ApprovalIndex:
     """The approvals of workspace "ws" in the store ``spec`` (a new handle, as a restarted
-    process would open it)."""
-    return open_backend(spec).approvals("ws")  # type: ignore[no-any-return]
+    process would open it; closed after the test)."""
+    backend = open_backend(spec)
+    _opened.append(backend)
+    return backend.approvals("ws")  # type: ignore[no-any-return]
 
 
 def jsonl_dir(spec: Spec) -> Path | None:

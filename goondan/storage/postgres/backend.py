@@ -1,12 +1,14 @@
 """The PostgreSQL :class:`~goondan.storage.contract.StorageBackend`.
 
-One object per deployment's database URL. Opening an instance gives it its own connection (it
-holds the instance's lock); approvals, queues and listings share one connection. The schema is
-the migrations' (``migrations/*.sql``), applied before the backend is used.
+One object per deployment's database URL (:meth:`PostgresBackend.open` connects and applies
+the pending migrations, :mod:`goondan.storage.postgres.migrate`). Opening an instance gives it a
+connection of its own (it holds the instance's lock for as long as the instance is open);
+approvals, queues and listings use the pool of :class:`~goondan.storage.postgres.db.Database`.
 
-``fence``: called inside every write transaction of an open instance with its connection; it
-raises when this process's lease token is no longer the current one, so a writer that lost its
-lease writes nothing (issue 36, leases with fencing tokens).
+``fence``: called first inside every write transaction of an open instance, with its
+connection; it raises when this process's lease token is no longer valid, so a writer that lost
+its lease writes nothing. :func:`lease_fence` makes one from a lease name and token
+(:func:`goondan.storage.postgres.leases.fenced`).
 """
 
 from __future__ import annotations
@@ -15,28 +17,48 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from goondan.errors import InstanceLockedError, WorkspaceCorruptError
+from goondan.storage.postgres.db import Connection, Database
+from goondan.storage.postgres.leases import fenced
 from goondan.storage.postgres.shared import PostgresApprovals, PostgresQueue, SharedConnection
 from goondan.storage.postgres.store import LOCK_CLASS, Fence, PostgresInstanceStore, lock_key
 from goondan.workspace.inbox import InboxEntry
 from goondan.workspace.journal import open_turn_of, parse_records
 
-__all__ = ["PostgresBackend"]
+__all__ = ["PostgresBackend", "lease_fence"]
+
+
+def lease_fence(name: str, token: int) -> Fence:
+    """The fence of writes made on behalf of lease ``name`` held with ``token``."""
+    def fence(conn: Connection) -> None:
+        fenced(conn, name, token)
+
+    return fence
 
 
 class PostgresBackend:
     """A PostgreSQL database as goondan's store (see the module docstring)."""
 
-    def __init__(self, url: str, *, fence: Fence | None = None) -> None:
-        self.url = url
+    def __init__(self, db: Database, *, fence: Fence | None = None) -> None:
+        self.db = db
         self._fence = fence
-        self._shared = SharedConnection(url)
+        self._shared = SharedConnection(db)
+
+    @classmethod
+    def open(cls, url: str, *, fence: Fence | None = None,
+             apply_migrations: bool = True) -> PostgresBackend:
+        """Connect to ``url`` (``E_STORE_UNAVAILABLE`` when it cannot) and migrate the schema."""
+        return cls(Database.open(url, apply_migrations=apply_migrations), fence=fence)
+
+    def with_fence(self, fence: Fence | None) -> PostgresBackend:
+        """The same store (same pool) whose instances' writes run ``fence`` first."""
+        return PostgresBackend(self.db, fence=fence)
 
     def __repr__(self) -> str:
-        return "PostgresBackend(<url>)"  # the URL may carry a password: never printed
+        return f"PostgresBackend({self.db.where!r})"  # masked: the URL may carry a password
 
     def open_instance(self, workspace_id: str, agent_name: str, instance_key: str, *,
                       create: bool = True) -> PostgresInstanceStore:
-        return PostgresInstanceStore.open(self.url, workspace_id, agent_name, instance_key,
+        return PostgresInstanceStore.open(self.db, workspace_id, agent_name, instance_key,
                                           create=create, fence=self._fence)
 
     def instances(self, workspace_id: str) -> Iterator[dict[str, Any]]:
@@ -54,7 +76,7 @@ class PostgresBackend:
                    "instanceKey": key}
 
     def delete_instance(self, workspace_id: str, agent_name: str, instance_key: str) -> bool:
-        with self._shared.transaction() as conn:
+        def work(conn: Connection) -> bool:
             row = conn.execute(
                 "SELECT id FROM goondan_instances WHERE workspace_id = %s AND agent_name = %s "
                 "AND instance_key = %s FOR UPDATE",
@@ -69,7 +91,9 @@ class PostgresBackend:
                     suggestion="stop that process first",
                 )
             conn.execute("DELETE FROM goondan_instances WHERE id = %s", (row[0],))
-        return True
+            return True
+
+        return self._shared.run(work)
 
     def interrupted_instances(self, workspace_id: str) -> list[tuple[str, str]]:
         rows = self._shared.execute(

@@ -19,16 +19,13 @@ right while one orchestrator host owns the queue; across hosts the lease decides
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-import psycopg
+from typing import Any, TypeVar
 
 from goondan.errors import WorkspaceError
+from goondan.storage.postgres.db import Connection, Database
 from goondan.types import JsonObject, now_iso
 from goondan.workspace.approvals import (
     STATUSES,
@@ -43,40 +40,45 @@ from goondan.workspace.inbox import InboxEntry
 __all__ = ["PostgresApprovals", "PostgresQueue", "SharedConnection"]
 
 _STARTED, _RESERVED, _PENDING = "started", "reserved", "pending"
+T = TypeVar("T")
+
+
+class Rows:
+    """What a statement returned (fetched before its connection went back to the pool)."""
+
+    def __init__(self, rows: list[tuple[Any, ...]], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
 
 
 class SharedConnection:
-    """One autocommit connection shared by a backend's approvals and queues (thread-safe:
-    psycopg serialises its use), opened on first use."""
+    """The backend's pooled connections (:class:`~goondan.storage.postgres.db.Database`) as
+    used by approvals, queues and listings: one statement, or one function, per transaction."""
 
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.RLock()
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
-    def _get(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._url, autocommit=True)
-        return self._conn
+    def execute(self, query: str, params: tuple[Any, ...]) -> Rows:
+        """Run one statement in its own transaction."""
+        def work(conn: Connection) -> Rows:
+            cur = conn.execute(query, params)
+            return Rows(cur.fetchall() if cur.description is not None else [], cur.rowcount)
 
-    def execute(self, query: str, params: tuple[Any, ...]) -> psycopg.Cursor[Any]:
-        """Run one statement (its own transaction); the rows are fetched already."""
-        with self._lock:
-            return self._get().execute(query, params)
+        return self.db.run(work)
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """The connection inside a transaction, nobody else's statements interleaved."""
-        with self._lock:
-            conn = self._get()
-            with conn.transaction():
-                yield conn
+    def run(self, work: Callable[[Connection], T]) -> T:
+        """``work(conn)`` in one transaction (run once more if the connection broke before
+        the commit: ``work`` must only touch the database)."""
+        return self.db.run(work)
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self.db.close()
 
 
 def _dumps(document: JsonObject) -> str:
@@ -244,11 +246,8 @@ class PostgresQueue:
 
     def claim(self, agent: str, instance_key: str, input_id: str, *, owner: str | None = None,
               written: bool = False) -> bool:
-        with self._shared.transaction() as conn:
-            conn.execute(
-                "INSERT INTO goondan_inbox (workspace_id, scope, id, agent_name, instance_key, "
-                "accepted_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (self.workspace_id, self.scope, input_id, agent, instance_key, now_iso()))
+        def work(conn: Connection) -> bool:
+            self._ensure_row(conn, agent, instance_key, input_id)
             row = conn.execute(
                 "SELECT state, owner FROM goondan_inbox WHERE workspace_id = %s AND scope = %s "
                 "AND id = %s FOR UPDATE", (self.workspace_id, self.scope, input_id)).fetchone()
@@ -262,7 +261,17 @@ class PostgresQueue:
             self._set(conn, input_id, owner)
             return True
 
-    def _set(self, conn: psycopg.Connection[Any], input_id: str, owner: str | None) -> None:
+        return self._shared.run(work)
+
+    def _ensure_row(self, conn: Connection, agent: str, instance_key: str, input_id: str) -> None:
+        # A claim may come for an id the queue never held (the JSONL claims are a file of
+        # their own): it gets a row without an event.
+        conn.execute(
+            "INSERT INTO goondan_inbox (workspace_id, scope, id, agent_name, instance_key, "
+            "accepted_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (self.workspace_id, self.scope, input_id, agent, instance_key, now_iso()))
+
+    def _set(self, conn: Connection, input_id: str, owner: str | None) -> None:
         if owner is None:  # final: the event is in the conversation now, keep only the id
             conn.execute(
                 "UPDATE goondan_inbox SET state = %s, owner = NULL, event = NULL "
@@ -275,15 +284,14 @@ class PostgresQueue:
                 (_RESERVED, owner, self.workspace_id, self.scope, input_id))
 
     def confirm(self, agent: str, instance_key: str, input_id: str) -> None:
-        with self._shared.transaction() as conn:
-            conn.execute(
-                "INSERT INTO goondan_inbox (workspace_id, scope, id, agent_name, instance_key, "
-                "accepted_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (self.workspace_id, self.scope, input_id, agent, instance_key, now_iso()))
+        def work(conn: Connection) -> None:
+            self._ensure_row(conn, agent, instance_key, input_id)
             self._set(conn, input_id, None)
 
+        self._shared.run(work)
+
     def take(self, agent: str, instance_key: str, *, owner: str) -> InboxEntry | None:
-        with self._shared.transaction() as conn:
+        def work(conn: Connection) -> InboxEntry | None:
             rows = conn.execute(
                 "SELECT id, event, agent_name, instance_key, accepted_at, state, owner "
                 "FROM goondan_inbox WHERE workspace_id = %s AND scope = %s AND agent_name = %s "
@@ -297,7 +305,9 @@ class PostgresQueue:
                     continue
                 self._set(conn, entry.id, owner)
                 return entry
-        return None
+            return None
+
+        return self._shared.run(work)
 
     def close(self) -> None:
         return None

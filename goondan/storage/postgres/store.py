@@ -22,6 +22,7 @@ the lease's fencing token is checked, so a writer whose lease was taken over wri
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -40,6 +41,7 @@ from goondan.conversation.messages import MessageEvent
 from goondan.conversation.state import ConversationState, MessagePrefix
 from goondan.errors import Diagnostic, InstanceLockedError, WorkspaceCorruptError, WorkspaceError
 from goondan.storage.contract import Status, store_conflict
+from goondan.storage.postgres.db import Database
 from goondan.types import JsonObject, JsonValue, now_iso
 from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
 from goondan.workspace.plans import Append, Noop, Rewrite, duplicate_ids, plan_commit, plan_recovery
@@ -109,8 +111,11 @@ class PostgresInstanceStore:
 
     def __init__(self, conn: psycopg.Connection[Any], instance_id: int, *, agent_name: str,
                  instance_key: str, workspace_id: str, metadata: dict[str, Any],
-                 fence: Fence | None = None) -> None:
+                 fence: Fence | None = None, db: Database | None = None,
+                 closer: contextlib.ExitStack | None = None) -> None:
         self.conn = conn
+        self.db = db
+        self._closer = closer
         self.instance_id = instance_id
         self.agent_name = agent_name
         self.instance_key = instance_key
@@ -127,10 +132,11 @@ class PostgresInstanceStore:
 
     # -- opening ---------------------------------------------------------------------------------
     @classmethod
-    def open(cls, url: str, workspace_id: str, agent_name: str, instance_key: str, *,
+    def open(cls, db: Database, workspace_id: str, agent_name: str, instance_key: str, *,
              create: bool = True, fence: Fence | None = None) -> PostgresInstanceStore:
         """Connect, find (or create) the instance's row and lock it; call :meth:`load` next."""
-        conn = psycopg.connect(url, autocommit=True)
+        stack = contextlib.ExitStack()
+        conn = stack.enter_context(db.connect())  # its own connection: it holds the lock
         try:
             found = _find(conn, workspace_id, agent_name, instance_key)
             if found is None:
@@ -146,7 +152,7 @@ class PostgresInstanceStore:
                 conn.execute(
                     "INSERT INTO goondan_instances (workspace_id, agent_name, instance_key, "
                     "metadata) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    (workspace_id, agent_name, instance_key, json.dumps(meta, indent=2)))
+                    (workspace_id, agent_name, instance_key, _json_text(meta)))
                 found = _find(conn, workspace_id, agent_name, instance_key)
                 assert found is not None
             instance_id, meta_text = found
@@ -155,16 +161,20 @@ class PostgresInstanceStore:
             if not row or not row[0]:
                 raise InstanceLockedError(
                     f"instance {agent_name}:{instance_key} is open in another process",
-                    location=f"postgres:{workspace_id}/{agent_name}:{instance_key}",
+                    location=f"{db.where} {workspace_id}/{agent_name}:{instance_key}",
                     suggestion="stop that process (or wait for it), then retry",
                 )
             metadata = _parse_metadata(meta_text, workspace_id, agent_name, instance_key)
+            store = cls(conn, instance_id, agent_name=agent_name, instance_key=instance_key,
+                        workspace_id=workspace_id, metadata=metadata, fence=fence, db=db,
+                        closer=stack)
+            store._journal.sync_position()  # the journal is read (and written) before load()
+        except psycopg.Error as exc:
+            stack.close()
+            raise db.unavailable(exc) from None
         except BaseException:
-            conn.close()
+            stack.close()
             raise
-        store = cls(conn, instance_id, agent_name=agent_name, instance_key=instance_key,
-                    workspace_id=workspace_id, metadata=metadata, fence=fence)
-        store._journal.sync_position()  # the journal is read (and written) before load()
         return store
 
     def label(self, what: str) -> str:
@@ -303,7 +313,7 @@ class PostgresInstanceStore:
         meta = {**self._metadata, "status": status, "updatedAt": now_iso()}
         with self.write("set the status"):
             self.conn.execute("UPDATE goondan_instances SET metadata = %s WHERE id = %s",
-                              (json.dumps(meta, ensure_ascii=False, indent=2), self.instance_id))
+                              (_json_text(meta), self.instance_id))
         self._metadata = meta
 
     # -- extension state -------------------------------------------------------------------------
@@ -337,7 +347,10 @@ class PostgresInstanceStore:
         """Close the connection, which releases the instance's lock (idempotent)."""
         if not self._closed:
             self._closed = True
-            self.conn.close()
+            if self._closer is not None:
+                self._closer.close()
+            else:
+                self.conn.close()
 
     def __enter__(self) -> PostgresInstanceStore:
         return self
@@ -388,12 +401,20 @@ class _Write:
             raise store_conflict(self._what, location=store.label("")) from err
         if isinstance(exc, psycopg.errors.UniqueViolation):
             raise store_conflict(self._what, location=store.label("")) from exc
+        if isinstance(exc, psycopg.Error) and store.db is not None and (
+                store.conn.broken or store.conn.closed):
+            raise store.db.unavailable(exc) from None
         if isinstance(exc, psycopg.Error):
             raise WorkspaceError(
                 f"cannot {self._what} for {store.agent_name}:{store.instance_key}: {exc}",
                 code="E_WORKSPACE_IO", location=store.label(""),
                 suggestion="check that the database is reachable, then reopen the instance",
             ) from exc
+
+
+def _json_text(value: Any) -> str:
+    """metadata.json's form."""
+    return json.dumps(value, ensure_ascii=False, indent=2) + "\n"
 
 
 def _find(conn: psycopg.Connection[Any], workspace_id: str, agent_name: str,
