@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from goondan.storage.jsonl import JsonlBackend
 from goondan.types import AgentEvent, ReplyChannel, ToolCall, ToolCallResult
 from goondan.workspace.journal import idempotency_key
 from tests.support.aio import run
-from tests.support.backends import BACKENDS, apply_schema, open_backend
 from tests.support.runtime_harness import base_records, shape
 
 LEDGER = Path(__file__).resolve().parent.parent / "fixtures" / "runtime" / "ledger"
@@ -115,19 +113,6 @@ def tool_outputs(model: ScriptedModel) -> dict[str, Any]:
             if isinstance(part, dict) and part.get("type") == "tool-result":
                 out[part["toolCallId"]] = part["output"]
     return out
-
-
-@pytest.fixture(params=BACKENDS)
-def storage(request: pytest.FixtureRequest) -> Iterator[StorageBackend | None]:
-    """None (the JSONL state root, as the runtime opens it by default) or a PostgreSQL backend."""
-    if request.param == "jsonl":
-        yield None
-        return
-    url = str(request.getfixturevalue("postgres_url"))
-    apply_schema(url)
-    backend = open_backend(("postgres", url))
-    yield backend
-    backend.close()
 
 
 def journal_text(instance: Any) -> str:

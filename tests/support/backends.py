@@ -1,5 +1,8 @@
 """The storage backends the contract tests run against (docs/storage.md "Storage contract").
 
+``storage`` is what a runtime test hands to ``Runtime.from_bundle(..., storage=...)``: None (the
+JSONL state root, opened as the runtime does by default) or a PostgreSQL backend.
+
 ``backend`` is parametrised over ``jsonl`` (a temp state root) and ``postgres`` (a fresh database
 of the test PostgreSQL, tests/support/postgres.py, with the migrations applied). ``store_spec``
 names the same store so that another process (or a second handle in this one) can open it with
@@ -16,7 +19,9 @@ import pytest
 
 from goondan.storage.contract import StorageBackend
 
-__all__ = ["BACKENDS", "apply_schema", "backend", "backend_name", "open_backend", "store_spec"]
+__all__ = [
+    "BACKENDS", "apply_schema", "backend", "backend_name", "open_backend", "storage", "store_spec",
+]
 
 BACKENDS = ("jsonl", "postgres")
 
@@ -58,6 +63,19 @@ def store_spec(backend_name: str, request: pytest.FixtureRequest,
 @pytest.fixture
 def backend(store_spec: tuple[str, str]) -> Iterator[StorageBackend]:
     opened = open_backend(store_spec)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def storage(request: pytest.FixtureRequest) -> Iterator[StorageBackend | None]:
+    if request.param == "jsonl":
+        yield None
+        return
+    url = str(request.getfixturevalue("postgres_url"))
+    opened = open_backend(("postgres", url))
     try:
         yield opened
     finally:
