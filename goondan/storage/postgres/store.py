@@ -44,6 +44,7 @@ from goondan.storage.contract import Status, store_conflict
 from goondan.storage.postgres.db import Database
 from goondan.types import JsonObject, JsonValue, now_iso
 from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
+from goondan.workspace.paths import extension_file_name
 from goondan.workspace.plans import Append, Noop, Rewrite, duplicate_ids, plan_commit, plan_recovery
 from goondan.workspace.store import extension_state_bytes
 
@@ -320,7 +321,7 @@ class PostgresInstanceStore:
     def load_extension_state(self, name: str) -> JsonValue | None:
         row = self.conn.execute(
             "SELECT value FROM goondan_extension_state WHERE instance_id = %s AND name = %s",
-            (self.instance_id, name)).fetchone()
+            (self.instance_id, extension_file_name(name))).fetchone()
         if row is None:
             return None
         data = str(row[0]).encode("utf-8")
@@ -338,7 +339,7 @@ class PostgresInstanceStore:
                 "INSERT INTO goondan_extension_state (instance_id, name, value) "
                 "VALUES (%s, %s, %s) ON CONFLICT (instance_id, name) "
                 "DO UPDATE SET value = excluded.value",
-                (self.instance_id, name, data.decode("utf-8")))
+                (self.instance_id, extension_file_name(name), data.decode("utf-8")))
         self._extension_cache[name] = data
         return True
 

@@ -244,3 +244,19 @@ def test_the_journal_keeps_the_open_turn_until_it_ends(backend: StorageBackend) 
     third.journal.append(started("t2"))
     assert [r["turnId"] for r in third.journal.records()] == ["t2"]
     third.close()
+
+
+def test_extension_state_keys_name_the_same_state_as_their_file_names_do(
+    backend: StorageBackend,
+) -> None:
+    # JSONL keeps a state in extensions/<extension_file_name(key)>: keys that map to one file
+    # are one state, and a key never leaves the instance ("../evil" is "evil").
+    store = backend.open_instance(WS, "planner", "k")
+    store.save_extension_state("../evil", {"n": 1})
+    store.save_extension_state("@acme/a/counter", {"n": 2})
+    store.close()
+    again = backend.open_instance(WS, "planner", "k")
+    assert again.load_extension_state("evil") == {"n": 1}
+    assert again.load_extension_state("-acme/a/counter") == {"n": 2}
+    assert again.load_extension_state("@acme/b/counter") is None
+    again.close()

@@ -37,7 +37,8 @@ CREATE TABLE goondan_turn_records (
     PRIMARY KEY (instance_id, seq)
 );
 
--- extensions/<name>.json
+-- extensions/<name>.json; name is that relative file name (extension_file_name), so two
+-- keys the JSONL store maps to one file are one row here too.
 CREATE TABLE goondan_extension_state (
     instance_id BIGINT NOT NULL REFERENCES goondan_instances (id) ON DELETE CASCADE,
     name        TEXT NOT NULL,
