@@ -198,3 +198,23 @@ def test_an_instance_opened_under_a_lease_writes_nothing_once_the_lease_is_taken
     assert rows(url, "SELECT count(*) FROM goondan_events") == [(0,)]
     store.close()
     backend.close()
+
+
+def test_a_lost_connection_is_e_store_unavailable_without_the_password(url: str) -> None:
+    backend = PostgresBackend.open(url)
+    store = backend.open_instance(WS, "planner", "k")
+    state = store.load()
+    pid = store.conn.info.backend_pid
+    rows(url, "SELECT pg_terminate_backend(%s)", pid)  # the server ends the session
+    event = MessageEvent.append(Message.user("a"))
+    state.emit(event)
+    with pytest.raises(WorkspaceError) as info:
+        store.append_event(event, "t1")
+    assert info.value.code == "E_STORE_UNAVAILABLE"
+    password = url.split(":")[2].split("@")[0]
+    assert password not in info.value.message and password not in str(info.value.location)
+    store.close()
+    again = backend.open_instance(WS, "planner", "k")  # the lock went with the session
+    assert again.load().next_messages == []
+    again.close()
+    backend.close()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -72,9 +72,10 @@ class PostgresTurnJournal:
         self._next = 0
 
     def sync_position(self) -> None:
-        row = self._store.conn.execute(
-            "SELECT coalesce(max(seq) + 1, 0) FROM goondan_turn_records WHERE instance_id = %s",
-            (self._store.instance_id,)).fetchone()
+        with self._store.reading("read the turn journal"):
+            row = self._store.conn.execute(
+                "SELECT coalesce(max(seq) + 1, 0) FROM goondan_turn_records "
+                "WHERE instance_id = %s", (self._store.instance_id,)).fetchone()
         self._next = int(row[0]) if row else 0
 
     def append(self, record: JsonObject) -> None:
@@ -88,9 +89,10 @@ class PostgresTurnJournal:
         self._next += 1
 
     def records(self) -> list[JsonObject]:
-        rows = self._store.conn.execute(
-            "SELECT record FROM goondan_turn_records WHERE instance_id = %s ORDER BY seq",
-            (self._store.instance_id,)).fetchall()
+        with self._store.reading("read the turn journal"):
+            rows = self._store.conn.execute(
+                "SELECT record FROM goondan_turn_records WHERE instance_id = %s ORDER BY seq",
+                (self._store.instance_id,)).fetchall()
         return parse_records(_lines(rows), self._store.label("turn"))
 
     def open_turn(self) -> OpenTurn | None:
@@ -201,10 +203,41 @@ class PostgresInstanceStore:
         return self._closed
 
     # -- transactions ----------------------------------------------------------------------------
-    def write(self, what: str) -> _Write:
-        """A write transaction: fenced, and ``E_STORE_CONFLICT`` on a taken position."""
+    @contextlib.contextmanager
+    def write(self, what: str) -> Iterator[None]:
+        """A write transaction, fenced first; a unique violation (a position another writer
+        took) is ``E_STORE_CONFLICT``, a lost connection ``E_STORE_UNAVAILABLE`` (saying whether
+        it was lost while committing), another database error ``E_WORKSPACE_IO``."""
         self._require_open()
-        return _Write(self, what)
+        committing = False
+        try:
+            with self.conn.transaction():
+                if self._fence is not None:
+                    self._fence(self.conn)
+                yield
+                committing = True
+        except psycopg.errors.UniqueViolation as exc:
+            raise store_conflict(what, location=self.label("")) from exc
+        except psycopg.Error as exc:
+            raise self._database_error(what, exc, committing) from None
+
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[None]:
+        """Database errors of a read, as :meth:`write` reports them."""
+        self._require_open()
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise self._database_error(what, exc, False) from None
+
+    def _database_error(self, what: str, exc: psycopg.Error, committing: bool) -> WorkspaceError:
+        if self.db is not None and (self.conn.broken or self.conn.closed):
+            return self.db.unavailable(exc, during_commit=committing)
+        return WorkspaceError(
+            f"cannot {what} for {self.agent_name}:{self.instance_key}: {exc}",
+            code="E_WORKSPACE_IO", location=self.label(""),
+            suggestion="check that the database is reachable, then reopen the instance",
+        )
 
     # -- loading and recovery --------------------------------------------------------------------
     def load(self, *, keep_open_calls: bool = False) -> ConversationState:
@@ -214,7 +247,7 @@ class PostgresInstanceStore:
         self._require_open()
         first_load = self._base is None
         self.recovery_diagnostics = diagnostics = []
-        with self.conn.transaction():
+        with self.reading("load the conversation"), self.conn.transaction():
             count = self.conn.execute(
                 "SELECT message_count FROM goondan_instances WHERE id = %s",
                 (self.instance_id,)).fetchone()
@@ -319,9 +352,10 @@ class PostgresInstanceStore:
 
     # -- extension state -------------------------------------------------------------------------
     def load_extension_state(self, name: str) -> JsonValue | None:
-        row = self.conn.execute(
-            "SELECT value FROM goondan_extension_state WHERE instance_id = %s AND name = %s",
-            (self.instance_id, extension_file_name(name))).fetchone()
+        with self.reading(f"load the state of extension {name!r}"):
+            row = self.conn.execute(
+                "SELECT value FROM goondan_extension_state WHERE instance_id = %s AND name = %s",
+                (self.instance_id, extension_file_name(name))).fetchone()
         if row is None:
             return None
         data = str(row[0]).encode("utf-8")
@@ -348,6 +382,12 @@ class PostgresInstanceStore:
         """Close the connection, which releases the instance's lock (idempotent)."""
         if not self._closed:
             self._closed = True
+            # Unlocked before the connection closes: the server ends a closed session a moment
+            # later, and the next opener must not find the lock still held.
+            with contextlib.suppress(psycopg.Error):
+                if not self.conn.broken and not self.conn.closed:
+                    self.conn.execute("SELECT pg_advisory_unlock(%s, %s)",
+                                      (LOCK_CLASS, lock_key(self.instance_id)))
             if self._closer is not None:
                 self._closer.close()
             else:
@@ -370,47 +410,6 @@ class PostgresInstanceStore:
     def __repr__(self) -> str:
         return (f"PostgresInstanceStore(agent={self.agent_name!r}, key={self.instance_key!r}, "
                 f"id={self.instance_id}, open={not self._closed})")
-
-
-class _Write:
-    """``with store.write(what):`` — a transaction, fenced first; a unique violation (a
-    position another writer took) becomes ``E_STORE_CONFLICT``, other database errors
-    ``E_WORKSPACE_IO``."""
-
-    def __init__(self, store: PostgresInstanceStore, what: str) -> None:
-        self._store = store
-        self._what = what
-        self._tx: Any = None
-
-    def __enter__(self) -> None:
-        conn = self._store.conn
-        self._tx = conn.transaction()
-        self._tx.__enter__()
-        if self._store._fence is not None:
-            try:
-                self._store._fence(conn)
-            except BaseException as exc:
-                self._tx.__exit__(type(exc), exc, exc.__traceback__)
-                raise
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        store = self._store
-        try:
-            self._tx.__exit__(exc_type, exc, tb)
-        except psycopg.errors.UniqueViolation as err:
-            raise store_conflict(self._what, location=store.label("")) from err
-        if isinstance(exc, psycopg.errors.UniqueViolation):
-            raise store_conflict(self._what, location=store.label("")) from exc
-        if isinstance(exc, psycopg.Error) and store.db is not None and (
-                store.conn.broken or store.conn.closed):
-            raise store.db.unavailable(exc) from None
-        if isinstance(exc, psycopg.Error):
-            raise WorkspaceError(
-                f"cannot {self._what} for {store.agent_name}:{store.instance_key}: {exc}",
-                code="E_WORKSPACE_IO", location=store.label(""),
-                suggestion="check that the database is reachable, then reopen the instance",
-            ) from exc
 
 
 def _json_text(value: Any) -> str:
