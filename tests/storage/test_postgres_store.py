@@ -163,7 +163,7 @@ def test_the_lock_of_a_killed_holder_is_released(url: str) -> None:
 
 def test_import_goondan_never_imports_psycopg() -> None:
     code = ("import sys, goondan, goondan.cli, goondan.storage, goondan.storage.contract, "
-            "goondan.storage.jsonl, goondan.runtime.instance\n"
+            "goondan.storage.jsonl, goondan.storage.backends, goondan.runtime.instance\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('psycopg', 'psycopg_pool')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
