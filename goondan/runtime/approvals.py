@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from goondan.pipeline.tracing import Span
     from goondan.runtime.resume import ResumePoint
     from goondan.runtime.turn import TurnRunner
-    from goondan.storage.contract import ApprovalIndex
+    from goondan.storage.contract import ApprovalIndex, StorageBackend
     from goondan.types import ToolCall, ToolCatalogItem
     from goondan.workspace.journal import OpenTurn
 
@@ -420,30 +420,27 @@ MAX_WATCH_S = 5.0  # how often the orchestrator looks for approvals that expired
 
 
 def approvals_due(
-    state_root: Path, workspace_id: str, *, startup: bool
+    state_root: Path, workspace_id: str, *, startup: bool, storage: StorageBackend | None = None
 ) -> tuple[list[Approval], float]:
     """What an orchestrator must wake: approvals whose parked turn can go on, and the seconds
     until it should look again (the next expiry, at most :data:`MAX_WATCH_S`).
 
     At ``startup`` the parked turns of the workspace's instances are read (decisions taken while
-    the swarm was stopped); afterwards only pending approvals that expired are due."""
+    the swarm was stopped); afterwards only pending approvals that expired are due. ``storage``:
+    the store holding them (None: the JSONL state root)."""
     from datetime import UTC, datetime
 
-    from goondan.workspace.files import read_bytes
-    from goondan.workspace.journal import JOURNAL_FILE, open_turn_of, parse_records
-    from goondan.workspace.paths import StateLayout
+    from goondan.workspace.journal import open_turns
 
-    store = ApprovalStore(state_root, workspace_id)
+    store: ApprovalIndex = (ApprovalStore(state_root, workspace_id) if storage is None
+                            else storage.approvals(workspace_id))
     now = datetime.now(UTC)
     due: list[Approval] = []
     if startup:
-        instances = StateLayout(state_root).instances_dir(workspace_id)
-        for journal in sorted(instances.glob(f"*/{JOURNAL_FILE}")):
-            try:
-                opened = open_turn_of(parse_records(read_bytes(journal), str(journal)))
-            except GoondanError:
-                continue
-            if opened is None or not opened.parked:
+        turns = (open_turns(state_root, workspace_id) if storage is None
+                 else storage.open_turns(workspace_id))
+        for _agent, _key, opened in turns:
+            if not opened.parked:
                 continue
             stored = [store.get(str(r.get("approvalId"))) for r in opened.approvals.values()]
             ready = [a for a in stored if a is not None and a.status != "pending"]

@@ -205,9 +205,15 @@ class StorageBackend(Protocol):
         """Delete an instance that nobody holds open; False when there was none."""
         ...
 
+    def open_turns(self, workspace_id: str) -> list[tuple[str, str, OpenTurn]]:
+        """(agent, instanceKey, open turn) of every instance whose journal has an open turn —
+        the interrupted-turn markers: a starting swarm resumes the ones not parked and wakes the
+        parked ones whose approvals were decided. Read without the instances' locks; an
+        unreadable journal is left out (it is reported when its instance opens)."""
+        ...
+
     def interrupted_instances(self, workspace_id: str) -> list[tuple[str, str]]:
-        """(agent, instanceKey) of every instance whose journal has an open turn that is not
-        parked (the interrupted-turn markers a starting swarm resumes)."""
+        """(agent, instanceKey) of the instances with an open turn that is not parked."""
         ...
 
     def approvals(self, workspace_id: str) -> ApprovalIndex:

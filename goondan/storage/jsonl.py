@@ -20,7 +20,7 @@ from goondan.workspace.catalog import delete_instance as delete_instance_dir
 from goondan.workspace.catalog import find_instances, iter_instances
 from goondan.workspace.claims import STARTED, claim, claim_states, confirm, owner_alive
 from goondan.workspace.inbox import DurableInbox, InboxEntry, read_records
-from goondan.workspace.journal import interrupted_instances
+from goondan.workspace.journal import OpenTurn, interrupted_instances, open_turns
 from goondan.workspace.paths import StateLayout
 from goondan.workspace.store import InstanceStore
 
@@ -104,6 +104,9 @@ class JsonlBackend:
         for info in found:
             delete_instance_dir(info)
         return bool(found)
+
+    def open_turns(self, workspace_id: str) -> list[tuple[str, str, OpenTurn]]:
+        return open_turns(self.state_root, workspace_id)
 
     def interrupted_instances(self, workspace_id: str) -> list[tuple[str, str]]:
         return interrupted_instances(self.state_root, workspace_id)

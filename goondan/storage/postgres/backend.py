@@ -22,7 +22,7 @@ from goondan.storage.postgres.leases import fenced
 from goondan.storage.postgres.shared import PostgresApprovals, PostgresQueue, SharedConnection
 from goondan.storage.postgres.store import LOCK_CLASS, Fence, PostgresInstanceStore, lock_key
 from goondan.workspace.inbox import InboxEntry
-from goondan.workspace.journal import open_turn_of, parse_records
+from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
 
 __all__ = ["PostgresBackend", "lease_fence"]
 
@@ -95,7 +95,7 @@ class PostgresBackend:
 
         return self._shared.run(work)
 
-    def interrupted_instances(self, workspace_id: str) -> list[tuple[str, str]]:
+    def open_turns(self, workspace_id: str) -> list[tuple[str, str, OpenTurn]]:
         rows = self._shared.execute(
             "SELECT i.agent_name, i.instance_key, r.record FROM goondan_turn_records r "
             "JOIN goondan_instances i ON i.id = r.instance_id WHERE i.workspace_id = %s "
@@ -103,15 +103,19 @@ class PostgresBackend:
         grouped: dict[tuple[str, str], list[bytes]] = {}
         for agent, key, record in rows:
             grouped.setdefault((str(agent), str(key)), []).append(str(record).encode() + b"\n")
-        found: list[tuple[str, str]] = []
-        for pair, lines in grouped.items():
+        found: list[tuple[str, str, OpenTurn]] = []
+        for (agent, key), lines in grouped.items():
             try:
-                turn = open_turn_of(parse_records(b"".join(lines), f"postgres:{pair}"))
+                turn = open_turn_of(parse_records(b"".join(lines), f"{agent}:{key}/turn"))
             except WorkspaceCorruptError:
                 continue  # reported when the instance opens
-            if turn is not None and not turn.parked:
-                found.append(pair)
+            if turn is not None:
+                found.append((agent, key, turn))
         return found
+
+    def interrupted_instances(self, workspace_id: str) -> list[tuple[str, str]]:
+        return [(agent, key) for agent, key, turn in self.open_turns(workspace_id)
+                if not turn.parked]
 
     def approvals(self, workspace_id: str) -> PostgresApprovals:
         return PostgresApprovals(self._shared, workspace_id)

@@ -224,6 +224,9 @@ def test_the_journal_keeps_the_open_turn_until_it_ends(backend: StorageBackend) 
                     "at": "x"})
     store.close()
     assert backend.interrupted_instances(WS) == []  # parked: nothing to resume
+    [(agent, key, parked)] = backend.open_turns(WS)
+    assert (agent, key, parked.turn_id, parked.parked) == ("planner", "k", "t1", True)
+    assert list(parked.approvals) == ["c2"]
     again = backend.open_instance(WS, "planner", "k")
     turn = again.journal.open_turn()
     assert turn is not None and turn.turn_id == "t1" and turn.parked
