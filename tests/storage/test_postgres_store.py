@@ -218,3 +218,36 @@ def test_a_lost_connection_is_e_store_unavailable_without_the_password(url: str)
     assert again.load().next_messages == []
     again.close()
     backend.close()
+
+
+def test_writes_from_two_threads_keep_their_transactions_apart(url: str) -> None:
+    # The runtime appends a turn's events from the event loop while its "processing" status
+    # write runs in a worker thread: both use the instance's one connection.
+    import threading
+
+    backend = PostgresBackend.open(url)
+    store = backend.open_instance(WS, "planner", "k")
+    state = store.load()
+    failures: list[BaseException] = []
+
+    def statuses() -> None:
+        try:
+            for n in range(150):
+                store.set_status("processing" if n % 2 else "idle")
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    worker = threading.Thread(target=statuses)
+    worker.start()
+    for n in range(150):
+        event = MessageEvent.append(Message.user(f"m{n}"))
+        state.emit(event)
+        store.append_event(event, "t1")
+    worker.join(60)
+    assert failures == []
+    store.commit(state)
+    store.close()
+    again = backend.open_instance(WS, "planner", "k")
+    assert [m.text for m in again.load().next_messages] == [f"m{n}" for n in range(150)]
+    again.close()
+    backend.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
@@ -132,6 +133,9 @@ class PostgresInstanceStore:
         self._extension_cache: dict[str, bytes] = {}
         self._journal = PostgresTurnJournal(self)
         self._closed = False
+        # One transaction at a time on the connection: the runtime writes a turn's events from
+        # the event loop while a status write may run in a worker thread.
+        self._lock = threading.RLock()
 
     # -- opening ---------------------------------------------------------------------------------
     @classmethod
@@ -172,6 +176,7 @@ class PostgresInstanceStore:
                         workspace_id=workspace_id, metadata=metadata, fence=fence, db=db,
                         closer=stack)
             store._journal.sync_position()  # the journal is read (and written) before load()
+            store._sync_event_position()
         except psycopg.Error as exc:
             stack.close()
             raise db.unavailable(exc) from None
@@ -179,6 +184,13 @@ class PostgresInstanceStore:
             stack.close()
             raise
         return store
+
+    def _sync_event_position(self) -> None:
+        with self.reading("read the events"):
+            row = self.conn.execute(
+                "SELECT coalesce(max(seq) + 1, 0) FROM goondan_events WHERE instance_id = %s",
+                (self.instance_id,)).fetchone()
+        self._next_event = int(row[0]) if row else 0
 
     def label(self, what: str) -> str:
         """Where a record lives, for diagnostics (``postgres:<ws>/<agent>:<key>/<what>``)."""
@@ -211,7 +223,7 @@ class PostgresInstanceStore:
         self._require_open()
         committing = False
         try:
-            with self.conn.transaction():
+            with self._lock, self.conn.transaction():
                 if self._fence is not None:
                     self._fence(self.conn)
                 yield
@@ -226,7 +238,8 @@ class PostgresInstanceStore:
         """Database errors of a read, as :meth:`write` reports them."""
         self._require_open()
         try:
-            yield
+            with self._lock:
+                yield
         except psycopg.Error as exc:
             raise self._database_error(what, exc, False) from None
 
