@@ -153,3 +153,20 @@ def test_a_wrong_password_is_e_store_unavailable_and_masked(
     assert caught.value.code == "E_STORE_UNAVAILABLE"
     assert "password authentication failed" in caught.value.message
     assert "hunter2-secret" not in str(caught.value.to_dict())
+
+
+def test_the_urls_own_options_are_kept_beside_the_stores_session_settings(
+    postgres_url: str,
+) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE SCHEMA tenant_a")
+    url = f"{postgres_url}?options=-c%20search_path%3Dtenant_a&application_name=mine"
+    with Database.open(url) as db:
+        settings = db.run(lambda c: c.execute(
+            "SELECT current_setting('search_path'), "
+            "current_setting('idle_in_transaction_session_timeout'), "
+            "current_setting('application_name'), "
+            "to_regclass('tenant_a.goondan_leases') IS NOT NULL, "
+            "to_regclass('public.goondan_leases') IS NULL"
+        ).fetchone())
+    assert settings == ("tenant_a", "5s", "mine", True, True)

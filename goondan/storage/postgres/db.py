@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from goondan.errors import WorkspaceError
@@ -55,12 +56,18 @@ class Database:
         self._url = url
         self.where = mask_url(url)
         self.connect_timeout = connect_timeout
+        try:
+            given = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise self.unavailable(exc) from None
+        # The URL's own ``options`` (a search_path …) are kept; ours are added after them.
+        idle_ms = max(1, round(idle_in_transaction_timeout * 1000))
+        ours = f"-c idle_in_transaction_session_timeout={idle_ms}"
         self._kwargs: dict[str, Any] = {
             "autocommit": True,
-            "connect_timeout": max(1, round(connect_timeout)),
-            "application_name": "goondan",
-            "options": "-c idle_in_transaction_session_timeout="
-            f"{max(1, round(idle_in_transaction_timeout * 1000))}",
+            "connect_timeout": given.get("connect_timeout") or max(1, round(connect_timeout)),
+            "application_name": given.get("application_name") or "goondan",
+            "options": f"{given.get('options') or ''} {ours}".strip(),
         }
         self._pool: ConnectionPool[Connection] = ConnectionPool(
             url, kwargs=self._kwargs, min_size=1, max_size=max_size, open=False,
