@@ -127,13 +127,10 @@ class PostgresCluster:
 
 
 def _as_server_user(argv: list[str]) -> list[str]:
-    """``initdb``/``postgres`` refuse root: under root they run as the ``postgres`` user."""
-    if os.geteuid() != 0:
-        return argv
-    return [
-        "setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups",
-        "--pdeathsig=KILL", "--", *argv,
-    ]
+    """The server dies with the test process (``--pdeathsig``, set after the user change, which
+    would clear it); under root it runs as the ``postgres`` user (it refuses root)."""
+    user = ["--reuid=postgres", "--regid=postgres", "--init-groups"] if os.geteuid() == 0 else []
+    return ["setpriv", *user, "--pdeathsig=KILL", "--", *argv]
 
 
 def _prepare_directory() -> Path:
