@@ -213,9 +213,10 @@ def start_cluster(*, fsync: bool = False) -> PostgresCluster:
     """
     bin_dir = find_bin_dir()
     if bin_dir is None or not (bin_dir / "postgres").exists():
+        where = bin_dir / "postgres" if bin_dir else "/usr/lib/postgresql/*/bin/postgres"
         raise RuntimeError(
-            "the PostgreSQL server is not installed (no /usr/lib/postgresql/*/bin/postgres); "
-            "`make test` installs it (apt-get install postgresql), or set GOONDAN_TEST_PG_BIN"
+            f"the PostgreSQL server is not installed (no {where}); `make test` installs it "
+            "(apt-get install postgresql), or set GOONDAN_TEST_PG_BIN to its bin directory"
         )
     try:
         import psycopg  # noqa: F401
