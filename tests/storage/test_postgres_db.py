@@ -170,3 +170,27 @@ def test_the_urls_own_options_are_kept_beside_the_stores_session_settings(
             "to_regclass('public.goondan_leases') IS NULL"
         ).fetchone())
     assert settings == ("tenant_a", "5s", "mine", True, True)
+
+
+def test_a_user_who_may_not_create_the_tables_gets_e_store_unavailable_saying_so(
+    postgres_url: str, postgres_cluster: PostgresCluster
+) -> None:
+    """PostgreSQL 15 no longer lets every user create tables in ``public``: the first start
+    with a user that does not own the database cannot migrate."""
+    role = f"limited_{postgres_url.rsplit('/', 1)[1]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'limited-pw'")
+    try:
+        url = f"postgresql://{role}:limited-pw@127.0.0.1:{postgres_cluster.port}/" + (
+            postgres_url.rsplit("/", 1)[1]
+        )
+        with pytest.raises(WorkspaceError) as caught:
+            Database.open(url)
+        error = caught.value
+        assert error.code == "E_STORE_UNAVAILABLE"
+        assert "cannot migrate the schema of" in error.message
+        assert "permission denied" in error.message
+        assert "limited-pw" not in str(error.to_dict())
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {role}")

@@ -80,11 +80,16 @@ class Database:
         db = cls(url, **options)
         with db.connect() as conn:
             if apply_migrations:
-                migrate(conn, where=db.where)
+                try:
+                    migrate(conn, where=db.where)
+                except psycopg.Error as exc:  # no right to create tables, a lost connection …
+                    raise db.unavailable(exc, action="migrate the schema of") from None
         db._pool.open(wait=False)
         return db
 
-    def unavailable(self, exc: BaseException, *, during_commit: bool = False) -> WorkspaceError:
+    def unavailable(
+        self, exc: BaseException, *, during_commit: bool = False, action: str = "use"
+    ) -> WorkspaceError:
         """``E_STORE_UNAVAILABLE`` for ``exc``, the password removed from its text."""
         detail = redact(str(exc).strip() or type(exc).__name__, self._url)
         if during_commit:
@@ -93,7 +98,7 @@ class Database:
                 f"may or may not have been applied: {detail}"
             )
         else:
-            message = f"cannot use the PostgreSQL store {self.where}: {detail}"
+            message = f"cannot {action} the PostgreSQL store {self.where}: {detail}"
         return WorkspaceError(
             message, code=STORE_UNAVAILABLE, location=self.where,
             suggestion="check that the server is running and reachable, and the URL's user, "
