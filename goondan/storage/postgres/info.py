@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
 from goondan.storage.postgres.db import Database
 from goondan.storage.postgres.migrate import applied_versions, check
 
@@ -22,6 +24,13 @@ FROM goondan_leases ORDER BY name
 def describe(url: str) -> dict[str, Any]:
     """``{kind, url (masked), schemaVersion, pendingMigrations, storeId, leases: [...]}``."""
     db = Database(url, max_size=1)
+    try:
+        return _describe(db)
+    except psycopg.Error as exc:  # a lost connection, no right to read the tables …
+        raise db.unavailable(exc, action="read") from None
+
+
+def _describe(db: Database) -> dict[str, Any]:
     with db.connect() as conn:
         pending = check(conn, where=db.where)  # E_STORE_SCHEMA_NEWER for a newer schema
         applied = applied_versions(conn)
