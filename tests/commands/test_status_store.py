@@ -104,3 +104,25 @@ def test_a_store_migrated_by_a_newer_goondan_is_e_store_schema_newer(
         ))
     code, _, err = run(capsys, "status", "--all", "--store", postgres_url)
     assert code == 3 and "[E_STORE_SCHEMA_NEWER]" in err
+
+
+def test_a_user_who_may_not_read_the_store_gets_e_store_unavailable(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psycopg
+
+    Database.open(postgres_url).close()  # migrated by the owner
+    database = postgres_url.rsplit("/", 1)[1]
+    role = f"reader_{database}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'reader-pw'")
+    try:
+        host = postgres_url.split("@", 1)[1].rsplit("/", 1)[0]
+        code, out, err = run(capsys, "status", "--all", "--store",
+                             f"postgresql://{role}:reader-pw@{host}/{database}")
+        assert code == 3
+        assert "[E_STORE_UNAVAILABLE]" in err and "cannot read" in err
+        assert "permission denied" in err and "reader-pw" not in out + err
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {role}")
