@@ -37,9 +37,10 @@ phoenix: $(PHOENIX_VENV)/bin/phoenix  ## install Arize Phoenix (OTLP test backen
 # The PostgreSQL server that tests/support/postgres.py starts (a throwaway cluster per test
 # process): Debian's package, installed only when no server binary is there (about a minute on a
 # bare machine; a no-op otherwise). The tests never use the cluster the package may create.
-APT_GET := env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
+APT_GET ?= env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
+PG_SERVER ?= /usr/lib/postgresql/*/bin/postgres
 postgres:  ## install the PostgreSQL server for the tests (apt-get, only when missing)
-	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+	@ls $(PG_SERVER) >/dev/null 2>&1 || { \
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$sudo $(APT_GET) install --no-install-recommends postgresql \
 	  || { $$sudo $(APT_GET) update && $$sudo $(APT_GET) install --no-install-recommends postgresql; }; }

@@ -7,8 +7,9 @@
 
 A URL may carry a password. It is never printed: :func:`mask_url` replaces the password (in
 the user-info part and in a ``password=`` query parameter) with ``***``, and every message of
-this module — and of the PostgreSQL store — goes through it. Pure standard library: parsing a
-URL never imports the database driver.
+this module — and of the PostgreSQL store — goes through it. Parsing a URL also registers its
+password with :mod:`goondan.secrets`, so log records and every error the CLI prints mask it
+too. Pure standard library: parsing a URL never imports the database driver.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from goondan.errors import ConfigError
+from goondan.secrets import register_secret
 
 __all__ = ["ENV_STORE", "STORE_URL", "StoreLocation", "mask_url", "parse_store", "redact"]
 
@@ -104,6 +106,10 @@ def _parse_postgres(value: str, source: str) -> StoreLocation:
     database = parts.path.lstrip("/")
     if "/" in database:
         raise _bad(value, source, "the database name contains '/'")
+    for password in (parts.password, query.get("password")):
+        if password:
+            register_secret(password)
+            register_secret(unquote(password))
     return StoreLocation("postgres", url=value)
 
 

@@ -153,3 +153,44 @@ def test_a_wrong_password_is_e_store_unavailable_and_masked(
     assert caught.value.code == "E_STORE_UNAVAILABLE"
     assert "password authentication failed" in caught.value.message
     assert "hunter2-secret" not in str(caught.value.to_dict())
+
+
+def test_the_urls_own_options_are_kept_beside_the_stores_session_settings(
+    postgres_url: str,
+) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE SCHEMA tenant_a")
+    url = f"{postgres_url}?options=-c%20search_path%3Dtenant_a&application_name=mine"
+    with Database.open(url) as db:
+        settings = db.run(lambda c: c.execute(
+            "SELECT current_setting('search_path'), "
+            "current_setting('idle_in_transaction_session_timeout'), "
+            "current_setting('application_name'), "
+            "to_regclass('tenant_a.goondan_leases') IS NOT NULL, "
+            "to_regclass('public.goondan_leases') IS NULL"
+        ).fetchone())
+    assert settings == ("tenant_a", "5s", "mine", True, True)
+
+
+def test_a_user_who_may_not_create_the_tables_gets_e_store_unavailable_saying_so(
+    postgres_url: str, postgres_cluster: PostgresCluster
+) -> None:
+    """PostgreSQL 15 no longer lets every user create tables in ``public``: the first start
+    with a user that does not own the database cannot migrate."""
+    role = f"limited_{postgres_url.rsplit('/', 1)[1]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'limited-pw'")
+    try:
+        url = f"postgresql://{role}:limited-pw@127.0.0.1:{postgres_cluster.port}/" + (
+            postgres_url.rsplit("/", 1)[1]
+        )
+        with pytest.raises(WorkspaceError) as caught:
+            Database.open(url)
+        error = caught.value
+        assert error.code == "E_STORE_UNAVAILABLE"
+        assert "cannot migrate the schema of" in error.message
+        assert "permission denied" in error.message
+        assert "limited-pw" not in str(error.to_dict())
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {role}")

@@ -101,3 +101,15 @@ def test_parsing_a_store_never_imports_the_database_driver() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_parsing_a_url_registers_its_password_as_a_secret_for_every_output() -> None:
+    from urllib.parse import unquote
+
+    from goondan.secrets import mask
+
+    secret = "pw-" + "q7Zr91xLm"
+    parse_store(f"postgresql://u:{secret}%21@h/db?password=Other{secret}", env={})
+    text = f"oops {secret}%21 / {secret}! / Other{secret}"
+    assert secret not in mask(text)
+    assert unquote(f"{secret}%21") not in mask(text)

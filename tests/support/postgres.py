@@ -127,13 +127,10 @@ class PostgresCluster:
 
 
 def _as_server_user(argv: list[str]) -> list[str]:
-    """``initdb``/``postgres`` refuse root: under root they run as the ``postgres`` user."""
-    if os.geteuid() != 0:
-        return argv
-    return [
-        "setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups",
-        "--pdeathsig=KILL", "--", *argv,
-    ]
+    """The server dies with the test process (``--pdeathsig``, set after the user change, which
+    would clear it); under root it runs as the ``postgres`` user (it refuses root)."""
+    user = ["--reuid=postgres", "--regid=postgres", "--init-groups"] if os.geteuid() == 0 else []
+    return ["setpriv", *user, "--pdeathsig=KILL", "--", *argv]
 
 
 def _prepare_directory() -> Path:
@@ -163,13 +160,15 @@ def _initdb(bin_dir: Path, directory: Path, password: str) -> None:
         raise RuntimeError(f"initdb failed ({done.returncode}):\n{output[-3000:]}")
 
 
-def _spawn(bin_dir: Path, directory: Path, port: int) -> subprocess.Popen[bytes]:
+def _spawn(
+    bin_dir: Path, directory: Path, port: int, *, fsync: bool
+) -> subprocess.Popen[bytes]:
     settings = {
         "listen_addresses": "127.0.0.1",
         "port": str(port),
         "unix_socket_directories": "",
-        "fsync": "off",
-        "full_page_writes": "off",
+        "fsync": "on" if fsync else "off",
+        "full_page_writes": "on" if fsync else "off",
         "max_connections": "100",
         "shared_buffers": "32MB",
         "logging_collector": "off",
@@ -207,13 +206,17 @@ def _wait_ready(cluster: PostgresCluster) -> None:
             time.sleep(0.05)  # polling a condition with a deadline
 
 
-def start_cluster() -> PostgresCluster:
-    """initdb + start + a template database; raises ``RuntimeError`` saying why it could not."""
+def start_cluster(*, fsync: bool = False) -> PostgresCluster:
+    """initdb + start + a template database; raises ``RuntimeError`` saying why it could not.
+
+    ``fsync=True`` is for benchmarks (scripts/bench_store.py): commits pay a real flush.
+    """
     bin_dir = find_bin_dir()
     if bin_dir is None or not (bin_dir / "postgres").exists():
+        where = bin_dir / "postgres" if bin_dir else "/usr/lib/postgresql/*/bin/postgres"
         raise RuntimeError(
-            "the PostgreSQL server is not installed (no /usr/lib/postgresql/*/bin/postgres); "
-            "`make test` installs it (apt-get install postgresql), or set GOONDAN_TEST_PG_BIN"
+            f"the PostgreSQL server is not installed (no {where}); `make test` installs it "
+            "(apt-get install postgresql), or set GOONDAN_TEST_PG_BIN to its bin directory"
         )
     try:
         import psycopg  # noqa: F401
@@ -228,7 +231,8 @@ def start_cluster() -> PostgresCluster:
         last_error: RuntimeError | None = None
         for _attempt in range(3):  # another process may take the free port first
             port = _free_port()
-            cluster = PostgresCluster(directory, port, password, _spawn(bin_dir, directory, port))
+            process = _spawn(bin_dir, directory, port, fsync=fsync)
+            cluster = PostgresCluster(directory, port, password, process)
             try:
                 _wait_ready(cluster)
             except RuntimeError as exc:

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from goondan.errors import WorkspaceError
@@ -55,12 +56,18 @@ class Database:
         self._url = url
         self.where = mask_url(url)
         self.connect_timeout = connect_timeout
+        try:
+            given = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise self.unavailable(exc) from None
+        # The URL's own ``options`` (a search_path …) are kept; ours are added after them.
+        idle_ms = max(1, round(idle_in_transaction_timeout * 1000))
+        ours = f"-c idle_in_transaction_session_timeout={idle_ms}"
         self._kwargs: dict[str, Any] = {
             "autocommit": True,
-            "connect_timeout": max(1, round(connect_timeout)),
-            "application_name": "goondan",
-            "options": "-c idle_in_transaction_session_timeout="
-            f"{max(1, round(idle_in_transaction_timeout * 1000))}",
+            "connect_timeout": given.get("connect_timeout") or max(1, round(connect_timeout)),
+            "application_name": given.get("application_name") or "goondan",
+            "options": f"{given.get('options') or ''} {ours}".strip(),
         }
         self._pool: ConnectionPool[Connection] = ConnectionPool(
             url, kwargs=self._kwargs, min_size=1, max_size=max_size, open=False,
@@ -73,11 +80,16 @@ class Database:
         db = cls(url, **options)
         with db.connect() as conn:
             if apply_migrations:
-                migrate(conn, where=db.where)
+                try:
+                    migrate(conn, where=db.where)
+                except psycopg.Error as exc:  # no right to create tables, a lost connection …
+                    raise db.unavailable(exc, action="migrate the schema of") from None
         db._pool.open(wait=False)
         return db
 
-    def unavailable(self, exc: BaseException, *, during_commit: bool = False) -> WorkspaceError:
+    def unavailable(
+        self, exc: BaseException, *, during_commit: bool = False, action: str = "use"
+    ) -> WorkspaceError:
         """``E_STORE_UNAVAILABLE`` for ``exc``, the password removed from its text."""
         detail = redact(str(exc).strip() or type(exc).__name__, self._url)
         if during_commit:
@@ -86,7 +98,7 @@ class Database:
                 f"may or may not have been applied: {detail}"
             )
         else:
-            message = f"cannot use the PostgreSQL store {self.where}: {detail}"
+            message = f"cannot {action} the PostgreSQL store {self.where}: {detail}"
         return WorkspaceError(
             message, code=STORE_UNAVAILABLE, location=self.where,
             suggestion="check that the server is running and reachable, and the URL's user, "
