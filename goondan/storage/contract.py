@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
+from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from goondan.errors import WorkspaceError
@@ -116,6 +117,14 @@ class InstanceStorage(ConversationStore, Protocol):
 
     @property
     def closed(self) -> bool:
+        ...
+
+    def __enter__(self) -> Any:
+        ...
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Close the instance."""
         ...
 
 
