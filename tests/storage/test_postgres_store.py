@@ -251,3 +251,32 @@ def test_writes_from_two_threads_keep_their_transactions_apart(url: str) -> None
     assert [m.text for m in again.load().next_messages] == [f"m{n}" for n in range(150)]
     again.close()
     backend.close()
+
+
+def test_queue_writes_and_approval_requests_are_fenced_too(url: str) -> None:
+    from goondan.storage.postgres.backend import lease_fence
+    from goondan.storage.postgres.leases import PostgresLeases
+
+    backend = PostgresBackend.open(url)
+    leases = PostgresLeases(backend.db)
+    name = f"orchestrator/{WS}/main"
+    token = leases.acquire_lease(name, "node-a", 30)
+    assert token is not None
+    fenced = backend.with_fence(lease_fence(name, token))
+    queue = fenced.queue(WS, "inputs/main")
+    queue.append_entry({"id": "e1", "type": "message"}, "planner", "k")
+    assert leases.release_lease(name, token)
+    assert leases.acquire_lease(name, "node-b", 30) is not None
+    for write in (lambda: queue.append_entry({"id": "e2", "type": "message"}, "planner", "k"),
+                  lambda: queue.claim("planner", "k", "e1"),
+                  lambda: queue.confirm("planner", "k", "e1"),
+                  lambda: queue.take("planner", "k", owner="1:1"),
+                  lambda: fenced.approvals(WS).request(
+                      agent="planner", instance_key="k", turn_id="t", tool_call_id="c",
+                      tool="x__y", args={})):
+        with pytest.raises(WorkspaceError) as info:
+            write()
+        assert info.value.code == "E_STORE_LEASE_LOST"
+    assert [e.id for e in backend.queue(WS, "inputs/main").open_entries()] == ["e1"]
+    assert backend.approvals(WS).list() == []
+    backend.close()

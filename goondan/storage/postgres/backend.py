@@ -5,10 +5,11 @@ the pending migrations, :mod:`goondan.storage.postgres.migrate`). Opening an ins
 connection of its own (it holds the instance's lock for as long as the instance is open);
 approvals, queues and listings use the pool of :class:`~goondan.storage.postgres.db.Database`.
 
-``fence``: called first inside every write transaction of an open instance, with its
-connection; it raises when this process's lease token is no longer valid, so a writer that lost
-its lease writes nothing. :func:`lease_fence` makes one from a lease name and token
-(:func:`goondan.storage.postgres.leases.fenced`).
+``fence``: called first inside every write transaction of an open instance, of a queue and of
+an approval request, with its connection; it raises when this process's lease token is no
+longer valid, so a writer that lost its lease writes nothing (a person's decision on an
+approval is not written on behalf of a lease and is not fenced). :func:`lease_fence` makes one
+from a lease name and token (:func:`goondan.storage.postgres.leases.fenced`).
 """
 
 from __future__ import annotations
@@ -118,11 +119,11 @@ class PostgresBackend:
                 if not turn.parked]
 
     def approvals(self, workspace_id: str) -> PostgresApprovals:
-        return PostgresApprovals(self._shared, workspace_id)
+        return PostgresApprovals(self._shared, workspace_id, self._fence)
 
     def queue(self, workspace_id: str, scope: str,
               accept: Callable[[InboxEntry], bool] | None = None) -> PostgresQueue:
-        return PostgresQueue(self._shared, workspace_id, scope, accept)
+        return PostgresQueue(self._shared, workspace_id, scope, accept, self._fence)
 
     def close(self) -> None:
         self._shared.close()

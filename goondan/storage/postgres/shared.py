@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from goondan.errors import WorkspaceError
 from goondan.storage.postgres.db import Connection, Database
+from goondan.storage.postgres.store import Fence
 from goondan.types import JsonObject, now_iso
 from goondan.workspace.approvals import (
     STATUSES,
@@ -72,10 +73,17 @@ class SharedConnection:
 
         return self.db.run(work)
 
-    def run(self, work: Callable[[Connection], T]) -> T:
+    def run(self, work: Callable[[Connection], T], fence: Fence | None = None) -> T:
         """``work(conn)`` in one transaction (run once more if the connection broke before
-        the commit: ``work`` must only touch the database)."""
-        return self.db.run(work)
+        the commit: ``work`` must only touch the database), after ``fence(conn)``."""
+        if fence is None:
+            return self.db.run(work)
+
+        def fenced(conn: Connection) -> T:
+            fence(conn)
+            return work(conn)
+
+        return self.db.run(fenced)
 
     def close(self) -> None:
         self.db.close()
@@ -103,9 +111,11 @@ def _approval(request: JsonObject, decision: JsonObject | None, now: datetime | 
 class PostgresApprovals:
     """The approvals of one workspace (the contract's ``ApprovalIndex``)."""
 
-    def __init__(self, shared: SharedConnection, workspace_id: str) -> None:
+    def __init__(self, shared: SharedConnection, workspace_id: str,
+                 fence: Fence | None = None) -> None:
         self._shared = shared
         self.workspace_id = workspace_id
+        self._fence = fence  # requests are written for a turn: fenced like its instance
 
     def __repr__(self) -> str:
         return f"<PostgresApprovals {self.workspace_id}>"
@@ -122,10 +132,10 @@ class PostgresApprovals:
             "turnId": turn_id, "toolCallId": tool_call_id, "reason": reason, "requestedAt": at,
             "approvalTimeoutMs": timeout_ms, "expiresAt": expires,
         }
-        self._shared.execute(
+        self._shared.run(lambda conn: conn.execute(
             "INSERT INTO goondan_approvals (workspace_id, id, agent_name, instance_key, "
             "requested_at, request) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (self.workspace_id, ident, agent, instance_key, at, _dumps(document)))
+            (self.workspace_id, ident, agent, instance_key, at, _dumps(document))), self._fence)
         found = self.get(ident)
         assert found is not None
         return found
@@ -196,11 +206,13 @@ class PostgresQueue:
     entry read back, as the JSONL inbox's does."""
 
     def __init__(self, shared: SharedConnection, workspace_id: str, scope: str,
-                 accept: Callable[[InboxEntry], bool] | None = None) -> None:
+                 accept: Callable[[InboxEntry], bool] | None = None,
+                 fence: Fence | None = None) -> None:
         self._shared = shared
         self.workspace_id = workspace_id
         self.scope = scope
         self._accept = accept
+        self._fence = fence  # every write: enqueue, claim, confirm, take
 
     def __repr__(self) -> str:
         return f"<PostgresQueue {self.workspace_id}/{self.scope}>"
@@ -237,11 +249,11 @@ class PostgresQueue:
         """Insert the input (one committed row) before it is acknowledged; an id already
         accepted is left as it is."""
         entry = InboxEntry(str(event["id"]), event, agent, instance_key, now_iso())
-        self._shared.execute(
+        self._shared.run(lambda conn: conn.execute(
             "INSERT INTO goondan_inbox (workspace_id, scope, id, agent_name, instance_key, "
             "accepted_at, event) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
             (self.workspace_id, self.scope, entry.id, agent, instance_key, entry.accepted_at,
-             _dumps(event)))
+             _dumps(event))), self._fence)
         return entry
 
     def claim(self, agent: str, instance_key: str, input_id: str, *, owner: str | None = None,
@@ -261,7 +273,7 @@ class PostgresQueue:
             self._set(conn, input_id, owner)
             return True
 
-        return self._shared.run(work)
+        return self._shared.run(work, self._fence)
 
     def _ensure_row(self, conn: Connection, agent: str, instance_key: str, input_id: str) -> None:
         # A claim may come for an id the queue never held (the JSONL claims are a file of
@@ -288,7 +300,7 @@ class PostgresQueue:
             self._ensure_row(conn, agent, instance_key, input_id)
             self._set(conn, input_id, None)
 
-        self._shared.run(work)
+        self._shared.run(work, self._fence)
 
     def take(self, agent: str, instance_key: str, *, owner: str) -> InboxEntry | None:
         def work(conn: Connection) -> InboxEntry | None:
@@ -307,7 +319,7 @@ class PostgresQueue:
                 return entry
             return None
 
-        return self._shared.run(work)
+        return self._shared.run(work, self._fence)
 
     def close(self) -> None:
         return None
