@@ -19,6 +19,7 @@ ORDER = [
     "cli",
     "config",
     "workspace",
+    "storage",
     "pipeline",
     "llm",
     "mcp",

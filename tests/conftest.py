@@ -10,6 +10,8 @@ import pytest
 
 from tests.support import network_guard
 
+pytest_plugins = ["tests.support.postgres"]
+
 network_guard.install()
 
 _SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET")

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / "goondan"
 LAYERS: dict[str, int] = {
     "errors": 0, "types": 0, "secrets": 0, "text": 0, "codecache": 0,
     "config": 1, "conversation": 1, "workspace": 1, "tools": 1, "http": 1,
+    "storage": 2,
     "llm": 2, "pipeline": 2, "mcp": 2, "a2a": 2, "otlp": 2,
     "extensions": 3, "runtime": 3, "console": 3,
     "ipc": 4,
@@ -156,7 +157,11 @@ RUNTIME_DEPENDENCIES = {
     "urllib3": "urllib3",
 }
 # Optional extras, imported only by the module that offers them.
-OPTIONAL_IMPORTS = {"ray": "engines/ray/"}
+OPTIONAL_IMPORTS = {
+    "ray": "engines/ray/",
+    "psycopg": "storage/postgres/",
+    "psycopg_pool": "storage/postgres/",
+}
 
 
 def test_runtime_dependencies_are_only_click_pyyaml_tomli_w_and_urllib3() -> None:

@@ -14,6 +14,12 @@ from typing import Any
 import click
 
 from goondan.commands.common import get_globals, running_swarm_options, style
+from goondan.commands.store_option import (
+    describe_postgres,
+    resolve_store,
+    store_option,
+    store_summary_lines,
+)
 from goondan.types import JsonObject
 
 __all__ = ["status", "swarm_status", "usage_line"]
@@ -96,7 +102,10 @@ def usage_line(usage: Any) -> str | None:
 @click.option(
     "--json", "as_json", is_flag=True, default=False, help="Print JSON (shape: docs/cli.md)."
 )
-def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool) -> int:
+@store_option
+def status(
+    bundle: str | None, swarm: str | None, show_all: bool, as_json: bool, store: str | None
+) -> int:
     """Show the running swarm(s): processes (agents and connectors), uptime, restarts, queues."""
     import json
 
@@ -105,7 +114,8 @@ def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool)
     from goondan.swarm.state import running_records
 
     options = get_globals()
-    state_root = options.resolve_state_root()
+    location, state_root = resolve_store(store, options.resolve_state_root)
+    store_doc = describe_postgres(location) if location.kind == "postgres" else None
     bundle = bundle or options.bundle
     here = Path.cwd()
     if show_all or (bundle is None and not (here / "goondan.yaml").is_file()):
@@ -115,8 +125,13 @@ def status(bundle: str | None, swarm: str | None, show_all: bool, as_json: bool)
         records = [found] if found is not None else []
     swarms = [swarm_status(active) for active in records]
     if as_json or options.json_errors:
-        click.echo(json.dumps({"swarms": swarms}, ensure_ascii=False, indent=2))
+        doc: JsonObject = {"swarms": swarms} if store_doc is None else {
+            "store": store_doc, "swarms": swarms,
+        }
+        click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
         return 0
+    for line in store_summary_lines(store_doc) if store_doc is not None else []:
+        click.echo(line)
     if not swarms:
         click.echo(f"No swarm is running under {state_root}.")
         return 0

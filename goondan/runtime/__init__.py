@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     )
     from goondan.runtime.observe import EventListener
     from goondan.runtime.otlp_exporter import OtlpExporter
+    from goondan.storage.contract import StorageBackend
 
 __all__ = ["AgentInstance", "Runtime", "TurnResult"]
 
@@ -85,12 +86,15 @@ class Runtime:
         on_outgoing: OutgoingHandler | None = None,
         max_agent_depth: int = DEFAULT_MAX_DEPTH,
         resume_interrupted: bool = True,
+        storage: StorageBackend | None = None,
     ) -> None:
         from goondan.workspace.paths import workspace_id_for
         from goondan.workspace.record import record_bundle_workspace
 
         self.bundle = bundle
         self.state_root = Path(state_root)
+        # Where instances and approvals live (docs/storage.md); None: the JSONL state root.
+        self.storage = storage
         self.swarm: SwarmSpec = bundle.swarm_spec(swarm)
         self.workspace_id = workspace_id_for(bundle.root, bundle.package_name)
         record_bundle_workspace(bundle, self.state_root)  # so inspect can mask from anywhere
@@ -149,13 +153,15 @@ class Runtime:
         stream: bool = True,
         max_agent_depth: int = DEFAULT_MAX_DEPTH,
         resume_interrupted: bool = True,
+        storage: StorageBackend | None = None,
     ) -> Runtime:
         """Load and validate the bundle at ``path`` (raises ``BundleError``/``ConfigError``).
 
         ``models`` maps an agent name (or a Model resource name) to a ready
         :class:`LanguageModel` — handy for tests with ``ScriptedModel``; ``model_factory``
         replaces ``goondan.llm.create_model`` for every other agent. ``resume_interrupted``:
-        see the module docstring.
+        see the module docstring. ``storage``: the backend that holds the instances and
+        approvals (:mod:`goondan.storage`; default: the JSONL state root).
         """
         from goondan.config.cache import load_bundle_cached
         from goondan.workspace.paths import resolve_state_root
@@ -174,6 +180,7 @@ class Runtime:
             stream=stream,
             max_agent_depth=max_agent_depth,
             resume_interrupted=resume_interrupted,
+            storage=storage,
         )
 
     # -- instances ---------------------------------------------------------------------------------
@@ -250,6 +257,7 @@ class Runtime:
             on_outgoing=on_outgoing,
             stream=self.stream,
             resume_interrupted=self.resume_interrupted,
+            storage=self.storage,
         )
         instance.subscribe(self._dispatch)
         if self.budgets.active:

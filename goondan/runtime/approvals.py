@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from goondan.pipeline.tracing import Span
     from goondan.runtime.resume import ResumePoint
     from goondan.runtime.turn import TurnRunner
+    from goondan.storage.contract import ApprovalIndex, StorageBackend
     from goondan.types import ToolCall, ToolCatalogItem
     from goondan.workspace.journal import OpenTurn
 
@@ -142,7 +143,7 @@ class ApprovalGate:
     ``journal`` is the instance's :class:`~goondan.workspace.journal.TurnJournal` (None for a
     store without one: the request is then only in the approval store)."""
 
-    def __init__(self, *, rules: ApprovalRules, store: ApprovalStore, journal: Any,
+    def __init__(self, *, rules: ApprovalRules, store: ApprovalIndex, journal: Any,
                  agent: str, instance_key: str) -> None:
         self.rules = rules
         self.store = store
@@ -156,7 +157,7 @@ class ApprovalGate:
         return f"<ApprovalGate {self.agent}@{self.instance_key} pending={len(self.pending)}>"
 
     @classmethod
-    def of(cls, spec: Any, store: Any, approvals: ApprovalStore) -> ApprovalGate:
+    def of(cls, spec: Any, store: Any, approvals: ApprovalIndex) -> ApprovalGate:
         """The gate of an instance: ``spec``'s rules, ``store``'s journal, the workspace's index."""
         return cls(
             rules=approval_rules(spec),
@@ -343,10 +344,13 @@ class RuntimeApprovals:
 
     def __init__(self, runtime: Any) -> None:
         self._runtime = runtime
-        self.store = ApprovalStore(runtime.state_root, runtime.workspace_id)
+        storage = getattr(runtime, "storage", None)
+        self.store: ApprovalIndex = (
+            ApprovalStore(runtime.state_root, runtime.workspace_id) if storage is None
+            else storage.approvals(runtime.workspace_id))
 
     def __repr__(self) -> str:
-        return f"<RuntimeApprovals {self.store.dir}>"
+        return f"<RuntimeApprovals {getattr(self.store, 'dir', self.store)}>"
 
     def list(self, *, status: str | None = "pending", agent: str | None = None,
              instance_key: str | None = None) -> list[Approval]:
@@ -416,30 +420,27 @@ MAX_WATCH_S = 5.0  # how often the orchestrator looks for approvals that expired
 
 
 def approvals_due(
-    state_root: Path, workspace_id: str, *, startup: bool
+    state_root: Path, workspace_id: str, *, startup: bool, storage: StorageBackend | None = None
 ) -> tuple[list[Approval], float]:
     """What an orchestrator must wake: approvals whose parked turn can go on, and the seconds
     until it should look again (the next expiry, at most :data:`MAX_WATCH_S`).
 
     At ``startup`` the parked turns of the workspace's instances are read (decisions taken while
-    the swarm was stopped); afterwards only pending approvals that expired are due."""
+    the swarm was stopped); afterwards only pending approvals that expired are due. ``storage``:
+    the store holding them (None: the JSONL state root)."""
     from datetime import UTC, datetime
 
-    from goondan.workspace.files import read_bytes
-    from goondan.workspace.journal import JOURNAL_FILE, open_turn_of, parse_records
-    from goondan.workspace.paths import StateLayout
+    from goondan.workspace.journal import open_turns
 
-    store = ApprovalStore(state_root, workspace_id)
+    store: ApprovalIndex = (ApprovalStore(state_root, workspace_id) if storage is None
+                            else storage.approvals(workspace_id))
     now = datetime.now(UTC)
     due: list[Approval] = []
     if startup:
-        instances = StateLayout(state_root).instances_dir(workspace_id)
-        for journal in sorted(instances.glob(f"*/{JOURNAL_FILE}")):
-            try:
-                opened = open_turn_of(parse_records(read_bytes(journal), str(journal)))
-            except GoondanError:
-                continue
-            if opened is None or not opened.parked:
+        turns = (open_turns(state_root, workspace_id) if storage is None
+                 else storage.open_turns(workspace_id))
+        for _agent, _key, opened in turns:
+            if not opened.parked:
                 continue
             stored = [store.get(str(r.get("approvalId"))) for r in opened.approvals.values()]
             ready = [a for a in stored if a is not None and a.status != "pending"]

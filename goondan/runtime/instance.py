@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from goondan.extensions.loader import ExtensionSet
     from goondan.pipeline.events import EventBus
     from goondan.pipeline.registry import PipelineRegistry
+    from goondan.storage.contract import InstanceStorage, StorageBackend
     from goondan.tools.executor import ToolExecutor
     from goondan.tools.registry import ToolRegistry
     from goondan.workspace.journal import OpenTurn
@@ -196,12 +197,14 @@ class AgentInstance:
         stream: bool = True,
         logger: logging.Logger | None = None,
         resume_interrupted: bool = True,
+        storage: StorageBackend | None = None,
     ) -> AgentInstance:
         """Open (or create) the instance's storage, recover it, load tools and extensions.
 
         A turn left open by a process that died is resumed by :meth:`resume` (and before any
         other event); ``resume_interrupted=False`` closes it with ``E_TURN_INTERRUPTED`` tool
-        results instead, without answering it."""
+        results instead, without answering it. ``storage``: the backend holding the instance
+        (docs/storage.md); None is the JSONL state root ``state_root``."""
         from goondan.extensions import load_extensions
         from goondan.pipeline.events import EventBus
         from goondan.pipeline.registry import PipelineRegistry
@@ -211,9 +214,15 @@ class AgentInstance:
         from goondan.workspace import InstanceStore
 
         log = logger or _log
-        store = await asyncio.to_thread(
-            InstanceStore.open, state_root, workspace_id, spec.name, instance_key
-        )
+        store: InstanceStorage
+        if storage is None:
+            store = await asyncio.to_thread(
+                InstanceStore.open, state_root, workspace_id, spec.name, instance_key
+            )
+        else:
+            store = await asyncio.to_thread(
+                storage.open_instance, workspace_id, spec.name, instance_key
+            )
         pipeline = PipelineRegistry()
         tools = ToolRegistry()
         try:
@@ -283,10 +292,11 @@ class AgentInstance:
             interrupted=interrupted if mode in ("resume", "guard") else None,
         )
         instance.env.approvals = approvals.ApprovalGate.of(
-            spec, store, ApprovalStore(state_root, workspace_id))
+            spec, store, ApprovalStore(state_root, workspace_id) if storage is None
+            else storage.approvals(workspace_id))
         instance.parked = interrupted if mode == "parked" else None
         max_bytes = max_bytes_from_env(os.environ if env is None else env)
-        if max_bytes:
+        if max_bytes and isinstance(store, InstanceStore):  # runtime-events.jsonl: JSONL only
             instance.event_log = RuntimeEventLog(store.paths.dir, max_bytes=max_bytes)
             instance.observer.add_sink(instance.event_log)
         return instance

@@ -32,10 +32,11 @@ from goondan.runtime.approvals import decided_call
 from goondan.runtime.failed_turns import FAILED_TURN_KEY, input_events
 from goondan.runtime.inputs import input_tag, input_text
 from goondan.types import AgentEvent, JsonObject, ToolCall, ToolCallResult, now_iso
-from goondan.workspace.journal import OpenTurn, TurnJournal, idempotency_key
+from goondan.workspace.journal import OpenTurn, idempotency_key
 
 if TYPE_CHECKING:
     from goondan.runtime.turn import TurnRunner
+    from goondan.storage.contract import TurnLog
 
 __all__ = [
     "MAX_CRASH_RESUMES",
@@ -81,7 +82,7 @@ def resume_mode(turn: OpenTurn | None, *, resume_interrupted: bool) -> ResumeMod
 class TurnRecorder:
     """Writes one instance's turn records to its journal; without a journal only keys are made."""
 
-    def __init__(self, journal: TurnJournal | None, agent: str, instance_key: str) -> None:
+    def __init__(self, journal: TurnLog | None, agent: str, instance_key: str) -> None:
         self.journal = journal
         self.agent = agent
         self.instance_key = instance_key

@@ -47,6 +47,7 @@ __all__ = [
     "TurnJournal",
     "idempotency_key",
     "interrupted_instances",
+    "open_turns",
 ]
 
 JOURNAL_FILE = "turn.jsonl"
@@ -232,16 +233,16 @@ def open_turn_of(records: list[JsonObject]) -> OpenTurn | None:
                     input_message_id=message_id if isinstance(message_id, str) else None)
 
 
-def interrupted_instances(state_root: Path, workspace_id: str) -> list[tuple[str, str]]:
-    """(agent, instanceKey) of every instance of the workspace whose journal has an open turn
-    that is not parked: ``goondan run`` spawns them at start so those turns finish.
+def open_turns(state_root: Path, workspace_id: str) -> list[tuple[str, str, OpenTurn]]:
+    """(agent, instanceKey, open turn) of every instance of the workspace whose journal has an
+    open turn, parked or not.
 
     Read without the instance lock (nothing is written); an unreadable journal is skipped here
     and reported when the instance opens."""
     from goondan.errors import GoondanError
     from goondan.workspace.catalog import iter_instances
 
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str, OpenTurn]] = []
     for info in iter_instances(Path(state_root), workspace_id=workspace_id):
         path = info.paths.dir / JOURNAL_FILE
         if info.agent_name is None or not path.exists():
@@ -250,9 +251,16 @@ def interrupted_instances(state_root: Path, workspace_id: str) -> list[tuple[str
             turn = open_turn_of(parse_records(read_bytes(path), str(path)))
         except (GoondanError, OSError):
             continue
-        if turn is not None and not turn.parked:
-            found.append((info.agent_name, info.instance_key))
+        if turn is not None:
+            found.append((info.agent_name, info.instance_key, turn))
     return found
+
+
+def interrupted_instances(state_root: Path, workspace_id: str) -> list[tuple[str, str]]:
+    """(agent, instanceKey) of every instance of the workspace whose journal has an open turn
+    that is not parked: ``goondan run`` spawns them at start so those turns finish."""
+    return [(agent, key) for agent, key, turn in open_turns(state_root, workspace_id)
+            if not turn.parked]
 
 
 def journal_bytes(records: list[JsonObject]) -> bytes:

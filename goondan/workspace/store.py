@@ -551,18 +551,7 @@ class InstanceStore:
     def save_extension_state(self, name: str, value: JsonValue) -> bool:
         """Write the state atomically unless unchanged; return True when it was written."""
         self._require_open()
-        try:
-            # clean_json: a lone surrogate in a state must not make it unsaveable
-            # (docs/security.md).
-            data = (json.dumps(clean_json(value), ensure_ascii=False, indent=2) + "\n").encode(
-                "utf-8"
-            )
-        except (TypeError, ValueError) as exc:
-            raise WorkspaceError(
-                f"the state of extension {name!r} is not JSON-serialisable: {exc}",
-                code="E_WORKSPACE_EXTENSION_STATE",
-                suggestion="store only dicts, lists, strings, numbers, booleans and None",
-            ) from exc
+        data = extension_state_bytes(name, value)
         if self._extension_cache.get(name) == data:
             return False
         path = self.paths.extension(name)
@@ -615,6 +604,22 @@ class InstanceStore:
     def __repr__(self) -> str:
         return (f"InstanceStore(agent={self.agent_name!r}, key={self.instance_key!r}, "
                 f"dir={str(self.paths.dir)!r}, open={not self.closed})")
+
+
+def extension_state_bytes(name: str, value: JsonValue) -> bytes:
+    """The stored form of an extension's state (``extensions/<name>.json``); every backend
+    stores these bytes. Raises ``E_WORKSPACE_EXTENSION_STATE`` for a value that is not JSON."""
+    try:
+        # clean_json: a lone surrogate in a state must not make it unsaveable (docs/security.md).
+        return (json.dumps(clean_json(value), ensure_ascii=False, indent=2) + "\n").encode(
+            "utf-8"
+        )
+    except (TypeError, ValueError) as exc:
+        raise WorkspaceError(
+            f"the state of extension {name!r} is not JSON-serialisable: {exc}",
+            code="E_WORKSPACE_EXTENSION_STATE",
+            suggestion="store only dicts, lists, strings, numbers, booleans and None",
+        ) from exc
 
 
 def _json_bytes(value: Any) -> bytes:

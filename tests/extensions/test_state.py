@@ -1,4 +1,7 @@
-"""Extension state (seed 004 §13.4; workspace.md §6)."""
+"""Extension state (seed 004 §13.4; workspace.md §6).
+
+Tests taking ``backend`` run on every storage backend (jsonl, postgres;
+tests/support/backends.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +16,11 @@ from goondan.extensions import load_extensions
 from goondan.extensions.state import ExtensionState, MemoryStateStore
 from goondan.pipeline.events import EventBus
 from goondan.pipeline.registry import PipelineRegistry
+from goondan.storage.contract import StorageBackend
 from goondan.tools.registry import ToolRegistry
 from goondan.workspace import InstanceStore
 from tests.support.aio import run
-from tests.support.pipeline_harness import EXT_FIXTURES, Binding, FileStateStore, ext_binding
+from tests.support.pipeline_harness import EXT_FIXTURES, Binding, ext_binding
 
 
 def load_counter(store: Any):  # type: ignore[no-untyped-def]
@@ -52,22 +56,49 @@ def test_non_json_values_are_rejected_at_set(bad: Any) -> None:
     assert not state.dirty
 
 
-def test_state_is_restored_when_the_instance_starts(tmp_path: Path) -> None:
+def test_state_is_restored_when_the_instance_starts(backend: StorageBackend) -> None:
     """seed 004 §13.4 rule 4: states are restored from disk at instance start (survive a
-    restart)."""
-    store = FileStateStore(tmp_path, "coder", "user-1")
-    first = load_counter(store)
-    run(first.flush_state())
-    second = load_counter(FileStateStore(tmp_path, "coder", "user-1"))
+    restart) — from the instance's store, on every storage backend."""
+    with backend.open_instance("ws", "coder", "user-1") as store:
+        first = load_counter(store)
+        run(first.flush_state())
+    with backend.open_instance("ws", "coder", "user-1") as store:
+        second = load_counter(store)
     assert second.get("counter").state.snapshot() == {"loads": 2}  # type: ignore[union-attr]
 
 
-def test_instances_are_isolated(tmp_path: Path) -> None:
+def test_instances_are_isolated(backend: StorageBackend) -> None:
     """seed 004 §13.4 rule 3 / seed 003: two instances never see each other's state."""
     for _ in range(2):
-        run(load_counter(FileStateStore(tmp_path, "coder", "user-1")).flush_state())
-    other = load_counter(FileStateStore(tmp_path, "coder", "user-2"))
+        with backend.open_instance("ws", "coder", "user-1") as store:
+            run(load_counter(store).flush_state())
+    with backend.open_instance("ws", "coder", "user-2") as store:
+        other = load_counter(store)
     assert other.get("counter").state.snapshot() == {"loads": 1}  # type: ignore[union-attr]
+
+
+def test_each_extension_identity_restores_and_writes_its_own_state(
+    backend: StorageBackend,
+) -> None:
+    """seed 004 §13.4 rules 2 and 6, on every backend (the twin of the next test, which looks at
+    the JSONL files): three extensions named ``counter`` — the bundle's and one from each of
+    two packages — keep three states."""
+    bindings = [
+        Binding(name="counter", entry=EXT_FIXTURES / "async_register.py", package=package)
+        for package in (None, "@acme/a", "@acme/b")
+    ]
+    with backend.open_instance("ws", "coder", "user-1") as store:
+        store.load()
+        store.save_extension_state("counter", {"loads": 10})
+        store.save_extension_state("@acme/a/counter", {"loads": 20})
+        loaded = run(load_extensions(bindings, pipeline=PipelineRegistry(), tools=ToolRegistry(),
+                                     bus=EventBus(), state_store=store))
+        run(loaded.flush_state())
+    with backend.open_instance("ws", "coder", "user-1") as store:
+        states = {key: store.load_extension_state(key)
+                  for key in ("counter", "@acme/a/counter", "@acme/b/counter")}
+    assert states == {"counter": {"loads": 11}, "@acme/a/counter": {"loads": 21},
+                      "@acme/b/counter": {"loads": 1}}
 
 
 def test_state_belongs_to_the_extension_identity(tmp_path: Path) -> None:

@@ -1,5 +1,8 @@
 """Approvals in the turn (docs/approvals.md): a call that needs a person parks the turn; the
-decision resumes it, in this runtime or in a later one."""
+decision resumes it, in this runtime or in a later one.
+
+Run against every storage backend (``storage``: the JSONL state root, the runtime's default, and
+PostgreSQL; tests/support/backends.py)."""
 
 from __future__ import annotations
 
@@ -36,25 +39,39 @@ def _tool_messages(model: ScriptedModel, index: int) -> list[dict[str, Any]]:
     return [m for m in model.requests[index].messages if m.get("role") == "tool"]
 
 
-def _status(state_root: Path) -> str:
-    [meta] = list(state_root.rglob("metadata.json"))
-    return str(json.loads(meta.read_text())["status"])
+def _status(state_root: Path, storage: Any, workspace_id: str) -> str:
+    if storage is not None:
+        [meta] = list(storage.instances(workspace_id))
+        return str(meta["status"])
+    [meta_file] = list(state_root.rglob("metadata.json"))
+    return str(json.loads(meta_file.read_text())["status"])
 
 
-def test_a_required_call_parks_and_approve_runs_it_once(bundle: Path, tmp_path: Path) -> None:
+def _approvals(state_root: Path, storage: Any, workspace_id: str) -> Any:
+    """The workspace's approvals, opened anew (as another process would)."""
+    if storage is not None:
+        return storage.approvals(workspace_id)
+    return ApprovalStore(state_root, workspace_id)
+
+
+def test_a_required_call_parks_and_approve_runs_it_once(
+    bundle: Path, tmp_path: Path, storage: Any
+) -> None:
     state = tmp_path / "state"
 
     async def main() -> None:
         model = ScriptedModel(
             [{"toolCalls": [call("files__delete", path="old.txt")]}, "deleted it"]
         )
-        async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": model}) as rt:
+        async with Runtime.from_bundle(
+            bundle, storage=storage, state_root=state, models={"assistant": model}
+        ) as rt:
             parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
             assert parked.finish_reason == "approval_pending"
             [row] = parked.metadata["approvals"]
             assert row["tool"] == "files__delete" and row["args"] == {"path": "old.txt"}
             assert (bundle / "work" / "old.txt").exists()  # not run
-            assert _status(state) == "waitingForApproval"
+            assert _status(state, storage, rt.workspace_id) == "waitingForApproval"
             [pending] = rt.approvals.list()
             assert pending.id == row["id"]
             done = await rt.approvals.approve(pending.id, note="fine")
@@ -72,19 +89,20 @@ def test_a_required_call_parks_and_approve_runs_it_once(bundle: Path, tmp_path: 
             assert len(model.requests) == 2
             instance = await rt.instance(None, "k")
             assert [m.role for m in instance.messages] == ["user", "assistant", "tool", "assistant"]
-        assert _status(state) == "idle"
-        assert ApprovalStore(state, rt.workspace_id).get(pending.id).status == "approved"  # type: ignore[union-attr]
+        assert _status(state, storage, rt.workspace_id) == "idle"
+        decided = _approvals(state, storage, rt.workspace_id).get(pending.id)
+        assert decided.status == "approved"
 
     run(main())
 
 
 def test_deny_gives_the_model_e_approval_denied_with_the_reason(
-    bundle: Path, tmp_path: Path
+    bundle: Path, tmp_path: Path, storage: Any
 ) -> None:
     async def main() -> None:
         model = ScriptedModel([{"toolCalls": [call("files__delete", path="old.txt")]}, "kept it"])
         async with Runtime.from_bundle(
-            bundle, state_root=tmp_path / "s", models={"assistant": model}
+            bundle, storage=storage, state_root=tmp_path / "s", models={"assistant": model}
         ) as rt:
             parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
             [row] = parked.metadata["approvals"]
@@ -98,7 +116,9 @@ def test_deny_gives_the_model_e_approval_denied_with_the_reason(
     run(main())
 
 
-def test_three_calls_one_waiting_runs_the_other_two_once(bundle: Path, tmp_path: Path) -> None:
+def test_three_calls_one_waiting_runs_the_other_two_once(
+    bundle: Path, tmp_path: Path, storage: Any
+) -> None:
     log = bundle / "work" / "calls.log"
 
     async def main() -> None:
@@ -108,7 +128,7 @@ def test_three_calls_one_waiting_runs_the_other_two_once(bundle: Path, tmp_path:
             call("files__list"),
         ]}, "all done"])
         async with Runtime.from_bundle(
-            bundle, state_root=tmp_path / "s", models={"assistant": model}
+            bundle, storage=storage, state_root=tmp_path / "s", models={"assistant": model}
         ) as rt:
             parked = await rt.run_turn(None, "write things", instance_key="k")
             [row] = parked.metadata["approvals"]
@@ -131,18 +151,20 @@ def test_three_calls_one_waiting_runs_the_other_two_once(bundle: Path, tmp_path:
 
 
 def test_parked_turn_survives_a_new_runtime_and_new_input_waits(
-    bundle: Path, tmp_path: Path
+    bundle: Path, tmp_path: Path, storage: Any
 ) -> None:
     state = tmp_path / "state"
 
     async def main() -> None:
         first = ScriptedModel([{"toolCalls": [call("files__delete", path="old.txt")]}])
-        async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": first}) as rt:
+        async with Runtime.from_bundle(
+            bundle, storage=storage, state_root=state, models={"assistant": first}
+        ) as rt:
             parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
             [row] = parked.metadata["approvals"]
         second = ScriptedModel(["deleted after restart", "second answer"])
         async with Runtime.from_bundle(
-            bundle, state_root=state, models={"assistant": second}
+            bundle, storage=storage, state_root=state, models={"assistant": second}
         ) as rt:
             assert [a.id for a in rt.approvals.list()] == [row["id"]]
             import asyncio
@@ -163,7 +185,7 @@ def test_parked_turn_survives_a_new_runtime_and_new_input_waits(
 
 
 def test_an_expired_approval_is_denied_with_e_approval_expired(
-    bundle: Path, tmp_path: Path
+    bundle: Path, tmp_path: Path, storage: Any
 ) -> None:
     docs = list(yaml.safe_load_all((bundle / "goondan.yaml").read_text()))
     agent = next(d for d in docs if d["kind"] == "Agent")
@@ -173,10 +195,12 @@ def test_an_expired_approval_is_denied_with_e_approval_expired(
 
     async def main() -> None:
         model = ScriptedModel([{"toolCalls": [call("files__delete", path="old.txt")]}, "too late"])
-        async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": model}) as rt:
+        async with Runtime.from_bundle(
+            bundle, storage=storage, state_root=state, models={"assistant": model}
+        ) as rt:
             parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
             [row] = parked.metadata["approvals"]
-            store = ApprovalStore(state, rt.workspace_id)
+            store = _approvals(state, storage, rt.workspace_id)
             assert row["expiresAt"] is not None
             import asyncio
             import time
@@ -195,7 +219,7 @@ def test_an_expired_approval_is_denied_with_e_approval_expired(
 
 
 def test_the_example_bundle_validates_and_its_demo_model_parks_then_finishes(
-    bundle: Path, tmp_path: Path
+    bundle: Path, tmp_path: Path, storage: Any
 ) -> None:
     from goondan.config import validate_bundle
 
@@ -203,7 +227,7 @@ def test_the_example_bundle_validates_and_its_demo_model_parks_then_finishes(
     assert not report.errors and not report.warnings
 
     async def main() -> None:
-        async with Runtime.from_bundle(bundle, state_root=tmp_path / "s") as rt:
+        async with Runtime.from_bundle(bundle, storage=storage, state_root=tmp_path / "s") as rt:
             parked = await rt.run_turn(None, "delete old.txt", instance_key="demo")
             [row] = parked.metadata["approvals"]
             done = await rt.approvals.approve(row["id"])
@@ -213,21 +237,24 @@ def test_the_example_bundle_validates_and_its_demo_model_parks_then_finishes(
 
 
 def test_an_approved_call_that_started_before_a_crash_is_not_run_again(
-    bundle: Path, tmp_path: Path
+    bundle: Path, tmp_path: Path, storage: Any
 ) -> None:
-    from goondan.workspace.journal import TurnJournal
+    from goondan.storage.jsonl import JsonlBackend
 
     state = tmp_path / "state"
 
     async def main() -> None:
         first = ScriptedModel([{"toolCalls": [call("files__delete", path="old.txt")]}])
-        async with Runtime.from_bundle(bundle, state_root=state, models={"assistant": first}) as rt:
+        async with Runtime.from_bundle(
+            bundle, storage=storage, state_root=state, models={"assistant": first}
+        ) as rt:
             parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
             [row] = parked.metadata["approvals"]
             rt.approvals.store.decide(row["id"], approve=True, by="alice", via="cli")
         # The process applying the decision died while the handler ran: the journal says so.
-        [instance_dir] = [p.parent for p in state.rglob("turn.jsonl")]
-        with TurnJournal.open(instance_dir) as journal:
+        backend = storage or JsonlBackend(state)
+        with backend.open_instance(rt.workspace_id, "assistant", "k") as store:
+            journal = store.journal
             journal.append({"type": "turn.resumed", "turnId": row["turnId"], "attempt": 1,
                             "cause": "decision", "at": "2026-01-01T00:00:00.000Z"})
             journal.append(
@@ -242,7 +269,7 @@ def test_an_approved_call_that_started_before_a_crash_is_not_run_again(
             )
         second = ScriptedModel(["checked"])
         async with Runtime.from_bundle(
-            bundle, state_root=state, models={"assistant": second}
+            bundle, storage=storage, state_root=state, models={"assistant": second}
         ) as rt:
             instance = await rt.instance(None, "k")
             await instance.resume()

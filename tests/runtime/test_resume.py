@@ -1,5 +1,9 @@
 """Resuming an interrupted turn (docs/conversations.md "Durability"): one test per call state.
 
+Run against every storage backend (``storage``: the JSONL state root — the runtime's default,
+no backend given — and PostgreSQL); the test that probes turn.jsonl from inside a tool
+handler stays JSONL-only.
+
 Each test writes what a process killed mid-turn leaves on disk — the conversation events and
 the turn journal, exactly as the runtime writes them — then opens the instance through the
 embedding API and checks what the resumed turn does: which calls run (calls.log, one line per
@@ -18,8 +22,9 @@ import pytest
 from goondan.conversation import Message, MessageEvent
 from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
+from goondan.storage.contract import StorageBackend
+from goondan.storage.jsonl import JsonlBackend
 from goondan.types import AgentEvent, ReplyChannel, ToolCall, ToolCallResult
-from goondan.workspace import InstanceStore
 from goondan.workspace.journal import idempotency_key
 from tests.support.aio import run
 from tests.support.runtime_harness import base_records, shape
@@ -52,7 +57,7 @@ def key(call_id: str) -> str:
 
 def interrupt(
     bundle: Path,
-    state_root: Path,
+    where: tuple[Path, StorageBackend | None],
     messages: list[Message],
     records: list[dict[str, Any]],
     *,
@@ -60,7 +65,9 @@ def interrupt(
 ) -> None:
     """Leave on disk what a process killed during turn ``TURN`` leaves: its events and journal."""
     event = event or AgentEvent(type="message", input="go", id="evt-1", instance_key=KEY)
-    with InstanceStore.open(state_root, workspace_of(bundle, state_root), AGENT, KEY) as store:
+    state_root, storage = where
+    backend = storage or JsonlBackend(state_root)
+    with backend.open_instance(workspace_of(bundle, state_root), AGENT, KEY) as store:
         state = store.load()
         store.journal.append({"type": "turn.started", "turnId": TURN, "input": event.to_dict(),
                               "inputMessageId": "u1", "at": AT})
@@ -108,6 +115,14 @@ def tool_outputs(model: ScriptedModel) -> dict[str, Any]:
     return out
 
 
+def journal_text(instance: Any) -> str:
+    """turn.jsonl's content (the stored records as JSON lines for another backend)."""
+    paths = getattr(instance.store, "paths", None)
+    if paths is not None:
+        return str(paths.journal.read_text())
+    return "".join(json.dumps(r) + "\n" for r in instance.store.journal.records())
+
+
 async def resume(
     bundle: Path, state_root: Path, model: ScriptedModel, **options: Any
 ) -> tuple[Any, Any]:
@@ -117,20 +132,22 @@ async def resume(
         instance = await rt.instance(AGENT, KEY)
         outcome = await instance.resume()
         records = base_records(instance)
-        journal = instance.store.paths.journal.read_text()
+        journal = journal_text(instance)
     assert journal == "", "the journal is emptied once the turn ended"
     return outcome, records
 
 
-def test_each_interrupted_call_gets_what_its_state_allows(bundle: Path, state_root: Path) -> None:
+def test_each_interrupted_call_gets_what_its_state_allows(
+    bundle: Path, state_root: Path, storage: Any
+) -> None:
     """completed: kept; started + idempotent: re-run with the same key; started + not
     idempotent: E_TOOL_OUTCOME_UNKNOWN; not started: run."""
-    interrupt(bundle, state_root,
+    interrupt(bundle, (state_root, storage),
               [user(), step(("c1", "charge"), ("c2", "mark"), ("c3", "charge"), ("c4", "charge")),
                result("c1", "charge")],
               [started("c1", "charge"), started("c2", "mark"), started("c3", "charge")])
     model = ScriptedModel(["all done"])
-    outcome, records = run(resume(bundle, state_root, model))
+    outcome, records = run(resume(bundle, state_root, model, storage=storage))
     assert outcome is not None and outcome.turn_id == TURN
     assert outcome.finish_reason == "text_response" and outcome.text == "all done"
     # c1 completed (never again), c3 not idempotent (never again): only c2 (same key) and c4 ran.
@@ -160,31 +177,34 @@ def test_each_interrupted_call_gets_what_its_state_allows(bundle: Path, state_ro
 
 
 def test_a_written_final_answer_is_the_answer_without_a_model_call(
-    bundle: Path, state_root: Path
+    bundle: Path, state_root: Path, storage: Any
 ) -> None:
-    interrupt(bundle, state_root, [user(), step(("c1", "charge")), result("c1", "charge"),
-                                   Message.assistant("the answer", step_id=f"{TURN}-step-1")],
+    interrupt(bundle, (state_root, storage),
+              [user(), step(("c1", "charge")), result("c1", "charge"),
+               Message.assistant("the answer", step_id=f"{TURN}-step-1")],
               [started("c1", "charge")])
     model = ScriptedModel([])
-    outcome, records = run(resume(bundle, state_root, model))
+    outcome, records = run(resume(bundle, state_root, model, storage=storage))
     assert outcome.text == "the answer" and outcome.finish_reason == "text_response"
     assert model.requests == [] and calls_log(bundle) == []
     assert [r["data"]["role"] for r in records] == ["user", "assistant", "tool", "assistant"]
 
 
 def test_the_resumed_answer_goes_to_the_original_reply_channel(
-    bundle: Path, state_root: Path
+    bundle: Path, state_root: Path, storage: Any
 ) -> None:
     request = AgentEvent(type="message", input="go", id="evt-1", instance_key=KEY,
                          reply_to=ReplyChannel(target="orchestrator", correlation_id="corr-7"))
     interrupt(
-        bundle, state_root, [user(), step(("c1", "mark"))], [started("c1", "mark")], event=request
+        bundle, (state_root, storage), [user(), step(("c1", "mark"))], [started("c1", "mark")],
+        event=request
     )
     answers: list[AgentEvent] = []
 
     async def main() -> None:
         model = ScriptedModel(["resumed answer"])
-        async with Runtime.from_bundle(bundle, state_root=state_root, models={AGENT: model}) as rt:
+        async with Runtime.from_bundle(bundle, state_root=state_root, storage=storage,
+                                       models={AGENT: model}) as rt:
             rt.on_outgoing = _collect(answers)
             instance = await rt.instance(AGENT, KEY)
             await instance.resume()
@@ -202,23 +222,27 @@ def _collect(answers: list[AgentEvent]) -> Any:
 
 
 def test_a_turn_killed_before_its_input_was_written_starts_over_once(
-    bundle: Path, state_root: Path
+    bundle: Path, state_root: Path, storage: Any
 ) -> None:
-    interrupt(bundle, state_root, [], [])
+    interrupt(bundle, (state_root, storage), [], [])
     model = ScriptedModel([{"toolCalls": [{"name": "ledger__mark", "args": {}}]}, "done"])
-    outcome, records = run(resume(bundle, state_root, model))
+    outcome, records = run(resume(bundle, state_root, model, storage=storage))
     assert outcome.text == "done"
     assert shape(records)[0] == ("user", "user", "go")
     assert [r["id"] for r in records if r["data"]["role"] == "user"] == ["u1"]
     assert len(calls_log(bundle)) == 1
 
 
-def test_the_next_event_waits_for_the_resumed_turn(bundle: Path, state_root: Path) -> None:
-    interrupt(bundle, state_root, [user(), step(("c1", "mark"))], [started("c1", "mark")])
+def test_the_next_event_waits_for_the_resumed_turn(
+    bundle: Path, state_root: Path, storage: Any
+) -> None:
+    interrupt(bundle, (state_root, storage), [user(), step(("c1", "mark"))],
+              [started("c1", "mark")])
     model = ScriptedModel(["first answer", "second answer"])
 
     async def main() -> list[Any]:
-        async with Runtime.from_bundle(bundle, state_root=state_root, models={AGENT: model}) as rt:
+        async with Runtime.from_bundle(bundle, state_root=state_root, storage=storage,
+                                       models={AGENT: model}) as rt:
             result = await rt.run_turn(AGENT, "next", instance_key=KEY)
             assert result.text == "second answer"
             return base_records(await rt.instance(AGENT, KEY))
@@ -230,11 +254,11 @@ def test_the_next_event_waits_for_the_resumed_turn(bundle: Path, state_root: Pat
 
 
 def test_the_crash_loop_guard_ends_the_turn_after_three_crash_resumes(
-    bundle: Path, state_root: Path
+    bundle: Path, state_root: Path, storage: Any
 ) -> None:
     interrupt(
         bundle,
-        state_root,
+        (state_root, storage),
         [user(), step(("c1", "mark"))],
         [
             started("c1", "mark"),
@@ -242,25 +266,29 @@ def test_the_crash_loop_guard_ends_the_turn_after_three_crash_resumes(
         ],
     )
     model = ScriptedModel([])
-    outcome, records = run(resume(bundle, state_root, model))
+    outcome, records = run(resume(bundle, state_root, model, storage=storage))
     assert outcome.finish_reason == "error" and outcome.error["code"] == "E_TURN_INTERRUPTED"
     assert model.requests == [] and calls_log(bundle) == []
     output = records[-1]["data"]["content"][0]["output"]
     assert output["value"]["code"] == "E_TURN_INTERRUPTED"
 
 
-def test_resume_interrupted_false_repairs_as_before(bundle: Path, state_root: Path) -> None:
-    interrupt(bundle, state_root, [user(), step(("c1", "mark"))], [started("c1", "mark")])
+def test_resume_interrupted_false_repairs_as_before(
+    bundle: Path, state_root: Path, storage: Any
+) -> None:
+    interrupt(bundle, (state_root, storage), [user(), step(("c1", "mark"))],
+              [started("c1", "mark")])
     model = ScriptedModel([])
 
     async def main() -> tuple[Any, list[Any], str]:
-        async with Runtime.from_bundle(bundle, state_root=state_root, models={AGENT: model},
+        async with Runtime.from_bundle(bundle, state_root=state_root, storage=storage,
+                                       models={AGENT: model},
                                        resume_interrupted=False) as rt:
             instance = await rt.instance(AGENT, KEY)
             return (
                 await instance.resume(),
                 base_records(instance),
-                instance.store.paths.journal.read_text(),
+                journal_text(instance),
             )
 
     outcome, records, journal = run(main())
@@ -270,6 +298,8 @@ def test_resume_interrupted_false_repairs_as_before(bundle: Path, state_root: Pa
 
 def test_the_ledger_is_written_before_the_handler_runs_and_emptied_at_turn_end(
         bundle: Path, state_root: Path) -> None:
+    # JSONL-only: the tool handler reads turn.jsonl itself (the probe); the records it checks
+    # are checked on every backend by test_journal_records_of_a_turn.
     async def main() -> None:
         async with Runtime.from_bundle(bundle, state_root=state_root) as rt:
             instance = await rt.instance(AGENT, KEY)
@@ -290,17 +320,19 @@ def test_the_ledger_is_written_before_the_handler_runs_and_emptied_at_turn_end(
     run(main())
 
 
-def test_journal_records_of_a_turn(bundle: Path, state_root: Path) -> None:
+def test_journal_records_of_a_turn(
+    bundle: Path, state_root: Path, storage: Any
+) -> None:
     """turn.started (input, inputMessageId) then toolCall.started (key, idempotent) per call."""
     seen: list[list[dict[str, Any]]] = []
 
     async def main() -> None:
         model = ScriptedModel([{"toolCalls": [{"name": "ledger__mark", "args": {}}]}, "ok"])
-        async with Runtime.from_bundle(bundle, state_root=state_root, models={AGENT: model}) as rt:
+        async with Runtime.from_bundle(bundle, state_root=state_root, storage=storage,
+                                       models={AGENT: model}) as rt:
             instance = await rt.instance(AGENT, KEY)
-            path = instance.store.paths.journal
             instance.subscribe(lambda payload: seen.append(
-                [json.loads(line) for line in path.read_text().splitlines()])
+                [json.loads(line) for line in journal_text(instance).splitlines()])
                 if payload.get("type") == "tool.completed" else None)
             await instance.run(AgentEvent(type="message", input="go", instance_key=KEY, id="evt-9"))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from goondan.conversation import Message, MessageEvent
 from goondan.conversation.messages import MessageSource
@@ -55,9 +56,19 @@ def next_turn(messages: list[Message]) -> int:
     return max((int(m.metadata.get("t", -1)) for m in messages), default=-1) + 1
 
 
-def child_loop(state_root: Path, progress_fd: int) -> None:
+def open_instance(state_root: Path, store_url: str | None = None) -> Any:
+    """The crash test's instance: in the JSONL state root, or in the PostgreSQL store at
+    ``store_url`` (the same test against both backends)."""
+    if store_url is None:
+        return InstanceStore.open(state_root, WORKSPACE, AGENT, KEY, fsync=False)
+    from goondan.storage.postgres.backend import PostgresBackend
+
+    return PostgresBackend.open(store_url).open_instance(WORKSPACE, AGENT, KEY)
+
+
+def child_loop(state_root: Path, progress_fd: int, store_url: str | None = None) -> None:
     """Run turns forever, writing ``e`` after each durable event and ``c`` after each commit."""
-    store = InstanceStore.open(state_root, WORKSPACE, AGENT, KEY, fsync=False)
+    store = open_instance(state_root, store_url)
     state = store.load()
     t = next_turn(state.next_messages)
     while True:

@@ -16,7 +16,14 @@ BASIC = Path(__file__).resolve().parent.parent / "fixtures" / "runtime" / "basic
 
 
 def base_records(instance: AgentInstance) -> list[dict[str, Any]]:
-    """The message records of the instance's base.jsonl."""
+    """The message records of the instance's base.jsonl (of its committed messages, as the
+    PostgreSQL backend stores them, for an instance there)."""
+    store: Any = instance.store
+    if getattr(store, "paths", None) is None:  # PostgreSQL: the goondan_messages rows
+        rows = store.conn.execute(
+            "SELECT message FROM goondan_messages WHERE instance_id = %s ORDER BY position",
+            (store.instance_id,)).fetchall()
+        return [json.loads(row[0]) for row in rows]
     path = instance.store.paths.base
     if not path.exists():
         return []

@@ -1,20 +1,52 @@
-"""ApprovalStore: requests written once, the first decision wins, expiry from the stored time."""
+"""ApprovalStore: requests written once, the first decision wins, expiry from the stored time.
+
+Run against every storage backend (``store_spec``: jsonl, postgres; tests/support/backends.py);
+the checks of the JSONL files themselves run for jsonl only."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from goondan.errors import WorkspaceError
-from goondan.workspace.approvals import ApprovalStore, approval_id, parse_time
+from goondan.storage.contract import ApprovalIndex
+from goondan.workspace.approvals import approval_id, parse_time
+from tests.support.backends import open_backend
+
+Spec = tuple[str, str]
 
 
-def _request(store: ApprovalStore, *, call: str = "call_1", timeout_ms: int | None = None,
+_opened: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_backends() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
+def approvals(spec: Spec) -> ApprovalIndex:
+    """The approvals of workspace "ws" in the store ``spec`` (a new handle, as a restarted
+    process would open it; closed after the test)."""
+    backend = open_backend(spec)
+    _opened.append(backend)
+    return backend.approvals("ws")  # type: ignore[no-any-return]
+
+
+def jsonl_dir(spec: Spec) -> Path | None:
+    """The JSONL approvals directory, or None for another backend."""
+    return Path(spec[1]) / "workspaces" / "ws" / "approvals" if spec[0] == "jsonl" else None
+
+
+def _request(store: ApprovalIndex, *, call: str = "call_1", timeout_ms: int | None = None,
              at: str | None = None, agent: str = "assistant", key: str = "k1") -> str:
     found = store.request(
         agent=agent,
@@ -30,8 +62,8 @@ def _request(store: ApprovalStore, *, call: str = "call_1", timeout_ms: int | No
     return found.id
 
 
-def test_request_is_listed_pending_with_the_listing_fields(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path, "ws")
+def test_request_is_listed_pending_with_the_listing_fields(store_spec: Spec) -> None:
+    store = approvals(store_spec)
     ident = _request(store)
     assert ident == approval_id("assistant", "k1", "turn_1", "call_1")
     [row] = [a.to_dict() for a in store.list()]
@@ -40,11 +72,12 @@ def test_request_is_listed_pending_with_the_listing_fields(tmp_path: Path) -> No
     assert row["agent"] == "assistant" and row["instanceKey"] == "k1"
     assert row["turnId"] == "turn_1" and row["toolCallId"] == "call_1"
     assert isinstance(row["requestedAt"], str) and row["reason"] == "deletes files"
-    assert (tmp_path / "workspaces" / "ws" / "approvals" / f"{ident}.json").is_file()
+    files = jsonl_dir(store_spec)
+    assert files is None or (files / f"{ident}.json").is_file()
 
 
-def test_a_second_request_for_the_same_call_returns_the_first(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path, "ws")
+def test_a_second_request_for_the_same_call_returns_the_first(store_spec: Spec) -> None:
+    store = approvals(store_spec)
     first = store.request(agent="a", instance_key="k", turn_id="t", tool_call_id="c", tool="x__y",
                           args={"n": 1}, requested_at="2026-01-01T00:00:00.000Z")
     again = store.request(agent="a", instance_key="k", turn_id="t", tool_call_id="c", tool="x__y",
@@ -53,8 +86,8 @@ def test_a_second_request_for_the_same_call_returns_the_first(tmp_path: Path) ->
     assert len(store.list()) == 1
 
 
-def test_decide_is_idempotent_first_decision_wins(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path, "ws")
+def test_decide_is_idempotent_first_decision_wins(store_spec: Spec) -> None:
+    store = approvals(store_spec)
     ident = _request(store)
     approved, mine = store.decide(ident, approve=True, by="alice", via="cli", note="ok",
                                   args={"command": "rm -rf build/tmp"})
@@ -67,8 +100,8 @@ def test_decide_is_idempotent_first_decision_wins(tmp_path: Path) -> None:
     assert row["decidedBy"] == "alice" and row["via"] == "cli" and row["note"] == "ok"
 
 
-def test_deny_keeps_the_reason(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path, "ws")
+def test_deny_keeps_the_reason(store_spec: Spec) -> None:
+    store = approvals(store_spec)
     ident = _request(store)
     denied, mine = store.decide(ident, approve=False, by="alice", via="cli", reason="not today")
     assert mine and denied.status == "denied"
@@ -76,11 +109,11 @@ def test_deny_keeps_the_reason(tmp_path: Path) -> None:
     assert denied.args == {"command": "rm -rf build"}  # a denial never edits arguments
 
 
-def test_expiry_is_computed_from_the_stored_request_time(tmp_path: Path) -> None:
+def test_expiry_is_computed_from_the_stored_request_time(store_spec: Spec) -> None:
     at = "2026-01-01T00:00:00.000Z"
-    ident = _request(ApprovalStore(tmp_path, "ws"), timeout_ms=60_000, at=at)
+    ident = _request(approvals(store_spec), timeout_ms=60_000, at=at)
     # A new store object (a restarted process) reads the same expiry from disk.
-    store = ApprovalStore(tmp_path, "ws")
+    store = approvals(store_spec)
     before = parse_time(at) + timedelta(seconds=59)
     after = parse_time(at) + timedelta(seconds=61)
     found = store.get(ident, now=before)
@@ -94,15 +127,15 @@ def test_expiry_is_computed_from_the_stored_request_time(tmp_path: Path) -> None
     assert store.get(ident, now=before).status == "expired"  # type: ignore[union-attr]
 
 
-def test_without_timeout_a_request_never_expires(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path, "ws")
+def test_without_timeout_a_request_never_expires(store_spec: Spec) -> None:
+    store = approvals(store_spec)
     ident = _request(store)
     far = datetime.now(UTC) + timedelta(days=3650)
     assert store.get(ident, now=far).status == "pending"  # type: ignore[union-attr]
 
 
-def test_unknown_or_malformed_id_is_e_approval_not_found(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path, "ws")
+def test_unknown_or_malformed_id_is_e_approval_not_found(store_spec: Spec) -> None:
+    store = approvals(store_spec)
     with pytest.raises(WorkspaceError) as info:
         store.decide("apr_0000", approve=True, by="a", via="cli")
     assert info.value.code == "E_APPROVAL_NOT_FOUND"
@@ -111,8 +144,8 @@ def test_unknown_or_malformed_id_is_e_approval_not_found(tmp_path: Path) -> None
     assert bad.value.code == "E_APPROVAL_NOT_FOUND"
 
 
-def test_list_filters_and_remove_instance(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path, "ws")
+def test_list_filters_and_remove_instance(store_spec: Spec) -> None:
+    store = approvals(store_spec)
     a = _request(store, call="c1", key="k1")
     _request(store, call="c2", key="k2")
     store.decide(a, approve=False, by="x", via="cli")
@@ -124,24 +157,24 @@ def test_list_filters_and_remove_instance(tmp_path: Path) -> None:
     assert store.get(a) is None
 
 
-def _decide_in_child(root: str, ident: str, who: str, start: multiprocessing.synchronize.Event,
+def _decide_in_child(spec: Spec, ident: str, who: str, start: multiprocessing.synchronize.Event,
                      out: multiprocessing.queues.Queue[tuple[str, bool, str]]) -> None:
     start.wait()
-    found, mine = ApprovalStore(Path(root), "ws").decide(
+    found, mine = approvals(spec).decide(
         ident, approve=who == "approver", by=who, via="cli"
     )
     out.put((who, mine, found.status))
 
 
 @pytest.mark.parametrize("trial", range(3))
-def test_two_processes_racing_to_decide_first_wins(tmp_path: Path, trial: int) -> None:
-    store = ApprovalStore(tmp_path, "ws")
+def test_two_processes_racing_to_decide_first_wins(store_spec: Spec, trial: int) -> None:
+    store = approvals(store_spec)
     ident = _request(store, call=f"c{trial}")
     context = multiprocessing.get_context("fork")
     start = context.Event()
     out: multiprocessing.queues.Queue[tuple[str, bool, str]] = context.Queue()
     children = [
-        context.Process(target=_decide_in_child, args=(str(tmp_path), ident, who, start, out))
+        context.Process(target=_decide_in_child, args=(store_spec, ident, who, start, out))
         for who in ("approver", "denier")
     ]
     for child in children:
@@ -158,8 +191,11 @@ def test_two_processes_racing_to_decide_first_wins(tmp_path: Path, trial: int) -
     assert final.decision["decidedBy"] == winners[0][0]
     # both deciders were told the same (first) decision
     assert {r[2] for r in results} == {final.status}
-    leftovers = [n for n in os.listdir(store.dir) if n.endswith(".tmp")]
-    assert not leftovers
-    assert (
-        json.loads((store.dir / f"{ident}.decision.json").read_text())["decidedBy"] == winners[0][0]
-    )
+    files = jsonl_dir(store_spec)
+    if files is not None:
+        leftovers = [n for n in os.listdir(files) if n.endswith(".tmp")]
+        assert not leftovers
+        assert (
+            json.loads((files / f"{ident}.decision.json").read_text())["decidedBy"]
+            == winners[0][0]
+        )

@@ -6,6 +6,10 @@ reports (the child keeps running meanwhile, so the kill lands at an arbitrary in
 reopens the instance and checks that the recovered conversation equals the intended history up
 to some point: every turn whose commit returned, plus a prefix of the next turn with repaired
 tool pairs. Also: no duplicate ids, no corrupt file, every tool call answered exactly once.
+
+Run against both storage backends: the JSONL state root (``KILLS`` kills) and PostgreSQL
+(``trials(PG_QUICK, KILLS)`` kills: a reopen there also waits for the server to end the killed
+child's session, which holds the instance lock).
 """
 
 from __future__ import annotations
@@ -13,14 +17,20 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from goondan.conversation import ConversationState, Message, fold, repair_tool_pairs
 from goondan.conversation.repair import tool_result_ids
-from goondan.workspace import InstanceStore
-from tests.support.crash_turns import AGENT, KEY, WORKSPACE, child_loop, next_turn, turn_events
+from goondan.errors import InstanceLockedError
+from tests.support.crash_turns import child_loop, next_turn, open_instance, turn_events
+from tests.support.soak import trials
 
 KILLS = 300
+PG_QUICK = 25
 
 
 def project(messages: list[Message]) -> list[tuple[object, ...]]:
@@ -37,14 +47,14 @@ def recover(messages: list[Message]) -> list[Message]:
     return state.next_messages
 
 
-def spawn(state_root: Path) -> tuple[int, int]:
+def spawn(state_root: Path, store_url: str | None) -> tuple[int, int]:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never return into pytest
         code = 0
         try:
             os.close(read_fd)
-            child_loop(state_root, write_fd)
+            child_loop(state_root, write_fd, store_url)
         except BaseException:
             code = 1
         finally:
@@ -63,12 +73,33 @@ def read_reports(fd: int, wanted: int) -> bytes:
     return got
 
 
-def test_sigkill_at_random_moments_never_loses_or_duplicates(state_root: Path) -> None:
+def reopen(state_root: Path, store_url: str | None) -> Any:
+    deadline = time.monotonic() + 10
+    while True:  # PostgreSQL: the server ends the killed child's session (and its lock) soon
+        try:
+            return open_instance(state_root, store_url)
+        except InstanceLockedError:
+            if store_url is None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    "backend_kind", ["jsonl", pytest.param("postgres", marks=[pytest.mark.soak, pytest.mark.slow])]
+)
+def test_sigkill_at_random_moments_never_loses_or_duplicates(
+    state_root: Path, backend_kind: str, request: pytest.FixtureRequest
+) -> None:
+    store_url: str | None = None
+    kills = KILLS
+    if backend_kind == "postgres":
+        store_url = str(request.getfixturevalue("postgres_url"))
+        kills = trials(PG_QUICK, KILLS)
     rng = random.Random(1234)
     expected: list[Message] = []  # the history recovered after the previous kill
     total_commits = 0
-    for _ in range(KILLS):
-        pid, fd = spawn(state_root)
+    for _ in range(kills):
+        pid, fd = spawn(state_root, store_url)
         reports = read_reports(fd, rng.randint(1, 14))
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
@@ -77,8 +108,13 @@ def test_sigkill_at_random_moments_never_loses_or_duplicates(state_root: Path) -
         committed = reports.count(b"c")
         total_commits += committed
 
-        with InstanceStore.open(state_root, WORKSPACE, AGENT, KEY, fsync=False) as store:
+        store = reopen(state_root, store_url)
+        try:
             got = store.load().next_messages
+        finally:
+            store.close()
+            if store_url is not None:
+                store.db.close()
         assert not any(d.is_error for d in store.recovery_diagnostics)
         ids = [m.id for m in got if not m.metadata.get("synthetic")]
         assert len(ids) == len(set(ids)), "duplicate message ids after recovery"
@@ -107,4 +143,4 @@ def test_sigkill_at_random_moments_never_loses_or_duplicates(state_root: Path) -
             full = fold(full, events)[0]
         assert matched, f"recovered state is not a prefix of the intended history ({len(got)} msgs)"
         expected = got
-    assert total_commits > KILLS // 2  # the test really ran turns, not just start-ups
+    assert total_commits > kills // 2  # the test really ran turns, not just start-ups

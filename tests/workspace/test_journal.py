@@ -1,5 +1,10 @@
 """The turn journal (turn.jsonl): records, the open turn, torn lines, and load() leaving an open
-turn's calls."""
+turn's calls.
+
+The tests of the store's load() with an open turn run against every storage backend
+(``backend``: jsonl, postgres); those of the file itself (torn lines, one JSON line per record)
+are JSONL-only — their behavioural twin is tests/storage/contract/test_instances.py
+::test_the_journal_keeps_the_open_turn_until_it_ends."""
 
 from __future__ import annotations
 
@@ -10,8 +15,8 @@ import pytest
 
 from goondan.conversation import Message, MessageEvent
 from goondan.errors import WorkspaceCorruptError
+from goondan.storage.contract import StorageBackend
 from goondan.types import ToolCall, ToolCallResult
-from goondan.workspace import InstanceStore
 from goondan.workspace.journal import TurnJournal, idempotency_key, journal_bytes
 
 WS = "proj-0123abcd"
@@ -121,9 +126,9 @@ def test_the_idempotency_key_is_stable_and_distinct_per_call() -> None:
     assert key not in others and len(others) == 4
 
 
-def _interrupted_turn(state_root: Path) -> None:
+def _interrupted_turn(backend: StorageBackend) -> None:
     """A turn that wrote its user message, a step with two calls and one result, then died."""
-    with InstanceStore.open(state_root, WS, "planner", "k") as store:
+    with backend.open_instance(WS, "planner", "k") as store:
         state = store.load()
         store.journal.append(started())
         events = [
@@ -139,10 +144,10 @@ def _interrupted_turn(state_root: Path) -> None:
 
 
 def test_store_exposes_its_journal_and_load_can_leave_the_open_calls_unanswered(
-    state_root: Path,
+    backend: StorageBackend,
 ) -> None:
-    _interrupted_turn(state_root)
-    with InstanceStore.open(state_root, WS, "planner", "k") as store:
+    _interrupted_turn(backend)
+    with backend.open_instance(WS, "planner", "k") as store:
         turn = store.journal.open_turn()
         assert turn is not None and turn.turn_id == "t1"
         state = store.load(keep_open_calls=True)
@@ -150,7 +155,7 @@ def test_store_exposes_its_journal_and_load_can_leave_the_open_calls_unanswered(
         assert [d.code for d in store.recovery_diagnostics] == ["W_WORKSPACE_RECOVERED"]
     # Reopened without resuming (the crash-loop guard, resume_interrupted=False): repaired as
     # before.
-    with InstanceStore.open(state_root, WS, "planner", "k") as store:
+    with backend.open_instance(WS, "planner", "k") as store:
         state = store.load()
         assert [m.role for m in state.next_messages] == ["user", "assistant", "tool", "tool"]
         output = state.next_messages[3].data["content"][0]["output"]
@@ -158,8 +163,8 @@ def test_store_exposes_its_journal_and_load_can_leave_the_open_calls_unanswered(
         assert state.next_messages[3].data["content"][0]["toolCallId"] == "c2"
 
 
-def test_keep_open_calls_still_repairs_earlier_turns(state_root: Path) -> None:
-    with InstanceStore.open(state_root, WS, "planner", "k") as store:
+def test_keep_open_calls_still_repairs_earlier_turns(backend: StorageBackend) -> None:
+    with backend.open_instance(WS, "planner", "k") as store:
         state = store.load()
         events = [MessageEvent.append(Message.user("old")),
                   MessageEvent.append(Message.assistant("", [ToolCall("c0", "bash")])),
@@ -168,7 +173,7 @@ def test_keep_open_calls_still_repairs_earlier_turns(state_root: Path) -> None:
         for event in events:
             state.emit(event)
             store.append_event(event, "t1")
-    with InstanceStore.open(state_root, WS, "planner", "k") as store:
+    with backend.open_instance(WS, "planner", "k") as store:
         state = store.load(keep_open_calls=True)
         roles = [m.role for m in state.next_messages]
         assert roles == ["user", "assistant", "tool", "user", "assistant"]

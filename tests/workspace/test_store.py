@@ -1,4 +1,10 @@
-"""InstanceStore: layout, durable append, fold-commit, recovery, locks, extension state."""
+"""InstanceStore: layout, durable append, fold-commit, recovery, locks, extension state.
+
+Tests taking ``backend`` run against every storage backend (jsonl, postgres;
+tests/support/backends.py). The others look at the JSONL files, locks or directories
+themselves and stay JSONL-only; their behavioural twins in tests/storage/contract/
+test_instances.py run on both (leftover events folded, extension state round trip, second
+opener refused, metadata and stale status, replaces/removes equal the fold)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +28,7 @@ from goondan.conversation import ConversationState, Message, MessageEvent, fold
 from goondan.conversation.codec import encode_event, encode_message
 from goondan.conversation.messages import MessageSource
 from goondan.errors import InstanceLockedError, WorkspaceCorruptError, WorkspaceError
+from goondan.storage.contract import InstanceStorage, StorageBackend
 from goondan.types import ToolCall
 from goondan.workspace import InstanceStore
 from goondan.workspace.paths import collision_dir_name, instance_dir_name
@@ -28,11 +36,15 @@ from goondan.workspace.paths import collision_dir_name, instance_dir_name
 WS = "proj-0123abcd"
 
 
-def open_store(root: Path, key: str = "slack:C1", agent: str = "planner") -> InstanceStore:
-    return InstanceStore.open(root, WS, agent, key)
+def open_store(root: Path | StorageBackend, key: str = "slack:C1",
+               agent: str = "planner") -> Any:
+    """The instance in a JSONL state root (``root`` a path) or in ``root`` (a backend)."""
+    if isinstance(root, Path):
+        return InstanceStore.open(root, WS, agent, key)
+    return root.open_instance(WS, agent, key)
 
 
-def run_turn(store: InstanceStore, state: ConversationState, events: list[MessageEvent],
+def run_turn(store: InstanceStorage, state: ConversationState, events: list[MessageEvent],
              turn_id: str) -> ConversationState:
     for event in events:
         state.emit(event)
@@ -96,14 +108,14 @@ def test_replace_or_remove_is_an_atomic_rewrite(state_root: Path) -> None:
         assert not store.paths.base_tmp.exists() and not store.paths.base_prev.exists()
 
 
-def test_reopen_returns_the_committed_history(state_root: Path) -> None:
-    with open_store(state_root) as store:
+def test_reopen_returns_the_committed_history(backend: StorageBackend) -> None:
+    with open_store(backend) as store:
         state = store.load()
         for turn in range(3):
             state = run_turn(
                 store, state, [MessageEvent.append(Message.user(f"m{turn}"))], f"t{turn}"
             )
-    with open_store(state_root) as store:
+    with open_store(backend) as store:
         assert [m.text for m in store.load().next_messages] == ["m0", "m1", "m2"]
         assert store.recovery_diagnostics == []
 
@@ -239,9 +251,9 @@ def test_lock_held_by_another_process_names_its_pid(state_root: Path) -> None:
     open_store(state_root).close()
 
 
-def test_create_false_on_a_missing_instance(state_root: Path) -> None:
+def test_create_false_on_a_missing_instance(backend: StorageBackend) -> None:
     with pytest.raises(WorkspaceError) as info:
-        InstanceStore.open(state_root, WS, "planner", "nope", create=False)
+        backend.open_instance(WS, "planner", "nope", create=False)
     assert info.value.code == "E_WORKSPACE_INSTANCE_NOT_FOUND"
 
 
@@ -283,8 +295,8 @@ def test_permission_denied_is_a_workspace_error(state_root: Path) -> None:
         locked_root.chmod(0o700)
 
 
-def test_closed_store_refuses_writes(state_root: Path) -> None:
-    store = open_store(state_root)
+def test_closed_store_refuses_writes(backend: StorageBackend) -> None:
+    store = open_store(backend)
     store.load()
     store.close()
     store.close()
@@ -324,10 +336,12 @@ def test_metadata_emptied_by_a_power_loss_is_rebuilt(state_root: Path, content: 
         assert meta["agentName"] == "planner" and meta["instanceKey"] == "slack:C1"
 
 
-def test_each_committed_state_offers_the_llm_view_of_its_messages(state_root: Path) -> None:
+def test_each_committed_state_offers_the_llm_view_of_its_messages(
+    backend: StorageBackend,
+) -> None:
     # ConversationState keeps a second list of the messages' data dicts, handed from commit to
     # the next Turn's state; it must never drift from next_messages across commits or reloads.
-    with open_store(state_root) as store:
+    with open_store(backend) as store:
         state = store.load()
         first, second = Message.user("a"), Message.user("b")
         turns = [
@@ -343,7 +357,7 @@ def test_each_committed_state_offers_the_llm_view_of_its_messages(state_root: Pa
             assert all(d is m.data for d, m in zip(view, state.next_messages, strict=True))
             assert store.load().to_llm_messages() == view
         assert [d["content"] for d in view] == ["d"]
-    with open_store(state_root) as store:
+    with open_store(backend) as store:
         assert store.load().to_llm_messages() == [{"role": "user", "content": "d"}]
 
 

@@ -1,0 +1,453 @@
+"""One instance in PostgreSQL: the :class:`~goondan.storage.contract.InstanceStorage` of the
+PostgreSQL backend (tables of ``migrations/0002_state.sql``).
+
+The same protocol as the JSONL :class:`~goondan.workspace.InstanceStore`, decided by the same
+pure planners (``plan_commit``, ``plan_recovery``), over rows instead of files:
+
+* an open instance holds its own connection and, on it, a session advisory lock on the
+  instance's row id: a second opener gets ``E_INSTANCE_LOCKED``, and a process that dies (its
+  connection drops) releases it, like the ``fcntl`` lock of the JSONL store;
+* each event of the running turn is one row (``goondan_events``), committed before
+  :meth:`PostgresInstanceStore.append_event` returns;
+* a commit is ONE transaction: the instance's committed position is moved from the position
+  this store loaded (a different one is ``E_STORE_CONFLICT``, nothing is written), the new
+  messages are inserted (or, for a rewrite, all of them replace the old rows), and the turn's
+  events are deleted — so after a commit each message exists once, in ``goondan_messages``;
+* :meth:`~PostgresInstanceStore.load` recovers events left by a process that died mid-turn
+  exactly as the JSONL store does (fold, repair tool pairs), in one commit.
+
+Every write transaction first runs the backend's ``fence`` (when one is given): the seam where
+the lease's fencing token is checked, so a writer whose lease was taken over writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any
+
+import psycopg
+
+from goondan.conversation.codec import (
+    decode_events,
+    decode_messages,
+    encode_event,
+    encode_json_line,
+    encode_message,
+)
+from goondan.conversation.messages import MessageEvent
+from goondan.conversation.state import ConversationState, MessagePrefix
+from goondan.errors import Diagnostic, InstanceLockedError, WorkspaceCorruptError, WorkspaceError
+from goondan.storage.contract import Status, store_conflict
+from goondan.storage.postgres.db import Database
+from goondan.types import JsonObject, JsonValue, now_iso
+from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
+from goondan.workspace.paths import extension_file_name
+from goondan.workspace.plans import Append, Noop, Rewrite, duplicate_ids, plan_commit, plan_recovery
+from goondan.workspace.store import extension_state_bytes
+
+__all__ = ["LOCK_CLASS", "Fence", "PostgresInstanceStore", "PostgresTurnJournal", "lock_key"]
+
+# The first key of the two-key advisory locks that hold instances (the second: the row id).
+LOCK_CLASS = 0x6764  # "gd"
+Fence = Callable[[psycopg.Connection[Any]], None]
+_STATUSES = ("idle", "processing", "waitingForApproval")
+
+
+def _line(data: bytes) -> str:
+    return data.decode("utf-8").rstrip("\n")
+
+
+def _lines(rows: Iterable[tuple[Any, ...]]) -> bytes:
+    return b"".join(str(row[0]).encode("utf-8") + b"\n" for row in rows)
+
+
+class PostgresTurnJournal:
+    """The turn journal of one instance (``goondan_turn_records``); written by its store."""
+
+    def __init__(self, store: PostgresInstanceStore) -> None:
+        self._store = store
+        self._next = 0
+
+    def sync_position(self) -> None:
+        with self._store.reading("read the turn journal"):
+            row = self._store.conn.execute(
+                "SELECT coalesce(max(seq) + 1, 0) FROM goondan_turn_records "
+                "WHERE instance_id = %s", (self._store.instance_id,)).fetchone()
+        self._next = int(row[0]) if row else 0
+
+    def append(self, record: JsonObject) -> None:
+        """Insert ``record`` at the next position (a taken position: ``E_STORE_CONFLICT``)."""
+        text = _line(encode_json_line(record))
+        store = self._store
+        with store.write("append to the turn journal"):
+            store.conn.execute(
+                "INSERT INTO goondan_turn_records (instance_id, seq, record) VALUES (%s, %s, %s)",
+                (store.instance_id, self._next, text))
+        self._next += 1
+
+    def records(self) -> list[JsonObject]:
+        with self._store.reading("read the turn journal"):
+            rows = self._store.conn.execute(
+                "SELECT record FROM goondan_turn_records WHERE instance_id = %s ORDER BY seq",
+                (self._store.instance_id,)).fetchall()
+        return parse_records(_lines(rows), self._store.label("turn"))
+
+    def open_turn(self) -> OpenTurn | None:
+        return open_turn_of(self.records())
+
+    def clear(self) -> None:
+        store = self._store
+        with store.write("clear the turn journal"):
+            store.conn.execute("DELETE FROM goondan_turn_records WHERE instance_id = %s",
+                               (store.instance_id,))
+        self._next = 0
+
+    def close(self) -> None:
+        return None
+
+
+class PostgresInstanceStore:
+    """One (agent, instanceKey) in PostgreSQL, open and locked (see the module docstring)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], instance_id: int, *, agent_name: str,
+                 instance_key: str, workspace_id: str, metadata: dict[str, Any],
+                 fence: Fence | None = None, db: Database | None = None,
+                 closer: contextlib.ExitStack | None = None) -> None:
+        self.conn = conn
+        self.db = db
+        self._closer = closer
+        self.instance_id = instance_id
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.workspace_id = workspace_id
+        self.recovery_diagnostics: list[Diagnostic] = []
+        self._metadata = metadata
+        self._fence = fence
+        self._base: MessagePrefix | None = None
+        self._next_event = 0
+        self._events_dirty = True  # unknown until load() looked
+        self._extension_cache: dict[str, bytes] = {}
+        self._journal = PostgresTurnJournal(self)
+        self._closed = False
+        # One transaction at a time on the connection: the runtime writes a turn's events from
+        # the event loop while a status write may run in a worker thread.
+        self._lock = threading.RLock()
+
+    # -- opening ---------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, db: Database, workspace_id: str, agent_name: str, instance_key: str, *,
+             create: bool = True, fence: Fence | None = None) -> PostgresInstanceStore:
+        """Connect, find (or create) the instance's row and lock it; call :meth:`load` next."""
+        stack = contextlib.ExitStack()
+        conn = stack.enter_context(db.connect())  # its own connection: it holds the lock
+        try:
+            found = _find(conn, workspace_id, agent_name, instance_key)
+            if found is None:
+                if not create:
+                    raise WorkspaceError(
+                        f"no instance {instance_key!r} of agent {agent_name!r} in workspace "
+                        f"{workspace_id}", code="E_WORKSPACE_INSTANCE_NOT_FOUND",
+                        suggestion="goondan instance list shows the existing instances",
+                    )
+                now = now_iso()
+                meta = {"status": "idle", "agentName": agent_name, "instanceKey": instance_key,
+                        "createdAt": now, "updatedAt": now}
+                conn.execute(
+                    "INSERT INTO goondan_instances (workspace_id, agent_name, instance_key, "
+                    "metadata) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (workspace_id, agent_name, instance_key, _json_text(meta)))
+                found = _find(conn, workspace_id, agent_name, instance_key)
+                assert found is not None
+            instance_id, meta_text = found
+            row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                               (LOCK_CLASS, lock_key(instance_id))).fetchone()
+            if not row or not row[0]:
+                raise InstanceLockedError(
+                    f"instance {agent_name}:{instance_key} is open in another process",
+                    location=f"{db.where} {workspace_id}/{agent_name}:{instance_key}",
+                    suggestion="stop that process (or wait for it), then retry",
+                )
+            metadata = _parse_metadata(meta_text, workspace_id, agent_name, instance_key)
+            store = cls(conn, instance_id, agent_name=agent_name, instance_key=instance_key,
+                        workspace_id=workspace_id, metadata=metadata, fence=fence, db=db,
+                        closer=stack)
+            store._journal.sync_position()  # the journal is read (and written) before load()
+            store._sync_event_position()
+        except psycopg.Error as exc:
+            stack.close()
+            raise db.unavailable(exc) from None
+        except BaseException:
+            stack.close()
+            raise
+        return store
+
+    def _sync_event_position(self) -> None:
+        with self.reading("read the events"):
+            row = self.conn.execute(
+                "SELECT coalesce(max(seq) + 1, 0) FROM goondan_events WHERE instance_id = %s",
+                (self.instance_id,)).fetchone()
+        self._next_event = int(row[0]) if row else 0
+
+    def label(self, what: str) -> str:
+        """Where a record lives, for diagnostics (``postgres:<ws>/<agent>:<key>/<what>``)."""
+        return f"postgres:{self.workspace_id}/{self.agent_name}:{self.instance_key}/{what}"
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self._metadata)
+
+    @property
+    def status(self) -> str:
+        return str(self._metadata.get("status", "idle"))
+
+    @property
+    def journal(self) -> PostgresTurnJournal:
+        self._require_open()
+        return self._journal
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- transactions ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def write(self, what: str) -> Iterator[None]:
+        """A write transaction, fenced first; a unique violation (a position another writer
+        took) is ``E_STORE_CONFLICT``, a lost connection ``E_STORE_UNAVAILABLE`` (saying whether
+        it was lost while committing), another database error ``E_WORKSPACE_IO``."""
+        self._require_open()
+        committing = False
+        try:
+            with self._lock, self.conn.transaction():
+                if self._fence is not None:
+                    self._fence(self.conn)
+                yield
+                committing = True
+        except psycopg.errors.UniqueViolation as exc:
+            raise store_conflict(what, location=self.label("")) from exc
+        except psycopg.Error as exc:
+            raise self._database_error(what, exc, committing) from None
+
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[None]:
+        """Database errors of a read, as :meth:`write` reports them."""
+        self._require_open()
+        try:
+            with self._lock:
+                yield
+        except psycopg.Error as exc:
+            raise self._database_error(what, exc, False) from None
+
+    def _database_error(self, what: str, exc: psycopg.Error, committing: bool) -> WorkspaceError:
+        if self.db is not None and (self.conn.broken or self.conn.closed):
+            return self.db.unavailable(exc, during_commit=committing)
+        return WorkspaceError(
+            f"cannot {what} for {self.agent_name}:{self.instance_key}: {exc}",
+            code="E_WORKSPACE_IO", location=self.label(""),
+            suggestion="check that the database is reachable, then reopen the instance",
+        )
+
+    # -- loading and recovery --------------------------------------------------------------------
+    def load(self, *, keep_open_calls: bool = False) -> ConversationState:
+        """The conversation with leftover events folded and tool pairs repaired; no events."""
+        if self._base is not None and not self._events_dirty:
+            return ConversationState.adopt(self._base.to_list())
+        self._require_open()
+        first_load = self._base is None
+        self.recovery_diagnostics = diagnostics = []
+        with self.reading("load the conversation"), self.conn.transaction():
+            count = self.conn.execute(
+                "SELECT message_count FROM goondan_instances WHERE id = %s",
+                (self.instance_id,)).fetchone()
+            base_rows = self.conn.execute(
+                "SELECT message FROM goondan_messages WHERE instance_id = %s ORDER BY position",
+                (self.instance_id,)).fetchall()
+            event_rows = self.conn.execute(
+                "SELECT event, seq FROM goondan_events WHERE instance_id = %s ORDER BY seq",
+                (self.instance_id,)).fetchall()
+        base_file = decode_messages(_lines(base_rows), file=self.label("messages"))
+        if count is None or int(count[0]) != len(base_file.records):
+            raise WorkspaceCorruptError(
+                f"{self.label('messages')}: {len(base_file.records)} message rows, the instance "
+                f"says {count[0] if count else None}", location=self.label("messages"),
+                suggestion="restore the database from a backup",
+            )
+        events_file = decode_events(_lines(event_rows), file=self.label("events"))
+        base, leftovers = base_file.records, events_file.records
+        diagnostics.extend(duplicate_ids(base, self.label("messages")))
+        self._base = MessagePrefix(base)
+        self._next_event = int(event_rows[-1][1]) + 1 if event_rows else 0
+        plan = plan_recovery(base, leftovers, events_file=self.label("events"),
+                             base_file=self.label("messages"), keep_open_calls=keep_open_calls)
+        diagnostics.extend(plan.diagnostics)
+        self._events_dirty = bool(leftovers)
+        if plan.repairs and all(e.type == "append" for e in plan.repairs):
+            turn_id = next((str(e.extra["turnId"]) for e in reversed(leftovers)
+                            if e.extra.get("turnId")), "recovery")
+            self.append_events(plan.repairs, turn_id)
+        state = self.commit(plan.state)
+        if first_load and self.status == "processing":
+            self.set_status("idle")  # we hold the lock: its last holder died mid-turn
+        return state
+
+    # -- writing ---------------------------------------------------------------------------------
+    def append_event(self, event: MessageEvent, turn_id: str) -> None:
+        """Insert one event row (with ``turnId``), committed when this returns."""
+        self.append_events([event], turn_id)
+
+    def append_events(self, events: Iterable[MessageEvent], turn_id: str) -> None:
+        """Insert several event rows in one transaction."""
+        rows = [(self.instance_id, self._next_event + index, _line(encode_event(e, turn_id)))
+                for index, e in enumerate(events)]
+        if not rows:
+            return
+        with self.write("append events"), self.conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO goondan_events (instance_id, seq, event) VALUES (%s, %s, %s)", rows)
+        self._next_event += len(rows)
+        self._events_dirty = True
+
+    def commit(self, state: ConversationState) -> ConversationState:
+        """Fold ``state`` into the committed messages and delete its events: one transaction
+        that moves the committed position from the one this store loaded."""
+        self._require_open()
+        plan = plan_commit(state, self._base)
+        expected = len(self._base) if self._base is not None else state.base_length
+        if not isinstance(plan, Noop) or self._events_dirty:
+            with self.write("commit the turn"), self.conn.cursor() as cur:
+                if isinstance(plan, Noop):
+                    final = expected
+                else:
+                    final = (expected + len(plan.messages) if isinstance(plan, Append)
+                             else len(plan.messages))
+                cur.execute(
+                    "UPDATE goondan_instances SET message_count = %s "
+                    "WHERE id = %s AND message_count = %s", (final, self.instance_id, expected))
+                if cur.rowcount != 1:
+                    raise store_conflict(f"commit of {self.agent_name}:{self.instance_key}",
+                                         location=self.label("messages"))
+                if isinstance(plan, Rewrite):
+                    cur.execute("DELETE FROM goondan_messages WHERE instance_id = %s",
+                                (self.instance_id,))
+                if isinstance(plan, Append | Rewrite):
+                    start = expected if isinstance(plan, Append) else 0
+                    cur.executemany(
+                        "INSERT INTO goondan_messages (instance_id, position, message) "
+                        "VALUES (%s, %s, %s)",
+                        [(self.instance_id, start + i, _line(encode_message(m)))
+                         for i, m in enumerate(plan.messages)])
+                cur.execute("DELETE FROM goondan_events WHERE instance_id = %s",
+                            (self.instance_id,))
+            self._next_event = 0
+            self._events_dirty = False
+        if self._base is not None and isinstance(plan, Noop):
+            return ConversationState.adopt(self._base.to_list())
+        committed = state.successor()
+        self._base = committed.committed_prefix()
+        return committed
+
+    def set_status(self, status: Status) -> None:
+        """Record ``status`` and ``updatedAt`` in the instance's metadata."""
+        if status not in _STATUSES:
+            raise ValueError(
+                f"status must be 'idle', 'processing' or 'waitingForApproval', not {status!r}"
+            )
+        meta = {**self._metadata, "status": status, "updatedAt": now_iso()}
+        with self.write("set the status"):
+            self.conn.execute("UPDATE goondan_instances SET metadata = %s WHERE id = %s",
+                              (_json_text(meta), self.instance_id))
+        self._metadata = meta
+
+    # -- extension state -------------------------------------------------------------------------
+    def load_extension_state(self, name: str) -> JsonValue | None:
+        with self.reading(f"load the state of extension {name!r}"):
+            row = self.conn.execute(
+                "SELECT value FROM goondan_extension_state WHERE instance_id = %s AND name = %s",
+                (self.instance_id, extension_file_name(name))).fetchone()
+        if row is None:
+            return None
+        data = str(row[0]).encode("utf-8")
+        value: JsonValue = json.loads(data)
+        self._extension_cache[name] = data
+        return value
+
+    def save_extension_state(self, name: str, value: JsonValue) -> bool:
+        self._require_open()
+        data = extension_state_bytes(name, value)
+        if self._extension_cache.get(name) == data:
+            return False
+        with self.write(f"save the state of extension {name!r}"):
+            self.conn.execute(
+                "INSERT INTO goondan_extension_state (instance_id, name, value) "
+                "VALUES (%s, %s, %s) ON CONFLICT (instance_id, name) "
+                "DO UPDATE SET value = excluded.value",
+                (self.instance_id, extension_file_name(name), data.decode("utf-8")))
+        self._extension_cache[name] = data
+        return True
+
+    # -- closing ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection, which releases the instance's lock (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            # Unlocked before the connection closes: the server ends a closed session a moment
+            # later, and the next opener must not find the lock still held.
+            with contextlib.suppress(psycopg.Error):
+                if not self.conn.broken and not self.conn.closed:
+                    self.conn.execute("SELECT pg_advisory_unlock(%s, %s)",
+                                      (LOCK_CLASS, lock_key(self.instance_id)))
+            if self._closer is not None:
+                self._closer.close()
+            else:
+                self.conn.close()
+
+    def __enter__(self) -> PostgresInstanceStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise WorkspaceError(
+                f"instance {self.agent_name}:{self.instance_key} is closed",
+                code="E_WORKSPACE_CLOSED", suggestion="open the instance again",
+            )
+
+    def __repr__(self) -> str:
+        return (f"PostgresInstanceStore(agent={self.agent_name!r}, key={self.instance_key!r}, "
+                f"id={self.instance_id}, open={not self._closed})")
+
+
+def _json_text(value: Any) -> str:
+    """metadata.json's form."""
+    return json.dumps(value, ensure_ascii=False, indent=2) + "\n"
+
+
+def _find(conn: psycopg.Connection[Any], workspace_id: str, agent_name: str,
+          instance_key: str) -> tuple[int, str] | None:
+    row = conn.execute(
+        "SELECT id, metadata FROM goondan_instances WHERE workspace_id = %s AND agent_name = %s "
+        "AND instance_key = %s", (workspace_id, agent_name, instance_key)).fetchone()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def lock_key(instance_id: int) -> int:
+    """The instance's row id as the int4 second key of its advisory lock."""
+    return (instance_id % 0xFFFFFFFF) - 0x80000000
+
+
+def _parse_metadata(text: str, workspace_id: str, agent: str, key: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise WorkspaceCorruptError(
+            f"postgres:{workspace_id}/{agent}:{key}: invalid metadata ({exc})",
+            suggestion="fix the row of goondan_instances") from exc
+    return value if isinstance(value, dict) else {}
