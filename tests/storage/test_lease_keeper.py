@@ -73,10 +73,10 @@ def test_the_active_keeper_renews_past_its_ttl(make_leases: Callable[[], LeaseSt
     # extreme load) could lose it — which would be a real loss, not a test artefact.
     ttl = 2.0
     a = LeaseKeeper(make_leases(), NAME, "a", ttl=ttl, interval=0.1).start()
-    b = LeaseKeeper(make_leases(), NAME, "b", ttl=ttl, interval=0.1).start()
+    token = a.wait_active(10)
+    assert token is not None
+    b = LeaseKeeper(make_leases(), NAME, "b", ttl=ttl, interval=0.1).start()  # a standby
     try:
-        token = a.wait_active(10)
-        assert token is not None
         until = time.monotonic() + 1.25 * ttl
         while time.monotonic() < until:
             assert a.token == token and b.token is None
