@@ -121,13 +121,13 @@ def test_an_expired_lease_is_taken_over_with_a_larger_token(backend: Backend) ->
 
 
 def test_renewing_keeps_the_lease_past_its_ttl(backend: Backend) -> None:
-    token = backend.leases.acquire_lease(NAME, "a", 0.4)
+    token = backend.leases.acquire_lease(NAME, "a", 1.0)
     assert token is not None
-    until = time.monotonic() + 1.2  # three TTLs
+    until = time.monotonic() + 1.3  # past the TTL; a stall of ~1 s would be a real loss
     while time.monotonic() < until:
-        assert backend.leases.renew_lease(NAME, token, 0.4)
+        assert backend.leases.renew_lease(NAME, token, 1.0)
         assert backend.leases.acquire_lease(NAME, "b", 30) is None
-        time.sleep(0.05)  # the renewal cadence (a tenth of the TTL), not a wait for a condition
+        time.sleep(0.05)  # the renewal cadence (a twentieth of the TTL), not a wait
     backend.write(token, "still mine")
     assert backend.written() == ["still mine"]
 

@@ -111,11 +111,11 @@ def test_a_leader_stopped_inside_a_write_past_its_ttl_writes_nothing_after_takeo
         os.kill(child.pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
         new = None
-        while new is None and time.monotonic() - stopped_at < 10:
+        while new is None and time.monotonic() - stopped_at < 20:
             new = leases.acquire_lease(NAME, "standby", 30)
         took = time.monotonic() - stopped_at
-        assert new is not None and new > old
-        assert took < 5.0  # TTL 1 s + idle-in-transaction 0.5 s + the acquire's wait
+        assert new is not None and new > old  # the stopped session's row lock was freed
+        assert took < 10.0  # TTL 1 s + idle-in-transaction 0.5 s + the acquire's wait (~2.5 s)
         db.run(lambda c: (fenced(c, NAME, new), c.execute(
             "INSERT INTO writes (value) VALUES ('new leader')")))
         os.kill(child.pid, signal.SIGCONT)

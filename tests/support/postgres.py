@@ -19,7 +19,9 @@ How the cluster runs:
 * ``postgres`` runs as a direct child of the test process (not daemonised by ``pg_ctl``), with
   ``setpriv --pdeathsig KILL``: when the test process dies, however it dies, the kernel kills the
   postmaster and its backends exit with it — no server survives a crashed or killed test run.
-  At the end of the session it gets a fast shutdown (SIGINT) and its directory is removed.
+  At the end of the session it gets a fast shutdown (SIGINT) and its directory is removed; the
+  directory of a test process that was killed is removed by the next cluster start
+  (:func:`remove_stale_directories`, by the owner pid written in it).
 * ``fsync=off`` (and ``full_page_writes=off``): fsync only protects against a crash of the
   operating system, which no test simulates; a killed client or server loses nothing with it
   off, because every commit still reaches the kernel before it is acknowledged
@@ -48,7 +50,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["PostgresCluster", "find_bin_dir", "start_cluster"]
+__all__ = ["PostgresCluster", "find_bin_dir", "remove_stale_directories", "start_cluster"]
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
@@ -133,8 +135,35 @@ def _as_server_user(argv: list[str]) -> list[str]:
     return ["setpriv", *user, "--pdeathsig=KILL", "--", *argv]
 
 
+_PREFIX = "goondan-pg-"
+_OWNER_FILE = "owner.pid"  # the test process that made the directory
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_directories() -> None:
+    """Remove the cluster directories (~60 MB each) of test processes that died without
+    cleaning up (SIGKILL): their server died with them (parent-death signal), the files stay."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*"):
+        try:
+            owner = int((directory / _OWNER_FILE).read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            continue  # being made right now, or not ours: leave it
+        if not _pid_alive(owner):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def _prepare_directory() -> Path:
-    directory = Path(tempfile.mkdtemp(prefix="goondan-pg-"))
+    directory = Path(tempfile.mkdtemp(prefix=_PREFIX))
+    (directory / _OWNER_FILE).write_text(str(os.getpid()), encoding="ascii")
     if os.geteuid() == 0:
         shutil.chown(directory, "postgres", "postgres")
     return directory
@@ -224,6 +253,7 @@ def start_cluster(*, fsync: bool = False) -> PostgresCluster:
         raise RuntimeError(
             "psycopg is not installed: pip install -e '.[dev]' (or 'pygoondan[postgres]')"
         ) from None
+    remove_stale_directories()
     directory = _prepare_directory()
     password = secrets.token_urlsafe(18)
     try:
