@@ -7,7 +7,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # (it brings ~150 packages that must never reach the project's environment).
 PHOENIX_VENV ?= .venv-phoenix
 
-.PHONY: install dev demo test test-fast soak lint bench clean phoenix
+.PHONY: install dev demo test test-fast soak lint bench clean phoenix chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +34,16 @@ $(PHOENIX_VENV)/bin/phoenix:
 
 phoenix: $(PHOENIX_VENV)/bin/phoenix  ## install Arize Phoenix (OTLP test backend) into its own venv
 
+# The browser of the studio's tests (tests/studio/): Debian's chromium (~40 s, once; a no-op when
+# /usr/bin/chromium is there), driven by Playwright (dev extras), which cannot download its own.
+chromium:  ## install Debian's chromium for the studio's browser tests (apt-get, as root)
+	@test -x /usr/bin/chromium || { apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
 # Two workers, one per core; a test file runs whole in one worker (its module fixtures and, for
 # the Ray tests, the worker's session cluster are made once).
-test:  ## run the whole test suite (the dev extras and Phoenix install side by side)
-	$(MAKE) --no-print-directory -j2 dev phoenix
+test:  ## run the whole test suite (the dev extras, Phoenix and chromium install side by side)
+	$(MAKE) --no-print-directory -j2 dev phoenix chromium
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The unit tests only: no process-spawning (e2e) or multi-second (slow) tests, no Phoenix.
