@@ -290,7 +290,8 @@ function swarmPanel(swarm) {
   return el("section", { class: "panel swarm", "aria-label": "swarm " + swarm.name },
     el("h2", { style: "margin-top:0" }, swarm.name + " ", statusTag(swarm.status)),
     el("div", { class: "conv-head muted" },
-      el("span", null, "workspace ", el("code", null, swarm.workspaceId || "")),
+      swarm.workspaceId ? el("span", null, "workspace ", el("code", null, swarm.workspaceId))
+        : null,
       swarm.pid ? el("span", null, "pid " + swarm.pid) : null,
       swarm.startedAt ? el("span", null, "started " + fmtTime(swarm.startedAt)) : null,
       swarm.bundleDir ? el("span", null, "bundle ", el("code", null, swarm.bundleDir)) : null,
@@ -312,12 +313,14 @@ function workspaceList(workspaces) {
       ws.bundleDir ? el("p", { class: "muted" }, "bundle ", el("code", null, ws.bundleDir)) : null);
     const byAgent = new Map();
     for (const inst of ws.instances || []) {
-      if (!byAgent.has(inst.agent)) byAgent.set(inst.agent, []);
-      byAgent.get(inst.agent).push(inst);
+      const agent = inst.agent || "(no agent name)";
+      if (!byAgent.has(agent)) byAgent.set(agent, []);
+      byAgent.get(agent).push(inst);
     }
     for (const agent of [...byAgent.keys()].sort()) {
       const items = byAgent.get(agent).map((inst) => el("li", null,
-        link(inst.href || "/conversations/" + quotePath(ws.workspaceId, inst.agent, inst.instanceKey),
+        link(inst.href || "/conversations/" + quotePath(ws.workspaceId, inst.agent || "-",
+          inst.instanceKey),
           inst.instanceKey, { class: "mono" }),
         statusTag(inst.status),
         el("span", { class: "muted" }, (inst.messageCount ?? 0) + " messages"),
@@ -396,24 +399,28 @@ async function renderConversation(view, params, isCurrent) {
   // Live follow: opened only now, after the page is complete without it.
   streams.page = openStream(base + "/stream", {
     message: (msg) => conv.add(msg),
+    remove: (event) => conv.remove(event.id),
+    // The file was rewritten (compaction): the page loads the list again.
+    reset: () => route(),
     status: (s) => status.replaceChildren(statusTag(s.status)),
   });
 }
 
+// The message's look: its role, or "extension" / "system" when such a source wrote it.
 function messageKind(msg) {
-  const source = msg.source || null;
-  const type = source && (source.type || source.kind || "");
-  if (msg.role === "system") return "system";
-  if (source && /extension/i.test(type)) return "extension";
-  if (source && /system/i.test(type)) return "system";
+  const type = (msg.source && msg.source.type) || "";
+  if (type === "extension") return "extension";
+  if (msg.role === "system" || type === "system") return "system";
   return msg.role || "assistant";
 }
 
-function sourceLabel(source) {
+// Who wrote the message when it is not simply its role (an extension, a connector …).
+function sourceLabel(msg) {
+  const source = msg.source;
   if (!source) return "";
-  const type = source.type || source.kind || "";
-  const name = source.name || source.extension || source.connector || source.id || "";
-  return [type, name].filter(Boolean).join(" ");
+  const name = source.extensionName || source.connectorName || source.connector || source.name;
+  if (name) return String(name);
+  return source.type && source.type !== msg.role ? String(source.type) : "";
 }
 
 function argsPreview(args) {
@@ -489,6 +496,10 @@ class Conversation {
 
   add(msg) {
     if (!msg || msg.id === undefined) return;
+    if (msg.replaces !== undefined && msg.replaces !== msg.id && this.ids.has(msg.replaces)) {
+      this.replace(msg.replaces, msg);
+      return;
+    }
     const known = this.ids.get(msg.id);
     if (known) {
       // The same message again (folded after its turn ended): only its pending mark changes.
@@ -508,6 +519,32 @@ class Conversation {
     if (node) this.root.append(node);
     this.onCount(this.messages.length);
     if (follow) this.scrollToEnd();
+  }
+
+  // A message rewritten during the turn (a replace event): the new one takes the old's place.
+  replace(oldId, msg) {
+    const old = this.ids.get(oldId);
+    this.ids.delete(oldId);
+    const index = this.messages.findIndex((m) => m.id === oldId);
+    if (index >= 0) this.messages[index] = msg;
+    if (old.matches("details.call")) {
+      fillResult(old, msg);
+      this.ids.set(msg.id, old);
+      return;
+    }
+    const node = this.build(msg);
+    if (node) old.replaceWith(node);
+    else old.remove();
+  }
+
+  remove(id) {
+    const old = this.ids.get(id);
+    if (!old) return;
+    this.ids.delete(id);
+    this.messages = this.messages.filter((m) => m.id !== id);
+    if (old.matches("details.call")) old.querySelector(".call-result")?.remove();
+    else old.remove();
+    this.onCount(this.messages.length);
   }
 
   nearEnd() {
@@ -533,7 +570,7 @@ class Conversation {
     if (msg.isError) cls += " msg-error";
     const head = el("div", { class: "msg-head" },
       el("span", { class: "msg-role" }, kind === msg.role ? msg.role : kind),
-      msg.source ? el("span", null, sourceLabel(msg.source)) : null,
+      sourceLabel(msg) ? el("span", { class: "msg-source" }, sourceLabel(msg)) : null,
       msg.toolName ? el("span", { class: "mono" }, msg.toolName) : null,
       msg.createdAt ? el("time", null, fmtTime(msg.createdAt)) : null,
       msg.pending ? el("span", { class: "tag tag-pending" }, "turn running") : null,
@@ -576,7 +613,7 @@ async function renderTraceList(view, _params, isCurrent) {
   if (!traces.length) {
     view.append(el("p", { class: "muted" }, "No trace recorded yet."));
   } else {
-    const rows = traces.slice().reverse().map((t) => el("tr", { class: t.error ? "error" : null },
+    const rows = traces.map((t) => el("tr", { class: t.error ? "error" : null },
       el("td", { "data-label": "trace" }, link("/traces/" + encodeURIComponent(t.traceId),
         t.traceId.slice(0, 16), { class: "mono" })),
       el("td", { "data-label": "root" }, t.rootName || ""),
@@ -610,7 +647,7 @@ function traceIdForm(value) {
   return form;
 }
 
-const KINDS = ["turn", "step", "llm", "tool", "request"];
+const KINDS = ["turn", "step", "llm", "tool", "request", "approval", "ingress"];
 
 function spanKind(span) {
   return KINDS.includes(span.kind) ? span.kind : "other";
@@ -642,7 +679,9 @@ function spanFacts(span) {
   const facts = [fmtMs(span.durationMs)];
   const input = a.inputTokens ?? a.promptTokens;
   const output = a.outputTokens ?? a.completionTokens;
-  if (input !== undefined || output !== undefined) facts.push(`${input ?? 0}→${output ?? 0} tok`);
+  if (input || output || (span.kind === "llm" && input !== undefined)) {
+    facts.push(`${input ?? 0}→${output ?? 0} tok`);
+  }
   if (typeof a.costUsd === "number") facts.push("$" + a.costUsd.toFixed(a.costUsd < 0.01 ? 6 : 4));
   return facts.join(" · ");
 }
@@ -690,6 +729,15 @@ async function renderTrace(view, params, isCurrent) {
     if (s.status === "error") errors++;
     if (s.agent) agents.add(s.agent);
   }
+  // The server's totals (those of inspect trace) win over the sum of the LLM spans.
+  if (data.tokenUsage) {
+    inTok = data.tokenUsage.prompt ?? inTok;
+    outTok = data.tokenUsage.completion ?? outTok;
+  }
+  if (typeof data.cost === "number") {
+    cost = data.cost;
+    costKnown = true;
+  }
   const total = Math.max(t1 - t0, 0.001);
   view.append(el("div", { class: "trace-summary" },
     el("span", null, spans.length + " spans"),
@@ -733,6 +781,7 @@ function spanRow(span, depth, childCount, t0, total) {
   const row = el("div", {
     class: "wf-row" + (isError ? " error" : ""), role: "treeitem", "aria-level": depth + 1,
     "data-span-id": span.spanId, "data-kind": span.kind, "data-depth": depth,
+    "data-agent": span.agent,
     "aria-label": `${span.kind} ${span.name} ${facts}${isError ? " error" : ""}`,
   }, label, el("span", { class: "wf-meta" }, facts), el("div", { class: "wf-track" },
     el("div", {
@@ -776,6 +825,7 @@ async function renderApprovals(view, _params, isCurrent) {
   if (!isCurrent()) return;
   const list = el("div", { class: "approvals" });
   const decided = new Map(); // id -> card kept on screen after a decision in this page
+  const history = el("div", { class: "table-wrap" });
   const fill = (approvals) => {
     const pending = approvals.filter((a) => a.status === "pending");
     const cards = pending.map((a) => approvalCard(a, decided));
@@ -784,9 +834,10 @@ async function renderApprovals(view, _params, isCurrent) {
     }
     if (!cards.length) cards.push(el("p", { class: "muted empty" }, "No pending approvals."));
     list.replaceChildren(...cards);
+    history.replaceChildren(decidedTable(approvals.filter((a) => a.status !== "pending")));
   };
   fill(data.approvals || []);
-  view.append(el("h1", null, "Approvals"), list);
+  view.append(el("h1", null, "Approvals"), list, el("h2", null, "Decided"), history);
   main.replaceChildren(view);
   let lastPending = null;
   overviewListeners.add(async (overview) => {
@@ -802,6 +853,25 @@ async function renderApprovals(view, _params, isCurrent) {
       /* the next overview event retries */
     }
   });
+}
+
+// The latest decisions (and expiries), newest first.
+function decidedTable(approvals) {
+  if (!approvals.length) return el("p", { class: "muted" }, "None yet.");
+  const at = (a) => toDate(a.decidedAt || a.requestedAt)?.getTime() ?? 0;
+  const rows = approvals.slice().sort((a, b) => at(b) - at(a)).slice(0, 50).map((a) =>
+    el("tr", null,
+      el("td", { "data-label": "tool", class: "mono" }, a.toolName),
+      el("td", { "data-label": "agent" }, a.agent + " · " + a.instanceKey),
+      el("td", { "data-label": "status" }, statusTag(a.status)),
+      el("td", { "data-label": "by" }, a.decidedBy || ""),
+      el("td", { "data-label": "reason" }, a.denyReason || ""),
+      el("td", { "data-label": "when" }, fmtTime(a.decidedAt || a.expiresAt))));
+  return el("table", { class: "stack" },
+    el("thead", null, el("tr", null, el("th", null, "Tool"), el("th", null, "Agent"),
+      el("th", null, "Status"), el("th", null, "By"), el("th", null, "Reason"),
+      el("th", null, "When"))),
+    el("tbody", null, ...rows));
 }
 
 function approvalCard(approval, decided) {
@@ -821,7 +891,7 @@ function approvalCard(approval, decided) {
     approval.swarm ? el("span", null, "swarm " + approval.swarm) : null,
     el("span", null, "workspace " + approval.workspaceId),
     el("span", null, "requested " + fmtTime(approval.requestedAt))),
-  approval.reason ? el("p", null, "Why: " + approval.reason) : null,
+  approval.reason ? el("p", null, "Why it needs approval: " + approval.reason) : null,
   el("pre", { "aria-label": "arguments" }, fmtJson(approval.arguments)),
   el("div", { class: "decide" },
     el("label", { for: reasonId }, "Reason (optional)", reason), approveBtn, denyBtn),
