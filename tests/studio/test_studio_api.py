@@ -195,7 +195,7 @@ def test_a_public_address_without_a_token_is_refused(delegated: Path) -> None:
     from goondan.errors import UsageError
 
     with pytest.raises(UsageError) as caught:
-        StudioServer(delegated, host="0.0.0.0", port=0)  # noqa: S104
+        StudioServer(delegated, host="0.0.0.0", port=0)
     assert caught.value.code == "E_STUDIO_TOKEN_REQUIRED"
 
 
@@ -207,7 +207,7 @@ def test_overview_stream_sends_the_overview(studio: StudioServer) -> None:
 
 
 def test_inspect_trace_prints_the_studio_link(delegated: Path, studio: StudioServer) -> None:
-    status, listed = get(studio, "/api/traces")
+    _, listed = get(studio, "/api/traces")
     trace_id = listed["traces"][0]["traceId"]
     assert trace_hint(delegated, trace_id) == (
         f"open in studio: goondan studio → http://127.0.0.1:PORT/traces/{trace_id}")
@@ -220,7 +220,6 @@ def test_inspect_trace_prints_the_studio_link(delegated: Path, studio: StudioSer
              trace_id], capture_output=True, text=True, timeout=60, check=False)
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout.splitlines()[-1] == f"open in studio: {studio.url}traces/{trace_id}"
-        status, doc = get(studio, f"/traces/{trace_id}")
-        assert status == 200  # the page shell: the link opens
+        assert get(studio, f"/traces/{trace_id}")[0] == 200  # the page shell: the link opens
     finally:
         clear_studio_record(record)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -72,7 +71,7 @@ class EventStream:
                 sock.settimeout(left)
             try:
                 line = self.response.fp.readline()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 raise TimeoutError("no further event before the deadline") from None
             if not line:
                 return
