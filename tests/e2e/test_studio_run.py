@@ -44,6 +44,9 @@ spec:
         steps:
           - toolCalls: [{name: files__delete, args: {path: "{{input}}"}}]
           - text: "Done: {{toolResult}}"
+      - when: '(?i)^slow'
+        steps:
+          - {text: "a slow answer", delayMs: 1500}
       - text: "Say delete something."
 ---
 apiVersion: goondan.ai/v1
@@ -220,6 +223,33 @@ def test_a_denial_from_the_studio_reaches_the_model_with_its_reason(studio: Stud
                     and "keep the notes" in (last["text"] or ""))
 
     assert wait_for(answered, 30)
+
+
+def test_the_conversation_stream_shows_a_running_turn_before_it_commits(studio: Studio) -> None:
+    href = _conversation_href(studio)
+    with EventStream(studio.url, f"/api{href}/stream") as stream:
+        assert stream.status == 200
+        sender = subprocess.Popen(
+            [sys.executable, "-m", "goondan", "--state-root", str(studio.state_root), "send",
+             "slow please"], cwd=studio.root, env=studio.env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            seen: list[tuple[str | None, bool]] = []
+            for name, data in stream.events(deadline_s=30):
+                if name == "message":
+                    seen.append((data["text"], data["pending"]))
+                    if data["text"] == "a slow answer" and not data["pending"]:
+                        break
+            out, err = sender.communicate(timeout=30)
+        finally:
+            if sender.poll() is None:
+                sender.kill()
+                sender.wait(10)
+    assert sender.returncode == 0, err
+    assert "a slow answer" in out
+    # the user message while the model thinks (pending, from events.jsonl), then committed
+    assert seen.index(("slow please", True)) < seen.index(("slow please", False))
+    assert seen[-1] == ("a slow answer", False)
 
 
 def test_ctrl_c_stops_the_studio_and_frees_its_record(studio: Studio) -> None:
