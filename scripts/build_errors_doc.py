@@ -24,6 +24,7 @@ ORDER = [
     "mcp",
     "runtime",
     "approvals",
+    "studio",
     "ipc",
     "connectors",
 ]

@@ -27,6 +27,7 @@ __all__ = ["studio"]
 def studio(bundle: str | None, state_root: str | None, host: str, port: int,
            token: str | None, open_browser: bool) -> None:
     """Serve the studio: running swarms, conversations, traces and approvals in a web page."""
+    from goondan.studio.record import clear_studio_record, write_studio_record
     from goondan.studio.server import StudioServer
 
     options = get_globals()
@@ -36,6 +37,7 @@ def studio(bundle: str | None, state_root: str | None, host: str, port: int,
     # workspaces and running swarms, and this one.
     register_bundle_secrets(root, bundles=(Path(bundle),) if bundle else ())
     server = StudioServer(root, host=host, port=port, token=token)
+    record = write_studio_record(root, server.url)  # inspect trace prints links to it
     click.echo(f"studio: {server.url}")
     click.echo(f"  state root {root}" + ("; API requests need the token (?token=…)"
                                          if token else "") + "; Ctrl-C stops it")
@@ -47,3 +49,4 @@ def studio(bundle: str | None, state_root: str | None, host: str, port: int,
         server.serve_forever()
     finally:  # Ctrl-C: open event streams end, the port is freed; the CLI exits 130
         server.close()
+        clear_studio_record(record)

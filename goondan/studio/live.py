@@ -51,25 +51,43 @@ def _mtime(path: Path) -> int:
         return 0
 
 
+_HEAD = 256  # bytes of a file's start kept to notice that it was emptied and written again
+
+
 class _Tail:
-    """The complete lines appended to one file since the last read."""
+    """The complete lines appended to one file since the last read.
+
+    A file replaced (another inode), cut shorter, or emptied and written again between two reads
+    (its first bytes differ: a commit cleared ``events.jsonl`` and the next turn appended) is
+    read again from its start, and the read says so."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.inode, self.offset = _stat(path)
         self.partial = b""
+        self.head = self._head(self.offset)
 
     def __repr__(self) -> str:
         return f"<_Tail {self.path} at {self.offset}>"
 
+    def _head(self, size: int) -> bytes:
+        try:
+            with self.path.open("rb") as handle:
+                return handle.read(min(size, _HEAD))
+        except OSError:
+            return b""
+
     def read(self) -> tuple[list[bytes], bool]:
         """``(new complete lines, the file was replaced or cut)``."""
         inode, size = _stat(self.path)
-        if inode != self.inode or size < self.offset:
+        if size == self.offset and inode == self.inode:
+            return [], False
+        head = self._head(size)
+        reset = (inode != self.inode or size < self.offset
+                 or head[:len(self.head)] != self.head)
+        if reset:
             self.inode, self.offset, self.partial = inode, 0, b""
-            reset = True
-        else:
-            reset = False
+        self.head = head
         if size <= self.offset:
             return [], reset
         try:

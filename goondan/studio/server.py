@@ -89,9 +89,9 @@ class StudioServer:
         try:
             self.httpd = server_class((host.strip("[]"), port), _Handler)
         except OSError as exc:
-            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                             code="E_STUDIO_BIND",
-                             suggestion="choose another --port (0 picks a free one)") from None
+            raise UsageError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}", code="E_STUDIO_BIND",
+                suggestion="choose another --port (--port 0 picks a free one)") from None
         self.httpd.studio = self
         self.host = host
         self.port = int(self.httpd.server_address[1])
