@@ -248,3 +248,19 @@ def test_phone_width_pages_fit_without_horizontal_scrolling(world: World, browse
     finally:
         phone.context.close()
     assert errors == []
+
+
+def test_a_token_in_the_page_address_reaches_every_request_and_link(
+    world: World, page: Any
+) -> None:
+    with StudioServer(world.state_root, token="s3cret-studio-token").start() as guarded:
+        base = guarded.url.rstrip("/")
+        page.goto(base + "/traces")
+        assert "E_STUDIO_UNAUTHORIZED" in page.get_by_role("alert").text_content()
+        page.goto(base + "/?token=s3cret-studio-token")
+        page.locator(".workspace").first.wait_for()
+        page.locator("#live.on").wait_for()  # the overview stream carries the token too
+        page.get_by_role("link", name="Traces").click()
+        page.locator("table a").first.click()
+        page.locator(".wf-row").first.wait_for()
+        assert "token=s3cret-studio-token" in page.url
