@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
+from goondan.conversation.codec import encode_message
+from goondan.conversation.messages import Message, MessageSource
 from goondan.studio.server import StudioServer
+from goondan.workspace.store import InstanceStore
 from tests.support.studio_data import build_large_state
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -82,3 +85,37 @@ def test_a_2000_span_trace_renders_every_span_with_the_failures_highlighted(
     assert failed.count() > 0
     assert "E_TOOL_FAILED: division by zero" in failed.first.text_content()
     assert page.locator(".wf-row[data-agent='worker'][data-kind='turn']").count() > 0
+
+
+def test_system_extension_and_failed_tool_messages_are_told_apart(
+    large: Large, page: Any
+) -> None:
+    studio, facts = large
+    root = Path(facts["stateRoot"])
+    messages = [
+        Message.system("You are terse."),
+        Message.system("Remembered: the user likes tea.", extension="memory"),
+        Message.user("divide 1 by 0"),
+        Message.create("assistant", [{"type": "tool-call", "toolCallId": "c1",
+                                      "toolName": "calc__divide", "input": {"a": 1, "b": 0}}],
+                       source=MessageSource("assistant")),
+        Message.create("tool", [{"type": "tool-result", "toolCallId": "c1",
+                                 "toolName": "calc__divide",
+                                 "output": {"type": "error-json",
+                                            "value": {"code": "E_TOOL", "message": "by zero"}}}],
+                       source=MessageSource("tool", tool_call_id="c1", tool_name="calc__divide")),
+        Message.assistant("I cannot divide by zero."),
+    ]
+    with InstanceStore.open(root, facts["workspaceId"], "helper", "kinds", fsync=False) as store:
+        store.paths.base.write_bytes(b"".join(encode_message(m) for m in messages))
+    page.goto(studio.url.rstrip("/") + f"/conversations/{facts['workspaceId']}/helper/kinds")
+    page.locator(".msg-count", has_text="6 messages").wait_for()
+    assert page.locator(".msg-system").text_content().endswith("You are terse.")
+    extension = page.locator(".msg-extension")
+    assert "memory" in extension.locator(".msg-source").text_content()
+    assert page.locator(".msg-system, .msg-extension").count() == 2
+    call = page.locator("details.call")
+    assert call.get_attribute("class") == "call error"
+    call.locator("summary").press("Enter")  # a <summary> opens from the keyboard
+    assert "by zero" in call.locator(".call-result").text_content()
+    assert call.evaluate("d => d.open") is True
