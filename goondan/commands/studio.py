@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from goondan.commands.common import bundle_option, get_globals, register_bundle_secrets
+from goondan.commands.common import bundle_option, get_globals
 
 __all__ = ["studio"]
 
@@ -34,9 +34,10 @@ def studio(bundle: str | None, state_root: str | None, host: str, port: int,
     root = options.resolve_state_root(state_root)
     bundle = bundle or options.bundle
     # What the page shows is masked like inspect's output: the bundles of the state root's
-    # workspaces and running swarms, and this one.
-    register_bundle_secrets(root, bundles=(Path(bundle),) if bundle else ())
-    server = StudioServer(root, host=host, port=port, token=token)
+    # workspaces and running swarms (also those that appear later), and this one.
+    server = StudioServer(root, host=host, port=port, token=token,
+                          bundles=(Path(bundle),) if bundle else ())
+    server.refresh_secrets()
     record = write_studio_record(root, server.url)  # inspect trace prints links to it
     click.echo(f"studio: {server.url}")
     click.echo(f"  state root {root}" + ("; API requests need the token (?token=…)"

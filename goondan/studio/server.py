@@ -72,7 +72,8 @@ class StudioServer:
     """The studio on ``host:port`` (``port`` 0: a free one) over ``state_root``."""
 
     def __init__(self, state_root: Path, *, host: str = "127.0.0.1", port: int = 0,
-                 token: str | None = None, static_dir: Path = STATIC_DIR) -> None:
+                 token: str | None = None, static_dir: Path = STATIC_DIR,
+                 bundles: tuple[Path, ...] = ()) -> None:
         self.loopback = is_loopback(host)
         if not self.loopback and not token:
             raise UsageError(
@@ -83,6 +84,9 @@ class StudioServer:
             )
         self.state_root = Path(state_root)
         self.token = token or None
+        self.bundles = bundles
+        self._secret_sources: tuple[tuple[str, int], ...] | None = None
+        self._secrets_lock = threading.Lock()
         self.static_dir = static_dir
         self.stopping = threading.Event()
         server_class = _IPv6HTTPServer if ":" in host else _HTTPServer
@@ -108,6 +112,21 @@ class StudioServer:
             shown = f"[{shown}]"
         return f"http://{shown}:{self.port}/"
 
+    def refresh_secrets(self) -> None:
+        """Register for masking the secrets of every bundle the state root knows — the
+        recorded workspaces', the running swarms', ``bundles`` (else the current directory's) —
+        again whenever a workspace or a running swarm appeared or changed since the last call
+        (a few ``stat`` calls when nothing did), so that a swarm started after the studio is
+        masked too."""
+        sources = _secret_sources(self.state_root)
+        with self._secrets_lock:
+            if sources == self._secret_sources:
+                return
+            from goondan.commands.common import register_bundle_secrets
+
+            register_bundle_secrets(self.state_root, bundles=self.bundles)
+            self._secret_sources = sources
+
     def serve_forever(self) -> None:
         """Answer requests until :meth:`close` (or Ctrl-C in the caller)."""
         self.httpd.serve_forever(poll_interval=0.25)
@@ -131,6 +150,20 @@ class StudioServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _secret_sources(state_root: Path) -> tuple[tuple[str, int], ...]:
+    """What :meth:`StudioServer.refresh_secrets` reads, by name and modification time."""
+    runtime = state_root / "runtime"
+    paths = [runtime / "active.json", *(runtime / "orchestrators").glob("*.json"),
+             *(state_root / "workspaces").glob("*/workspace.json")]
+    found: list[tuple[str, int]] = []
+    for path in paths:
+        try:
+            found.append((str(path), path.stat().st_mtime_ns))
+        except OSError:
+            continue
+    return tuple(sorted(found))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -160,6 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._check_host()
             if url.path.startswith("/api/") or url.path == "/api":
                 self._check_token(query)
+                studio.refresh_secrets()
                 parts = [unquote(p) for p in url.path.split("/")[2:]]
                 self._api(method, parts, query)
             elif method == "POST":
@@ -209,7 +243,13 @@ class _Handler(BaseHTTPRequestHandler):
             case ["overview"]:
                 self._json(200, data.overview(root))
             case ["stream"]:
-                poll = live.overview_events(lambda: data.overview(root))
+                studio = self.server.studio
+
+                def build() -> JsonObject:
+                    studio.refresh_secrets()
+                    return data.overview(root)
+
+                poll = live.overview_events(build)
                 self._stream(live.stream(poll, self.server.studio.stopping, alive=self._alive,
                                          interval=live.OVERVIEW_POLL_S))
             case ["conversations", workspace, agent, key]:
