@@ -239,13 +239,40 @@ def test_approving_a_pending_call_by_clicking_finishes_the_parked_turn(
     page.locator("#approval-count").wait_for(state="hidden")  # the live count went to 0
 
 
+def test_denying_with_a_reason_by_keyboard_ends_the_turn_with_the_denial(
+    world: World, page: Any
+) -> None:
+    parked = json.loads(world.send("delete old.txt", "--json").stdout)
+    [pending] = parked["approvals"]
+    page.goto(world.url("/approvals"))
+    card = page.locator(f"[data-approval-id='{pending['id']}']")
+    reason = card.get_by_label("Reason (optional)")
+    reason.fill("not today")
+    reason.press("Tab")
+    page.keyboard.press("Tab")  # past Approve, onto Deny
+    assert page.evaluate("document.activeElement.textContent") == "Deny"
+    page.keyboard.press("Enter")
+    card.locator(".outcome .status-denied").wait_for()
+    page.get_by_role("link", name="Conversations").click()
+    page.get_by_role("link", name="default").first.click()
+    page.locator(".msg-assistant .msg-text", has_text="E_APPROVAL_DENIED").wait_for()
+    page.get_by_role("link", name="Approvals").first.click()
+    decided = page.locator("tbody tr", has_text="denied")
+    assert "not today" in decided.text_content()
+
+
 def test_phone_width_pages_fit_without_horizontal_scrolling(world: World, browser: Any) -> None:
     from tests.studio.conftest import new_page
 
     errors: list[str] = []
     phone = new_page(browser, errors, viewport={"width": 390, "height": 844})
     try:
-        for path, ready in (("/", ".workspace"), ("/traces", "table"), ("/approvals", "h1")):
+        phone.goto(world.url("/traces"))
+        trace = phone.locator("table a").first.get_attribute("href")
+        phone.goto(world.url("/"))
+        conversation = phone.locator(".workspace a").first.get_attribute("href")
+        for path, ready in (("/", ".workspace"), ("/traces", "table"), ("/approvals", "h1"),
+                            (trace, ".wf-row"), (conversation, ".msg")):
             phone.goto(world.url(path))
             phone.wait_for_selector(ready)
             overflow = phone.evaluate(
