@@ -254,12 +254,24 @@ class Conversation {
   }
 }
 
+// A result that is JSON text (an object or a list) is shown indented, like the arguments.
+function prettyResult(text) {
+  if (!text) return "";
+  const first = text.trimStart()[0];
+  if (first !== "{" && first !== "[") return text;
+  try {
+    return fmtJson(JSON.parse(text));
+  } catch (_) {
+    return text;
+  }
+}
+
 function fillResult(details, msg) {
   const body = details.querySelector(".call-body");
   body.querySelector(".call-result")?.remove();
   body.append(el("div", { class: "call-result", "data-id": msg.id },
     el("h4", null, msg.isError ? "result (error)" : "result"),
-    el("pre", null, msg.text ?? "")));
+    el("pre", null, prettyResult(msg.text))));
   details.querySelector(".call-state").textContent = msg.isError ? " · error" : " · done";
   details.classList.toggle("error", Boolean(msg.isError));
 }

@@ -19,14 +19,20 @@ export async function renderTraceList(view, _params, isCurrent) {
       el("td", { "data-label": "trace" }, link("/traces/" + encodeURIComponent(t.traceId),
         t.traceId.slice(0, 16), { class: "mono" })),
       el("td", { "data-label": "root" }, t.rootName || ""),
+      el("td", { "data-label": "agents" }, (t.agents || []).join(", ")),
       el("td", { "data-label": "started" }, fmtTime(t.startedAt)),
       el("td", { "data-label": "duration", class: "num" }, fmtMs(t.durationMs)),
       el("td", { "data-label": "spans", class: "num" }, t.spanCount ?? ""),
+      el("td", { "data-label": "tokens", class: "num" }, t.tokenUsage
+        ? (t.tokenUsage.prompt ?? 0) + "→" + (t.tokenUsage.completion ?? 0) : ""),
+      el("td", { "data-label": "cost", class: "num" },
+        typeof t.cost === "number" ? "$" + t.cost.toFixed(6) : "–"),
       el("td", { "data-label": "status" }, t.error ? statusTag("error") : statusTag("ok"))));
     view.append(el("div", { class: "table-wrap panel" }, el("table", { class: "stack" },
       el("thead", null, el("tr", null, el("th", null, "Trace"), el("th", null, "Root"),
-        el("th", null, "Started"), el("th", { class: "num" }, "Duration"),
-        el("th", { class: "num" }, "Spans"), el("th", null, "Status"))),
+        el("th", null, "Agents"), el("th", null, "Started"), el("th", { class: "num" }, "Duration"),
+        el("th", { class: "num" }, "Spans"), el("th", { class: "num" }, "Tokens"),
+        el("th", { class: "num" }, "Cost"), el("th", null, "Status"))),
       el("tbody", null, ...rows))));
   }
   main.replaceChildren(view);
