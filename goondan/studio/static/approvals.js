@@ -1,6 +1,8 @@
 // Approvals (/approvals): pending requests with their arguments, approve / deny with a reason.
 
-import { api, el, errorBox, fmtJson, fmtTime, main, onOverview, statusTag, toDate } from "./core.js";
+import {
+  api, el, errorBox, fmtJson, fmtTime, main, onOverview, statusTag, toDate,
+} from "./core.js";
 
 // ---------------------------------------------------------------- approvals
 

@@ -78,7 +78,9 @@ function workspaceList(workspaces) {
           inst.instanceKey, { class: "mono" }),
         statusTag(inst.status),
         el("span", { class: "muted" }, (inst.messageCount ?? 0) + " messages"),
-        inst.updatedAt ? el("span", { class: "muted" }, "updated " + fmtTime(inst.updatedAt)) : null));
+        inst.updatedAt ? el("span", { class: "muted" }, "updated " + fmtTime(inst.updatedAt))
+          : null,
+        inst.error ? el("span", { class: "status status-error" }, inst.error) : null));
       section.append(el("div", { class: "agent-group" },
         el("h4", { style: "margin:0.3rem 0" }, agent), el("ul", null, ...items)));
     }

@@ -84,7 +84,7 @@ function spanTree(spans) {
 
 function spanFacts(span) {
   const a = span.attributes || {};
-  const facts = [fmtMs(span.durationMs)];
+  const facts = [span.status === "waiting" ? "waiting for approval" : fmtMs(span.durationMs)];
   const input = a.inputTokens ?? a.promptTokens;
   const output = a.outputTokens ?? a.completionTokens;
   if (input || output || (span.kind === "llm" && input !== undefined)) {
@@ -122,7 +122,8 @@ export async function renderTrace(view, params, isCurrent) {
   let errors = 0;
   const agents = new Set();
   for (const s of spans) {
-    const end = s.durationMs === null || s.durationMs === undefined ? now : s.startMs + s.durationMs;
+    const running = s.durationMs === null || s.durationMs === undefined;
+    const end = running ? now : s.startMs + s.durationMs;
     t0 = Math.min(t0, s.startMs);
     t1 = Math.max(t1, end);
     const a = s.attributes || {};
@@ -153,12 +154,13 @@ export async function renderTrace(view, params, isCurrent) {
     el("span", null, "tokens " + inTok + "→" + outTok),
     costKnown ? el("span", null, "cost $" + cost.toFixed(6)) : null,
     el("span", null, "agents " + [...agents].join(", ")),
-    errors ? el("span", { class: "status status-error" }, errors + " error" + (errors > 1 ? "s" : ""))
+    errors ? el("span", { class: "status status-error" },
+      errors + " error" + (errors > 1 ? "s" : ""))
       : null),
   el("div", { class: "legend", "aria-hidden": "true" }, ...KINDS.map((k) =>
     el("span", null, el("i", { class: "k-" + k }), k))));
   const rows = spanTree(spans);
-  const waterfall = el("div", { class: "waterfall", role: "tree", "aria-label": "Span waterfall" });
+  const waterfall = el("div", { class: "waterfall", role: "list", "aria-label": "Span waterfall" });
   const frag = document.createDocumentFragment();
   for (const [span, depth, childCount] of rows) {
     frag.append(spanRow(span, depth, childCount, t0, total));
@@ -187,7 +189,8 @@ function spanRow(span, depth, childCount, t0, total) {
     el("span", { class: "agent" }, [span.agent, span.instanceKey].filter(Boolean).join(" · ")));
   const facts = spanFacts(span);
   const row = el("div", {
-    class: "wf-row" + (isError ? " error" : ""), role: "treeitem", "aria-level": depth + 1,
+    class: "wf-row" + (isError ? " error" : "") + (span.status === "waiting" ? " waiting" : ""),
+    role: "listitem",
     "data-span-id": span.spanId, "data-kind": span.kind, "data-depth": depth,
     "data-agent": span.agent,
     "aria-label": `${span.kind} ${span.name} ${facts}${isError ? " error" : ""}`,
