@@ -261,6 +261,25 @@ def test_denying_with_a_reason_by_keyboard_ends_the_turn_with_the_denial(
     assert "not today" in decided.text_content()
 
 
+def test_messages_written_between_the_page_load_and_the_stream_start_still_appear(
+    world: World, page: Any
+) -> None:
+    held: list[Any] = []
+    # the conversation stream is held back until the test lets it through
+    page.route("**/api/conversations/**/stream", lambda route: held.append(route))
+    page.goto(world.url("/"))
+    page.get_by_role("link", name="default").first.click()
+    page.wait_for_selector(".msg-user")
+    while not held:
+        page.evaluate("0")  # let Playwright dispatch the held request
+    world.send("hello studio")  # a whole turn, committed while the page has no stream yet
+    held[0].continue_()
+    page.locator(".msg-user .msg-text", has_text="hello studio").wait_for()
+    page.locator(".msg-assistant .msg-text", has_text="Try").last.wait_for()
+    texts = page.locator("article.msg .msg-text").all_text_contents()
+    assert texts.index(next(t for t in texts if "hello studio" in t)) == len(texts) - 2
+
+
 def test_phone_width_pages_fit_without_horizontal_scrolling(world: World, browser: Any) -> None:
     from tests.studio.conftest import new_page
 
