@@ -208,6 +208,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(500, data.ApiError(500, err.code, err.message).to_dict())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception as exc:  # a bug: answer 500 and say so on stderr (masked), keep serving
+            import sys
+
+            from goondan.secrets import mask
+
+            print(mask(f"studio: {method} {url.path}: {type(exc).__name__}: {exc}"),
+                  file=sys.stderr)
+            self._json(500, data.ApiError(500, "E_INTERNAL",
+                                          f"internal error ({type(exc).__name__})").to_dict())
 
     # -- checks ---------------------------------------------------------------------------------
     def _check_host(self) -> None:

@@ -223,3 +223,19 @@ def test_inspect_trace_prints_the_studio_link(delegated: Path, studio: StudioSer
         assert get(studio, f"/traces/{trace_id}")[0] == 200  # the page shell: the link opens
     finally:
         clear_studio_record(record)
+
+
+def test_a_bug_answers_500_and_the_server_keeps_serving(
+    studio: StudioServer, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from goondan.studio import data
+
+    def broken(root: Path) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(data, "overview", broken)
+    status, doc = get(studio, "/api/overview")
+    assert status == 500 and doc["error"]["code"] == "E_INTERNAL"
+    assert "RuntimeError: boom" in capfd.readouterr().err
+    monkeypatch.undo()
+    assert get(studio, "/api/overview")[0] == 200
