@@ -164,21 +164,23 @@ def sse(event: str, data: JsonObject) -> bytes:
 def stream(poll: Callable[[], list[Event]], stop: threading.Event, *,
            alive: Callable[[], bool] = lambda: True, interval: float = POLL_S,
            ping: float = PING_S) -> Iterator[bytes]:
-    """Chunks to write: the events ``poll`` finds every ``interval`` and a ``: ping`` comment
-    every ``ping`` seconds, until ``stop`` is set (the server shuts down) or ``alive`` says
-    the client went away."""
+    """Chunks to write: the events ``poll`` finds at once and then every ``interval``, and a
+    ``: ping`` comment every ``ping`` quiet seconds, until ``stop`` is set (the server shuts
+    down) or ``alive`` says the client went away."""
     yield b": open\n\n"
     quiet = 0.0
-    while not stop.wait(interval) and alive():
+    while True:
         events = poll()
         if events:
             quiet = 0.0
             yield b"".join(sse(name, data) for name, data in events)
-            continue
-        quiet += interval
-        if quiet >= ping:
-            quiet = 0.0
-            yield b": ping\n\n"
+        else:
+            quiet += interval
+            if quiet >= ping:
+                quiet = 0.0
+                yield b": ping\n\n"
+        if stop.wait(interval) or not alive():
+            return
 
 
 def overview_events(build: Callable[[], JsonObject]) -> Callable[[], list[Event]]:
@@ -192,5 +194,6 @@ def overview_events(build: Callable[[], JsonObject]) -> Callable[[], list[Event]
             return [("overview", doc)]
         return []
 
-    # the first poll sends the document: whatever changed since the page fetched it
+    # the first poll (when the stream opens) sends the document: whatever changed since the
+    # page fetched it
     return poll
