@@ -203,6 +203,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._page(studio.static_dir, method)
         except data.ApiError as err:
+            if method == "POST":  # its body may be unread: never parse it as the next request
+                self.close_connection = True
             self._json(err.status, err.to_dict())
         except GoondanError as err:
             self._json(500, data.ApiError(500, err.code, err.message).to_dict())

@@ -239,3 +239,24 @@ def test_a_bug_answers_500_and_the_server_keeps_serving(
     assert "RuntimeError: boom" in capfd.readouterr().err
     monkeypatch.undo()
     assert get(studio, "/api/overview")[0] == 200
+
+
+def test_a_refused_post_does_not_leave_its_body_as_the_next_request(
+    studio: StudioServer,
+) -> None:
+    """Keep-alive: a body the server did not read (wrong content type) must not be parsed as
+    a second request on the same connection."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", studio.port, timeout=10)
+    try:
+        body = b"GET /api/overview HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        conn.request("POST", "/api/approvals/apr_0123456789abcdef01234567", body=body,
+                     headers={"Content-Type": "text/plain"})
+        first = conn.getresponse()
+        assert first.status == 415
+        first.read()
+        conn.sock.settimeout(5)
+        assert conn.sock.recv(1) == b""  # closed: no answer to the smuggled request
+    finally:
+        conn.close()
