@@ -30,6 +30,9 @@ def studio(bundle: str | None, state_root: str | None, host: str, port: int,
     from goondan.studio.record import clear_studio_record, write_studio_record
     from goondan.studio.server import StudioServer
 
+    from goondan.secrets import register_secret
+
+    register_secret(token)  # never shown, like every other secret
     options = get_globals()
     root = options.resolve_state_root(state_root)
     bundle = bundle or options.bundle
