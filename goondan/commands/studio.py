@@ -27,10 +27,9 @@ __all__ = ["studio"]
 def studio(bundle: str | None, state_root: str | None, host: str, port: int,
            token: str | None, open_browser: bool) -> None:
     """Serve the studio: running swarms, conversations, traces and approvals in a web page."""
+    from goondan.secrets import register_secret
     from goondan.studio.record import clear_studio_record, write_studio_record
     from goondan.studio.server import StudioServer
-
-    from goondan.secrets import register_secret
 
     register_secret(token)  # never shown, like every other secret
     options = get_globals()

@@ -249,7 +249,7 @@ class _Handler(BaseHTTPRequestHandler):
             if len(parts) == 2 and parts[0] == "approvals":
                 self._json(200, self._decide(parts[1]))
                 return
-            raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no POST {self.path}")
+            raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no POST {urlsplit(self.path).path}")
         match parts:
             case ["overview"]:
                 self._json(200, data.overview(root))
@@ -279,7 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
             case ["approvals"]:
                 self._json(200, data.approval_list(root, status=query.get("status") or None))
             case _:
-                raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no API path {self.path}")
+                raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no API path {urlsplit(self.path).path}")
 
     def _decide(self, approval_id: str) -> JsonObject:
         kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()

@@ -184,6 +184,8 @@ def test_with_a_token_every_api_request_needs_it(delegated: Path) -> None:
             assert get(server, f"{path}?token=wrong")[0] == 401
             assert get(server, path, headers={"Authorization": f"Bearer {token}"})[0] == 200
             assert get(server, f"{path}?token={token}")[0] == 200
+        status, doc = get(server, f"/api/nothing?token={token}")  # never echoed back
+        assert status == 404 and token not in doc["error"]["message"]
         with EventStream(server.url, "/api/stream") as stream:
             assert stream.status == 401
         with EventStream(server.url, f"/api/stream?token={token}") as stream:
