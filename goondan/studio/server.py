@@ -279,7 +279,8 @@ class _Handler(BaseHTTPRequestHandler):
             case ["approvals"]:
                 self._json(200, data.approval_list(root, status=query.get("status") or None))
             case _:
-                raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no API path {urlsplit(self.path).path}")
+                raise data.ApiError(404, "E_STUDIO_NOT_FOUND",
+                                    f"no API path {urlsplit(self.path).path}")
 
     def _decide(self, approval_id: str) -> JsonObject:
         kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
