@@ -268,8 +268,12 @@ class _Handler(BaseHTTPRequestHandler):
                     root, workspace, agent, key, q=query.get("q") or None,
                     offset=_int(query, "offset", 0), limit=_int(query, "limit", None)))
             case ["conversations", workspace, agent, key, "stream"]:
-                follower = live.ConversationFollower(data.find_instance(root, workspace, agent,
-                                                                        key))
+                info = data.find_instance(root, workspace, agent, key)
+                try:
+                    follower = live.ConversationFollower(info, query.get("cursor") or None)
+                except ValueError:
+                    raise data.ApiError(400, "E_STUDIO_BAD_REQUEST",
+                                        "cursor is not one the conversation answered") from None
                 self._stream(live.stream(follower.poll, self.server.studio.stopping,
                                          alive=self._alive))
             case ["traces"]:

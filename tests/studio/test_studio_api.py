@@ -98,6 +98,10 @@ def test_conversation_search_and_paging(studio: StudioServer) -> None:
     assert [m["role"] for m in page["messages"]] == ["assistant", "tool"]
     status, bad = get(studio, f"/api{href}?limit=-3")
     assert status == 400 and bad["error"]["code"] == "E_STUDIO_BAD_REQUEST"
+    status, bad = get(studio, f"/api{href}/stream?cursor=1:2:3")
+    assert status == 400 and bad["error"]["code"] == "E_STUDIO_BAD_REQUEST"
+    with EventStream(studio.url, f"/api{href}/stream?cursor={page['cursor']}") as stream:
+        assert stream.status == 200
 
 
 def test_unknown_paths_instances_traces_and_files_are_404(studio: StudioServer) -> None:
