@@ -27,9 +27,11 @@ __all__ = ["studio"]
 def studio(bundle: str | None, state_root: str | None, host: str, port: int,
            token: str | None, open_browser: bool) -> None:
     """Serve the studio: running swarms, conversations, traces and approvals in a web page."""
+    from goondan.secrets import register_secret
     from goondan.studio.record import clear_studio_record, write_studio_record
     from goondan.studio.server import StudioServer
 
+    register_secret(token)  # never shown, like every other secret
     options = get_globals()
     root = options.resolve_state_root(state_root)
     bundle = bundle or options.bundle

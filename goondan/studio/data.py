@@ -19,6 +19,7 @@ from goondan.conversation.messages import Message, MessageEvent
 from goondan.conversation.state import fold
 from goondan.errors import GoondanError
 from goondan.secrets import mask
+from goondan.studio.tail import cursor
 from goondan.types import JsonObject
 from goondan.workspace.catalog import InstanceInfo, iter_instances, iter_messages
 from goondan.workspace.catalog import read_pending_events as _read_pending
@@ -213,6 +214,7 @@ def conversation(root: Path, workspace_id: str, agent: str, instance_key: str, *
     info = find_instance(root, workspace_id, agent, instance_key)
     if info.error:
         raise ApiError(422, "E_WORKSPACE_CORRUPT", f"{info.paths.dir}: {info.error}")
+    position = cursor(info.paths)  # before reading: what is written meanwhile is streamed
     try:
         docs = conversation_messages(info)
     except GoondanError as err:
@@ -223,7 +225,7 @@ def conversation(root: Path, workspace_id: str, agent: str, instance_key: str, *
     total = len(docs)
     page = docs[offset:] if limit is None else docs[offset:offset + limit]
     return masked_doc({"instance": instance_doc(info), "total": total, "offset": offset,
-                   "messages": page})
+                       "messages": page, "cursor": position})
 
 
 def event_doc(event: MessageEvent) -> tuple[str, JsonObject] | None:

@@ -203,11 +203,22 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._page(studio.static_dir, method)
         except data.ApiError as err:
+            if method == "POST":  # its body may be unread: never parse it as the next request
+                self.close_connection = True
             self._json(err.status, err.to_dict())
         except GoondanError as err:
             self._json(500, data.ApiError(500, err.code, err.message).to_dict())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception as exc:  # a bug: answer 500 and say so on stderr (masked), keep serving
+            import sys
+
+            from goondan.secrets import mask
+
+            print(mask(f"studio: {method} {url.path}: {type(exc).__name__}: {exc}"),
+                  file=sys.stderr)
+            self._json(500, data.ApiError(500, "E_INTERNAL",
+                                          f"internal error ({type(exc).__name__})").to_dict())
 
     # -- checks ---------------------------------------------------------------------------------
     def _check_host(self) -> None:
@@ -238,7 +249,7 @@ class _Handler(BaseHTTPRequestHandler):
             if len(parts) == 2 and parts[0] == "approvals":
                 self._json(200, self._decide(parts[1]))
                 return
-            raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no POST {self.path}")
+            raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no POST {urlsplit(self.path).path}")
         match parts:
             case ["overview"]:
                 self._json(200, data.overview(root))
@@ -257,8 +268,12 @@ class _Handler(BaseHTTPRequestHandler):
                     root, workspace, agent, key, q=query.get("q") or None,
                     offset=_int(query, "offset", 0), limit=_int(query, "limit", None)))
             case ["conversations", workspace, agent, key, "stream"]:
-                follower = live.ConversationFollower(data.find_instance(root, workspace, agent,
-                                                                        key))
+                info = data.find_instance(root, workspace, agent, key)
+                try:
+                    follower = live.ConversationFollower(info, query.get("cursor") or None)
+                except ValueError:
+                    raise data.ApiError(400, "E_STUDIO_BAD_REQUEST",
+                                        "cursor is not one the conversation answered") from None
                 self._stream(live.stream(follower.poll, self.server.studio.stopping,
                                          alive=self._alive))
             case ["traces"]:
@@ -268,7 +283,8 @@ class _Handler(BaseHTTPRequestHandler):
             case ["approvals"]:
                 self._json(200, data.approval_list(root, status=query.get("status") or None))
             case _:
-                raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no API path {self.path}")
+                raise data.ApiError(404, "E_STUDIO_NOT_FOUND",
+                                    f"no API path {urlsplit(self.path).path}")
 
     def _decide(self, approval_id: str) -> JsonObject:
         kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()

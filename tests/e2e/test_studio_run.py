@@ -257,6 +257,9 @@ def test_ctrl_c_stops_the_studio_and_frees_its_record(studio: Studio) -> None:
     assert proc is not None
     records = list((studio.state_root / "runtime" / "studios").glob("*.json"))
     assert [p.stem for p in records] == [str(proc.pid)]
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(15) == 130
+    with EventStream(studio.url, "/api/stream") as stream:  # an open stream does not hold it
+        assert next(stream.events(deadline_s=10))[0] == "overview"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15) == 130
+        assert list(stream.events(deadline_s=10)) == []  # the stream ended
     assert not list((studio.state_root / "runtime" / "studios").glob("*.json"))

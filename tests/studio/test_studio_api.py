@@ -98,6 +98,10 @@ def test_conversation_search_and_paging(studio: StudioServer) -> None:
     assert [m["role"] for m in page["messages"]] == ["assistant", "tool"]
     status, bad = get(studio, f"/api{href}?limit=-3")
     assert status == 400 and bad["error"]["code"] == "E_STUDIO_BAD_REQUEST"
+    status, bad = get(studio, f"/api{href}/stream?cursor=1:2:3")
+    assert status == 400 and bad["error"]["code"] == "E_STUDIO_BAD_REQUEST"
+    with EventStream(studio.url, f"/api{href}/stream?cursor={page['cursor']}") as stream:
+        assert stream.status == 200
 
 
 def test_unknown_paths_instances_traces_and_files_are_404(studio: StudioServer) -> None:
@@ -184,6 +188,8 @@ def test_with_a_token_every_api_request_needs_it(delegated: Path) -> None:
             assert get(server, f"{path}?token=wrong")[0] == 401
             assert get(server, path, headers={"Authorization": f"Bearer {token}"})[0] == 200
             assert get(server, f"{path}?token={token}")[0] == 200
+        status, doc = get(server, f"/api/nothing?token={token}")  # never echoed back
+        assert status == 404 and token not in doc["error"]["message"]
         with EventStream(server.url, "/api/stream") as stream:
             assert stream.status == 401
         with EventStream(server.url, f"/api/stream?token={token}") as stream:
@@ -223,3 +229,40 @@ def test_inspect_trace_prints_the_studio_link(delegated: Path, studio: StudioSer
         assert get(studio, f"/traces/{trace_id}")[0] == 200  # the page shell: the link opens
     finally:
         clear_studio_record(record)
+
+
+def test_a_bug_answers_500_and_the_server_keeps_serving(
+    studio: StudioServer, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from goondan.studio import data
+
+    def broken(root: Path) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(data, "overview", broken)
+    status, doc = get(studio, "/api/overview")
+    assert status == 500 and doc["error"]["code"] == "E_INTERNAL"
+    assert "RuntimeError: boom" in capfd.readouterr().err
+    monkeypatch.undo()
+    assert get(studio, "/api/overview")[0] == 200
+
+
+def test_a_refused_post_does_not_leave_its_body_as_the_next_request(
+    studio: StudioServer,
+) -> None:
+    """Keep-alive: a body the server did not read (wrong content type) must not be parsed as
+    a second request on the same connection."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", studio.port, timeout=10)
+    try:
+        body = b"GET /api/overview HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        conn.request("POST", "/api/approvals/apr_0123456789abcdef01234567", body=body,
+                     headers={"Content-Type": "text/plain"})
+        first = conn.getresponse()
+        assert first.status == 415
+        first.read()
+        conn.sock.settimeout(5)
+        assert conn.sock.recv(1) == b""  # closed: no answer to the smuggled request
+    finally:
+        conn.close()

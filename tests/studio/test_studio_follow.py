@@ -59,7 +59,7 @@ def test_events_emptied_and_written_again_between_polls_are_read_from_the_start(
         store.commit(store.load())
         _turn(store, ["b-is-a-longer-message-than-a", "c"], "t2", commit=False)
         got = [(d["text"], d["pending"]) for _, d in follower.poll()]
-        assert got == [("b-is-a-longer-message-than-a", True), ("c", True), ("a", False)]
+        assert got == [("a", False), ("b-is-a-longer-message-than-a", True), ("c", True)]
 
 
 def test_the_stream_ends_when_the_server_stops_and_pings_while_quiet() -> None:
@@ -75,3 +75,26 @@ def test_the_stream_ends_when_the_server_stops_and_pings_while_quiet() -> None:
     chunks = list(stream(poll, stop, interval=0.001, ping=0.002))
     assert chunks[0] == b": open\n\n" and b": ping\n\n" in chunks
     assert len(polls) == 3
+
+
+def test_a_stream_from_the_fetched_cursor_misses_nothing_written_before_it_opened(
+    state_root: Path,
+) -> None:
+    """The page fetched the conversation; a turn ran and committed, and the next one started,
+    before its stream opened: the stream from the fetch's cursor delivers all of it."""
+    from goondan.studio.data import conversation
+
+    with InstanceStore.open(state_root, WS, "agent", "k") as store:
+        _turn(store, ["before"], "t0", commit=True)
+        _turn(store, ["pending then"], "t1", commit=False)
+        fetched = conversation(state_root, WS, "agent", "k")
+        assert [m["text"] for m in fetched["messages"]] == ["before", "pending then"]
+        store.commit(store.load())
+        _turn(store, ["meanwhile"], "t2", commit=False)
+        late = ConversationFollower(find_instance(state_root, WS, "agent", "k"))
+        assert late.poll() == []  # from "now": the gap is lost
+        follower = ConversationFollower(find_instance(state_root, WS, "agent", "k"),
+                                        fetched["cursor"])
+        got = [(d["text"], d["pending"]) for _, d in follower.poll()]
+    # events.jsonl was emptied and written again since the fetch: read from its start
+    assert got == [("pending then", False), ("meanwhile", True)]
