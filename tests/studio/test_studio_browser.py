@@ -313,6 +313,10 @@ def test_a_token_in_the_page_address_reaches_every_request_and_link(
         page.locator(".workspace").first.wait_for()
         page.locator("#live.on").wait_for()  # the overview stream carries the token too
         page.get_by_role("link", name="Traces").click()
+        page.locator("table").wait_for()
+        assert page.url.endswith("/traces?token=s3cret-studio-token")
         page.locator("table a").first.click()
         page.locator(".wf-row").first.wait_for()
         assert "token=s3cret-studio-token" in page.url
+        page.reload()  # the address alone opens the page again
+        page.locator(".wf-row").first.wait_for()

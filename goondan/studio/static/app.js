@@ -1,7 +1,9 @@
 // goondan studio: one page, routed on location.pathname, no build step, no dependencies.
 // Each page lives in its own module; core.js holds what they share.
 
-import { el, errorBox, leavePage, main, navigate, setRouter, startOverviewStream } from "./core.js";
+import {
+  el, errorBox, leavePage, main, navigate, setRouter, startOverviewStream, withToken,
+} from "./core.js";
 import { renderSwarms, renderWorkspaces } from "./swarms.js";
 import { renderConversation } from "./conversation.js";
 import { renderTrace, renderTraceList } from "./traces.js";
@@ -68,6 +70,11 @@ document.addEventListener("click", (event) => {
 window.addEventListener("popstate", () => route());
 
 setRouter(route);
+
+// The header's links keep a ?token= of the page's address, like every other link.
+for (const a of document.querySelectorAll("a[data-nav]")) {
+  a.href = withToken(a.getAttribute("href"));
+}
 
 // ---------------------------------------------------------------- start
 
