@@ -68,7 +68,7 @@ def test_a_10000_message_conversation_renders_its_latest_messages_with_earlier_o
 
     page.get_by_label("Search").fill("question 1234:")
     page.get_by_label("Search").press("Enter")
-    page.locator(".msg-count", has_text="1 of 1 messages match").wait_for()
+    page.locator(".msg-count", has_text="1 message matching “question 1234:”").wait_for()
     assert page.locator("article.msg").count() == 1
 
 

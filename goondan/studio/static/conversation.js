@@ -50,9 +50,8 @@ export async function renderConversation(view, params, isCurrent) {
         : null),
     form, conv.root);
   conv.onCount = (shown) => {
-    counter.textContent = query
-      ? shown + " of " + (data.total ?? shown) + " messages match “" + query + "”"
-      : shown + " messages";
+    const noun = shown === 1 ? " message" : " messages";
+    counter.textContent = shown + noun + (query ? " matching “" + query + "”" : "");
   };
   conv.renderInitial();
   main.replaceChildren(view);
