@@ -280,6 +280,21 @@ def test_messages_written_between_the_page_load_and_the_stream_start_still_appea
     assert texts.index(next(t for t in texts if "hello studio" in t)) == len(texts) - 2
 
 
+def test_every_page_is_complete_without_its_live_streams(world: World, page: Any) -> None:
+    page.route("**/stream*", lambda route: route.abort())  # no server-sent events at all
+    page.goto(world.url("/"))
+    page.locator(".swarm").wait_for()
+    assert page.locator(".workspace").count() == 2
+    page.get_by_role("link", name="default").first.click()
+    page.locator(".msg-assistant", has_text="Waited: found go.txt").wait_for()
+    page.get_by_role("link", name="Traces").click()
+    page.locator("tr", has_text="coordinator, worker").get_by_role("link").click()
+    page.locator(".wf-row[data-agent='worker'][data-kind='turn']").wait_for()
+    page.get_by_role("link", name="Approvals").first.click()
+    page.locator("tbody tr", has_text="denied").wait_for()
+    assert page.locator("#live").text_content() == "offline"
+
+
 def test_phone_width_pages_fit_without_horizontal_scrolling(world: World, browser: Any) -> None:
     from tests.studio.conftest import new_page
 
