@@ -106,7 +106,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     bundle = _approvals_bundle(tmp)
     with goondan_run(bundle, state_root, {}), StudioServer(state_root).start() as studio:
         try:
-            yield World(state_root, bundle, studio)
+            world = World(state_root, bundle, studio)
+            world.send("hello")  # the swarm's instance exists for every test, in any order
+            yield world
         finally:
             _goondan(state_root, "stop", "-b", str(bundle))
 
@@ -285,13 +287,13 @@ def test_every_page_is_complete_without_its_live_streams(world: World, page: Any
     page.goto(world.url("/"))
     page.locator(".swarm").wait_for()
     assert page.locator(".workspace").count() == 2
-    page.get_by_role("link", name="default").first.click()
-    page.locator(".msg-assistant", has_text="Waited: found go.txt").wait_for()
+    page.get_by_role("link", name="delegation").first.click()
+    page.locator(".msg-assistant", has_text="The worker says: 17 * 23 = 391").wait_for()
     page.get_by_role("link", name="Traces").click()
     page.locator("tr", has_text="coordinator, worker").get_by_role("link").click()
     page.locator(".wf-row[data-agent='worker'][data-kind='turn']").wait_for()
     page.get_by_role("link", name="Approvals").first.click()
-    page.locator("tbody tr", has_text="denied").wait_for()
+    page.get_by_role("heading", name="Decided").wait_for()
     assert page.locator("#live").text_content() == "offline"
 
 
