@@ -48,7 +48,7 @@ def new_page(browser: Any, errors: list[str], **options: Any) -> Any:
     """A page in a fresh context (1280×800 unless ``viewport`` is given) recording the page's
     uncaught JavaScript errors and console errors into ``errors``."""
     context = browser.new_context(**{"viewport": VIEWPORT, **options})
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(30_000)  # failure-only: a loaded machine is slow, not broken
     page = context.new_page()
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
     # (a 404 answer the page shows as such is logged by the browser itself: not an error)

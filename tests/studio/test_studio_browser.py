@@ -84,8 +84,10 @@ def _approvals_bundle(tmp: Path) -> Path:
 class World:
     """The module's state root, its running swarm and the studio over it."""
 
-    def __init__(self, state_root: Path, bundle: Path, studio: StudioServer) -> None:
+    def __init__(self, state_root: Path, bundle: Path, studio: StudioServer,
+                 delegation_trace: str) -> None:
         self.state_root, self.bundle, self.studio = state_root, bundle, studio
+        self.delegation_trace = delegation_trace  # as `goondan inspect trace --last` printed it
 
     def url(self, path: str) -> str:
         return self.studio.url.rstrip("/") + path
@@ -103,10 +105,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     delegation = _goondan(state_root, "run", "--bundle", str(REPO / "examples" / "delegation"),
                           "--input", "What is 17 * 23?")
     assert delegation.returncode == 0 and "391" in delegation.stdout, delegation.stderr
+    listed = _goondan(state_root, "inspect", "trace", "--last", "--json")
+    trace_id = json.loads(listed.stdout)["traceId"]
     bundle = _approvals_bundle(tmp)
     with goondan_run(bundle, state_root, {}), StudioServer(state_root).start() as studio:
         try:
-            world = World(state_root, bundle, studio)
+            world = World(state_root, bundle, studio, trace_id)
             world.send("hello")  # the swarm's instance exists for every test, in any order
             yield world
         finally:
@@ -124,8 +128,7 @@ def _rows(page: Any) -> list[dict[str, Any]]:
 def test_a_trace_id_from_inspect_trace_opens_the_delegation_waterfall(
     world: World, page: Any, browser: Any
 ) -> None:
-    listed = _goondan(world.state_root, "inspect", "trace", "--last", "--json")
-    trace_id = json.loads(listed.stdout)["traceId"]
+    trace_id = world.delegation_trace
     page.goto(world.url("/traces"))
     page.get_by_label("Open trace").fill(trace_id[:12])
     page.get_by_label("Open trace").press("Enter")
