@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -253,17 +254,24 @@ def test_denying_with_a_reason_by_keyboard_ends_the_turn_with_the_denial(
     card = page.locator(f"[data-approval-id='{pending['id']}']")
     reason = card.get_by_label("Reason (optional)")
     reason.fill("not today")
+    # another request arrives while the reason is being typed: it shows up, the typing survives
+    other = json.loads(world.send("-k", "second", "delete old.txt", "--json").stdout)
+    [second] = other["approvals"]
+    page.locator(f"[data-approval-id='{second['id']}']").wait_for()
+    assert reason.input_value() == "not today"
+    assert page.evaluate("document.activeElement.id") == f"reason-{pending['id']}"
     reason.press("Tab")
     page.keyboard.press("Tab")  # past Approve, onto Deny
     assert page.evaluate("document.activeElement.textContent") == "Deny"
     page.keyboard.press("Enter")
     card.locator(".outcome .status-denied").wait_for()
+    page.locator(f"[data-approval-id='{second['id']}']").get_by_role("button", name="Deny").click()
     page.get_by_role("link", name="Conversations").click()
-    page.get_by_role("link", name="default").first.click()
+    page.get_by_role("link", name="default", exact=True).click()
     page.locator(".msg-assistant .msg-text", has_text="E_APPROVAL_DENIED").wait_for()
     page.get_by_role("link", name="Approvals").first.click()
-    decided = page.locator("tbody tr", has_text="denied")
-    assert "not today" in decided.text_content()
+    decided = page.locator("tbody tr", has_text="not today")
+    assert "denied" in decided.text_content()
 
 
 def test_messages_written_between_the_page_load_and_the_stream_start_still_appear(
@@ -271,12 +279,15 @@ def test_messages_written_between_the_page_load_and_the_stream_start_still_appea
 ) -> None:
     held: list[Any] = []
     # the conversation stream is held back until the test lets it through
-    page.route("**/api/conversations/**/stream", lambda route: held.append(route))
+    page.route(re.compile(r"/api/conversations/.*/stream(\?|$)"),
+               lambda route: held.append(route))
     page.goto(world.url("/"))
     page.get_by_role("link", name="default").first.click()
     page.wait_for_selector(".msg-user")
-    while not held:
-        page.evaluate("0")  # let Playwright dispatch the held request
+    deadline = time.monotonic() + 30
+    while not held:  # Playwright dispatches the held request while it answers a call
+        assert time.monotonic() < deadline, "the page never opened its conversation stream"
+        page.evaluate("0")
     world.send("hello studio")  # a whole turn, committed while the page has no stream yet
     held[0].continue_()
     page.locator(".msg-user .msg-text", has_text="hello studio").wait_for()

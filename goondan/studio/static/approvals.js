@@ -11,16 +11,21 @@ export async function renderApprovals(view, _params, isCurrent) {
   const data = await api("/api/approvals");
   if (!isCurrent()) return;
   const list = el("div", { class: "approvals" });
-  const decided = new Map(); // id -> card kept on screen after a decision in this page
+  const cards = new Map(); // id -> its card, kept across refreshes (a reason being typed stays)
+  const decided = new Set(); // ids decided on this page: their cards stay, with the outcome
+  const empty = el("p", { class: "muted empty" }, "No pending approvals.");
   const history = el("div", { class: "table-wrap" });
   const fill = (approvals) => {
-    const pending = approvals.filter((a) => a.status === "pending");
-    const cards = pending.map((a) => approvalCard(a, decided));
-    for (const [id, card] of decided) {
-      if (!pending.some((a) => a.id === id)) cards.push(card);
+    const shown = [];
+    for (const approval of approvals) {
+      if (approval.status !== "pending" && !decided.has(approval.id)) continue;
+      if (!cards.has(approval.id)) cards.set(approval.id, approvalCard(approval, decided));
+      shown.push(cards.get(approval.id));
     }
-    if (!cards.length) cards.push(el("p", { class: "muted empty" }, "No pending approvals."));
-    list.replaceChildren(...cards);
+    for (const id of decided) {
+      if (!shown.includes(cards.get(id))) shown.push(cards.get(id));
+    }
+    place(list, shown.length ? shown : [empty]);
     history.replaceChildren(decidedTable(approvals.filter((a) => a.status !== "pending")));
   };
   fill(data.approvals || []);
@@ -32,7 +37,6 @@ export async function renderApprovals(view, _params, isCurrent) {
     for (const swarm of overview.swarms || []) pending += swarm.pendingApprovals || 0;
     if (pending === lastPending) return;
     lastPending = pending;
-    if (list.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
     try {
       const fresh = await api("/api/approvals");
       if (isCurrent()) fill(fresh.approvals || []);
@@ -40,6 +44,20 @@ export async function renderApprovals(view, _params, isCurrent) {
       /* the next overview event retries */
     }
   });
+}
+
+// Make ``nodes`` the children of ``parent`` in order, moving only what must move: a card that
+// stays where it is keeps its focus and what is typed into it.
+function place(parent, nodes) {
+  for (const child of [...parent.children]) {
+    if (!nodes.includes(child)) child.remove();
+  }
+  let previous = null;
+  for (const node of nodes) {
+    const expected = previous ? previous.nextElementSibling : parent.firstElementChild;
+    if (expected !== node) parent.insertBefore(node, expected);
+    previous = node;
+  }
 }
 
 // The latest decisions (and expiries), newest first.
@@ -96,7 +114,7 @@ function approvalCard(approval, decided) {
       const status = (result.approval && result.approval.status) || decision + "d";
       outcome.replaceChildren(statusTag(status),
         result.approval && result.approval.decidedBy ? " by " + result.approval.decidedBy : "");
-      decided.set(approval.id, card);
+      decided.add(approval.id);
       reason.disabled = true;
     } catch (error) {
       outcome.replaceChildren(errorBox(error));
@@ -104,7 +122,7 @@ function approvalCard(approval, decided) {
         approveBtn.disabled = false;
         denyBtn.disabled = false;
       } else {
-        decided.set(approval.id, card);
+        decided.add(approval.id);
       }
     }
   };

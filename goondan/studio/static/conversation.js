@@ -57,29 +57,18 @@ export async function renderConversation(view, params, isCurrent) {
   main.replaceChildren(view);
   mark("conversation", started, fetched, conv.messages.length);
   conv.scrollToEnd();
-  // Live follow: opened only now, after the page is complete without it.
-  const source = openStream(base + "/stream", {
+  // Live follow: opened only now, after the page is complete without it. The stream starts at
+  // the list's cursor (where the fetch read the files): nothing written in between is lost, and
+  // a reconnect starts there again (messages already shown are recognised by their id).
+  const cursor = data.cursor ? "?cursor=" + encodeURIComponent(data.cursor) : "";
+  setPageStream(openStream(base + "/stream" + cursor, {
     message: (msg) => conv.add(msg),
     remove: (event) => conv.remove(event.id),
     // The file was rewritten (compaction): the page loads the list again.
     reset: () => rerender(),
     status: (s) => status.replaceChildren(statusTag(s.status)),
-  });
-  // The stream starts from "now": what was written between the list's fetch and the stream's
-  // start (or while it reconnected) comes from the list's tail, fetched again once it is open.
-  const tail = Math.max(0, (data.total ?? conv.messages.length) - TAIL_OVERLAP);
-  source.addEventListener("open", () => {
-    const params = new URLSearchParams({ offset: String(tail) });
-    if (query) params.set("q", query);
-    api(base + "?" + params.toString()).then((page) => {
-      if (isCurrent()) conv.merge(page.messages || []);
-    }, () => {});
-  });
-  setPageStream(source);
+  }));
 }
-
-// Messages of the list fetched again when the stream opens (the tail may have been rewritten).
-const TAIL_OVERLAP = 5;
 
 // The message's look: its role, or "extension" / "system" when such a source wrote it.
 function messageKind(msg) {
@@ -118,6 +107,7 @@ class Conversation {
     this.hiddenBefore = 0;
     this.onCount = () => {};
     for (const msg of messages) this.messages.push(msg);
+    this.listed = new Set(messages.map((msg) => msg.id)); // also those behind "Show earlier"
   }
 
   renderInitial() {
@@ -186,6 +176,7 @@ class Conversation {
       }
       return;
     }
+    if (this.listed.has(msg.id)) return; // sent again, but behind "Show earlier"
     if (!this.matches(msg)) return;
     this.messages.push(msg);
     const follow = this.nearEnd();
@@ -194,31 +185,6 @@ class Conversation {
     if (node) this.root.append(node);
     this.onCount(this.messages.length);
     if (follow) this.scrollToEnd();
-  }
-
-  // The list's tail fetched again: messages not on the page yet go in at their place in it.
-  merge(list) {
-    const follow = this.nearEnd();
-    let added = 0;
-    for (let i = 0; i < list.length; i++) {
-      const msg = list[i];
-      if (this.ids.has(msg.id)) {
-        this.add(msg);
-        continue;
-      }
-      let anchor = null;
-      for (let j = i + 1; j < list.length && !anchor; j++) anchor = this.ids.get(list[j].id);
-      this.messages.push(msg);
-      added++;
-      this.root.querySelector(".empty")?.remove();
-      const node = this.build(msg);
-      if (!node) continue;
-      const before = anchor && (anchor.closest("article.msg") || anchor);
-      if (before && before.parentNode === this.root) before.before(node);
-      else this.root.append(node);
-    }
-    if (added) this.onCount(this.messages.length);
-    if (added && follow) this.scrollToEnd();
   }
 
   // A message rewritten during the turn (a replace event): the new one takes the old's place.
