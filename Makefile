@@ -7,7 +7,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # (it brings ~150 packages that must never reach the project's environment).
 PHOENIX_VENV ?= .venv-phoenix
 
-.PHONY: install dev demo test test-fast soak lint bench clean phoenix postgres
+.PHONY: install dev demo test test-fast soak lint bench clean phoenix system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,30 +34,42 @@ $(PHOENIX_VENV)/bin/phoenix:
 
 phoenix: $(PHOENIX_VENV)/bin/phoenix  ## install Arize Phoenix (OTLP test backend) into its own venv
 
-# The PostgreSQL server that tests/support/postgres.py starts (a throwaway cluster per test
-# process): Debian's package, installed only when no server binary is there (about a minute on a
-# bare machine; a no-op otherwise). The tests never use the cluster the package may create.
+# The system packages the tests run for real (apt-get, one call, only for what is missing; a
+# no-op when both are there):
+# * postgresql — the server tests/support/postgres.py starts (a throwaway cluster per test
+#   process; the tests never use the cluster the package may create). About a minute on a bare
+#   machine.
+# * chromium — the browser of the studio's tests (tests/studio/), driven by Playwright (dev
+#   extras), which cannot download its own browser here. About 40 s.
+# Not root and no sudo, or not Debian: a note; the PostgreSQL tests then fail (never skip), the
+# browser tests skip themselves.
 APT_GET ?= env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 PG_SERVER ?= /usr/lib/postgresql/*/bin/postgres
-postgres:  ## install the PostgreSQL server for the tests (apt-get, only when missing)
-	@ls $(PG_SERVER) >/dev/null 2>&1 || { \
-	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$sudo $(APT_GET) install --no-install-recommends postgresql \
-	  || { $$sudo $(APT_GET) update && $$sudo $(APT_GET) install --no-install-recommends postgresql; }; }
+CHROMIUM ?= /usr/bin/chromium
+system-packages:  ## install PostgreSQL and chromium for the tests (apt-get, only what is missing)
+	@missing=""; \
+	ls $(PG_SERVER) >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	[ -x $(CHROMIUM) ] || missing="$$missing chromium"; \
+	[ -z "$$missing" ] && exit 0; \
+	sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	if ! command -v apt-get >/dev/null; then \
+	  echo "note: not Debian; install$$missing by hand (docs/storage.md, docs/studio.md)"; exit 0; fi; \
+	$$sudo $(APT_GET) install --no-install-recommends $$missing \
+	|| { $$sudo $(APT_GET) update && $$sudo $(APT_GET) install --no-install-recommends $$missing; }
 
 # Two workers, one per core; a test file runs whole in one worker (its module fixtures and, for
 # the Ray tests, the worker's session cluster are made once).
-test:  ## run the whole test suite (the dev extras, Phoenix and PostgreSQL install side by side)
-	$(MAKE) --no-print-directory -j2 dev phoenix postgres
+test:  ## run the whole test suite (dev extras, Phoenix, PostgreSQL and chromium installed side by side)
+	$(MAKE) --no-print-directory -j2 dev phoenix system-packages
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The unit tests only: no process-spawning (e2e) or multi-second (slow) tests, no Phoenix.
-test-fast: dev postgres  ## run the unit tests (under 2 minutes on 2 cores)
+test-fast: dev system-packages  ## run the unit tests (under 2 minutes on 2 cores)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not e2e"
 
 # The long failure trials (hundreds of kills, races) at their full counts; `make test` runs a few
 # of each (tests/support/soak.py).
-soak: dev postgres  ## run the kill and race trials at their full counts
+soak: dev system-packages  ## run the kill and race trials at their full counts
 	GOONDAN_SOAK=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m soak
 
 lint: dev  ## ruff + mypy --strict

@@ -81,6 +81,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "inspect",
         "Inspect workspaces, instances and conversations.",
     ),
+    "studio": (
+        "goondan.commands.studio",
+        "studio",
+        "Serve a local web page: swarms, conversations, traces, approvals.",
+    ),
     "fold": ("goondan.commands.fold", "fold", "Fold leftover conversation events into base.jsonl."),
     "logs": ("goondan.commands.logs", "logs", "Show orchestrator and agent process logs."),
     "doctor": ("goondan.commands.doctor", "doctor", "Check the environment and the bundle."),

@@ -25,6 +25,7 @@ ORDER = [
     "mcp",
     "runtime",
     "approvals",
+    "studio",
     "ipc",
     "connectors",
 ]

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "swarm": 6, "engines": 6,
     "base": 7, "builtin_packages": 7,
     "cli": 8, "commands": 8, "__main__": 8, "__init__": 8,
+    "studio": 8,  # the web page's server: reads what inspect/status/approvals read, from commands
 }
 
 # (importer area, imported area): lazy delegation by name that does not create a real cycle.

@@ -19,7 +19,7 @@ import click
 from goondan.commands.common import bundle_option, get_globals
 from goondan.secrets import mask
 
-__all__ = ["approvals"]
+__all__ = ["approval_stores", "approvals", "decide_approval", "find_approval", "local_user"]
 
 _COLUMNS = (
     ("ID", "id", 28),
@@ -31,7 +31,7 @@ _COLUMNS = (
 )
 
 
-def _stores(state_root: Path, bundle: str | None) -> list[Any]:
+def approval_stores(state_root: Path, bundle: str | None) -> list[Any]:
     """The approval stores to look in: the bundle's workspace, else every workspace."""
     from goondan.workspace.approvals import ApprovalStore
     from goondan.workspace.paths import StateLayout
@@ -49,11 +49,11 @@ def _stores(state_root: Path, bundle: str | None) -> list[Any]:
     return [ApprovalStore(state_root, name) for name in names]
 
 
-def _find(state_root: Path, bundle: str | None, approval: str) -> tuple[Any, str]:
+def find_approval(state_root: Path, bundle: str | None, approval: str) -> tuple[Any, str]:
     """The store holding ``approval`` and its workspace id (``E_APPROVAL_NOT_FOUND`` if none)."""
     from goondan.errors import UsageError
 
-    for store in _stores(state_root, bundle):
+    for store in approval_stores(state_root, bundle):
         if store.get(approval) is not None:
             return store, store.dir.parent.name
     raise UsageError(f"no approval {approval!r} under {state_root}", code="E_APPROVAL_NOT_FOUND",
@@ -81,7 +81,7 @@ def list_approvals(bundle: str | None = None, show_all: bool = False, as_json: b
     """List approvals (pending ones unless --all), oldest first."""
     options = get_globals()
     root = options.resolve_state_root(state_root)
-    rows = [a.to_dict() for store in _stores(root, bundle or options.bundle)
+    rows = [a.to_dict() for store in approval_stores(root, bundle or options.bundle)
             for a in store.list(status=None if show_all else "pending")]
     if as_json or options.json_errors:
         click.echo(mask(json.dumps(rows, ensure_ascii=False, indent=2)))
@@ -127,13 +127,9 @@ def _decide(approval: str, *, approve: bool, args: str | None, note: str | None,
                 code="E_APPROVAL_ARGS",
                 suggestion="""pass a JSON object, e.g. --args '{"path": "a.txt"}'""",
             )
-    store, workspace = _find(root, bundle or options.bundle, approval)
-    if edited is not None:
-        _check_args(root, workspace, store.get(approval), edited)
-    found, mine = store.decide(
-        approval, approve=approve, by=_user(), via="cli", args=edited, note=note, reason=reason
-    )
-    notified = _notify(root, approval)
+    found, mine, notified, _ = decide_approval(
+        root, approval, approve=approve, by=local_user(), via="cli", args=edited, note=note,
+        reason=reason, bundle=bundle or options.bundle)
     row = found.to_dict()
     if as_json or options.json_errors:
         click.echo(
@@ -155,7 +151,25 @@ def _decide(approval: str, *, approve: bool, args: str | None, note: str | None,
                    + "; nothing changed")
 
 
-def _user() -> str:
+def decide_approval(state_root: Path, approval: str, *, approve: bool, by: str, via: str,
+                    args: dict[str, Any] | None = None, note: str | None = None,
+                    reason: str | None = None,
+                    bundle: str | None = None) -> tuple[Any, bool, bool, str]:
+    """Record a decision and tell the running orchestrators (``approvals approve|deny`` and the
+    studio): ``(approval, decided by this call, a running swarm resumes it, workspace id)``.
+    ``E_APPROVAL_NOT_FOUND`` for an unknown id; edited ``args`` are checked first."""
+    store, workspace = find_approval(state_root, bundle, approval)
+    if args is not None:
+        _check_args(state_root, workspace, store.get(approval), args)
+    found, mine = store.decide(
+        approval, approve=approve, by=by, via=via, args=args, note=note, reason=reason
+    )
+    notified = _notify(state_root, approval)
+    return found, mine, notified, workspace
+
+
+def local_user() -> str:
+    """The local user name (``unknown`` when the system has none for this uid)."""
     import getpass
 
     try:
@@ -275,12 +289,12 @@ def cancel(approval_id: str, reason: str | None, bundle: str | None, as_json: bo
     the turn resumes with E_APPROVAL_DENIED for those calls and ends."""
     options = get_globals()
     root = options.resolve_state_root(state_root)
-    store, _ = _find(root, bundle or options.bundle, approval_id)
+    store, _ = find_approval(root, bundle or options.bundle, approval_id)
     request = store.get(approval_id).request
     turn = [a for a in store.list(status="pending", agent=request.get("agent"),
                                   instance_key=request.get("instanceKey"))
             if a.request.get("turnId") == request.get("turnId")]
-    user, denied = _user(), []
+    user, denied = local_user(), []
     for found in turn:
         decided, mine = store.decide(found.id, approve=False, by=user, via="cli",
                                      reason=reason or CANCELLED_REASON)

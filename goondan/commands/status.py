@@ -45,8 +45,9 @@ def _uptime(started_at: Any) -> float | None:
     return round(max(0.0, time.time() - start), 1)
 
 
-def swarm_status(active: Any) -> JsonObject:
-    """The ``--json`` document of one running swarm (see docs/cli.md)."""
+def swarm_status(active: Any, *, timeout_s: float = 10.0) -> JsonObject:
+    """The ``--json`` document of one running swarm (see docs/cli.md); ``timeout_s`` bounds
+    the wait for its orchestrator's answer."""
     from goondan.errors import GoondanError
     from goondan.swarm.daemon import query_status
 
@@ -64,7 +65,7 @@ def swarm_status(active: Any) -> JsonObject:
         "processes": [],
     }
     try:
-        doc = query_status(active)
+        doc = query_status(active, timeout_s=timeout_s)
     except GoondanError as err:
         out["reachable"], out["error"] = False, err.message
         return out

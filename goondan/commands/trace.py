@@ -120,6 +120,9 @@ def trace(
           + (f", cost ${cost:.6f}" if cost is not None else "") + ")")
     for line in format_tree(roots):
         _echo(line)
+    from goondan.studio.record import trace_hint
+
+    _echo(trace_hint(root, chosen))
 
 
 def _summary_line(summary: TraceSummary) -> str:

@@ -32,6 +32,7 @@ RUN_MODULES = (
     "test_steering_run",
     "test_approvals_run",
     "test_resume_run",
+    "test_studio_run",
 )
 
 
