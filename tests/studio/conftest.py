@@ -1,7 +1,8 @@
 """Browser tests of the studio page (issue 35): Debian's chromium driven by Playwright.
 
 Playwright cannot download its own browsers here, so it drives the system one
-(``/usr/bin/chromium``, installed by ``make system-packages``; ``GOONDAN_CHROMIUM`` points elsewhere).
+(``/usr/bin/chromium``, installed by ``make system-packages``; ``GOONDAN_CHROMIUM`` points
+elsewhere).
 One browser per test module (``browser``), a fresh context per test (``page``) whose JavaScript
 errors fail the test. Without Playwright or chromium the tests are skipped with the reason.
 
