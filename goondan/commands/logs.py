@@ -177,20 +177,22 @@ def logs(
                              code="E_USAGE", suggestion=_real_name(name, names))
     # pooled isolation (docs/scaling.md): instances log into their host's files, line by line
     hosted = _hosted_instances(directory, names)
+    where = {inst: host for host, insts in hosted.items() for inst in insts}
+    names = sorted({*names, *where})
     if list_processes:
         if as_json:
             click.echo(json.dumps({"instanceKey": key, "logDir": str(directory),
                                    "processes": names, "hosts": hosted}))
         elif names:
             for name in names:
-                on_host = hosted.get(name)
-                click.echo(name if on_host is None
-                           else f"{name}  (instances: {', '.join(on_host) or 'none yet'})")
+                if name in hosted:
+                    name += f"  (instances: {', '.join(hosted[name]) or 'none yet'})"
+                elif name in where:
+                    name += f"  (in {where[name]})"
+                click.echo(name)
         else:
             click.echo(f"No process has logged yet for {key!r} (in {directory}).")
         return 0
-    where = {inst: host for host, insts in hosted.items() for inst in insts}
-    names = sorted({*names, *where})
     if agent is not None:
         chosen_names = [n for n in names if n.startswith(agent + ".")]
         if not chosen_names:
