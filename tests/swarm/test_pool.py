@@ -108,3 +108,25 @@ def test_instances_share_a_host_and_killing_one_spares_the_host_and_its_neighbou
             await spawner.aclose()
 
     asyncio.run(main())
+
+
+def test_status_rows_get_cpu_and_rss_and_pooled_instances_an_even_share_of_their_host() -> None:
+    import os
+
+    from goondan.swarm.procstats import process_stats, with_process_stats
+
+    me = os.getpid()
+    doc: JsonObject = {
+        "processes": [{"process": "worker.a", "pid": me}, {"process": "worker.b", "pid": me},
+                      {"process": "solo.x", "pid": None}],
+        "hosts": [{"host": "pool-0", "pid": me, "instances": ["worker.a", "worker.b"]}],
+    }
+    with_process_stats(doc)
+    cpu, rss = process_stats(me)
+    assert cpu is not None and rss is not None and rss > 1 << 20
+    host = doc["hosts"][0]
+    a, b, solo = doc["processes"]
+    assert host["rssBytes"] > 0 and a["rssBytes"] == host["rssBytes"]  # the host's figures
+    assert a["host"] == "pool-0" and a["sharedBy"] == 2
+    assert a["rssShareBytes"] == a["rssBytes"] // 2 and b["cpuShareSeconds"] is not None
+    assert solo["cpuSeconds"] is None and "host" not in solo  # no pid: nothing to say
