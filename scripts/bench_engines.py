@@ -10,6 +10,10 @@ Runs the delegation example's scripted ``worker`` agent (no network) on both eng
   instances), from the start of the Connection (its connector process, or Ray's connector host)
   to the last turn.
 
+``pooled`` is the local engine with ``policy.isolation: pooled`` (``--pool-hosts`` host
+processes, default one per CPU): the same figures, plus ``--live`` conversations kept open at
+once (default 1,000) with the hosts' total RSS and PSS per live instance.
+
 Ray runs as a local two-node cluster (``ray.cluster_utils.Cluster``) on 127.0.0.1. Usage::
 
     python scripts/bench_engines.py [--instances 200] [--rounds 30]
@@ -169,11 +173,78 @@ async def local_pss(orch: Orchestrator) -> int:
     )
 
 
+def host_rss_kib(pid: int) -> int:
+    """Resident set size of ``pid`` in KiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+async def measure_pooled(bundle: Path, burst: Path, tmp: Path, args: Any) -> dict[str, float]:
+    """The local engine's figures with pooled isolation, and ``args.live`` live instances."""
+    from goondan.swarm.pool import PooledSpawner
+
+    spawner = PooledSpawner(bundle, state_root=tmp / "pooled", log_dir=tmp / "logs",
+                            hosts=args.pool_hosts)
+
+    def host_pids() -> list[int]:
+        return [int(h["pid"]) for h in spawner.hosts_status() if h["pid"]]
+
+    async def pooled_pss(orch: Orchestrator) -> int:
+        return sum(pss_kib(pid) for pid in host_pids())
+
+    try:
+        figures = await measure(spawner, bundle, args.instances, args.rounds, pooled_pss)
+        figures.update(await measure_live(spawner, bundle, args.live, host_pids))
+    finally:
+        await spawner.aclose()
+    ingress = PooledSpawner(burst, state_root=tmp / "pooled-burst", swarm="default",
+                            log_dir=tmp / "logs", hosts=args.pool_hosts)
+    try:
+        figures["ingressEventsPerS"] = await measure_ingress(
+            ingress, burst, tmp / "pooled-burst", args.instances)
+    finally:
+        await ingress.aclose()
+    return figures
+
+
+async def measure_live(spawner: Spawner, bundle: Path, live: int, host_pids: Any
+                       ) -> dict[str, float]:
+    """Open ``live`` conversations (one request each, 100 at a time) and keep them all live:
+    the hosts' total RSS and PSS per live instance then."""
+    orch = Orchestrator(spawner, swarm_name="default", entry_agent="worker", agents=["worker"],
+                        project_root=bundle, reconcile_interval_s=0, grace_period_ms=30_000)
+    async with orch:
+        await orch.request("worker", "warm up", instance_key="live-warm", timeout_ms=120_000)
+        base = sum(pss_kib(pid) for pid in host_pids())
+        start = time.perf_counter()
+        for first in range(0, live, 100):
+            await asyncio.gather(*(
+                orch.request("worker", "hello", instance_key=f"live{k}", timeout_ms=600_000)
+                for k in range(first, min(live, first + 100))))
+        elapsed = time.perf_counter() - start
+        alive = sum(1 for r in orch.records.values() if r.alive)
+        rss = sum(host_rss_kib(pid) for pid in host_pids())
+        pss = sum(pss_kib(pid) for pid in host_pids())
+    return {"liveInstances": float(alive), "liveOpenPerS": live / elapsed,
+            "liveHostsRssMiB": rss / 1024, "livePssPerInstanceKiB": (pss - base) / live}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--skip-local", action="store_true")
+    parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--skip-pooled", action="store_true")
+    parser.add_argument("--pool-hosts", type=int, default=None,
+                        help="host processes of the pooled rows [default: one per CPU]")
+    parser.add_argument("--live", type=int, default=1000,
+                        help="live conversations of the pooled rows")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gb", dir="/tmp"))
     bundle = tmp / "delegation"
@@ -191,11 +262,15 @@ def main() -> int:
             )
             results["local"]["ingressEventsPerS"] = asyncio.run(
                 measure_ingress(ingress, burst, tmp / "local-burst", args.instances))
+        if not args.skip_pooled:
+            results["pooled"] = asyncio.run(measure_pooled(bundle, burst, tmp, args))
         try:
+            if args.skip_ray:
+                raise ImportError("skipped")
             import ray
             from ray.cluster_utils import Cluster
         except ImportError:
-            print("ray not installed (pip install 'pygoondan[ray]'): Ray figures skipped")
+            print("Ray figures skipped (--skip-ray, or: pip install 'pygoondan[ray]')")
             ray = None
         if ray is not None:
             # Loopback only, as tests/engines/conftest.py does it (see the notes there).
@@ -250,16 +325,22 @@ def main() -> int:
         "pssPerIdleInstanceKiB",
         "ingressEventsPerS",
     ]
+    ratio = "local" in results and "ray" in results
     print(
         f"{'figure':<24}"
         + "".join(f"{name:>12}" for name in results)
-        + ("     ray/local" if len(results) == 2 else "")
+        + ("     ray/local" if ratio else "")
     )
     for key in keys:
         row = f"{key:<24}" + "".join(f"{results[name][key]:>12.1f}" for name in results)
-        if len(results) == 2 and results["local"][key]:
+        if ratio and results["local"][key]:
             row += f"{results['ray'][key] / results['local'][key]:>14.2f}"
         print(row)
+    if "pooled" in results:  # the pooled rows' live conversations
+        live = results["pooled"]
+        print(f"pooled: {live['liveInstances']:.0f} live instances, hosts' RSS "
+              f"{live['liveHostsRssMiB']:.1f} MiB, PSS per live instance "
+              f"{live['livePssPerInstanceKiB']:.1f} KiB, opened at {live['liveOpenPerS']:.1f}/s")
     print(f"({args.instances} instances x 2 events; round trip and cold start: medians)")
     return 0
 

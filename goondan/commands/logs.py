@@ -175,13 +175,20 @@ def logs(
         if name is not None and not valid_process_name(name):
             raise UsageError(f"invalid process name {name!r}: process names match [A-Za-z0-9._-]+",
                              code="E_USAGE", suggestion=_real_name(name, names))
+    # pooled isolation (docs/scaling.md): instances log into their host's files, line by line
+    hosted = _hosted_instances(directory, names)
+    where = {inst: host for host, insts in hosted.items() for inst in insts}
+    names = sorted({*names, *where})
     if list_processes:
         if as_json:
-            click.echo(
-                json.dumps({"instanceKey": key, "logDir": str(directory), "processes": names})
-            )
+            click.echo(json.dumps({"instanceKey": key, "logDir": str(directory),
+                                   "processes": names, "hosts": hosted}))
         elif names:
             for name in names:
+                if name in hosted:
+                    name += f"  (instances: {', '.join(hosted[name]) or 'none yet'})"
+                elif name in where:
+                    name += f"  (in {where[name]})"
                 click.echo(name)
         else:
             click.echo(f"No process has logged yet for {key!r} (in {directory}).")
@@ -197,8 +204,13 @@ def logs(
     else:
         chosen_names = [process or "orchestrator"]
     chosen: dict[str, Path] = {}
+    only: dict[str, str] = {}  # label -> the instance whose lines a host file gives
     for name in chosen_names:
-        for which, path in log_files(directory, name).items():
+        files = log_files(directory, name)
+        if name in where and not any(path.exists() for path in files.values()):
+            files = log_files(directory, where[name])
+            only.update({f"{name}:{which}": name for which in files})
+        for which, path in files.items():
             if stream in (which, "both"):
                 chosen[f"{name}:{which}"] = path
     if not any(p.exists() for p in chosen.values()):
@@ -230,7 +242,7 @@ def logs(
             style(f"Logs of {what} (instanceKey={key}) in {directory}", options.color, bold=True)
         )
     shown = 0
-    for label, line in _merged(chosen, lines, trace=trace, since=since_at):
+    for label, line in _merged(chosen, lines, trace=trace, since=since_at, only=only):
         show(label, line)
         shown += 1
     if not shown and not as_json and not options.quiet:
@@ -238,7 +250,8 @@ def logs(
     if follow:
         try:
             for label, line in follow_lines(chosen):
-                show(label, line)
+                if _of_process(line, only.get(label)):
+                    show(label, line)
         except KeyboardInterrupt:
             return 130  # interrupted, as every command (docs/cli.md "Exit codes")
     return 0
@@ -282,9 +295,49 @@ def _bundle_of(state_root: Path, log_dir: Path) -> Path | None:
                  if log_dir.name.endswith("." + r["workspaceId"])), None)
 
 
+def _of_process(line: str, process: str | None) -> bool:
+    """True unless ``process`` is given and ``line`` is not a log record of that instance."""
+    if process is None:
+        return True
+    record = _record(line)
+    return record is not None and _writer(record) == process
+
+
+def _writer(record: dict[str, Any]) -> str | None:
+    """The instance (``<agent>.<key>``) or connection a host's log record names."""
+    from goondan.ipc.logs import connection_process_name, process_name
+
+    if isinstance(record.get("agent"), str) and isinstance(record.get("instanceKey"), str):
+        return process_name(record["agent"], record["instanceKey"])
+    if isinstance(record.get("connection"), str):
+        return connection_process_name(record["connection"])
+    return None
+
+
+def _hosted_instances(directory: Path, names: list[str]) -> dict[str, list[str]]:
+    """``host.pool-N`` -> the instances whose lines its log files hold (pooled isolation)."""
+    from goondan.ipc.logs import log_files
+
+    out: dict[str, list[str]] = {}
+    for name in names:
+        if not name.startswith("host."):
+            continue
+        seen: set[str] = set()
+        for path in log_files(directory, name).values():
+            if path.exists():
+                with path.open("r", encoding="utf-8", errors="replace") as handle:
+                    for line in handle:
+                        if (record := _record(line)) is not None:
+                            seen.add(str(_writer(record)))
+        out[name] = sorted(seen - {"None"})
+    return out
+
+
 def _merged(files: dict[str, Path], count: int, *, trace: str | None,
-            since: datetime | None) -> Iterable[tuple[str, str]]:
-    """The last ``count`` matching lines of each file, merged in time order."""
+            since: datetime | None, only: dict[str, str] | None = None,
+            ) -> Iterable[tuple[str, str]]:
+    """The last ``count`` matching lines of each file, merged in time order (``only``: label ->
+    the instance whose lines of that file are kept)."""
     from collections import deque
 
     rows: list[tuple[float, int, str, str]] = []
@@ -296,7 +349,8 @@ def _merged(files: dict[str, Path], count: int, *, trace: str | None,
         with path.open("r", encoding="utf-8", errors="replace") as handle:
             for raw in handle:
                 line = raw.rstrip("\n")
-                if line.strip() and _keep(line, trace=trace, since=since):
+                if (line.strip() and _keep(line, trace=trace, since=since)
+                        and _of_process(line, (only or {}).get(label))):
                     keep.append(line)
         for line in keep:
             stamp = _timestamp(_record(line))

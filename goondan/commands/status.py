@@ -31,7 +31,9 @@ _COLUMNS = (
     ("PID", "pid", 8),
     ("UPTIME", "uptime", 8),
     ("RESTARTS", "restarts", 9),
-    ("QUEUED", "queued", 0),
+    ("QUEUED", "queued", 7),
+    ("CPU", "cpu", 8),
+    ("RSS", "rss", 0),
 )
 
 
@@ -76,6 +78,7 @@ def swarm_status(active: Any, *, timeout_s: float = 10.0) -> JsonObject:
         rows.append({**proc, "kind": "connector", "queued": None,
                      "uptimeSeconds": _uptime(proc.get("startedAt"))})
     out["processes"] = rows
+    out["hosts"] = doc.get("hosts") or []  # pooled isolation's host processes (docs/scaling.md)
     # Tokens and cost since the swarm started (docs/observability.md "Token and cost ledger").
     out["usage"] = doc.get("usage")
     out["approvals"] = doc.get("approvals") or []  # pending ones (docs/approvals.md)
@@ -159,8 +162,10 @@ def status(
                 "uptime": format_uptime(proc.get("uptimeSeconds")),
                 "pid": proc.get("pid") or "-",
                 "queued": "-" if proc.get("queued") is None else proc["queued"],
+                **_usage_cells(proc),
             }
             click.echo("  " + _line(cells))
+        _hosts(doc.get("hosts") or [])
         for proc in doc["processes"]:
             if proc.get("lastError") and proc.get("consecutiveCrashes"):
                 click.echo(
@@ -170,6 +175,33 @@ def status(
                 )
         _approvals(doc.get("approvals") or [])
     return 0
+
+
+def _mib(value: Any) -> str:
+    return "-" if not isinstance(value, int) else f"{value / 1048576:.1f}M"
+
+
+def _usage_cells(proc: JsonObject) -> dict[str, str]:
+    """CPU seconds and RSS of a process row; an instance on a pooled host shows its even share
+    of the host's figures, marked ``~`` (docs/scaling.md "Pooled hosts")."""
+    if proc.get("host") is not None:
+        cpu, rss = proc.get("cpuShareSeconds"), proc.get("rssShareBytes")
+        return {"cpu": "-" if cpu is None else f"~{cpu:.1f}s",
+                "rss": "-" if rss is None else "~" + _mib(rss)}
+    cpu = proc.get("cpuSeconds")
+    return {"cpu": "-" if cpu is None else f"{cpu:.1f}s", "rss": _mib(proc.get("rssBytes"))}
+
+
+def _hosts(hosts: list[JsonObject]) -> None:
+    """The host processes of pooled isolation and the instances on each."""
+    for host in hosts:
+        instances = host.get("instances") or []
+        cpu = host.get("cpuSeconds")
+        cpu_text = "-" if cpu is None else f"{cpu:.1f}s"
+        click.echo(f"  host {host.get('host')}: pid {host.get('pid') or '-'}, "
+                   f"{host.get('status')}, restarts {host.get('restarts', 0)}, "
+                   f"cpu {cpu_text}, rss {_mib(host.get('rssBytes'))}, "
+                   f"{len(instances)} instance(s): {', '.join(instances) or '-'}")
 
 
 def _approvals(rows: list[JsonObject]) -> None:

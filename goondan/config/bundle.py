@@ -130,6 +130,9 @@ class SwarmSpec:
     budget: dict[str, Any] = field(default_factory=dict)
     idle_timeout_ms: int | None = None  # policy.idleTimeoutMs: release idle instances
     ray_hosts: int | None = None  # policy.ray.hosts: host actors of the Ray engine
+    # policy.isolation (None: not set, GOONDAN_ISOLATION or process) and policy.pool.hosts.
+    isolation: str | None = None
+    pool_hosts: int | None = None
 
 
 @dataclass
@@ -259,6 +262,8 @@ class Bundle:
             budget=dict(policy.get("budget") or {}),
             idle_timeout_ms=int(policy["idleTimeoutMs"]) if policy.get("idleTimeoutMs") else None,
             ray_hosts=int((policy.get("ray") or {}).get("hosts") or 0) or None,
+            isolation=str(policy["isolation"]) if policy.get("isolation") else None,
+            pool_hosts=int((policy.get("pool") or {}).get("hosts") or 0) or None,
         )
 
     def agent_spec(self, name: str, *, swarm: str | None = None) -> AgentSpec:

@@ -282,6 +282,9 @@ KIND_SCHEMAS: dict[str, Obj] = {
             # docs/scaling.md: idle instances are released; Ray host actors of --engine ray.
             "idleTimeoutMs": Int(),
             "ray": Obj({"hosts": Int()}),
+            # docs/scaling.md "Pooled hosts": one process per instance, or many per host process.
+            "isolation": Str(choices=("process", "pooled")),
+            "pool": Obj({"hosts": Int()}),
         }),
     }),
     "Connector": Obj({

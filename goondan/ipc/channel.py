@@ -147,6 +147,11 @@ class PipeTransport(Transport):
 
     async def recv(self) -> IpcMessage | None:
         """The next message, or ``None`` at EOF."""
+        data = await self.recv_bytes()
+        return None if data is None else decode(data)
+
+    async def recv_bytes(self) -> bytes | None:
+        """The next frame's bytes, or ``None`` at EOF (a peer that frames its own JSON)."""
         self._attach()
         if self._closed and self._inbox.empty():
             return None
@@ -155,12 +160,15 @@ class PipeTransport(Transport):
             self._inbox.put_nowait(_EOF)  # every later recv() also sees EOF
             return None
         assert isinstance(item, bytes)
-        return decode(item)
+        return item
 
     # -- writing ---------------------------------------------------------------------------------
     async def send(self, message: IpcMessage) -> None:
         """Queue one frame; frames leave in ``send`` order. Waits only above a high-water mark."""
-        data = encode(message)
+        await self.send_bytes(encode(message))
+
+    async def send_bytes(self, data: bytes) -> None:
+        """Queue one frame of ``data`` (see :meth:`send`)."""
         loop = self._attach()
         if self._closed or self._write_error is not None:
             raise _closed_error()

@@ -270,6 +270,12 @@ class SwarmService:
                               log_dir=self.log_dir, hosts=self.swarm.ray_hosts, address=ray_address)
         if engine != "local":
             raise ValueError(f"unknown engine {engine!r}; known: local, ray")
+        from goondan.swarm.pool import PooledSpawner, isolation_of
+
+        if isolation_of(self.swarm, self.real_env) == "pooled":
+            return PooledSpawner(self.bundle.root, state_root=self.state_root,
+                                 swarm=self.swarm.name, log_dir=self.log_dir,
+                                 hosts=self.swarm.pool_hosts)
         return ProcessSpawner(self.bundle.root, state_root=self.state_root, swarm=self.swarm.name,
                               log_dir=self.log_dir)
 
@@ -641,13 +647,16 @@ class SwarmService:
             pending = await asyncio.to_thread(
                 ApprovalStore(self.state_root, self.workspace_id).list, status="pending"
             )
-            return {
+            from goondan.swarm.procstats import pool_status, with_process_stats
+
+            return with_process_stats({
                 "ok": True,
                 **self.orchestrator.status_document(),
                 "approvals": [
                     a.to_dict() for a in pending if a.request.get("agent") in self.swarm.agents
                 ],
                 "connections": self.connections.snapshot(),
+                "hosts": pool_status(self.spawner),
                 "instanceKey": self.instance_key,
                 "runtimeKey": self.key,
                 "bundle": str(self.bundle.root),
@@ -661,7 +670,7 @@ class SwarmService:
                 "cliConnection": self.connections.cli.name
                 if self.connections.cli is not None
                 else None,
-            }
+            })
         return {"ok": False, "code": "E_RUN_CONTROL", "message": f"unknown command {command!r}"}
 
     async def _watch_approvals(self) -> None:

@@ -163,6 +163,10 @@ class WorkerExit:
 class AgentHandle(abc.ABC):
     """A started agent process (or in-process worker) and its channel."""
 
+    # The process ``pid`` is this worker's alone: its tools' processes are swept when it dies.
+    # False for an instance on a shared host process (goondan/swarm/pool.py).
+    owns_pid = True
+
     def __init__(self, request: SpawnRequest, transport: Transport) -> None:
         self.request = request
         self.transport = transport

@@ -252,7 +252,8 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
             pump.cancel()
         with contextlib.suppress(Exception):
             await handle.transport.aclose()
-        if not ended.ok and handle.pid is not None and handle.pid != os.getpid():
+        if (not ended.ok and handle.owns_pid and handle.pid is not None
+                and handle.pid != os.getpid()):
             # A crashed (e.g. SIGKILLed) worker could not stop its tools' processes.
             await asyncio.to_thread(
                 sweep, {ORCHESTRATOR_ENV: owner_token(), AGENT_PROCESS_ENV: str(handle.pid)}

@@ -34,6 +34,16 @@ def goondan(
     )
 
 
+def _worker_of(row: Any) -> tuple[int | None, str | None]:
+    """A worker's identity: its pid and start time (with pooled isolation, a replaced instance
+    keeps its host's pid and gets a new start time)."""
+    return row.pid, row.started_at
+
+
+def _worker(state_root: Path, process: str) -> tuple[int | None, str | None]:
+    return _worker_of({x.process: x for x in list_live_processes(state_root)}[process])
+
+
 def _wait(predicate: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -150,19 +160,20 @@ def test_headless_restart_watch_logs_and_sigterm(
     restarted = goondan("restart", "--agent", "worker", state_root=state_root)
     assert restarted.returncode == 0, restarted.stderr
     assert "worker.control" in restarted.stdout
+    # a new worker: a new process, or with pooled isolation a new instance on its host (same
+    # pid): told apart by its start time
     _wait(
         lambda: (
             (r := {x.process: x for x in list_live_processes(state_root)}["worker.control"]).pid
-            not in (None, worker.pid)
+            is not None
+            and (r.pid, r.started_at) != (worker.pid, worker.started_at)
             and r.status == "idle"
         ),
         30,
         "the new worker process",
     )
-    coordinator_pid = {x.process: x for x in list_live_processes(state_root)}[
-        "coordinator.control"
-    ].pid
-    assert coordinator_pid == rows["coordinator.control"].pid  # only the worker was replaced
+    coordinator = _worker(state_root, "coordinator.control")
+    assert coordinator == _worker_of(rows["coordinator.control"])  # only the worker was replaced
     assert (
         "391"
         in _control(state_root, {"command": "request", "input": "What is 17 * 23?"})["response"]
@@ -170,16 +181,15 @@ def test_headless_restart_watch_logs_and_sigterm(
 
     # --watch: editing only the worker's prompt restarts only the worker
     # (pids taken before the edit: the watcher may act before this test runs again)
-    before = {x.process: x.pid for x in list_live_processes(state_root)}
+    before = {x.process: _worker_of(x) for x in list_live_processes(state_root)}
     text = (bundle / "goondan.yaml").read_text()
     (bundle / "goondan.yaml").write_text(
         text.replace("Answer with the result only.", "Answer briefly.")
     )
-    _wait(lambda: {x.process: x.pid for x in list_live_processes(state_root)}["worker.control"]
-          not in (None, before["worker.control"]), 30, "the watch restart")
-    assert {x.process: x.pid for x in list_live_processes(state_root)}[
-        "coordinator.control"
-    ] == before["coordinator.control"]
+    _wait(lambda: _worker(state_root, "worker.control")[0] is not None
+          and _worker(state_root, "worker.control") != before["worker.control"],
+          30, "the watch restart")
+    assert _worker(state_root, "coordinator.control") == before["coordinator.control"]
 
     logs = goondan(
         "logs", "--json", "--process", "orchestrator", "--lines", "500", state_root=state_root

@@ -73,10 +73,14 @@ def _control(state_root: Path, request: dict[str, Any]) -> dict[str, Any]:
     return asyncio.run(send_control(Path(active.control_socket), request, timeout_s=30))
 
 
-def _solo_pid(state_root: Path) -> int | None:
+def _solo_pid(state_root: Path) -> tuple[int, str | None] | None:
+    """The idle agent's (pid, start time): with pooled isolation a replacement runs in the same
+    host process, a new instance with a new start time."""
     rows = {r.process: r for r in list_live_processes(state_root)}
     row = rows.get("solo.control")
-    return row.pid if row is not None and row.status == "idle" else None
+    if row is None or row.status != "idle" or row.pid is None:
+        return None
+    return row.pid, row.started_at
 
 
 def test_self_restart_replaces_the_agent_process_after_the_turn(

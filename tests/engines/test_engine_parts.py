@@ -57,13 +57,12 @@ def test_the_driver_forwards_its_environment_but_not_its_machine() -> None:
 
 def test_a_host_takes_the_forwarded_environment_and_gives_the_node_its_own_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from goondan.engines.ray.host import AgentHost
+    from goondan.swarm.hosting import InstanceHost
 
     monkeypatch.setenv("NODE_OWN", "node")
     monkeypatch.delenv("FORWARDED_ONLY", raising=False)
-    host = AgentHost.__new__(AgentHost)  # no event loop thread: only the environment is tested
-    host._env, host._own_env = {}, dict(os.environ)
-    host._apply_env({"NODE_OWN": "driver", "FORWARDED_ONLY": "x"})
+    host = InstanceHost(lambda *_: None)  # only the environment is tested
+    host.apply_env({"NODE_OWN": "driver", "FORWARDED_ONLY": "x"})
     assert (os.environ["NODE_OWN"], os.environ["FORWARDED_ONLY"]) == ("driver", "x")
-    host._apply_env({})  # e.g. removed from the .env file before `goondan restart`
+    host.apply_env({})  # e.g. removed from the .env file before `goondan restart`
     assert os.environ["NODE_OWN"] == "node" and "FORWARDED_ONLY" not in os.environ

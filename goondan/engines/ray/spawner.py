@@ -33,22 +33,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import re
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from goondan.engines.ray import require_ray
 from goondan.engines.ray.host import MARKER_NAME, AgentHost
 from goondan.errors import ConfigError, IpcError
 from goondan.ipc.channel import Transport
 from goondan.ipc.protocol import IpcMessage, decode, encode
+from goondan.swarm.hosting import forwarded_env, host_index
 from goondan.swarm.spawner import AgentHandle, ProcessSpawner, Spawner, SpawnRequest, WorkerExit
 
 __all__ = ["CONNECTOR_HOST", "RaySpawner", "forwarded_env", "host_index"]
@@ -62,25 +61,6 @@ UNREACHABLE_GIVE_UP_S = 30.0
 CONNECTOR_HOST = "connectors"  # the name suffix of the connector host actor
 _DELIVER_BATCH = 256
 _NO_SIGNAL_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
-
-# Variables that describe the driver's machine or process, not the swarm: never forwarded.
-_LOCAL_ENV: Final = re.compile(
-    r"(PATH|HOME|PWD|OLDPWD|SHLVL|_|USER|LOGNAME|SHELL|MAIL|HOSTNAME|TERM|COLORTERM|DISPLAY|TMPDIR|TMP|TEMP"
-    r"|VIRTUAL_ENV|PYTHONPATH|PYTHONHOME|PYTHONSTARTUP|PYTHONEXECUTABLE|CUDA_VISIBLE_DEVICES"
-    r"|(LD|DYLD|RAY|SSH|XDG|CONDA|PYENV|OMP|MKL)_.*)"
-)
-
-
-def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The driver's environment as hosted workers see it (docs/scaling.md, "Environment")."""
-    return {k: v for k, v in environ.items() if not _LOCAL_ENV.fullmatch(k)}
-
-
-def host_index(agent: str, instance_key: str, hosts: int) -> int:
-    """The host of (agent, instanceKey): a stable hash, the same in every process and run."""
-    digest = hashlib.sha256(f"{agent}\0{instance_key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % max(1, hosts)
-
 
 def _closed() -> IpcError:
     return IpcError(
