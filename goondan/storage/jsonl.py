@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from goondan.storage.contract import InstanceSnapshot
+from goondan.storage.jsonl_snapshot import read_snapshot, restore_snapshot, workspace_ids
 from goondan.workspace.approvals import ApprovalStore
 from goondan.workspace.catalog import delete_instance as delete_instance_dir
 from goondan.workspace.catalog import find_instances, iter_instances
@@ -113,6 +115,17 @@ class JsonlBackend:
 
     def approvals(self, workspace_id: str) -> ApprovalStore:
         return ApprovalStore(self.state_root, workspace_id)
+
+    def workspaces(self) -> list[str]:
+        return workspace_ids(self.state_root)
+
+    def snapshot(self, workspace_id: str, agent_name: str,
+                 instance_key: str) -> InstanceSnapshot | None:
+        return read_snapshot(self.state_root, workspace_id, agent_name, instance_key)
+
+    def restore(self, workspace_id: str, snapshot: InstanceSnapshot, *,
+                replace: bool = False) -> None:
+        restore_snapshot(self.state_root, workspace_id, snapshot, replace=replace)
 
     def queue(self, workspace_id: str, scope: str) -> JsonlQueue:
         parts = scope.split("/")

@@ -194,6 +194,13 @@ class PostgresApprovals:
         assert found is not None
         return found, won and mine
 
+    def restore(self, request: JsonObject, decision: JsonObject | None) -> bool:
+        """Store an approval as given (``goondan store copy``); False when its id exists."""
+        from goondan.storage.postgres.snapshot import restore_approval
+
+        _check_id(str(request.get("id")))
+        return restore_approval(self._shared, self.workspace_id, request, decision)
+
     def remove_instance(self, agent: str, instance_key: str) -> int:
         cur = self._shared.execute(
             "DELETE FROM goondan_approvals WHERE workspace_id = %s AND agent_name = %s "
