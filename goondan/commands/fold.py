@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals
+from goondan.commands.common import get_globals, store_option
 from goondan.conversation.codec import TORN_LINE
 from goondan.errors import GoondanError, InstanceLockedError, UsageError
 from goondan.secrets import mask
@@ -63,6 +63,26 @@ def _fold_one(info: InstanceInfo, dry_run: bool) -> tuple[RecoveryPlan, list[Any
         return plan, store.recovery_diagnostics
 
 
+def _fold_stored(backend: Any, where: str, found: Any,
+                 dry_run: bool) -> tuple[RecoveryPlan, list[Any]]:
+    """:func:`_fold_one` for an instance of a PostgreSQL store: the same recovery
+    (``open_instance`` + ``load``), previewed from a snapshot read without the lock."""
+    from goondan.commands.store_read import decoded, snapshot_of
+    from goondan.workspace.plans import plan_recovery
+
+    snap = snapshot_of(backend, found)
+    messages, events, diagnostics = decoded(snap, where)
+    plan = plan_recovery(messages, events, events_file=f"{found.label}/events",
+                         base_file=f"{found.label}/messages")
+    plan.diagnostics[:0] = diagnostics
+    if dry_run or not (plan.changed or snap.events):
+        return plan, plan.diagnostics
+    with backend.open_instance(found.workspace_id, found.agent_name, found.instance_key,
+                               create=False) as store:
+        store.load()
+        return plan, store.recovery_diagnostics
+
+
 @click.command("fold")
 @click.argument("key", required=False)
 @click.option("--all", "fold_all", is_flag=True, help="Fold every instance under the state root.")
@@ -71,8 +91,9 @@ def _fold_one(info: InstanceInfo, dry_run: bool) -> tuple[RecoveryPlan, list[Any
 @click.option("--dry-run", is_flag=True, help="Show what would change without writing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+@store_option
 def fold(key: str | None, fold_all: bool, agent: str | None, workspace_id: str | None,
-         dry_run: bool, as_json: bool, state_root: str | None) -> None:
+         dry_run: bool, as_json: bool, state_root: str | None, store: str | None) -> None:
     """Fold leftover conversation events of instance KEY (or --all) into base.jsonl."""
     if bool(key) == fold_all:
         what = "not both" if fold_all else "nothing given"
@@ -82,18 +103,39 @@ def fold(key: str | None, fold_all: bool, agent: str | None, workspace_id: str |
             "'goondan fold --all' folds every instance under the state root",
         )
     as_json = as_json or get_globals().json_errors
-    root = get_globals().resolve_state_root(state_root)
+    from goondan.commands.store_read import jsonl_root, opened_store, postgres_location
+
+    location = postgres_location(store)
+    if location is not None:
+        with opened_store(location) as backend:
+            from goondan.commands.store_read import find_stored, iter_stored
+
+            where = location.display
+            stored = (list(iter_stored(backend, workspace_id=workspace_id, agent=agent))
+                      if fold_all else find_stored(backend, where, str(key), agent=agent,
+                                                   workspace_id=workspace_id))
+            _fold_targets(stored, lambda i: _fold_stored(backend, where, i, dry_run),
+                          fold_all=fold_all, dry_run=dry_run, as_json=as_json)
+        return
+    root = get_globals().resolve_state_root(jsonl_root(store, state_root))
     if fold_all:
         targets = [i for i in iter_instances(root, workspace_id=workspace_id)
                    if not i.error and (agent is None or i.agent_name == agent)]
     else:
         assert key is not None
         targets = select_instances(root, key, agent=agent, workspace_id=workspace_id)
+    _fold_targets(targets, lambda i: _fold_one(i, dry_run), fold_all=fold_all, dry_run=dry_run,
+                  as_json=as_json)
+
+
+def _fold_targets(targets: list[Any], fold_one: Any, *, fold_all: bool, dry_run: bool,
+                  as_json: bool) -> None:
+    """Fold each target (anything with ``label`` and ``workspace_id``) and report it."""
     rows: list[dict[str, Any]] = []
     failures: list[GoondanError] = []
     for info in targets:
         try:
-            plan, diagnostics = _fold_one(info, dry_run)
+            plan, diagnostics = fold_one(info)
         except GoondanError as exc:
             if not fold_all:
                 raise
