@@ -66,20 +66,25 @@ def _fold_one(info: InstanceInfo, dry_run: bool) -> tuple[RecoveryPlan, list[Any
 def _fold_stored(backend: Any, where: str, found: Any,
                  dry_run: bool) -> tuple[RecoveryPlan, list[Any]]:
     """:func:`_fold_one` for an instance of a PostgreSQL store: the same recovery
-    (``open_instance`` + ``load``), previewed from a snapshot read without the lock."""
+    (``open_instance`` + ``load``), previewed from a snapshot read without the lock. The
+    calls of a turn still open in the journal (parked on an approval, or to be resumed) are
+    left unanswered, as the runtime's own recovery leaves them."""
     from goondan.commands.store_read import decoded, snapshot_of
+    from goondan.workspace.journal import open_turn_of, parse_records
     from goondan.workspace.plans import plan_recovery
 
     snap = snapshot_of(backend, found)
     messages, events, diagnostics = decoded(snap, where)
+    journal = "".join(line + "\n" for line in snap.journal).encode("utf-8")
+    keep = open_turn_of(parse_records(journal, f"{found.label}/turn")) is not None
     plan = plan_recovery(messages, events, events_file=f"{found.label}/events",
-                         base_file=f"{found.label}/messages")
+                         base_file=f"{found.label}/messages", keep_open_calls=keep)
     plan.diagnostics[:0] = diagnostics
     if dry_run or not (plan.changed or snap.events):
         return plan, plan.diagnostics
     with backend.open_instance(found.workspace_id, found.agent_name, found.instance_key,
                                create=False) as store:
-        store.load()
+        store.load(keep_open_calls=keep)
         return plan, store.recovery_diagnostics
 
 
