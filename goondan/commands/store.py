@@ -43,8 +43,8 @@ def _location(value: str, source: str) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def copy(source: str, target: str, replace: bool, dry_run: bool, as_json: bool) -> None:
     """Copy every instance (messages, pending events, turn journal, extension state,
-    metadata) and approval of one store into another, then read both back and compare them.
-    Exits 1 when anything was refused or differs."""
+    metadata), approval and queued input of one store into another, then read both back and
+    compare them. Exits 1 when anything was refused or differs."""
     from goondan.commands.common import get_globals
     from goondan.commands.store_read import opened_store
 
@@ -77,12 +77,14 @@ def _print(doc: dict[str, Any]) -> None:
                   f"{row.get('extensionStates', 0)} extension states")
         click.echo(mask(f"  {row['workspaceId']} {row['agentName']}:{row['instanceKey']}: "
                         f"{row['outcome']} ({counts})"))
-    totals, approvals = doc["totals"], doc["approvals"]
+    totals, approvals, inputs = doc["totals"], doc["approvals"], doc["inputs"]
     click.echo(mask(
         f"instances {totals['instances']}, messages {totals['messages']}, events "
         f"{totals['events']}, journal records {totals['journalRecords']}, extension states "
         f"{totals['extensionStates']}; approvals {approvals['copied']} copied, "
-        f"{approvals['unchanged']} already there, {approvals['refused']} refused"))
+        f"{approvals['unchanged']} already there, {approvals['refused']} refused; queued "
+        f"inputs {inputs['copied']} copied, {inputs['unchanged']} already there, "
+        f"{inputs['refused']} refused"))
     for problem in doc["problems"]:
         click.echo(mask(f"  problem: {problem}"), err=True)
     if doc["dryRun"]:

@@ -57,6 +57,7 @@ __all__ = [
     "InstanceSnapshot",
     "InstanceStorage",
     "OpenTurn",
+    "QueueRecord",
     "Status",
     "StorageBackend",
     "TurnLog",
@@ -114,6 +115,20 @@ class InstanceSnapshot:
         """What a copy must keep equal (``needs_fold`` is about the source, not the data)."""
         return {"metadata": self.metadata, "messages": self.messages, "events": self.events,
                 "journal": self.journal, "extensions": self.extensions}
+
+
+@dataclass(frozen=True)
+class QueueRecord:
+    """One input a queue accepted (:meth:`InputQueue.records`), as ``goondan store copy`` moves
+    it: a pending one whole; one whose start is final by its id alone (its text lives in the
+    conversation now; the id keeps a repeated input refused)."""
+
+    id: str
+    started: bool
+    agent: str = ""
+    instance_key: str = ""
+    accepted_at: str = ""
+    event: JsonObject | None = None
 
 
 @runtime_checkable
@@ -209,6 +224,15 @@ class InputQueue(Protocol):
         there is none (concurrent takers never get the same entry)."""
         ...
 
+    def records(self) -> list[QueueRecord]:
+        """Every accepted input, in acceptance order (a reservation counts as pending)."""
+        ...
+
+    def restore(self, record: QueueRecord) -> bool:
+        """Add ``record`` as given, after the others (``goondan store copy``); False, changing
+        nothing, when an input with its id was accepted already."""
+        ...
+
     def close(self) -> None:
         ...
 
@@ -278,7 +302,11 @@ class StorageBackend(Protocol):
         ...
 
     def workspaces(self) -> list[str]:
-        """The ids of the workspaces that hold an instance or an approval, sorted."""
+        """The ids of the workspaces that hold an instance, an approval or a queue, sorted."""
+        ...
+
+    def queue_scopes(self, workspace_id: str) -> list[str]:
+        """The scopes of the workspace's queues that hold any input, sorted."""
         ...
 
     def snapshot(self, workspace_id: str, agent_name: str,

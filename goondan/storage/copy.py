@@ -19,7 +19,9 @@ workspace of the source:
   record; any difference is reported.
 
 Approvals are copied after the instances (``ApprovalIndex.restore``, as they are, decided or
-not) and compared the same way.
+not), then every queue's inputs (``InputQueue.restore``: a pending input whole, in acceptance
+order; one whose start is final by its id, which keeps a repeated input refused), each compared
+the same way. A target input with the same id but other content is a difference.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class CopyReport:
 
     instances: list[dict[str, Any]] = field(default_factory=list)
     approvals: dict[str, int] = field(default_factory=lambda: {
+        "copied": 0, "unchanged": 0, "refused": 0})
+    inputs: dict[str, int] = field(default_factory=lambda: {
         "copied": 0, "unchanged": 0, "refused": 0})
     problems: list[str] = field(default_factory=list)
     dry_run: bool = False
@@ -60,7 +64,8 @@ class CopyReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "dryRun": self.dry_run, "totals": self.totals(),
-                "approvals": self.approvals, "instances": self.instances,
+                "approvals": self.approvals, "inputs": self.inputs,
+                "instances": self.instances,
                 "problems": self.problems}
 
 
@@ -108,7 +113,39 @@ def copy_store(source: StorageBackend, target: StorageBackend, *, replace: bool 
             if row["outcome"] in ("replaced", "would replace"):
                 replaced.append((agent, key))
         _copy_approvals(source, target, workspace, replaced, dry_run=dry_run, report=report)
+        for scope in source.queue_scopes(workspace):
+            _copy_queue(source, target, workspace, scope, dry_run=dry_run, report=report)
     return report
+
+
+def _copy_queue(source: StorageBackend, target: StorageBackend, workspace: str, scope: str, *,
+                dry_run: bool, report: CopyReport) -> None:
+    ours, theirs = source.queue(workspace, scope), target.queue(workspace, scope)
+    try:
+        existing = {r.id: r for r in theirs.records()}
+        refused: set[str] = set()
+        for record in ours.records():
+            there = existing.get(record.id)
+            if there is None and not dry_run:
+                theirs.restore(record)
+            if there is None:
+                report.inputs["copied"] += 1
+            elif there == record:
+                report.inputs["unchanged"] += 1
+            else:
+                report.inputs["refused"] += 1
+                refused.add(record.id)
+                report.problems.append(f"{workspace} {scope}: input {record.id} differs in the "
+                                       f"target")
+        if not dry_run:
+            copied = {r.id: r for r in theirs.records()}
+            lost = [r.id for r in ours.records() if r.id not in refused and copied.get(r.id) != r]
+            if lost:
+                report.problems.append(f"{workspace} {scope}: the copy differs for input(s) "
+                                       f"{', '.join(lost[:5])}")
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def _copy_instance(source: StorageBackend, target: StorageBackend, workspace: str, agent: str,

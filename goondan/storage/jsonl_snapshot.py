@@ -11,17 +11,23 @@ to be recovered — a torn last line, a rewrite of ``base.jsonl`` cut short — 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from goondan.conversation.codec import decode_events, decode_messages
-from goondan.storage.contract import InstanceSnapshot, instance_exists
+from goondan.storage.contract import InstanceSnapshot, QueueRecord, instance_exists
 from goondan.workspace.catalog import find_instances, iter_instances
-from goondan.workspace.files import atomic_write, private_dirs, read_bytes
+from goondan.workspace.claims import STARTED, claim_states
+from goondan.workspace.files import append_or_undo, atomic_write, io_error, private_dirs, read_bytes
+from goondan.workspace.inbox import DurableInbox, InboxEntry, read_records
 from goondan.workspace.journal import parse_records
 from goondan.workspace.paths import InstancePaths, StateLayout
 from goondan.workspace.store import InstanceStore, locate_instance, read_metadata
 
-__all__ = ["read_snapshot", "restore_snapshot", "workspace_ids"]
+__all__ = ["queue_records", "queue_scopes", "read_snapshot", "restore_queue_record",
+           "restore_snapshot", "workspace_ids"]
+
+_QUEUE_ROOTS = ("inputs", "connections")
 
 
 def workspace_ids(state_root: Path) -> list[str]:
@@ -29,8 +35,65 @@ def workspace_ids(state_root: Path) -> list[str]:
     found = {info.workspace_id for info in iter_instances(state_root)}
     workspaces = StateLayout(state_root).workspaces_dir
     if workspaces.is_dir():
-        found.update(p.name for p in workspaces.iterdir() if (p / "approvals").is_dir())
+        found.update(p.name for p in workspaces.iterdir() if (p / "approvals").is_dir()
+                     or queue_scopes(state_root, p.name))
     return sorted(found)
+
+
+def queue_scopes(state_root: Path, workspace_id: str) -> list[str]:
+    """``inputs/<swarm>`` and ``connections/<swarm>/<connection>`` that have an inbox."""
+    root = StateLayout(state_root).workspace_dir(workspace_id)
+    scopes = {inbox.parent.relative_to(root).as_posix()
+              for name in _QUEUE_ROOTS if (root / name).is_dir()
+              for inbox in (root / name).rglob("inbox.jsonl")}
+    return sorted(scopes)
+
+
+def queue_records(queue: DurableInbox) -> list[QueueRecord]:
+    """Every input of the inbox, in acceptance order: final when a claim file says so or the
+    inbox keeps only its id (``{"consumed": id}``)."""
+    finals = {claim_id for marker in sorted(queue.started_dir.glob("*.jsonl"))
+              for claim_id, state in claim_states(marker).items() if state == STARTED}
+    out: list[QueueRecord] = []
+    ids: set[str] = set()
+    for raw, _line in read_records(queue.path):
+        consumed = raw.get("consumed")
+        try:
+            entry = None if isinstance(consumed, str) else InboxEntry.from_dict(raw)
+        except (KeyError, TypeError):
+            continue
+        ident = consumed if entry is None else entry.id
+        if not isinstance(ident, str) or ident in ids:
+            continue
+        ids.add(ident)
+        if entry is None or ident in finals:
+            out.append(QueueRecord(ident, True))
+        else:
+            out.append(QueueRecord(ident, False, entry.agent, entry.instance_key,
+                                   entry.accepted_at, entry.event))
+    out.extend(QueueRecord(ident, True) for ident in sorted(finals - ids))  # claims only
+    return out
+
+
+def restore_queue_record(queue: DurableInbox, record: QueueRecord) -> bool:
+    """Append ``record`` to the inbox (a final one as ``{"consumed": id}``) unless its id is
+    there; one ``O_APPEND`` write, as the orchestrator's."""
+    if any(r.id == record.id for r in queue_records(queue)):
+        return False
+    value: dict[str, object] = {"consumed": record.id} if record.started else InboxEntry(
+        record.id, record.event or {"id": record.id}, record.agent, record.instance_key,
+        record.accepted_at).to_dict()
+    line = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    for directory in (queue.directory, queue.started_dir):
+        private_dirs(directory)
+    fd = os.open(queue.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        append_or_undo(fd, line, fsync=True)
+    except OSError as exc:
+        raise io_error(exc, queue.path, "append to") from exc
+    finally:
+        os.close(fd)
+    return True
 
 
 def _lines(data: bytes) -> list[str]:

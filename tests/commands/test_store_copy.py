@@ -38,6 +38,12 @@ def fill_state_root(bundle: Path, state: Path) -> str:
     store.append_event(MessageEvent.append(Message.user("cut short")), "t2")
     store.save_extension_state("memory", {"facts": ["tea"]})
     store.close()
+    queue = backend.queue(workspace, "inputs/main")  # as the orchestrator's durable inbox
+    queue.open_entries()
+    queue.append_entry({"id": "in-1", "text": "started"}, "assistant", "k")
+    queue.append_entry({"id": "in-2", "text": "still queued"}, "assistant", "k")
+    queue.claim("assistant", "k", "in-1")
+    queue.close()
     return workspace
 
 
@@ -65,6 +71,7 @@ def test_copy_into_postgresql_is_verified_idempotent_and_detects_a_corrupted_tar
                                 "extensionStates": 1}
     assert report["totals"]["journalRecords"] >= 3  # the parked turn's and the cut one's
     assert report["approvals"] == {"copied": 1, "unchanged": 0, "refused": 0}
+    assert report["inputs"] == {"copied": 2, "unchanged": 0, "refused": 0}
     assert password not in out + err
     source = JsonlBackend(state)
     with opened(postgres_url) as target:
@@ -73,6 +80,9 @@ def test_copy_into_postgresql_is_verified_idempotent_and_detects_a_corrupted_tar
                 workspace, "assistant", key)
         assert [a.to_dict() for a in target.approvals(workspace).list()] == [
             a.to_dict() for a in source.approvals(workspace).list()]
+        queued = target.queue(workspace, "inputs/main")
+        assert queued.records() == source.queue(workspace, "inputs/main").records()
+        assert [e.id for e in queued.open_entries()] == ["in-2"]
         with target.open_instance(workspace, "assistant", "cut", create=False) as store:
             assert [m.text for m in store.load().next_messages] == ["committed", "cut short"]
     # the folded instance now differs from the source (the target is the newer one)
@@ -131,6 +141,8 @@ def test_copy_back_from_postgresql_into_a_state_root(
     for key in ("k", "cut"):
         assert JsonlBackend(back).snapshot(workspace, "assistant", key) == JsonlBackend(
             state).snapshot(workspace, "assistant", key)
+    assert JsonlBackend(back).queue(workspace, "inputs/main").records() == JsonlBackend(
+        state).queue(workspace, "inputs/main").records()
     code, out, _ = run(capsys, "inspect", "instance", "k", "--store", str(back), "--json")
     assert "delete old.txt" in out
 

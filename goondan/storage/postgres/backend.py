@@ -22,7 +22,12 @@ from goondan.storage.contract import InstanceSnapshot
 from goondan.storage.postgres.db import Connection, Database
 from goondan.storage.postgres.leases import fenced
 from goondan.storage.postgres.shared import PostgresApprovals, PostgresQueue, SharedConnection
-from goondan.storage.postgres.snapshot import read_snapshot, restore_snapshot, workspace_ids
+from goondan.storage.postgres.snapshot import (
+    queue_scopes,
+    read_snapshot,
+    restore_snapshot,
+    workspace_ids,
+)
 from goondan.storage.postgres.store import LOCK_CLASS, Fence, PostgresInstanceStore, lock_key
 from goondan.workspace.inbox import InboxEntry
 from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
@@ -125,6 +130,9 @@ class PostgresBackend:
 
     def workspaces(self) -> list[str]:
         return workspace_ids(self._shared)
+
+    def queue_scopes(self, workspace_id: str) -> list[str]:
+        return queue_scopes(self._shared, workspace_id)
 
     def snapshot(self, workspace_id: str, agent_name: str,
                  instance_key: str) -> InstanceSnapshot | None:

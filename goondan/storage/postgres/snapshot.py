@@ -12,18 +12,20 @@ import json
 from typing import Any
 
 from goondan.errors import InstanceLockedError
-from goondan.storage.contract import InstanceSnapshot, instance_exists
+from goondan.storage.contract import InstanceSnapshot, QueueRecord, instance_exists
 from goondan.storage.postgres.db import Connection
 from goondan.storage.postgres.shared import SharedConnection
 from goondan.storage.postgres.store import LOCK_CLASS, lock_key
 
-__all__ = ["read_snapshot", "restore_approval", "restore_snapshot", "workspace_ids"]
+__all__ = ["queue_records", "queue_scopes", "read_snapshot", "restore_approval",
+           "restore_queue_record", "restore_snapshot", "workspace_ids"]
 
 
 def workspace_ids(shared: SharedConnection) -> list[str]:
     rows = shared.execute(
         "SELECT workspace_id FROM goondan_instances UNION "
-        "SELECT workspace_id FROM goondan_approvals ORDER BY 1", ()).fetchall()
+        "SELECT workspace_id FROM goondan_approvals UNION "
+        "SELECT workspace_id FROM goondan_inbox ORDER BY 1", ()).fetchall()
     return [str(row[0]) for row in rows]
 
 
@@ -116,4 +118,33 @@ def restore_approval(shared: SharedConnection, workspace_id: str, request: dict[
         (workspace_id, str(request["id"]), str(request.get("agent")),
          str(request.get("instanceKey")), str(request.get("requestedAt")), dumps(request),
          None if decision is None else dumps(decision)))
+    return cur.rowcount == 1
+
+
+def queue_scopes(shared: SharedConnection, workspace_id: str) -> list[str]:
+    rows = shared.execute("SELECT DISTINCT scope FROM goondan_inbox WHERE workspace_id = %s "
+                          "ORDER BY scope", (workspace_id,)).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def queue_records(shared: SharedConnection, workspace_id: str, scope: str) -> list[QueueRecord]:
+    rows = shared.execute(
+        "SELECT id, agent_name, instance_key, accepted_at, event, state FROM goondan_inbox "
+        "WHERE workspace_id = %s AND scope = %s ORDER BY seq", (workspace_id, scope)).fetchall()
+    return [QueueRecord(str(ident), True) if state == "started" else QueueRecord(
+        str(ident), False, str(agent), str(key), str(accepted),
+        json.loads(event) if event is not None else None)
+        for ident, agent, key, accepted, event, state in rows]
+
+
+def restore_queue_record(shared: SharedConnection, workspace_id: str, scope: str,
+                         record: QueueRecord) -> bool:
+    event = None if record.started or record.event is None else json.dumps(
+        record.event, ensure_ascii=False, separators=(",", ":"))
+    cur = shared.execute(
+        "INSERT INTO goondan_inbox (workspace_id, scope, id, agent_name, instance_key, "
+        "accepted_at, event, state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT DO NOTHING",
+        (workspace_id, scope, record.id, record.agent, record.instance_key, record.accepted_at,
+         event, "started" if record.started else "pending"))
     return cur.rowcount == 1

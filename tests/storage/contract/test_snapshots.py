@@ -11,7 +11,7 @@ import pytest
 
 from goondan.conversation import Message, MessageEvent
 from goondan.errors import GoondanError
-from goondan.storage.contract import StorageBackend
+from goondan.storage.contract import QueueRecord, StorageBackend
 
 WS = "proj-0123abcd"
 
@@ -106,4 +106,32 @@ def test_an_approval_is_restored_as_given_once(backend: StorageBackend) -> None:
     assert target.restore(decided.request, None) is False
     restored = target.get(asked.id)
     assert restored is not None and restored.to_dict() == decided.to_dict()
+    assert backend.workspaces() == ["other-ws", WS]
+
+
+def test_a_queue_lists_its_records_and_restores_them_once_in_order(
+    backend: StorageBackend,
+) -> None:
+    queue = backend.queue(WS, "inputs/main")
+    queue.open_entries()
+    for number in range(3):
+        queue.append_entry({"id": f"in-{number}", "text": f"hello {number}"}, "planner", "k")
+    assert queue.claim("planner", "k", "in-0") is True  # final at once: started
+    records = queue.records()
+    assert [(r.id, r.started) for r in records] == [
+        ("in-0", True), ("in-1", False), ("in-2", False)]
+    assert records[0] == QueueRecord("in-0", True)  # its text lives in the conversation now
+    assert records[1].event == {"id": "in-1", "text": "hello 1"}
+    assert (records[1].agent, records[1].instance_key) == ("planner", "k")
+    assert backend.queue_scopes(WS) == ["inputs/main"]
+
+    target = backend.queue("other-ws", "connections/main/slack")
+    for record in records:
+        assert target.restore(record) is True
+    assert target.restore(records[1]) is False
+    assert target.records() == records
+    target.open_entries()
+    assert [e.id for e in target.open_entries()] == ["in-1", "in-2"]
+    assert target.seen("in-0")  # a repeated id stays refused
+    assert backend.queue_scopes("other-ws") == ["connections/main/slack"]
     assert backend.workspaces() == ["other-ws", WS]
