@@ -23,12 +23,12 @@ def store() -> None:
 
 
 def _location(value: str, source: str) -> Any:
-    from goondan.errors import UsageError
+    from goondan.errors import ConfigError
     from goondan.storage.url import parse_store
 
-    if not value.strip():
-        raise UsageError(f"{source} is empty", code="E_STORE_URL",
-                         suggestion="give a state-root path or a postgresql:// URL")
+    if not value.strip():  # not the default state root: a copy names both of its ends
+        raise ConfigError(f"{source} is empty", code="E_STORE_URL", location=source,
+                          suggestion="give a state-root path or a postgresql:// URL")
     return parse_store(value, source=source)
 
 

@@ -162,3 +162,14 @@ def test_an_instance_in_use_or_to_be_folded_is_not_copied(
     assert "assistant:k: [E_INSTANCE_LOCKED]" in err
     assert "assistant:cut: not copied, it must be recovered first" in err
     assert "goondan fold cut" in err
+
+
+def test_a_bad_store_url_is_e_store_url_with_the_password_masked(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "store", "copy", "--from", str(here / "state"), "--to",
+                         "mysql://u:Sup3rSecret@db/x")
+    assert code == 3 and "[E_STORE_URL] --to is not a store" in err
+    assert "Sup3rSecret" not in out + err and "Traceback" not in err
+    code, _, err = run(capsys, "store", "copy", "--from", "", "--to", str(here / "b"))
+    assert code == 3 and "[E_STORE_URL] --from is empty" in err
