@@ -80,10 +80,15 @@ def _find(state_root: Path, bundle: str | None, approval: str,
     for workspace, store in _stores(state_root, bundle, backend):
         if store.get(approval) is not None:
             return store, workspace
-    where = state_root if backend is None else backend.db.where
-    raise UsageError(f"no approval {approval!r} under {where}", code="E_APPROVAL_NOT_FOUND",
-                     suggestion="'goondan approvals list --all' shows every approval; check "
-                     "--store, --state-root and --bundle")
+    if backend is None:
+        raise UsageError(f"no approval {approval!r} under {state_root}",
+                         code="E_APPROVAL_NOT_FOUND",
+                         suggestion="'goondan approvals list --all' shows every approval; check "
+                         "--state-root and --bundle")
+    raise UsageError(f"no approval {approval!r} in {backend.db.where}",
+                     code="E_APPROVAL_NOT_FOUND",
+                     suggestion="'goondan approvals list --all --store ...' shows every approval "
+                     "of the store; check --store and --bundle")
 
 
 def _root(options: Any, store: str | None, state_root: str | None) -> Path:

@@ -118,7 +118,18 @@ def test_the_commands_read_a_store_filled_by_real_turns_and_a_decision_reaches_i
     seen += out + err
 
     code, out, err = run(capsys, "fold", "k", "--store", postgres_url, "--dry-run")
-    assert code == 0 and "nothing to fold" in out, out + err
+    assert code == 0 and "nothing to fold" in out, out + err  # a parked turn's call stays open
+    seen += out + err
+
+    # spans are files of the state root, never rows of the store: said, not hidden
+    code, out, err = run(capsys, "inspect", "instance", "k", "--traces", "--store", postgres_url)
+    assert code == 0 and "-- traces of assistant:k: 0 --" in out
+    assert "spans are not kept in the PostgreSQL store" in err
+    code, out, err = run(capsys, "inspect", "trace", "--store", postgres_url)
+    assert code != 0 and "E_TRACE_NOT_FOUND" in err
+    assert "spans are not kept in the PostgreSQL store" in err
+    code, out, err = run(capsys, "approvals", "deny", "apr_0", "--store", postgres_url)
+    assert code == 2 and "[E_APPROVAL_NOT_FOUND]" in err
     assert password not in seen + out + err
 
     async def swarm_on_the_store() -> str:
