@@ -6,7 +6,9 @@ missing tool results are filled in. Running it again finds nothing to do.
 
 ``--all`` never stops at one instance: a locked (running) instance is reported as skipped (its
 own process recovers it; exit status unaffected), any other failure is reported and makes the
-exit status that error's code once every instance was tried. See docs/conversations.md.
+exit status that error's code once every instance was tried. See docs/conversations.md. With
+``--store postgresql://…`` the same recovery runs on that store's instances
+(:func:`_fold_stored`, through the storage contract).
 """
 
 from __future__ import annotations

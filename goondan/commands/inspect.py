@@ -1,7 +1,8 @@
 """``goondan inspect workspace`` and ``goondan inspect instance KEY``: read-only views of state.
 
 Nothing here takes an instance lock or writes a file, so inspecting a running instance is safe.
-Every line printed passes through :func:`goondan.secrets.mask`.
+Every line printed passes through :func:`goondan.secrets.mask`. With ``--store postgresql://…``
+the views of :mod:`goondan.commands.store_views` read that store through the storage contract.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ them as ``"processes"``.
 Built to be extended: rows come from :func:`collect_rows` as plain dicts and are printed through
 the :data:`COLUMNS` table, so the orchestrator can add live-process columns (``pid``, ``state``)
 by appending to ``COLUMNS`` and enriching rows in an ``ROW_ENRICHERS`` hook, and can attach more
-subcommands (``restart``) with ``instance.add_command(...)``.
+subcommands (``restart``) with ``instance.add_command(...)``. With ``--store postgresql://…``
+``list`` and ``delete`` read that store through the storage contract (:mod:`.store_read`).
 """
 
 from __future__ import annotations
