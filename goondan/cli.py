@@ -87,6 +87,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Serve a local web page: swarms, conversations, traces, approvals.",
     ),
     "fold": ("goondan.commands.fold", "fold", "Fold leftover conversation events into base.jsonl."),
+    "store": ("goondan.commands.store", "store", "Copy state between stores, verifiably."),
     "logs": ("goondan.commands.logs", "logs", "Show orchestrator and agent process logs."),
     "doctor": ("goondan.commands.doctor", "doctor", "Check the environment and the bundle."),
     "package": (

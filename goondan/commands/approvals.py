@@ -2,21 +2,24 @@
 (``cancel``: cancel the parked turn, denying every pending approval of it).
 
 The decision is written into the workspace's approval store
-(:class:`~goondan.workspace.approvals.ApprovalStore`), which works whether the swarm runs or
-not; a running orchestrator is then told over its control socket (``{"command": "approval",
-"id"}``) so the parked turn resumes now. A swarm that is stopped applies stored decisions when
-it starts (docs/approvals.md).
+(:class:`~goondan.workspace.approvals.ApprovalStore`, or with ``--store postgresql://…`` the
+approval index of that store, where a swarm running on it reads it), which works whether the
+swarm runs or not; a running orchestrator is then told over its control socket
+(``{"command": "approval", "id"}``) so the parked turn resumes now. A swarm that is stopped
+applies stored decisions when it starts (docs/approvals.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from goondan.commands.common import bundle_option, get_globals
+from goondan.commands.common import bundle_option, get_globals, store_option
 from goondan.secrets import mask
 
 __all__ = ["approval_stores", "approvals", "decide_approval", "find_approval", "local_user"]
@@ -31,34 +34,72 @@ _COLUMNS = (
 )
 
 
-def approval_stores(state_root: Path, bundle: str | None) -> list[Any]:
-    """The approval stores to look in: the bundle's workspace, else every workspace."""
+@contextlib.contextmanager
+def _backend(store: str | None) -> Iterator[Any]:
+    """The PostgreSQL store given with ``--store`` (None for the JSONL state root)."""
+    from goondan.commands.store_read import opened_store, postgres_location
+
+    location = postgres_location(store)
+    if location is None:
+        yield None
+        return
+    with opened_store(location) as backend:
+        yield backend
+
+
+def _stores(state_root: Path, bundle: str | None, backend: Any = None) -> list[tuple[str, Any]]:
+    """(workspace id, approval index) to look in: the bundle's workspace, else every one."""
     from goondan.workspace.approvals import ApprovalStore
     from goondan.workspace.paths import StateLayout
+
+    def index(workspace: str) -> Any:
+        return ApprovalStore(state_root, workspace) if backend is None else \
+            backend.approvals(workspace)
 
     if bundle is not None:
         from goondan.config.cache import load_bundle_cached
         from goondan.workspace.paths import workspace_id_for
 
         loaded = load_bundle_cached(Path(bundle), state_root=state_root)
-        return [ApprovalStore(state_root, workspace_id_for(loaded.root, loaded.package_name))]
+        workspace = workspace_id_for(loaded.root, loaded.package_name)
+        return [(workspace, index(workspace))]
+    if backend is not None:
+        return [(workspace, index(workspace)) for workspace in backend.workspaces()]
     workspaces = StateLayout(state_root).workspaces_dir
     names = (
         sorted(p.name for p in workspaces.iterdir() if p.is_dir()) if workspaces.is_dir() else []
     )
-    return [ApprovalStore(state_root, name) for name in names]
+    return [(name, index(name)) for name in names]
 
 
-def find_approval(state_root: Path, bundle: str | None, approval: str) -> tuple[Any, str]:
+def approval_stores(state_root: Path, bundle: str | None, backend: Any = None) -> list[Any]:
+    """The approval stores to look in: the bundle's workspace, else every workspace."""
+    return [index for _, index in _stores(state_root, bundle, backend)]
+
+
+def find_approval(state_root: Path, bundle: str | None, approval: str,
+                  backend: Any = None) -> tuple[Any, str]:
     """The store holding ``approval`` and its workspace id (``E_APPROVAL_NOT_FOUND`` if none)."""
     from goondan.errors import UsageError
 
-    for store in approval_stores(state_root, bundle):
+    for workspace, store in _stores(state_root, bundle, backend):
         if store.get(approval) is not None:
-            return store, store.dir.parent.name
-    raise UsageError(f"no approval {approval!r} under {state_root}", code="E_APPROVAL_NOT_FOUND",
-                     suggestion="'goondan approvals list --all' shows every approval; check "
-                     "--state-root and --bundle")
+            return store, workspace
+    if backend is None:
+        raise UsageError(f"no approval {approval!r} under {state_root}",
+                         code="E_APPROVAL_NOT_FOUND",
+                         suggestion="'goondan approvals list --all' shows every approval; check "
+                         "--state-root and --bundle")
+    raise UsageError(f"no approval {approval!r} in {backend.db.where}",
+                     code="E_APPROVAL_NOT_FOUND",
+                     suggestion="'goondan approvals list --all --store ...' shows every approval "
+                     "of the store; check --store and --bundle")
+
+
+def _root(options: Any, store: str | None, state_root: str | None) -> Path:
+    from goondan.commands.store_read import jsonl_root
+
+    return Path(options.resolve_state_root(jsonl_root(store, state_root)))
 
 
 @click.group("approvals", invoke_without_command=True)
@@ -76,13 +117,15 @@ def approvals(ctx: click.Context) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Also decided and expired approvals.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of approvals).")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+@store_option
 def list_approvals(bundle: str | None = None, show_all: bool = False, as_json: bool = False,
-                   state_root: str | None = None) -> None:
+                   state_root: str | None = None, store: str | None = None) -> None:
     """List approvals (pending ones unless --all), oldest first."""
     options = get_globals()
-    root = options.resolve_state_root(state_root)
-    rows = [a.to_dict() for store in approval_stores(root, bundle or options.bundle)
-            for a in store.list(status=None if show_all else "pending")]
+    root = _root(options, store, state_root)
+    with _backend(store) as backend:
+        rows = [a.to_dict() for _, index in _stores(root, bundle or options.bundle, backend)
+                for a in index.list(status=None if show_all else "pending")]
     if as_json or options.json_errors:
         click.echo(mask(json.dumps(rows, ensure_ascii=False, indent=2)))
         return
@@ -106,11 +149,20 @@ def list_approvals(bundle: str | None = None, show_all: bool = False, as_json: b
 
 
 def _decide(approval: str, *, approve: bool, args: str | None, note: str | None, reason: str | None,
-            bundle: str | None, state_root: str | None, as_json: bool) -> None:
+            bundle: str | None, state_root: str | None, as_json: bool,
+            store: str | None = None) -> None:
+    with _backend(store) as backend:
+        _decide_in(approval, approve=approve, args=args, note=note, reason=reason, bundle=bundle,
+                   root=_root(get_globals(), store, state_root), as_json=as_json,
+                   backend=backend)
+
+
+def _decide_in(approval: str, *, approve: bool, args: str | None, note: str | None,
+               reason: str | None, bundle: str | None, root: Path, as_json: bool,
+               backend: Any) -> None:
     from goondan.errors import UsageError
 
     options = get_globals()
-    root = options.resolve_state_root(state_root)
     edited: dict[str, Any] | None = None
     if args is not None:
         try:
@@ -129,7 +181,7 @@ def _decide(approval: str, *, approve: bool, args: str | None, note: str | None,
             )
     found, mine, notified, _ = decide_approval(
         root, approval, approve=approve, by=local_user(), via="cli", args=edited, note=note,
-        reason=reason, bundle=bundle or options.bundle)
+        reason=reason, bundle=bundle or options.bundle, backend=backend)
     row = found.to_dict()
     if as_json or options.json_errors:
         click.echo(
@@ -153,12 +205,12 @@ def _decide(approval: str, *, approve: bool, args: str | None, note: str | None,
 
 def decide_approval(state_root: Path, approval: str, *, approve: bool, by: str, via: str,
                     args: dict[str, Any] | None = None, note: str | None = None,
-                    reason: str | None = None,
-                    bundle: str | None = None) -> tuple[Any, bool, bool, str]:
+                    reason: str | None = None, bundle: str | None = None,
+                    backend: Any = None) -> tuple[Any, bool, bool, str]:
     """Record a decision and tell the running orchestrators (``approvals approve|deny`` and the
     studio): ``(approval, decided by this call, a running swarm resumes it, workspace id)``.
     ``E_APPROVAL_NOT_FOUND`` for an unknown id; edited ``args`` are checked first."""
-    store, workspace = find_approval(state_root, bundle, approval)
+    store, workspace = find_approval(state_root, bundle, approval, backend)
     if args is not None:
         _check_args(state_root, workspace, store.get(approval), args)
     found, mine = store.decide(
@@ -242,6 +294,7 @@ _COMMON = [
     ),
     click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON."),
     click.option("--state-root", type=click.Path(), default=None, help="State root to use."),
+    store_option,
 ]
 
 
@@ -259,10 +312,10 @@ def _with_common(func: Any) -> Any:
 @click.option("--note", default=None, help="A note kept with the decision.")
 @_with_common
 def approve(approval_id: str, args: str | None, note: str | None, bundle: str | None, as_json: bool,
-            state_root: str | None) -> None:
+            state_root: str | None, store: str | None) -> None:
     """Approve APPROVAL_ID: the tool call runs (a second decision changes nothing)."""
     _decide(approval_id, approve=True, args=args, note=note, reason=None, bundle=bundle,
-            state_root=state_root, as_json=as_json)
+            state_root=state_root, as_json=as_json, store=store)
 
 
 @approvals.command("deny")
@@ -270,10 +323,10 @@ def approve(approval_id: str, args: str | None, note: str | None, bundle: str | 
 @click.option("--reason", default=None, help="Why; the model sees it with E_APPROVAL_DENIED.")
 @_with_common
 def deny(approval_id: str, reason: str | None, bundle: str | None, as_json: bool,
-         state_root: str | None) -> None:
+         state_root: str | None, store: str | None) -> None:
     """Deny APPROVAL_ID: the tool call does not run; the model gets E_APPROVAL_DENIED."""
     _decide(approval_id, approve=False, args=None, note=None, reason=reason, bundle=bundle,
-            state_root=state_root, as_json=as_json)
+            state_root=state_root, as_json=as_json, store=store)
 
 
 CANCELLED_REASON = "the turn was cancelled"
@@ -284,12 +337,18 @@ CANCELLED_REASON = "the turn was cancelled"
 @click.option("--reason", default=None, help=f"Why [default: {CANCELLED_REASON}].")
 @_with_common
 def cancel(approval_id: str, reason: str | None, bundle: str | None, as_json: bool,
-           state_root: str | None) -> None:
+           state_root: str | None, store: str | None) -> None:
     """Cancel the parked turn of APPROVAL_ID: every pending approval of that turn is denied;
     the turn resumes with E_APPROVAL_DENIED for those calls and ends."""
+    with _backend(store) as backend:
+        _cancel(approval_id, reason, bundle, as_json, _root(get_globals(), store, state_root),
+                backend)
+
+
+def _cancel(approval_id: str, reason: str | None, bundle: str | None, as_json: bool, root: Path,
+            backend: Any) -> None:
     options = get_globals()
-    root = options.resolve_state_root(state_root)
-    store, _ = find_approval(root, bundle or options.bundle, approval_id)
+    store, _ = find_approval(root, bundle or options.bundle, approval_id, backend)
     request = store.get(approval_id).request
     turn = [a for a in store.list(status="pending", agent=request.get("agent"),
                                   instance_key=request.get("instanceKey"))

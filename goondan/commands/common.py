@@ -11,6 +11,8 @@ from typing import IO, Any, TypeVar
 
 import click
 
+from goondan.commands.store_option import store_option
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "register_bundle_secrets",
     "running_swarm_options",
     "startup_done",
+    "store_option",
     "style",
     "use_color",
     "workspace_bundle",

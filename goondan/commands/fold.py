@@ -6,7 +6,9 @@ missing tool results are filled in. Running it again finds nothing to do.
 
 ``--all`` never stops at one instance: a locked (running) instance is reported as skipped (its
 own process recovers it; exit status unaffected), any other failure is reported and makes the
-exit status that error's code once every instance was tried. See docs/conversations.md.
+exit status that error's code once every instance was tried. See docs/conversations.md. With
+``--store postgresql://…`` the same recovery runs on that store's instances
+(:func:`_fold_stored`, through the storage contract).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals
+from goondan.commands.common import get_globals, store_option
 from goondan.conversation.codec import TORN_LINE
 from goondan.errors import GoondanError, InstanceLockedError, UsageError
 from goondan.secrets import mask
@@ -63,6 +65,31 @@ def _fold_one(info: InstanceInfo, dry_run: bool) -> tuple[RecoveryPlan, list[Any
         return plan, store.recovery_diagnostics
 
 
+def _fold_stored(backend: Any, where: str, found: Any,
+                 dry_run: bool) -> tuple[RecoveryPlan, list[Any]]:
+    """:func:`_fold_one` for an instance of a PostgreSQL store: the same recovery
+    (``open_instance`` + ``load``), previewed from a snapshot read without the lock. The
+    calls of a turn still open in the journal (parked on an approval, or to be resumed) are
+    left unanswered, as the runtime's own recovery leaves them."""
+    from goondan.commands.store_read import decoded, snapshot_of
+    from goondan.workspace.journal import open_turn_of, parse_records
+    from goondan.workspace.plans import plan_recovery
+
+    snap = snapshot_of(backend, found)
+    messages, events, diagnostics = decoded(snap, where)
+    journal = "".join(line + "\n" for line in snap.journal).encode("utf-8")
+    keep = open_turn_of(parse_records(journal, f"{found.label}/turn")) is not None
+    plan = plan_recovery(messages, events, events_file=f"{found.label}/events",
+                         base_file=f"{found.label}/messages", keep_open_calls=keep)
+    plan.diagnostics[:0] = diagnostics
+    if dry_run or not (plan.changed or snap.events):
+        return plan, plan.diagnostics
+    with backend.open_instance(found.workspace_id, found.agent_name, found.instance_key,
+                               create=False) as store:
+        store.load(keep_open_calls=keep)
+        return plan, store.recovery_diagnostics
+
+
 @click.command("fold")
 @click.argument("key", required=False)
 @click.option("--all", "fold_all", is_flag=True, help="Fold every instance under the state root.")
@@ -71,8 +98,9 @@ def _fold_one(info: InstanceInfo, dry_run: bool) -> tuple[RecoveryPlan, list[Any
 @click.option("--dry-run", is_flag=True, help="Show what would change without writing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+@store_option
 def fold(key: str | None, fold_all: bool, agent: str | None, workspace_id: str | None,
-         dry_run: bool, as_json: bool, state_root: str | None) -> None:
+         dry_run: bool, as_json: bool, state_root: str | None, store: str | None) -> None:
     """Fold leftover conversation events of instance KEY (or --all) into base.jsonl."""
     if bool(key) == fold_all:
         what = "not both" if fold_all else "nothing given"
@@ -82,18 +110,39 @@ def fold(key: str | None, fold_all: bool, agent: str | None, workspace_id: str |
             "'goondan fold --all' folds every instance under the state root",
         )
     as_json = as_json or get_globals().json_errors
-    root = get_globals().resolve_state_root(state_root)
+    from goondan.commands.store_read import jsonl_root, opened_store, postgres_location
+
+    location = postgres_location(store)
+    if location is not None:
+        with opened_store(location) as backend:
+            from goondan.commands.store_read import find_stored, iter_stored
+
+            where = location.display
+            stored = (list(iter_stored(backend, workspace_id=workspace_id, agent=agent))
+                      if fold_all else find_stored(backend, where, str(key), agent=agent,
+                                                   workspace_id=workspace_id))
+            _fold_targets(stored, lambda i: _fold_stored(backend, where, i, dry_run),
+                          fold_all=fold_all, dry_run=dry_run, as_json=as_json)
+        return
+    root = get_globals().resolve_state_root(jsonl_root(store, state_root))
     if fold_all:
         targets = [i for i in iter_instances(root, workspace_id=workspace_id)
                    if not i.error and (agent is None or i.agent_name == agent)]
     else:
         assert key is not None
         targets = select_instances(root, key, agent=agent, workspace_id=workspace_id)
+    _fold_targets(targets, lambda i: _fold_one(i, dry_run), fold_all=fold_all, dry_run=dry_run,
+                  as_json=as_json)
+
+
+def _fold_targets(targets: list[Any], fold_one: Any, *, fold_all: bool, dry_run: bool,
+                  as_json: bool) -> None:
+    """Fold each target (anything with ``label`` and ``workspace_id``) and report it."""
     rows: list[dict[str, Any]] = []
     failures: list[GoondanError] = []
     for info in targets:
         try:
-            plan, diagnostics = _fold_one(info, dry_run)
+            plan, diagnostics = fold_one(info)
         except GoondanError as exc:
             if not fold_all:
                 raise

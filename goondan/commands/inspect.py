@@ -1,7 +1,8 @@
 """``goondan inspect workspace`` and ``goondan inspect instance KEY``: read-only views of state.
 
 Nothing here takes an instance lock or writes a file, so inspecting a running instance is safe.
-Every line printed passes through :func:`goondan.secrets.mask`.
+Every line printed passes through :func:`goondan.secrets.mask`. With ``--store postgresql://…``
+the views of :mod:`goondan.commands.store_views` read that store through the storage contract.
 """
 
 from __future__ import annotations
@@ -15,8 +16,14 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, register_bundle_secrets, style, workspace_bundle
-from goondan.commands.trace import print_instance_traces, trace
+from goondan.commands.common import (
+    get_globals,
+    register_bundle_secrets,
+    store_option,
+    style,
+    workspace_bundle,
+)
+from goondan.commands.trace import print_instance_traces, spans_are_local, trace
 from goondan.conversation.codec import decode_record
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic, WorkspaceError
@@ -177,10 +184,20 @@ inspect.add_command(trace)
 @inspect.command("workspace")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to inspect.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def workspace(state_root: str | None, as_json: bool) -> None:
+@store_option
+def workspace(state_root: str | None, as_json: bool, store: str | None) -> None:
     """Every workspace and instance under the state root (ours and the reference runtime's)."""
+    from goondan.commands.store_read import jsonl_root, opened_store, postgres_location
+
     opts = get_globals()
-    root = opts.resolve_state_root(state_root)
+    location = postgres_location(store)
+    if location is not None:
+        from goondan.commands.store_views import print_workspaces
+
+        with opened_store(location) as backend:
+            print_workspaces(backend, location.display, as_json=as_json, color=opts.color)
+        return
+    root = opts.resolve_state_root(jsonl_root(store, state_root))
     if as_json:
         grouped: dict[str, list[dict[str, Any]]] = {}
         for info in iter_instances(root):
@@ -227,12 +244,22 @@ def workspace(state_root: str | None, as_json: bool) -> None:
 @click.option("--traces", "show_traces", is_flag=True,
               help="Only the recent traces this instance took part in (see 'inspect trace').")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to inspect.")
+@store_option
 def instance(key: str, agent: str | None, workspace_id: str | None, show_messages: bool,
              show_events: bool, show_state: bool, as_json: bool, follow: bool, limit: int,
-             raw: bool, show_traces: bool, state_root: str | None) -> None:
+             raw: bool, show_traces: bool, state_root: str | None, store: str | None) -> None:
     """Transcript, pending events and extension states of instance KEY."""
+    from goondan.commands.store_read import jsonl_root, postgres_location
+
     opts = get_globals()
-    root = opts.resolve_state_root(state_root)
+    location = postgres_location(store)
+    if location is not None:
+        _instance_in_store(location, key, agent, workspace_id,
+                           {"messages": show_messages, "events": show_events, "state": show_state},
+                           as_json=as_json, raw=raw, limit=limit, follow=follow,
+                           traces=show_traces, root=opts.resolve_state_root(state_root))
+        return
+    root = opts.resolve_state_root(jsonl_root(store, state_root))
     info = select_instances(root, key, agent=agent, workspace_id=workspace_id,
                             allow_many=False)[0]
     # stored tool results may hold a key a tool printed: mask the instance's own bundle's secrets
@@ -257,6 +284,27 @@ def instance(key: str, agent: str | None, workspace_id: str | None, show_message
         _print_text(info, sections, limit, opts.color)
     if follow:
         _follow(info, as_json=as_json, raw=raw)
+
+
+def _instance_in_store(location: Any, key: str, agent: str | None, workspace_id: str | None,
+                       chosen: dict[str, bool], *, as_json: bool, raw: bool, limit: int,
+                       follow: bool, traces: bool, root: Path) -> None:
+    """``inspect instance --store postgresql://…`` (:mod:`goondan.commands.store_views`)."""
+    from goondan.commands.store_read import find_stored, opened_store
+    from goondan.commands.store_views import print_instance
+
+    register_bundle_secrets(root)
+    with opened_store(location) as backend:
+        if traces:  # spans are files of the state root, never rows of the store
+            [found] = find_stored(backend, location.display, key, agent=agent,
+                                  workspace_id=workspace_id, allow_many=False)
+            spans_are_local(root)
+            print_instance_traces(root, found, as_json=as_json, limit=limit)
+            return
+        print_instance(backend, location.display, key, agent=agent, workspace_id=workspace_id,
+                       sections=chosen if any(chosen.values()) else dict.fromkeys(chosen, True),
+                       as_json=as_json, raw=raw, limit=limit, follow=follow,
+                       color=get_globals().color)
 
 
 def _messages(info: InstanceInfo, limit: int) -> Iterator[tuple[int, Message]]:

@@ -8,7 +8,8 @@ them as ``"processes"``.
 Built to be extended: rows come from :func:`collect_rows` as plain dicts and are printed through
 the :data:`COLUMNS` table, so the orchestrator can add live-process columns (``pid``, ``state``)
 by appending to ``COLUMNS`` and enriching rows in an ``ROW_ENRICHERS`` hook, and can attach more
-subcommands (``restart``) with ``instance.add_command(...)``.
+subcommands (``restart``) with ``instance.add_command(...)``. With ``--store postgresql://…``
+``list`` and ``delete`` read that store through the storage contract (:mod:`.store_read`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import bundle_option, get_globals, style
+from goondan.commands.common import bundle_option, get_globals, store_option, style
 from goondan.secrets import mask
 from goondan.workspace.catalog import (
     InstanceInfo,
@@ -138,11 +139,30 @@ def _render(row: dict[str, Any], columns: list[Column] | None = None) -> str:
     return "  ".join(cells).rstrip()
 
 
+def _stored_rows(store: Any, agent: str | None) -> list[dict[str, Any]]:
+    """:func:`collect_rows` for a PostgreSQL store (read through the storage contract)."""
+    from goondan.commands.store_read import iter_stored, opened_store
+
+    rows: list[dict[str, Any]] = []
+    with opened_store(store) as backend:
+        for found in iter_stored(backend, agent=agent):
+            row = found.row()
+            row["created"] = (row["createdAt"] or "-").replace("T", " ")[:19]
+            row["updated"] = (row["updatedAt"] or "-").replace("T", " ")[:19]
+            rows.append(row)
+    rows.sort(key=lambda r: r.get("updatedAt") or "", reverse=True)
+    return rows
+
+
 def _list(state_root: str | None, agent: str | None, limit: int, show_all: bool,
-          as_json: bool) -> None:
+          as_json: bool, store: str | None = None) -> None:
+    from goondan.commands.store_read import jsonl_root, postgres_location
+
     opts = get_globals()
-    root = opts.resolve_state_root(state_root)
-    rows = collect_rows(root, agent=agent)
+    location = postgres_location(store)
+    root = opts.resolve_state_root(jsonl_root(store, state_root))
+    # Live processes are those of the orchestrators running under this machine's state root.
+    rows = collect_rows(root, agent=agent) if location is None else _stored_rows(location, agent)
     processes = collect_processes(root, agent=agent)
     if as_json:
         for row in rows:
@@ -177,11 +197,13 @@ def _header(columns: list[Column]) -> str:
 @click.group("instance", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (bare `instance` = list).")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+@store_option
 @click.pass_context
-def instance(ctx: click.Context, as_json: bool, state_root: str | None) -> None:
+def instance(ctx: click.Context, as_json: bool, state_root: str | None,
+             store: str | None) -> None:
     """List or delete conversation instances."""
     if ctx.invoked_subcommand is None:
-        _list(state_root, None, 20, False, as_json or get_globals().json_errors)
+        _list(state_root, None, 20, False, as_json or get_globals().json_errors, store)
 
 
 @instance.command("list")
@@ -191,10 +213,11 @@ def instance(ctx: click.Context, as_json: bool, state_root: str | None) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Show every row.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+@store_option
 def list_instances(agent: str | None, limit: int, show_all: bool, as_json: bool,
-                   state_root: str | None) -> None:
+                   state_root: str | None, store: str | None) -> None:
     """List conversation instances (most recently updated first)."""
-    _list(state_root, agent, limit, show_all, as_json or get_globals().json_errors)
+    _list(state_root, agent, limit, show_all, as_json or get_globals().json_errors, store)
 
 
 @instance.command("delete")
@@ -204,8 +227,9 @@ def list_instances(agent: str | None, limit: int, show_all: bool, as_json: bool,
 @click.option("--force", "-f", is_flag=True,
               help="Do not ask, and delete even an instance that is in use.")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to use.")
+@store_option
 def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
-           state_root: str | None) -> None:
+           state_root: str | None, store: str | None) -> None:
     """Delete instance KEY: messages, extension state and metadata.
 
     Without --force it asks first; without a terminal to ask on, it refuses (exit 2). An
@@ -215,9 +239,14 @@ def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
     """
     import sys
 
+    from goondan.commands.store_read import jsonl_root, postgres_location
     from goondan.errors import UsageError, WorkspaceError
 
-    root = get_globals().resolve_state_root(state_root)
+    location = postgres_location(store)
+    if location is not None:
+        _delete_stored(location, key, agent, workspace_id, force)
+        return
+    root = get_globals().resolve_state_root(jsonl_root(store, state_root))
     try:
         found = select_instances(
             root, key, agent=agent, workspace_id=workspace_id, allow_many=force
@@ -251,6 +280,44 @@ def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
     for info in found:
         delete_instance(info, force=force)
         click.echo(mask(f"Instance deleted: {info.label}"))
+
+
+def _delete_stored(location: Any, key: str, agent: str | None, workspace_id: str | None,
+                   force: bool) -> None:
+    """``instance delete`` in a PostgreSQL store: the instance's rows and its approvals. An
+    instance open in a process is refused even with --force (its lock is that session's)."""
+    import sys
+
+    from goondan.commands.store_read import find_stored, opened_store
+    from goondan.errors import UsageError
+
+    with opened_store(location) as backend:
+        found = find_stored(backend, location.display, key, agent=agent,
+                            workspace_id=workspace_id, allow_many=force, missing_ok=True)
+        if not found:
+            click.echo(mask(f"Instance not found: {key}"))
+            return
+        if not force:
+            if not sys.stdin.isatty():
+                raise UsageError(
+                    f"not deleting {found[0].label} without confirmation: no terminal to ask on",
+                    code="E_USAGE",
+                    suggestion=f"pass --force: goondan instance delete {key} --force",
+                )
+            for one in found:
+                snap = backend.snapshot(one.workspace_id, one.agent_name, one.instance_key)
+                count = len(snap.messages) if snap else 0
+                click.echo(mask(f"  {one.label}  ({one.workspace_id}, {count} "
+                                f"{plural(count, 'message')})"))
+            if not click.confirm(
+                f"Delete {len(found)} {plural(len(found), 'instance')}?", default=False
+            ):
+                click.echo("Nothing deleted.")
+                return
+        for one in found:
+            backend.delete_instance(one.workspace_id, one.agent_name, one.instance_key)
+            backend.approvals(one.workspace_id).remove_instance(one.agent_name, one.instance_key)
+            click.echo(mask(f"Instance deleted: {one.label}"))
 
 
 def plural(count: int, word: str) -> str:

@@ -1,6 +1,8 @@
 """``--store STORE``: which store a command reads (docs/storage.md, docs/cli.md).
 
-Issue 36 wires it command by command; ``goondan status`` has it first. A path is the JSONL state
+The one spelling of the option, shared by every command that reads a swarm's state (``status``,
+``inspect``, ``fold``, ``instance``, ``approvals``; re-exported by
+:mod:`goondan.commands.common`). A path is the JSONL state
 root (the same as ``--state-root``); a ``postgresql://`` URL is a PostgreSQL store; absent, the
 ``GOONDAN_STORE`` variable, then the state root as before.
 """

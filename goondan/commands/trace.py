@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from goondan.commands.common import get_globals, style
+from goondan.commands.common import get_globals, store_option, style
 from goondan.errors import WorkspaceError
 from goondan.runtime.eventlog import iter_event_log
 from goondan.runtime.traces import (
@@ -29,7 +29,7 @@ from goondan.runtime.traces import (
 from goondan.secrets import mask
 from goondan.workspace.catalog import InstanceInfo, iter_instances
 
-__all__ = ["load_spans", "print_instance_traces", "trace", "trace_spans"]
+__all__ = ["load_spans", "print_instance_traces", "spans_are_local", "trace", "trace_spans"]
 
 
 def _event_dirs(root: Path) -> list[Path]:
@@ -95,12 +95,18 @@ def _echo(text: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print span objects as JSON.")
 @click.option("--flat", is_flag=True, help="With --json: a flat list instead of a nested tree.")
 @click.option("--state-root", type=click.Path(), default=None, help="State root to inspect.")
+@store_option
 def trace(
-    trace_id: str | None, last: bool, as_json: bool, flat: bool, state_root: str | None
+    trace_id: str | None, last: bool, as_json: bool, flat: bool, state_root: str | None,
+    store: str | None,
 ) -> None:
     """The span tree of trace TRACE_ID (or --last) across every agent and process."""
+    from goondan.commands.store_read import jsonl_root, postgres_location
+
     opts = get_globals()
-    root = opts.resolve_state_root(state_root)
+    root = opts.resolve_state_root(jsonl_root(store, state_root))
+    if postgres_location(store) is not None:
+        spans_are_local(root)
     chosen, members = trace_spans(load_spans(root), None if last else trace_id)
     roots = build_tree(members)
     totals = trace_totals(members)
@@ -136,7 +142,15 @@ def _summary_line(summary: TraceSummary) -> str:
     )
 
 
-def print_instance_traces(root: Path, info: InstanceInfo, *, as_json: bool, limit: int) -> None:
+def spans_are_local(root: Path) -> None:
+    """Say where spans come from when the store is PostgreSQL: the runtime events they are
+    rebuilt from are files of the state root, never rows of the store (docs/storage.md)."""
+    click.echo(mask(f"note: spans are not kept in the PostgreSQL store; reading those "
+                    f"recorded under the state root {root}"), err=True)
+
+
+def print_instance_traces(root: Path, info: InstanceInfo | Any, *, as_json: bool,
+                          limit: int) -> None:
     """``inspect instance KEY --traces``: the recent traces this instance took part in."""
     spans = load_spans(root)
     own = {s.trace_id for s in spans if s.instance_key == info.instance_key

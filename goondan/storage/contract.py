@@ -34,6 +34,7 @@ Methods are synchronous and may block; the runtime calls them in worker threads.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
@@ -47,20 +48,36 @@ from goondan.workspace.store import ConversationStore, Status
 
 __all__ = [
     "STORE_CONFLICT",
+    "STORE_INSTANCE_EXISTS",
     "Approval",
     "ApprovalIndex",
     "ConversationStore",
     "InboxEntry",
     "InputQueue",
+    "InstanceSnapshot",
     "InstanceStorage",
     "OpenTurn",
+    "QueueRecord",
     "Status",
     "StorageBackend",
     "TurnLog",
+    "instance_exists",
     "store_conflict",
 ]
 
 STORE_CONFLICT = "E_STORE_CONFLICT"
+
+
+STORE_INSTANCE_EXISTS = "E_STORE_INSTANCE_EXISTS"
+
+
+def instance_exists(workspace_id: str, agent: str, key: str, where: str) -> WorkspaceError:
+    """The error of :meth:`StorageBackend.restore` onto an existing instance."""
+    return WorkspaceError(
+        f"instance {agent}:{key} of workspace {workspace_id} already exists in {where}",
+        code=STORE_INSTANCE_EXISTS, location=where,
+        suggestion="pass --replace to overwrite it with the copy (its history is lost)",
+    )
 
 
 def store_conflict(what: str, *, location: str | None = None) -> WorkspaceError:
@@ -70,6 +87,48 @@ def store_conflict(what: str, *, location: str | None = None) -> WorkspaceError:
         code=STORE_CONFLICT, location=location,
         suggestion="reopen the instance (the other writer's history is kept) and retry",
     )
+
+
+@dataclass
+class InstanceSnapshot:
+    """One instance as stored, read without its lock (:meth:`StorageBackend.snapshot`) or
+    written whole (:meth:`StorageBackend.restore`): what ``goondan inspect`` shows of a store
+    and what ``goondan store copy`` moves between stores.
+
+    Bodies are the JSON text both backends store (a line of ``base.jsonl`` / a row of
+    ``goondan_messages``, without its newline), so two stores hold the same instance exactly
+    when their snapshots are equal. ``extensions`` is keyed by the stored name
+    (:func:`~goondan.workspace.paths.extension_file_name`). ``needs_fold`` names what a JSONL
+    instance still has to recover (a torn line, an interrupted rewrite) — copy it only after
+    ``goondan fold``; ``None`` when it is clean."""
+
+    agent_name: str
+    instance_key: str
+    metadata: dict[str, Any]
+    messages: list[str] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    journal: list[str] = field(default_factory=list)
+    extensions: dict[str, str] = field(default_factory=dict)
+    needs_fold: str | None = None
+
+    def content(self) -> dict[str, Any]:
+        """What a copy must keep equal (``needs_fold`` is about the source, not the data)."""
+        return {"metadata": self.metadata, "messages": self.messages, "events": self.events,
+                "journal": self.journal, "extensions": self.extensions}
+
+
+@dataclass(frozen=True)
+class QueueRecord:
+    """One input a queue accepted (:meth:`InputQueue.records`), as ``goondan store copy`` moves
+    it: a pending one whole; one whose start is final by its id alone (its text lives in the
+    conversation now; the id keeps a repeated input refused)."""
+
+    id: str
+    started: bool
+    agent: str = ""
+    instance_key: str = ""
+    accepted_at: str = ""
+    event: JsonObject | None = None
 
 
 @runtime_checkable
@@ -165,6 +224,15 @@ class InputQueue(Protocol):
         there is none (concurrent takers never get the same entry)."""
         ...
 
+    def records(self) -> list[QueueRecord]:
+        """Every accepted input, in acceptance order (a reservation counts as pending)."""
+        ...
+
+    def restore(self, record: QueueRecord) -> bool:
+        """Add ``record`` as given, after the others (``goondan store copy``); False, changing
+        nothing, when an input with its id was accepted already."""
+        ...
+
     def close(self) -> None:
         ...
 
@@ -192,6 +260,11 @@ class ApprovalIndex(Protocol):
         ...
 
     def remove_instance(self, agent: str, instance_key: str) -> int:
+        ...
+
+    def restore(self, request: JsonObject, decision: JsonObject | None) -> bool:
+        """Store an approval exactly as given (``goondan store copy``); False, changing
+        nothing, when one with its id exists."""
         ...
 
 
@@ -226,6 +299,27 @@ class StorageBackend(Protocol):
         ...
 
     def approvals(self, workspace_id: str) -> ApprovalIndex:
+        ...
+
+    def workspaces(self) -> list[str]:
+        """The ids of the workspaces that hold an instance, an approval or a queue, sorted."""
+        ...
+
+    def queue_scopes(self, workspace_id: str) -> list[str]:
+        """The scopes of the workspace's queues that hold any input, sorted."""
+        ...
+
+    def snapshot(self, workspace_id: str, agent_name: str,
+                 instance_key: str) -> InstanceSnapshot | None:
+        """The instance as stored, read without taking its lock (a running instance may be
+        read: its committed messages plus the events written so far); None when missing."""
+        ...
+
+    def restore(self, workspace_id: str, snapshot: InstanceSnapshot, *,
+                replace: bool = False) -> None:
+        """Write the instance exactly as ``snapshot`` holds it, in one step (PostgreSQL: one
+        transaction; JSONL: under the instance's lock). An existing instance is
+        ``E_STORE_INSTANCE_EXISTS`` unless ``replace``; one held open is ``E_INSTANCE_LOCKED``."""
         ...
 
     def queue(self, workspace_id: str, scope: str) -> InputQueue:

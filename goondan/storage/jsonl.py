@@ -15,6 +15,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from goondan.storage.contract import InstanceSnapshot, QueueRecord
+from goondan.storage.jsonl_snapshot import (
+    queue_records,
+    queue_scopes,
+    read_snapshot,
+    restore_queue_record,
+    restore_snapshot,
+    workspace_ids,
+)
 from goondan.workspace.approvals import ApprovalStore
 from goondan.workspace.catalog import delete_instance as delete_instance_dir
 from goondan.workspace.catalog import find_instances, iter_instances
@@ -47,6 +56,12 @@ class JsonlQueue(DurableInbox):
 
     def confirm(self, agent: str, instance_key: str, input_id: str) -> None:
         confirm(self.marker_path(agent, instance_key), input_id)
+
+    def records(self) -> list[QueueRecord]:
+        return queue_records(self)
+
+    def restore(self, record: QueueRecord) -> bool:
+        return restore_queue_record(self, record)
 
     def take(self, agent: str, instance_key: str, *, owner: str) -> InboxEntry | None:
         # The JSONL inbox is pushed by its one writer (the orchestrator); taking is a scan of
@@ -113,6 +128,20 @@ class JsonlBackend:
 
     def approvals(self, workspace_id: str) -> ApprovalStore:
         return ApprovalStore(self.state_root, workspace_id)
+
+    def workspaces(self) -> list[str]:
+        return workspace_ids(self.state_root)
+
+    def queue_scopes(self, workspace_id: str) -> list[str]:
+        return queue_scopes(self.state_root, workspace_id)
+
+    def snapshot(self, workspace_id: str, agent_name: str,
+                 instance_key: str) -> InstanceSnapshot | None:
+        return read_snapshot(self.state_root, workspace_id, agent_name, instance_key)
+
+    def restore(self, workspace_id: str, snapshot: InstanceSnapshot, *,
+                replace: bool = False) -> None:
+        restore_snapshot(self.state_root, workspace_id, snapshot, replace=replace)
 
     def queue(self, workspace_id: str, scope: str) -> JsonlQueue:
         parts = scope.split("/")

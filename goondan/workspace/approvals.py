@@ -265,6 +265,17 @@ class ApprovalStore:
         assert found is not None
         return found, won and mine
 
+    def restore(self, request: JsonObject, decision: JsonObject | None) -> bool:
+        """Store an approval as given (``goondan store copy``); False when its id exists."""
+        ident = str(request["id"])
+        path = self._path(ident)
+        private_dirs(self.dir)
+        if not _create_once(path, request):
+            return False
+        if decision is not None:
+            _create_once(path.with_name(ident + _DECISION), decision)
+        return True
+
     def remove_instance(self, agent: str, instance_key: str) -> int:
         """Delete every approval of (agent, instance key); returns how many."""
         removed = 0

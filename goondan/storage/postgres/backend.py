@@ -18,9 +18,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from goondan.errors import InstanceLockedError, WorkspaceCorruptError
+from goondan.storage.contract import InstanceSnapshot
 from goondan.storage.postgres.db import Connection, Database
 from goondan.storage.postgres.leases import fenced
 from goondan.storage.postgres.shared import PostgresApprovals, PostgresQueue, SharedConnection
+from goondan.storage.postgres.snapshot import (
+    queue_scopes,
+    read_snapshot,
+    restore_snapshot,
+    workspace_ids,
+)
 from goondan.storage.postgres.store import LOCK_CLASS, Fence, PostgresInstanceStore, lock_key
 from goondan.workspace.inbox import InboxEntry
 from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
@@ -120,6 +127,20 @@ class PostgresBackend:
 
     def approvals(self, workspace_id: str) -> PostgresApprovals:
         return PostgresApprovals(self._shared, workspace_id, self._fence)
+
+    def workspaces(self) -> list[str]:
+        return workspace_ids(self._shared)
+
+    def queue_scopes(self, workspace_id: str) -> list[str]:
+        return queue_scopes(self._shared, workspace_id)
+
+    def snapshot(self, workspace_id: str, agent_name: str,
+                 instance_key: str) -> InstanceSnapshot | None:
+        return read_snapshot(self._shared, workspace_id, agent_name, instance_key)
+
+    def restore(self, workspace_id: str, snapshot: InstanceSnapshot, *,
+                replace: bool = False) -> None:
+        restore_snapshot(self._shared, workspace_id, snapshot, replace=replace)
 
     def queue(self, workspace_id: str, scope: str,
               accept: Callable[[InboxEntry], bool] | None = None) -> PostgresQueue:

@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from goondan.errors import WorkspaceError
+from goondan.storage.contract import QueueRecord
 from goondan.storage.postgres.db import Connection, Database
 from goondan.storage.postgres.store import Fence
 from goondan.types import JsonObject, now_iso
@@ -194,6 +195,13 @@ class PostgresApprovals:
         assert found is not None
         return found, won and mine
 
+    def restore(self, request: JsonObject, decision: JsonObject | None) -> bool:
+        """Store an approval as given (``goondan store copy``); False when its id exists."""
+        from goondan.storage.postgres.snapshot import restore_approval
+
+        _check_id(str(request.get("id")))
+        return restore_approval(self._shared, self.workspace_id, request, decision)
+
     def remove_instance(self, agent: str, instance_key: str) -> int:
         cur = self._shared.execute(
             "DELETE FROM goondan_approvals WHERE workspace_id = %s AND agent_name = %s "
@@ -320,6 +328,16 @@ class PostgresQueue:
             return None
 
         return self._shared.run(work, self._fence)
+
+    def records(self) -> list[QueueRecord]:
+        from goondan.storage.postgres.snapshot import queue_records
+
+        return queue_records(self._shared, self.workspace_id, self.scope)
+
+    def restore(self, record: QueueRecord) -> bool:
+        from goondan.storage.postgres.snapshot import restore_queue_record
+
+        return restore_queue_record(self._shared, self.workspace_id, self.scope, record)
 
     def close(self) -> None:
         return None
