@@ -14,6 +14,7 @@ exit status that error's code once every instance was tried. See docs/conversati
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -51,8 +52,11 @@ def _summary(plan: RecoveryPlan) -> str:
 
 
 def _fold_one(info: InstanceInfo, dry_run: bool) -> tuple[RecoveryPlan, list[Any]]:
-    plan = preview_recovery(info.paths)
     paths = info.paths
+    # The calls of a turn still open in the journal (parked on an approval, or to be resumed)
+    # stay unanswered, as the runtime's own recovery leaves them (docs/conversations.md).
+    keep = _open_turn(paths.journal, info.label)
+    plan = preview_recovery(paths, keep_open_calls=keep)
     dirty = (plan.changed or paths.base_prev.exists() or paths.base_tmp.exists()
              or (paths.events.exists() and paths.events.stat().st_size > 0)
              or any(d.code == TORN_LINE for d in plan.diagnostics))
@@ -61,8 +65,16 @@ def _fold_one(info: InstanceInfo, dry_run: bool) -> tuple[RecoveryPlan, list[Any
     with InstanceStore.open_dir(info.paths, agent_name=info.agent_name or "",
                                 instance_key=info.instance_key,
                                 workspace_id=info.workspace_id) as store:
-        store.load()
+        store.load(keep_open_calls=keep)
         return plan, store.recovery_diagnostics
+
+
+def _open_turn(journal: Path, label: str) -> bool:
+    """True when the turn journal ``journal`` has a turn open."""
+    from goondan.workspace.files import read_bytes
+    from goondan.workspace.journal import open_turn_of, parse_records
+
+    return open_turn_of(parse_records(read_bytes(journal), f"{label}/turn")) is not None
 
 
 def _fold_stored(backend: Any, where: str, found: Any,

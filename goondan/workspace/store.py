@@ -626,15 +626,16 @@ def _json_bytes(value: Any) -> bytes:
     return (json.dumps(value, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
 
 
-def preview_recovery(paths: InstancePaths) -> RecoveryPlan:
-    """What :meth:`InstanceStore.load` would do, computed without the lock and without writing."""
+def preview_recovery(paths: InstancePaths, *, keep_open_calls: bool = False) -> RecoveryPlan:
+    """What :meth:`InstanceStore.load` would do, computed without the lock and without writing
+    (``keep_open_calls`` as for :meth:`InstanceStore.load`)."""
     base_file = decode_messages(read_bytes(paths.base), file=str(paths.base))
     events_file = decode_events(read_bytes(paths.events), file=str(paths.events))
     leftovers = events_file.records
     if rewrite_committed(paths):
         leftovers = []  # an interrupted rewrite already committed them
     plan = plan_recovery(base_file.records, leftovers, events_file=str(paths.events),
-                         base_file=str(paths.base))
+                         base_file=str(paths.base), keep_open_calls=keep_open_calls)
     plan.diagnostics[:0] = [*base_file.diagnostics, *events_file.diagnostics,
                             *duplicate_ids(base_file.records, str(paths.base))]
     return plan

@@ -165,3 +165,48 @@ def test_instance_delete_refuses_a_locked_instance(state_root: Path,
         assert code == 3 and "[E_INSTANCE_LOCKED]" in err and store.paths.dir.exists()
         code, _, _ = run(capsys, "instance", "delete", "k1", "--force")
         assert code == 0 and not store.paths.dir.exists()
+
+
+def test_fold_leaves_the_calls_of_a_parked_turn_open_so_the_decision_still_runs_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A turn parked on an approval is open in the journal: its call has no result on purpose.
+    `goondan fold` (which runs the runtime's own recovery) must not answer it with a synthetic
+    E_TURN_INTERRUPTED result — the approval would then have nothing left to run."""
+    from goondan.llm.testing import ScriptedModel
+    from goondan.runtime import Runtime
+    from tests.support.aio import run as run_async
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "approvals", bundle)
+    (bundle / "work").mkdir()
+    (bundle / "work" / "old.txt").write_text("old")
+    state = tmp_path / "state"
+    delete = {"name": "files__delete", "args": {"path": "old.txt"}}
+
+    async def park() -> str:
+        model = ScriptedModel([{"toolCalls": [delete]}])
+        async with Runtime.from_bundle(bundle, state_root=state,
+                                       models={"assistant": model}) as rt:
+            parked = await rt.run_turn(None, "delete old.txt", instance_key="k")
+            assert parked.finish_reason == "approval_pending"
+            return str(parked.metadata["approvals"][0]["id"])
+
+    approval = run_async(park())
+    code, out, _ = run(capsys, "fold", "k", "--state-root", str(state), "--dry-run")
+    assert code == 0 and "synthetic" not in out, out
+    code, out, _ = run(capsys, "fold", "k", "--state-root", str(state))
+    assert code == 0 and "synthetic" not in out, out
+
+    async def approve() -> None:
+        model = ScriptedModel(["deleted it"])
+        async with Runtime.from_bundle(bundle, state_root=state,
+                                       models={"assistant": model}) as rt:
+            done = await rt.approvals.approve(approval)
+            assert done is not None and done.text == "deleted it"
+            [result] = [m for m in model.requests[0].messages if m.get("role") == "tool"]
+            assert "deleted old.txt" in json.dumps(result)
+            assert "E_TURN_INTERRUPTED" not in json.dumps(result)
+
+    run_async(approve())
+    assert not (bundle / "work" / "old.txt").exists()
