@@ -131,9 +131,13 @@ class ForkServer:
             self._rebind(loop)
         assert self._lock is not None
         async with self._lock:
-            if not await self._ensure_template():
-                return None
-            return await self._fork(request, target, argv)
+            for _ in range(2):  # a template found dead is started again once
+                if not await self._ensure_template():
+                    return None
+                handle = await self._fork(request, target, argv)
+                if handle is not None or self._sock is not None:
+                    return handle
+            return None
 
     def _rebind(self, loop: asyncio.AbstractEventLoop) -> None:
         """First use, or a new event loop (the old one's handles are gone with it)."""
@@ -201,9 +205,10 @@ class ForkServer:
             self._waiting = None
             child_conn.close()
         if failure is not None:
-            _log.warning("fork server: cannot fork %s (%s); spawning it",
-                         request.process_name, failure)
             parent_conn.close()
+            if self._sock is not None:  # the template refused: this one is spawned
+                _log.warning("fork server: cannot fork %s (%s); spawning it",
+                             request.process_name, failure)
             return None
         return handle
 

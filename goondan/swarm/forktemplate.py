@@ -124,6 +124,7 @@ class _Template:
         self.children: dict[int, int] = {}  # pidfd -> pid
         self.poller = select.poll()
         self.bundles: dict[tuple[str, str | None], tuple[Any, Signature, dict[str, str], str]] = {}
+        self.orchestrator = os.getppid()  # the template is the orchestrator's child
 
     def serve(self) -> None:
         self.poller.register(self.sock, select.POLLIN)
@@ -234,6 +235,9 @@ class _Template:
         self.children.clear()
         self.bundles.clear()
         multiprocessing.current_process().name = name
+        from goondan.tools.processes import enter_agent_process
+
+        enter_agent_process(self.orchestrator)  # the owner of its tools' processes, not us
         conn = Connection(fd)
         if bundle is not None:
             from goondan.swarm.agent_process import build_agent_instance, run_child

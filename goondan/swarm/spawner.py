@@ -207,6 +207,10 @@ class Spawner(abc.ABC):
     async def spawn(self, request: SpawnRequest) -> AgentHandle:
         """Start the process for ``request`` and return its handle (before it is ready)."""
 
+    def release(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """The orchestrator stopped: free what only speeds up spawns (the fork server's
+        template); a later :meth:`spawn` starts it again."""
+
 
 def child_entry(target: ChildTarget, conn: Connection, argv: list[str]) -> None:
     """First code of every agent process: a clean signal mask, SIGINT ignored, then ``target``.
@@ -326,6 +330,10 @@ class ProcessSpawner(Spawner):
         """Stop the fork server's template process, if any (started processes keep running)."""
         if self._fork_server is not None:
             self._fork_server.close()
+
+    def release(self) -> None:
+        """Stop the fork server's template (see :meth:`Spawner.release`)."""
+        self.close()
 
     def __repr__(self) -> str:
         return f"<ProcessSpawner bundle={str(self.bundle_dir)!r} swarm={self.swarm!r}>"
