@@ -68,6 +68,8 @@ WARM_IMPORTS = (
     "goondan.config.bundle",
     "goondan.llm.registry",
     "goondan.llm.http",
+    "goondan.extensions.loader",
+    "concurrent.futures.thread",  # asyncio.to_thread's executor
 )
 MAX_REQUEST = 4 * 1024 * 1024  # the largest request record (environment, sys.path, argv)
 FORK_SERVER_ENV = "GOONDAN_FORK_SERVER"
@@ -220,6 +222,7 @@ class _Template:
         # The signature is taken after the load: an edit racing it is caught by the ``--watch``
         # restart that follows it.
         self.bundles[key] = (bundle, _signature(bundle.watched_files()), environ, cwd)
+        _import_providers(bundle)
         return bundle
 
     def _child(self, target: Any, argv: list[str], name: str, fd: int, bundle: Any) -> int:
@@ -259,6 +262,19 @@ class _Template:
             with contextlib.suppress(Exception):
                 stream.flush()
         return code
+
+
+def _import_providers(bundle: Any) -> None:
+    """Import the built-in model adapters the bundle's Models use, once, for every child (a
+    third-party provider's code is left to the child: it might start threads)."""
+    from goondan.config.providers import find_provider
+    from goondan.llm.registry import load_factory
+
+    for model in bundle.of_kind("Model"):
+        row = find_provider(model.spec.get("provider"))
+        if row is not None and row.distribution is None:
+            with contextlib.suppress(Exception):
+                load_factory(row)
 
 
 def _is_agent_entry(target: Any) -> bool:
