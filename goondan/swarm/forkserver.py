@@ -53,6 +53,7 @@ class _ForkedHandle(AgentHandle):
         self._ended = asyncio.Event()
         self._killed = False
         self._pidfd: int | None = None
+        self._watch_loop: Any = None
 
     @property
     def pid(self) -> int | None:
@@ -84,16 +85,22 @@ class _ForkedHandle(AgentHandle):
         if self._ended.is_set() or self._pid is None or self._pidfd is not None:
             return
         try:
-            self._pidfd = os.pidfd_open(self._pid)
-            loop.add_reader(self._pidfd, self.ended, None)
+            fd = os.pidfd_open(self._pid)
         except OSError:  # already gone (and reaped by init)
             self.ended(None)
+            return
+        try:
+            loop.add_reader(fd, self.ended, None)
+        except RuntimeError:  # the loop is closed: nobody waits for it any more
+            os.close(fd)
+            return
+        self._pidfd, self._watch_loop = fd, loop
 
     def _unwatch(self) -> None:
         fd, self._pidfd = self._pidfd, None
         if fd is not None:
             with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(fd)
+                self._watch_loop.remove_reader(fd)
             os.close(fd)
 
 
