@@ -160,7 +160,7 @@ class _Template:
                 raise ValueError("malformed request")
             target, argv, environ, cwd, path, name = pickle.loads(data)
             pid = self._fork(target, argv, environ, cwd, path, name, fds[0])
-        except Exception as err:  # any failure: the orchestrator spawns this one instead
+        except (Exception, SystemExit) as err:  # the orchestrator spawns this one instead
             _send(self.sock, "failed", f"{type(err).__name__}: {err}")
         else:
             _send(self.sock, "forked", pid)
