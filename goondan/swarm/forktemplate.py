@@ -24,9 +24,12 @@ thread ever appears. End of file on the socket (the orchestrator is gone) ends i
 children keep running and see end of file on their own pipes.
 
 The forked child closes the template's socket and pidfds (it holds only its own pipe), resets
-the signal mask and SIGINT as every agent process does (:func:`child_entry`), names itself as a
-spawned child is named, and runs the entry; its exit code is what the entry's ``sys.exit``
-gave (1 for an uncaught exception, as in a ``spawn`` child).
+the signal mask and SIGINT as every agent process does (:func:`child_entry`; the template
+installs no other handler), names itself as a spawned child is named, records the orchestrator
+(not the template) as the owner of its tools' processes, and runs the entry. ``random`` is
+re-seeded by CPython's own at-fork hook; the process group is the orchestrator's, as for a
+spawned child. Its exit code is what the entry's ``sys.exit`` gave (1 for an uncaught
+exception, as in a ``spawn`` child), after the ``atexit`` handlers ran.
 
 :func:`start_early` lets ``goondan run`` start the template before it imports asyncio and the
 orchestrator (the imports then run in parallel with the command's); the first fork server takes
