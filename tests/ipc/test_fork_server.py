@@ -255,3 +255,24 @@ def test_fork_server_switch_and_fallback_to_spawn(
     report = asyncio.run(main())
     assert report["ppid"] == os.getpid()  # spawned
     assert spawner.fork_server is not None and spawner.fork_server.broken
+
+
+def test_the_template_started_early_is_the_one_that_forks(
+    tmp_path: Path, no_early_template: None
+) -> None:
+    forktemplate.start_early()  # what `goondan run` does before it loads the bundle
+    early = forktemplate._early
+    assert early is not None
+    spawner = ProcessSpawner(tmp_path, state_root=tmp_path / "s", target=report_child)
+
+    async def main() -> dict[str, Any]:
+        handle, report = await _probe(spawner, "a")
+        await handle.transport.aclose()
+        assert (await handle.wait()).ok
+        return report
+
+    try:
+        report = asyncio.run(main())
+    finally:
+        spawner.close()
+    assert report["ppid"] == early[0].pid and forktemplate._early is None
