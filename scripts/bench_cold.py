@@ -20,14 +20,14 @@ off, interleaved with the normal runs, and prints each variant's figures and its
 the normal ones — what the mechanism buys, side by side in one run. The switch is made from
 outside the code under test: every measured process (the agent processes too) gets a
 ``sitecustomize`` that patches the named mechanism right after its module is imported. Names:
-``codecache``, ``prewarm``, ``gc-pause``, ``lazy-config`` (see ``WITHOUT``).
+``codecache``, ``fork-server``, ``gc-pause``, ``lazy-config`` (see ``WITHOUT``).
 
 ``--instructions`` counts instead of timing: each variant's ``repl --input``, ``run --input``
 and ``stop`` (a short command; no swarm is running, so it only finds that out) run once under
 ``valgrind --tool=callgrind --trace-children=yes`` (every process of the command, agent processes
 included, about a minute per variant), and the instructions of all processes are added up — the same
-figure on a loaded machine as on an idle one. It does not see what runs in parallel (the prewarmed
-agent process saves wall time, not instructions): time ``prewarm``.
+figure on a loaded machine as on an idle one. It does not see what runs in parallel (the fork
+server's template, started early, saves wall time, not instructions): time ``fork-server``.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ from tests.support.runtime_harness import FAKE_KEY_ENV, fake_provider_bundle, go
 WITHOUT: dict[str, tuple[str, str]] = {
     # compiled dataclass methods of earlier starts (goondan/codecache.py) are not installed
     "codecache": ("goondan.codecache", "module.install = lambda *args, **kwargs: None"),
-    # `goondan run` starts no prewarmed agent process (goondan/swarm/prewarm.py)
-    "prewarm": ("goondan.swarm.prewarm", "module.prewarm_agent_process = lambda: None"),
+    # no fork server: agent processes are spawned (goondan/swarm/forktemplate.py)
+    "fork-server": ("goondan.swarm.forktemplate", "module.fork_server_enabled = lambda *a: False"),
     # the collector is neither paused during start-up nor frozen after it (goondan/__main__.py,
-    # commands/common.py defer_gc/startup_done, the prewarmed agent's imports)
+    # commands/common.py defer_gc/startup_done, the fork template's imports)
     "gc-pause": ("gc", "module.disable = module.freeze = lambda: None"),
     # the package exports of goondan.config are imported with the package
     # (goondan/config/__init__.py)

@@ -5,7 +5,8 @@ Runs the delegation example's scripted ``worker`` agent (no network) on both eng
 * agent-request round trip: a request to an already running instance (median);
 * instance cold start: a new instanceKey → its first answer (median);
 * events/s: ``--instances`` new keys × 2 events each, all at once;
-* memory: PSS per idle instance (local: one agent process; Ray: host PSS growth / instances);
+* memory: PSS per idle instance (local: one agent process — a forked one shares the template's
+  pages; Ray: host PSS growth / instances);
 * ingress events/s: the same burst through a connector's ``ctx.emit`` (inbox, routing,
   instances), from the start of the Connection (its connector process, or Ray's connector host)
   to the last turn.
@@ -16,7 +17,11 @@ once (default 1,000) with the hosts' total RSS and PSS per live instance.
 
 Ray runs as a local two-node cluster (``ray.cluster_utils.Cluster``) on 127.0.0.1. Usage::
 
-    python scripts/bench_engines.py [--instances 200] [--rounds 30]
+    python scripts/bench_engines.py [--instances 200] [--rounds 30] [--skip-local] [--skip-ray]
+        [--skip-pooled] [--pool-hosts N] [--live N]
+
+The local engine runs twice: with the fork server (column ``local``, agent processes forked from
+a pre-imported template) and without it (``local-spawn``, ``GOONDAN_FORK_SERVER=0``).
 """
 
 from __future__ import annotations
@@ -104,6 +109,7 @@ async def measure_ingress(spawner: Spawner, root: Path, state_root: Path, instan
         project_root=bundle.root,
         reconcile_interval_s=0,
         grace_period_ms=10_000,
+        ready_timeout_s=900,
     )
     connections = ConnectionRuntime(bundle, swarm, orch, spawner, state_root=state_root)
     async with orch:
@@ -131,8 +137,11 @@ def pss_kib(pid: int) -> int:
 async def measure(
     spawner: Spawner, bundle: Path, instances: int, rounds: int, pids: Any
 ) -> dict[str, float]:
+    # A long ready timeout: 100 interpreters starting at once on a loaded 2-core machine take
+    # more than the default minute, and a crash loop would measure the timeout, not the engine.
     orch = Orchestrator(spawner, swarm_name="default", entry_agent="worker", agents=["worker"],
-                        project_root=bundle, reconcile_interval_s=0, grace_period_ms=10_000)
+                        project_root=bundle, reconcile_interval_s=0, grace_period_ms=10_000,
+                        ready_timeout_s=900)
     out: dict[str, float] = {}
     async with orch:
         await orch.request("worker", "warm up", instance_key="warm", timeout_ms=120_000)
@@ -234,6 +243,19 @@ async def measure_live(spawner: Spawner, bundle: Path, live: int, host_pids: Any
             "liveHostsRssMiB": rss / 1024, "livePssPerInstanceKiB": (pss - base) / live}
 
 
+def local_figures(tmp: Path, name: str, bundle: Path, burst: Path, args: Any,
+                  fork_server: bool) -> dict[str, float]:
+    """The local engine's figures, agent processes forked by the fork server or spawned."""
+    spawner = ProcessSpawner(bundle, state_root=tmp / name, log_dir=tmp / "logs",
+                             fork_server=fork_server)
+    figures = asyncio.run(measure(spawner, bundle, args.instances, args.rounds, local_pss))
+    ingress = ProcessSpawner(burst, state_root=tmp / f"{name}-burst", swarm="default",
+                             log_dir=tmp / "logs", fork_server=fork_server)
+    figures["ingressEventsPerS"] = asyncio.run(
+        measure_ingress(ingress, burst, tmp / f"{name}-burst", args.instances))
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=200)
@@ -253,25 +275,20 @@ def main() -> int:
     results: dict[str, dict[str, float]] = {}
     try:
         if not args.skip_local:
-            spawner = ProcessSpawner(bundle, state_root=tmp / "local", log_dir=tmp / "logs")
-            results["local"] = asyncio.run(
-                measure(spawner, bundle, args.instances, args.rounds, local_pss)
-            )
-            ingress = ProcessSpawner(
-                burst, state_root=tmp / "local-burst", swarm="default", log_dir=tmp / "logs"
-            )
-            results["local"]["ingressEventsPerS"] = asyncio.run(
-                measure_ingress(ingress, burst, tmp / "local-burst", args.instances))
+            # process mode with the fork server (the default on Linux), then without it
+            for name, fork_server in (("local", True), ("local-spawn", False)):
+                results[name] = local_figures(tmp, name, bundle, burst, args, fork_server)
         if not args.skip_pooled:
             results["pooled"] = asyncio.run(measure_pooled(bundle, burst, tmp, args))
-        try:
-            if args.skip_ray:
-                raise ImportError("skipped")
-            import ray
-            from ray.cluster_utils import Cluster
-        except ImportError:
-            print("Ray figures skipped (--skip-ray, or: pip install 'pygoondan[ray]')")
+        if args.skip_ray:
             ray = None
+        else:
+            try:
+                import ray
+                from ray.cluster_utils import Cluster
+            except ImportError:
+                print("ray not installed (pip install 'pygoondan[ray]'): Ray figures skipped")
+                ray = None
         if ray is not None:
             # Loopback only, as tests/engines/conftest.py does it (see the notes there).
             os.environ.update(
@@ -325,7 +342,7 @@ def main() -> int:
         "pssPerIdleInstanceKiB",
         "ingressEventsPerS",
     ]
-    ratio = "local" in results and "ray" in results
+    ratio = "ray" in results and "local" in results
     print(
         f"{'figure':<24}"
         + "".join(f"{name:>12}" for name in results)
@@ -341,6 +358,8 @@ def main() -> int:
         print(f"pooled: {live['liveInstances']:.0f} live instances, hosts' RSS "
               f"{live['liveHostsRssMiB']:.1f} MiB, PSS per live instance "
               f"{live['livePssPerInstanceKiB']:.1f} KiB, opened at {live['liveOpenPerS']:.1f}/s")
+    print("(local: process mode with the fork server; local-spawn: without it; "
+          "pooled: policy.isolation pooled)")
     print(f"({args.instances} instances x 2 events; round trip and cold start: medians)")
     return 0
 

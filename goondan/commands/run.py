@@ -123,11 +123,11 @@ def run(
                                "--input or --input-file")
     options = get_globals()
     if engine == "local" and not (detach or foreground):
-        # The first agent process imports the runtime while this one loads the bundle and
-        # sets up the service (goondan/swarm/prewarm.py; docs/runtime.md "Performance").
-        from goondan.swarm.prewarm import prewarm_agent_process
+        # The fork server's template imports the runtime while this process loads the bundle
+        # and sets up the service (goondan/swarm/forktemplate.py; docs/scaling.md).
+        from goondan.swarm.forktemplate import start_early
 
-        prewarm_agent_process()
+        start_early()
     from goondan.config.cache import load_bundle_cached
     from goondan.swarm.service import SwarmService, load_env_files
 
@@ -241,11 +241,11 @@ def _attach(
 
     from goondan.console import LineReader, ReplSession
     from goondan.swarm.attach import AttachedBackend
-    from goondan.swarm.prewarm import discard_prewarmed
+    from goondan.swarm.forktemplate import discard_early
     from goondan.swarm.service import SwarmService, already_running
 
     assert isinstance(service, SwarmService)
-    discard_prewarmed()  # no agent process starts here: the running swarm has its own
+    discard_early()  # no agent process starts here: the running swarm has its own
     active, status = found
     if foreground:
         raise already_running(

@@ -174,6 +174,7 @@ class Orchestrator(ProcessSupervisor):
         self._pending.close(IpcError("the orchestrator is shutting down", code="E_IPC_SHUTDOWN"),
                              refuse_new=False)
         await self._close_tasks()
+        self.spawner.release()  # its helpers (the fork server's template) until the next spawn
 
     # -- public API --------------------------------------------------------------------------------
     def _check_agent(self, agent: str) -> None:

@@ -1,8 +1,8 @@
 """Starting a ``spawn`` child without losing the calling thread's signal mask
 (:func:`start_process`).
 
-Kept apart from :mod:`goondan.swarm.spawner` so that ``goondan run`` can start its prewarmed agent
-process (goondan/swarm/prewarm.py) before importing asyncio and the orchestrator.
+Kept apart from :mod:`goondan.swarm.spawner` so that ``goondan run`` can start the fork server's
+template process (goondan/swarm/forktemplate.py) before importing asyncio and the orchestrator.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ injection), so tests and the embedding API can swap real processes for in-proces
   signal mask of the thread that started it, and ``goondan run`` starts agents from threads
   that block SIGINT/SIGTERM (see :mod:`goondan.swarm.frontend`); a blocked SIGTERM would make
   the agent ignore graceful stops, so the mask is cleared before the target runs.
+  On Linux an agent process is forked from the **fork server**'s template instead
+  (:mod:`goondan.swarm.forkserver`): the same entry, environment and arguments, at the cost of a
+  fork rather than an interpreter start; it falls back to ``spawn`` where it cannot fork.
 * :class:`InProcessSpawner` runs a worker coroutine per instance in the current loop over an
   :class:`~goondan.ipc.channel.InProcessTransport` pair; ``kill()`` cancels it (like SIGKILL:
   the running turn is not folded).
@@ -37,12 +40,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from goondan.ipc.channel import InProcessTransport, PipeTransport, Transport
 from goondan.ipc.logs import connection_process_name, process_name
 from goondan.swarm.procstart import start_process
 from goondan.types import now_iso
+
+if TYPE_CHECKING:
+    from goondan.swarm.forkserver import ForkServer
 
 _log = logging.getLogger("goondan.swarm.spawner")
 
@@ -205,6 +211,10 @@ class Spawner(abc.ABC):
     async def spawn(self, request: SpawnRequest) -> AgentHandle:
         """Start the process for ``request`` and return its handle (before it is ready)."""
 
+    def release(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """The orchestrator stopped: free what only speeds up spawns (the fork server's
+        template); a later :meth:`spawn` starts it again."""
+
 
 def child_entry(target: ChildTarget, conn: Connection, argv: list[str]) -> None:
     """First code of every agent process: a clean signal mask, SIGINT ignored, then ``target``.
@@ -279,7 +289,10 @@ class _ProcessHandle(AgentHandle):
 
 
 class ProcessSpawner(Spawner):
-    """Starts real agent processes with the ``spawn`` start method."""
+    """Starts real agent processes: agents forked from the fork server's template where it is
+    available (:mod:`goondan.swarm.forkserver`; ``fork_server=False`` or
+    ``GOONDAN_FORK_SERVER=0`` turns it off), otherwise and for connectors with the ``spawn``
+    start method."""
 
     def __init__(
         self,
@@ -291,6 +304,7 @@ class ProcessSpawner(Spawner):
         target: ChildTarget | None = None,
         extra_args: Sequence[str] = (),
         targets: Mapping[str, ChildTarget] | None = None,
+        fork_server: bool | None = None,
     ) -> None:
         self.bundle_dir = Path(bundle_dir)
         self.state_root = Path(state_root)
@@ -302,6 +316,28 @@ class ProcessSpawner(Spawner):
         if target is not None:
             self._targets.setdefault("agent", target)
         self._context = multiprocessing.get_context("spawn")
+        self._fork_server: ForkServer | None = None
+        if fork_server is not False:
+            from goondan.swarm.forktemplate import fork_server_enabled
+
+            if fork_server_enabled(os.environ):
+                from goondan.swarm.forkserver import ForkServer
+
+                self._fork_server = ForkServer()
+
+    @property
+    def fork_server(self) -> ForkServer | None:
+        """The fork server agent processes are forked from (``None``: they are spawned)."""
+        return self._fork_server
+
+    def close(self) -> None:
+        """Stop the fork server's template process, if any (started processes keep running)."""
+        if self._fork_server is not None:
+            self._fork_server.close()
+
+    def release(self) -> None:
+        """Stop the fork server's template (see :meth:`Spawner.release`)."""
+        self.close()
 
     def __repr__(self) -> str:
         return f"<ProcessSpawner bundle={str(self.bundle_dir)!r} swarm={self.swarm!r}>"
@@ -339,12 +375,10 @@ class ProcessSpawner(Spawner):
     async def spawn(self, request: SpawnRequest) -> AgentHandle:
         """Start ``python`` (spawn) running ``target(conn, argv)``; returns once started."""
         target = self._targets.get(request.kind) or resolve_worker_entry(request.kind)
-        if request.kind == "agent":
-            from goondan.swarm.prewarm import take_prewarmed
-
-            warm = take_prewarmed(target, self.argv(request))  # `goondan run`'s head start
-            if warm is not None:
-                return _ProcessHandle(request, PipeTransport(warm[1]), warm[0])
+        if request.kind == "agent" and self._fork_server is not None:
+            forked = await self._fork_server.spawn(request, target, self.argv(request))
+            if forked is not None:
+                return forked
         parent_conn, child_conn = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=child_entry,

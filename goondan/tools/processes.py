@@ -50,10 +50,13 @@ _POLL_S = 0.005
 _orchestrator: str | None = None
 
 
-def enter_agent_process() -> None:
-    """Called first thing in an agent process: its parent is the orchestrator."""
+def enter_agent_process(orchestrator: int | None = None) -> None:
+    """Called first thing in an agent process: its orchestrator is ``orchestrator``, by default
+    its parent. Once per process: the fork server's child names the orchestrator (its parent is
+    the template) before the agent entry calls this again."""
     global _orchestrator
-    _orchestrator = owner_token(os.getppid())
+    if _orchestrator is None:
+        _orchestrator = owner_token(os.getppid() if orchestrator is None else orchestrator)
 
 
 def owner_env() -> dict[str, str]:
