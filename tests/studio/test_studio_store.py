@@ -177,12 +177,12 @@ def test_a_bad_store_url_and_an_unreachable_store_are_user_errors_without_the_pa
         return int(info.value.code or 0), out, err
 
     code, out, err = studio_cli("mysql://u:Sup3rSecret@h/db")
-    assert code != 0 and "[E_STORE_URL]" in err
+    assert code == 3 and "[E_STORE_URL]" in err
     assert "Sup3rSecret" not in out + err and "Traceback" not in err
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     code, out, err = studio_cli(
         f"postgresql://u:Sup3rSecret@127.0.0.1:{port}/db?connect_timeout=2")
-    assert code != 0 and "E_STORE_UNAVAILABLE" in err
+    assert code == 3 and "[E_STORE_UNAVAILABLE]" in err
     assert "Sup3rSecret" not in out + err and "Traceback" not in err
