@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,7 @@ from goondan.storage.url import mask_url, parse_store
 from goondan.studio.server import StudioServer
 from goondan.types import AgentEvent
 from tests.support.aio import run
-from tests.support.studio_client import EventStream, request
+from tests.support.studio_client import EventStream, request, studio_url
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "approvals"
@@ -186,3 +190,28 @@ def test_a_bad_store_url_and_an_unreachable_store_are_user_errors_without_the_pa
         f"postgresql://u:Sup3rSecret@127.0.0.1:{port}/db?connect_timeout=2")
     assert code == 3 and "[E_STORE_UNAVAILABLE]" in err
     assert "Sup3rSecret" not in out + err and "Traceback" not in err
+
+
+@pytest.mark.e2e
+def test_goondan_studio_on_goondan_store_shows_the_store_with_its_password_masked(
+    store: PostgresBackend, postgres_url: str, tmp_path: Path,
+) -> None:
+    """The command itself, the URL from GOONDAN_STORE: its output and answers mask it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "goondan", "--state-root", str(tmp_path), "studio", "--port",
+         "0"], env={**os.environ, "GOONDAN_STORE": postgres_url}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        url = studio_url(proc.stdout.readline())
+        second = proc.stdout.readline()
+        assert second.strip() == (f"store {mask_url(postgres_url)} (PostgreSQL; traces are read "
+                                  "from the state root)")
+        status, _, doc = request(url, "/api/overview")
+        assert status == 200 and doc["store"] == mask_url(postgres_url)
+        assert doc["workspaces"] == []
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    password = _password(postgres_url)
+    assert password not in second + out + err and "Traceback" not in err
