@@ -19,7 +19,6 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from goondan.conversation.codec import decode_events, decode_messages
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.conversation.state import fold
 from goondan.errors import GoondanError
@@ -71,12 +70,10 @@ def _snapshot(backend: StorageBackend, workspace_id: str, agent: str,
 
 
 def _decode(snap: InstanceSnapshot) -> tuple[list[Message], list[MessageEvent]]:
-    label = f"{snap.agent_name}:{snap.instance_key}"
-    messages = decode_messages("".join(m + "\n" for m in snap.messages).encode(),
-                               file=f"{label}/messages")
-    events = decode_events("".join(e + "\n" for e in snap.events).encode(),
-                           file=f"{label}/events")
-    return messages.records, events.records
+    from goondan.commands.store_read import decoded
+
+    messages, events, _ = decoded(snap, "the store")  # as inspect --store reads them
+    return messages, events
 
 
 def _crc(parts: list[str]) -> int:

@@ -83,6 +83,8 @@ def test_the_api_reads_a_postgresql_store_and_a_decision_resumes_the_parked_turn
     model = ScriptedModel(["hello there",
                            {"toolCalls": [_call("files__delete", path="old.txt")]}, "deleted it"])
     answers: list[str] = []
+    decided: list[str] = []
+    stream: list[EventStream] = []
 
     def fetch(path: str, **kwargs: Any) -> Any:
         status, doc = get(studio, path, **kwargs)
@@ -109,9 +111,6 @@ def test_the_api_reads_a_postgresql_store_and_a_decision_resumes_the_parked_turn
                 await asyncio.to_thread(see_it_live)
         finally:
             runtime_store.close()
-
-    decided: list[str] = []
-    stream: list[EventStream] = []
 
     def check_and_decide(workspace: str) -> None:
         doc = fetch("/api/overview")
