@@ -1,0 +1,211 @@
+"""``goondan run`` and ``goondan send`` on a PostgreSQL store (issue 36; docs/orchestrator.md
+"The store"), against the real PostgreSQL of tests/support/postgres.py.
+
+The store URL reaches ``goondan run`` and ``goondan send`` through ``GOONDAN_STORE`` (as a
+deployment passes a password); the state root given with ``--state-root`` keeps only the
+runtime files (pid records, control socket, logs): no conversation, journal, inbox or approval
+is written there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goondan.ipc.logs import process_name
+from goondan.swarm.state import list_live_processes, read_active
+from tests.support import soak
+from tests.support.backends import apply_schema
+from tests.support.connector_e2e import FAKE_KEY, base_bundle, goondan_run, start_run, wait_for
+from tests.support.runtime_harness import FAKE_KEY_ENV
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+LEDGER = Path(__file__).resolve().parents[1] / "fixtures" / "runtime" / "ledger"
+
+
+def _goondan(state_root: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, FAKE_KEY_ENV: FAKE_KEY, "GOONDAN_STORE": url},
+    )
+
+
+def _query(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+def _messages(url: str, key: str) -> list[dict[str, Any]]:
+    rows = _query(url, "SELECT m.message FROM goondan_messages m JOIN goondan_instances i "
+                  "ON i.id = m.instance_id WHERE i.instance_key = %s ORDER BY m.position", key)
+    return [json.loads(row[0]) for row in rows]
+
+
+def _texts(url: str, key: str) -> list[str]:
+    out: list[str] = []
+    for record in _messages(url, key):
+        content = record["data"]["content"]
+        if isinstance(content, str):
+            out.append(content)
+        else:
+            out.extend(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    return out
+
+
+def _count(url: str, key: str, marker: str) -> int:
+    return sum(text.count(marker) for text in _texts(url, key))
+
+
+def _no_jsonl_state(state_root: Path) -> None:
+    """Nothing of the store's under the local state root."""
+    for pattern in ("workspaces/*/instances", "workspaces/*/inputs", "workspaces/*/approvals"):
+        assert not list(state_root.glob(pattern)), pattern
+
+
+@pytest.fixture
+def store_url(postgres_url: str) -> str:
+    apply_schema(postgres_url)
+    return postgres_url
+
+
+def _running(state_root: Path, proc: subprocess.Popen[bytes]) -> bool:
+    active = read_active(state_root)
+    return (active is not None and active.pid == proc.pid) or proc.poll() is not None
+
+
+def test_run_and_send_with_a_postgres_store_keep_the_conversation_in_postgres_only(
+    state_root: Path, tmp_path: Path, store_url: str,
+) -> None:
+    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
+    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}) as proc:
+        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
+                        "<<hello>>")
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.strip() == "ok"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    roles = [m["data"]["role"] for m in _messages(store_url, "pg")]
+    assert roles == ["user", "assistant"]
+    assert _count(store_url, "pg", "<<hello>>") == 1
+    # the input's start is final: only its id is kept in the queue
+    assert _query(store_url, "SELECT state, event FROM goondan_inbox") == [("started", None)]
+    _no_jsonl_state(state_root)
+    assert list(state_root.glob("runtime/logs/*/orchestrator.stderr.log"))  # runtime: local
+    assert store_url.split("@")[0] not in "".join(  # the URL's password is in no log
+        p.read_text(errors="replace") for p in state_root.glob("runtime/logs/*/*.log"))
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(soak.trials(240, 3600))
+def test_sigkill_of_goondan_run_after_a_send_ack_delivers_the_input_once_from_postgres(
+    state_root: Path, tmp_path: Path, store_url: str,
+) -> None:
+    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
+    trials = soak.trials(2, 50)
+    env = {"GOONDAN_STORE": store_url}
+    for i in range(trials):
+        proc = start_run(bundle, state_root, env)
+        try:
+            wait_for(lambda: _running(state_root, proc), 60, "the orchestrator")  # noqa: B023
+            sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k",
+                            "durable", "--no-wait", f"<<p-{i}>>")
+            assert sent.returncode == 0, sent.stderr
+            assert sent.stdout.strip().startswith("evt")
+            # durable before the acknowledgement: the row is committed
+            assert _query(store_url, "SELECT count(*) FROM goondan_inbox WHERE id = %s",
+                          sent.stdout.strip()) == [(1,)]
+        finally:
+            proc.send_signal(signal.SIGKILL)  # the orchestrator alone, right after the ack
+            proc.wait(timeout=30)
+    proc = start_run(bundle, state_root, env)
+    try:
+        wait_for(lambda: _running(state_root, proc), 60, "the orchestrator")
+        wait_for(lambda: all(_count(store_url, "durable", f"<<p-{i}>>") >= 1
+                             for i in range(trials)), 60, "every input's turn")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    assert [_count(store_url, "durable", f"<<p-{i}>>") for i in range(trials)] == [1] * trials
+    _no_jsonl_state(state_root)
+    print(f"{trials} orchestrator SIGKILLs after a send ack (PostgreSQL): each input once")
+
+
+def _turn_started(url: str, key: str, text: str) -> bool:
+    rows = _query(url, "SELECT r.record FROM goondan_turn_records r JOIN goondan_instances i "
+                  "ON i.id = r.instance_id WHERE i.instance_key = %s", key)
+    for (record,) in rows:
+        data = json.loads(record)
+        if data.get("type") == "turn.started" and data["input"].get("input") == text:
+            return True
+    return False
+
+
+def _agent_pid(state_root: Path, agent: str, key: str, not_in: set[int]) -> int | None:
+    for row in list_live_processes(state_root):
+        if row.process == process_name(agent, key) and row.pid and row.pid not in not_in:
+            try:
+                os.kill(row.pid, 0)
+            except ProcessLookupError:
+                continue
+            return row.pid
+    return None
+
+
+def test_sigkill_of_the_agent_mid_turn_resumes_the_turn_from_postgres(
+    state_root: Path, tmp_path: Path, store_url: str,
+) -> None:
+    """The ledger agent of tests/e2e/test_resume_run.py: its process is killed while its turn
+    runs (journalled in PostgreSQL); the respawned process resumes it and the waiting ``send``
+    gets "done"; every tool call has one result, stored once."""
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(LEDGER, bundle, ignore=shutil.ignore_patterns("__pycache__"))
+    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}):
+        sender = subprocess.Popen(
+            [sys.executable, "-m", "goondan", "--state-root", str(state_root), "send",
+             "--bundle", str(bundle), "--instance-key", "soak", "--timeout", "120", "go 0"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "GOONDAN_STORE": store_url},
+        )
+        try:
+            wait_for(lambda: _turn_started(store_url, "soak", "go 0"), 60, "the turn")
+            found: list[int] = []
+            wait_for(lambda: found.append(_agent_pid(state_root, "worker", "soak", set()) or 0)
+                     or found[-1], 30, "the agent process")
+            pid = found[-1]
+            wait_for(lambda: (bundle / "calls.log").is_file(), 30, "a tool call")
+            time.sleep(0.2)  # inside the step's tool calls (each sleeps)
+            os.kill(pid, signal.SIGKILL)
+            out, err = sender.communicate(timeout=120)
+        finally:
+            if sender.poll() is None:
+                sender.kill()
+        assert sender.returncode == 0, err
+        assert out.strip() == "done", (out, err)
+    records = _messages(store_url, "soak")
+    calls, results = set(), []
+    for record in records:
+        content = record["data"]["content"]
+        for part in content if isinstance(content, list) else ():
+            if part["type"] == "tool-call":
+                calls.add(part["toolCallId"])
+            elif part["type"] == "tool-result":
+                results.append(part["toolCallId"])
+    assert len(calls) == 3 and sorted(results) == sorted(calls)
+    assert records[0]["data"]["role"] == "user" and records[-1]["data"]["role"] == "assistant"
+    assert _count(store_url, "soak", "go 0") == 1
+    assert _query(store_url, "SELECT count(*) FROM goondan_turn_records") == [(0,)]
+    _no_jsonl_state(state_root)
