@@ -209,3 +209,64 @@ def test_sigkill_of_the_agent_mid_turn_resumes_the_turn_from_postgres(
     assert _count(store_url, "soak", "go 0") == 1
     assert _query(store_url, "SELECT count(*) FROM goondan_turn_records") == [(0,)]
     _no_jsonl_state(state_root)
+
+
+def _control(state_root: Path, request: dict[str, Any]) -> dict[str, Any]:
+    import socket
+
+    active = read_active(state_root)
+    assert active is not None and active.control_socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(active.control_socket)
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        answer: dict[str, Any] = json.loads(sock.makefile("rb").readline())
+    return answer
+
+
+def test_an_approval_parks_in_postgres_and_its_decision_resumes_the_turn(
+    state_root: Path, tmp_path: Path, store_url: str,
+) -> None:
+    """The approvals example (tests/e2e/test_approvals_run.py) on PostgreSQL: the parked turn's
+    approval is a row of the store; a decision stored there and announced to the swarm (what
+    ``goondan approvals approve`` does) resumes the turn, which runs the tool once."""
+    from goondan.storage.postgres.backend import PostgresBackend
+    from tests.e2e.test_approvals_run import _bundle
+    from tests.support.fake_provider import FakeProvider, FakeReply
+
+    with FakeProvider() as fake:
+        fake.enqueue(FakeReply.calls(("files__delete", {"path": "old.txt"})),
+                     FakeReply.reply("old.txt is gone."))
+        bundle = _bundle(tmp_path, fake.base_url("openai"))
+        env = {"GOONDAN_STORE": store_url, FAKE_KEY_ENV: "sk-approvals-test"}
+        with goondan_run(bundle, state_root, env) as proc:
+            sent = subprocess.run(
+                [sys.executable, "-m", "goondan", "--state-root", str(state_root), "send",
+                 "--bundle", str(bundle), "--json", "delete old.txt"],
+                cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+            assert sent.returncode == 0, sent.stderr
+            answer = json.loads(sent.stdout)
+            assert answer["status"] == "waitingForApproval"
+            [row] = answer["approvals"]
+            [(workspace, status)] = _query(
+                store_url, "SELECT workspace_id, decision IS NULL FROM goondan_approvals "
+                "WHERE id = %s", row["id"])
+            assert status is True
+            assert [a["id"] for a in _control(state_root, {"command": "status"})["approvals"]] \
+                == [row["id"]]
+            assert not (bundle / "work" / "runs.log").exists()
+            backend = PostgresBackend.open(store_url)
+            try:
+                backend.approvals(workspace).decide(row["id"], approve=True, by="test",
+                                                    via="test")
+            finally:
+                backend.close()
+            assert _control(state_root, {"command": "approval", "id": row["id"]})["applied"]
+            wait_for(lambda: _count(store_url, "default", "old.txt is gone.") == 1, 30,
+                     "the resumed turn's answer")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+    assert (bundle / "work" / "runs.log").read_text().split()[0] == "delete"
+    assert len((bundle / "work" / "runs.log").read_text().splitlines()) == 1
+    assert not (bundle / "work" / "old.txt").exists()
+    _no_jsonl_state(state_root)
