@@ -664,7 +664,7 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
         max_depth=args.max_depth or DEFAULT_MAX_DEPTH, request_timeout_ms=spec.request_timeout_ms,
     )
     storage = None
-    if args.store:  # the swarm's store (goondan run --store); None: the JSONL state root
+    if getattr(args, "store", None):  # goondan run --store; None: the JSONL state root
         from goondan.storage.backends import open_backend
         from goondan.storage.url import parse_store
 
