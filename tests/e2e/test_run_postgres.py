@@ -270,3 +270,64 @@ def test_an_approval_parks_in_postgres_and_its_decision_resumes_the_turn(
     assert len((bundle / "work" / "runs.log").read_text().splitlines()) == 1
     assert not (bundle / "work" / "old.txt").exists()
     _no_jsonl_state(state_root)
+
+
+def test_webhook_events_acknowledged_before_a_sigkill_run_once_from_the_postgres_inbox(
+    state_root: Path, tmp_path: Path, store_url: str,
+) -> None:
+    """A Connection's inbox is a queue of the store: an event answered 200 just before the
+    orchestrator's SIGKILL runs once after the restart, and its id is refused as a duplicate
+    afterwards; the connector's ``ctx.state_dir`` stays on this machine."""
+    from tests.e2e.test_connector_delivery import WEBHOOK_CONNECTION, post_webhook
+    from tests.support.connector_e2e import address_file, webhook_port
+
+    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, WEBHOOK_CONNECTION)
+    env = {"GOONDAN_STORE": store_url}
+    trials = 2
+    for i in range(trials):
+        proc = start_run(bundle, state_root, env)
+        try:
+            answer = post_webhook(webhook_port(state_root, "http-in"), f"evt-{i}", f"<<p-{i}>>")
+            assert (answer["id"], answer["duplicate"]) == (f"evt-{i}", False)
+        finally:
+            proc.send_signal(signal.SIGKILL)  # the orchestrator alone, the moment the 200 arrived
+            proc.wait(timeout=30)
+        wait_for(lambda: address_file(state_root, "http-in") is None, 30,
+                 "the orphaned connector to stop")
+    proc = start_run(bundle, state_root, env)
+    try:
+        answer = post_webhook(webhook_port(state_root, "http-in"), "evt-0", "<<again>>")
+        assert answer["duplicate"] is True
+        wait_for(lambda: all(_count(store_url, "durable", f"<<p-{i}>>") >= 1
+                             for i in range(trials)), 60, "every event's turn")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    assert [_count(store_url, "durable", f"<<p-{i}>>") for i in range(trials)] == [1] * trials
+    assert _count(store_url, "durable", "<<again>>") == 0
+    rows = _query(store_url, "SELECT scope, id, state FROM goondan_inbox ORDER BY id")
+    assert rows == [("connections/default/http-in", f"evt-{i}", "started")
+                    for i in range(trials)]
+    _no_jsonl_state(state_root)
+    assert not list(state_root.glob("workspaces/*/connections/*/*/inbox.jsonl"))
+
+
+@pytest.mark.parametrize(("store", "extra", "expected"), [
+    ("postgresql://goondan:pw-s3cret@127.0.0.1:1/goondan", (), "E_STORE_UNAVAILABLE"),
+    ("postgresql://goondan:pw-s3cret@127.0.0.1:1/goondan", ("--engine", "ray"), "--engine ray"),
+    ("mysql://goondan:pw-s3cret@127.0.0.1/goondan", (), "E_STORE_URL"),
+])
+def test_run_with_an_unusable_store_fails_before_starting_and_masks_the_password(
+    state_root: Path, tmp_path: Path, store: str, extra: tuple[str, ...], expected: str,
+) -> None:
+    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
+    done = subprocess.run(
+        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle",
+         str(bundle), "--input", "hi", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "GOONDAN_STORE": store},
+    )
+    assert done.returncode != 0
+    assert expected in done.stderr, done.stderr
+    assert "pw-s3cret" not in done.stderr + done.stdout
+    assert not list(state_root.glob("runtime/logs/*/*.log"))  # nothing was started
