@@ -16,6 +16,8 @@ only running swarm: :func:`goondan.commands.common.find_running`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from goondan.commands.common import (
@@ -75,7 +77,8 @@ def send(
     as_json = as_json or get_globals().json_errors
     try:
         _use_store(store)
-        return _send(text, bundle, swarm, agent, instance_key, timeout_s, as_json, wait, no_wait)
+        return _send(text, bundle, swarm, agent, instance_key, timeout_s, as_json, wait, no_wait,
+                     store)
     except GoondanError as err:
         # --json: stdout always holds one answer object, a failure before any answer too
         # (docs/cli.md); the error itself goes to stderr as every --json error does
@@ -98,6 +101,21 @@ def _use_store(store: str | None) -> None:
         get_globals().state_root = str(location.path)
 
 
+def _same_store(active: Any, store: str | None) -> None:
+    """``E_STORE_MISMATCH`` when a PostgreSQL ``--store`` is not the running swarm's store."""
+    from goondan.errors import ConfigError
+    from goondan.storage.url import parse_store
+
+    location = parse_store(store)
+    if location.kind == "postgres" and active.store != location.display:
+        runs_on = active.store or "its JSONL state root"
+        raise ConfigError(
+            f"the running swarm {active.swarm!r} keeps its state in {runs_on}, "
+            f"not in {location.display}", code="E_STORE_MISMATCH", location="--store",
+            suggestion="give the store the swarm was started with (goondan status shows it), "
+            "or start the swarm with 'goondan run --store' on this store")
+
+
 def _send(
     text: str,
     bundle: str | None,
@@ -108,6 +126,7 @@ def _send(
     as_json: bool,
     wait: bool,
     no_wait: bool,
+    store: str | None = None,
 ) -> int:
     import asyncio
     import json
@@ -120,6 +139,7 @@ def _send(
 
     options = get_globals()
     active = find_running(bundle, swarm)
+    _same_store(active, store)
     # This process resolved nothing: the answer may repeat a key of the running bundle.
     register_bundle_secrets(options.resolve_state_root(), bundles=(Path(active.bundle_path),))
     if text == "-":

@@ -52,6 +52,7 @@ from goondan.runtime.budget import TraceBudgets
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.ledger import Budget, UsageLedger
 from goondan.secrets import SecretMaskingFilter
+from goondan.storage.url import mask_url
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import ProcessSpawner, Spawner
 from goondan.swarm.state import (
@@ -357,6 +358,7 @@ class SwarmService:
             ],
             control_socket=str(self.socket_path),
             status_file=str(self.status_file),
+            store=mask_url(self.store_url) if self.store_url else None,
         )
         await asyncio.to_thread(write_active, self.state_root, self.active)
         # inspect from another directory masks this bundle's secrets (docs/security.md).

@@ -94,6 +94,13 @@ def test_run_and_send_with_a_postgres_store_keep_the_conversation_in_postgres_on
                         "<<hello>>")
         assert sent.returncode == 0, sent.stderr
         assert sent.stdout.strip() == "ok"
+        from goondan.storage.url import mask_url
+
+        active = read_active(state_root)
+        assert active is not None and active.store == mask_url(store_url)
+        other = store_url.rsplit("/", 1)[0] + "/another"
+        refused = _goondan(state_root, other, "send", "--bundle", str(bundle), "-k", "pg", "x")
+        assert refused.returncode != 0 and "[E_STORE_MISMATCH]" in refused.stderr
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     roles = [m["data"]["role"] for m in _messages(store_url, "pg")]
