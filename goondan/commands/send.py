@@ -16,8 +16,6 @@ only running swarm: :func:`goondan.commands.common.find_running`).
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from goondan.commands.common import (
@@ -101,21 +99,6 @@ def _use_store(store: str | None) -> None:
         get_globals().state_root = str(location.path)
 
 
-def _same_store(active: Any, store: str | None) -> None:
-    """``E_STORE_MISMATCH`` when a PostgreSQL ``--store`` is not the running swarm's store."""
-    from goondan.errors import ConfigError
-    from goondan.storage.url import parse_store
-
-    location = parse_store(store)
-    if location.kind == "postgres" and active.store != location.display:
-        runs_on = active.store or "its JSONL state root"
-        raise ConfigError(
-            f"the running swarm {active.swarm!r} keeps its state in {runs_on}, "
-            f"not in {location.display}", code="E_STORE_MISMATCH", location="--store",
-            suggestion="give the store the swarm was started with (goondan status shows it), "
-            "or start the swarm with 'goondan run --store' on this store")
-
-
 def _send(
     text: str,
     bundle: str | None,
@@ -139,7 +122,10 @@ def _send(
 
     options = get_globals()
     active = find_running(bundle, swarm)
-    _same_store(active, store)
+    from goondan.storage.url import parse_store
+    from goondan.swarm.stored import check_same_store
+
+    check_same_store(active, parse_store(store), where="--store")
     # This process resolved nothing: the answer may repeat a key of the running bundle.
     register_bundle_secrets(options.resolve_state_root(), bundles=(Path(active.bundle_path),))
     if text == "-":

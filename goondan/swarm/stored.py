@@ -25,6 +25,7 @@ from goondan.connectors.event import ConnectorEvent
 from goondan.connectors.inbox import InboxRecord
 from goondan.errors import GoondanError
 from goondan.ipc.logs import safe_key
+from goondan.storage.url import ENV_STORE, StoreLocation
 from goondan.types import AgentEvent, JsonObject
 from goondan.workspace.files import private_dirs
 from goondan.workspace.inbox import InboxEntry
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
     from goondan.swarm.orchestrator import Orchestrator
 
 __all__ = [
-    "QueueConnectionInbox", "QueueSwarmInbox", "claim_in_queue", "connection_scope",
+    "QueueConnectionInbox", "QueueSwarmInbox", "check_same_store", "claim_in_queue",
+    "connection_scope",
     "inputs_scope", "queue_marker", "resume_interrupted", "turn_origin_in",
 ]
 
@@ -175,6 +177,27 @@ class QueueConnectionInbox:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def check_same_store(active: Any, location: StoreLocation, *, where: str) -> None:
+    """``E_STORE_MISMATCH`` unless ``location`` (a parsed ``--store``/``GOONDAN_STORE``) may
+    talk to the running swarm ``active`` (its :class:`~goondan.swarm.state.ActiveRuntime`):
+    a PostgreSQL store must be the swarm's; a swarm on PostgreSQL needs its URL when ``where``
+    is ``GOONDAN_STORE`` (a restart starts it again from that variable)."""
+    from goondan.errors import ConfigError
+
+    store = getattr(active, "store", None)
+    if location.kind != "postgres" and (store is None or where != ENV_STORE):
+        return
+    if location.kind == "postgres" and store == location.display:
+        return
+    runs_on = store or "its JSONL state root"
+    given = location.display if location.kind == "postgres" else "no PostgreSQL URL"
+    raise ConfigError(
+        f"the running swarm {active.swarm!r} keeps its state in {runs_on}; {where} gives "
+        f"{given}", code="E_STORE_MISMATCH", location=where,
+        suggestion="give the store the swarm was started with (its runtime record shows it, "
+        "masked)")
 
 
 def turn_origin_in(storage: StorageBackend, workspace_id: str, agent: str,

@@ -101,6 +101,13 @@ def test_run_and_send_with_a_postgres_store_keep_the_conversation_in_postgres_on
         other = store_url.rsplit("/", 1)[0] + "/another"
         refused = _goondan(state_root, other, "send", "--bundle", str(bundle), "-k", "pg", "x")
         assert refused.returncode != 0 and "[E_STORE_MISMATCH]" in refused.stderr
+        # restart --full starts the swarm again from GOONDAN_STORE: without it, nothing stops
+        no_url = subprocess.run(
+            [sys.executable, "-m", "goondan", "--state-root", str(state_root), "restart",
+             "--bundle", str(bundle), "--full"], cwd=REPO, capture_output=True, text=True,
+            timeout=60, env={k: v for k, v in os.environ.items() if k != "GOONDAN_STORE"})
+        assert no_url.returncode != 0 and "[E_STORE_MISMATCH]" in no_url.stderr
+        assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     roles = [m["data"]["role"] for m in _messages(store_url, "pg")]
@@ -110,8 +117,33 @@ def test_run_and_send_with_a_postgres_store_keep_the_conversation_in_postgres_on
     assert _query(store_url, "SELECT state, event FROM goondan_inbox") == [("started", None)]
     _no_jsonl_state(state_root)
     assert list(state_root.glob("runtime/logs/*/orchestrator.stderr.log"))  # runtime: local
-    assert store_url.split("@")[0] not in "".join(  # the URL's password is in no log
+    from urllib.parse import urlsplit
+
+    password = urlsplit(store_url).password
+    assert password and password not in "".join(  # the URL's password is in no log
         p.read_text(errors="replace") for p in state_root.glob("runtime/logs/*/*.log"))
+
+
+def test_restart_fresh_deletes_the_agents_instances_from_postgres(
+    state_root: Path, tmp_path: Path, store_url: str,
+) -> None:
+    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
+    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}) as proc:
+        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
+                        "<<before>>")
+        assert sent.returncode == 0, sent.stderr
+        assert _count(store_url, "pg", "<<before>>") == 1
+        restarted = _goondan(state_root, store_url, "restart", "--bundle", str(bundle),
+                             "--fresh", "--agent", "assistant")
+        assert restarted.returncode == 0, restarted.stderr
+        assert _messages(store_url, "pg") == []
+        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
+                        "<<after>>")
+        assert sent.returncode == 0, sent.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    assert [m["data"]["role"] for m in _messages(store_url, "pg")] == ["user", "assistant"]
+    assert _count(store_url, "pg", "<<after>>") == 1
 
 
 @pytest.mark.soak
