@@ -189,6 +189,9 @@ def run(
         from goondan.swarm.attach import SwarmGone, claim_or_attach
 
         while (found := claim_or_attach(service)) is not None:  # None: this process runs it
+            from goondan.swarm.stored import check_same_store
+
+            check_same_store(found[0], location, where="--store")  # a PostgreSQL store: its own
             try:
                 return _attach(
                     service,

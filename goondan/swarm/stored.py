@@ -179,6 +179,21 @@ class QueueConnectionInbox:
         self.queue.close()
 
 
+def _database(url: str) -> tuple[str, int, str]:
+    """(host, port, database) of a PostgreSQL URL: two URLs of one database may differ in
+    their user, password or options."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    try:
+        port = parts.port or int(query.get("port") or 5432)
+    except ValueError:
+        port = 0
+    return (parts.hostname or query.get("host") or "", port,
+            parts.path.lstrip("/") or query.get("dbname") or "")
+
+
 def check_same_store(active: Any, location: StoreLocation, *, where: str) -> None:
     """``E_STORE_MISMATCH`` unless ``location`` (a parsed ``--store``/``GOONDAN_STORE``) may
     talk to the running swarm ``active`` (its :class:`~goondan.swarm.state.ActiveRuntime`):
@@ -189,7 +204,8 @@ def check_same_store(active: Any, location: StoreLocation, *, where: str) -> Non
     store = getattr(active, "store", None)
     if location.kind != "postgres" and (store is None or where != ENV_STORE):
         return
-    if location.kind == "postgres" and store == location.display:
+    if location.kind == "postgres" and store is not None and (
+            _database(store) == _database(location.display)):
         return
     runs_on = store or "its JSONL state root"
     given = location.display if location.kind == "postgres" else "no PostgreSQL URL"

@@ -370,3 +370,52 @@ def test_run_with_an_unusable_store_fails_before_starting_and_masks_the_password
     assert expected in done.stderr, done.stderr
     assert "pw-s3cret" not in done.stderr + done.stdout
     assert not list(state_root.glob("runtime/logs/*/*.log"))  # nothing was started
+
+
+def _cmdlines(state_root: Path) -> str:
+    """The command lines of the swarm's orchestrator and agent processes."""
+    active = read_active(state_root)
+    assert active is not None
+    pids = [active.pid] + [row.pid for row in list_live_processes(state_root) if row.pid]
+    out = ""
+    for pid in pids:
+        try:
+            out += Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") + "\n"
+        except OSError:
+            continue
+    return out
+
+
+def test_run_detach_with_store_keeps_the_url_off_every_command_line(
+    state_root: Path, tmp_path: Path, store_url: str,
+) -> None:
+    """``run --detach --store URL``: the background orchestrator gets the URL in its
+    environment, its agent processes through the spawn pipe; ``send``/``attach`` reach it with
+    the same store, and the conversation is in PostgreSQL."""
+    from urllib.parse import urlsplit
+
+    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
+    env = {k: v for k, v in os.environ.items() if k != "GOONDAN_STORE"}
+
+    def goondan(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "goondan", "--state-root", str(state_root), *args],
+            cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+
+    started = goondan("run", "--detach", "--store", store_url, "--bundle", str(bundle))
+    assert started.returncode == 0, started.stderr
+    try:
+        sent = goondan("send", "--store", store_url, "--bundle", str(bundle), "-k", "pg",
+                       "<<detached>>")
+        assert sent.returncode == 0, sent.stderr
+        attached = goondan("run", "--store", store_url, "--bundle", str(bundle), "-k", "pg",
+                           "--input", "<<attached>>")
+        assert attached.returncode == 0, attached.stderr
+        password = urlsplit(store_url).password
+        assert password and password not in _cmdlines(state_root)
+    finally:
+        stopped = goondan("stop", "--bundle", str(bundle))
+    assert stopped.returncode == 0, stopped.stderr
+    assert _count(store_url, "pg", "<<detached>>") == 1
+    assert _count(store_url, "pg", "<<attached>>") == 1
+    _no_jsonl_state(state_root)
