@@ -85,67 +85,6 @@ def _running(state_root: Path, proc: subprocess.Popen[bytes]) -> bool:
     return (active is not None and active.pid == proc.pid) or proc.poll() is not None
 
 
-def test_run_and_send_with_a_postgres_store_keep_the_conversation_in_postgres_only(
-    state_root: Path, tmp_path: Path, store_url: str,
-) -> None:
-    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
-    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}) as proc:
-        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
-                        "<<hello>>")
-        assert sent.returncode == 0, sent.stderr
-        assert sent.stdout.strip() == "ok"
-        from goondan.storage.url import mask_url
-
-        active = read_active(state_root)
-        assert active is not None and active.store == mask_url(store_url)
-        other = store_url.rsplit("/", 1)[0] + "/another"
-        refused = _goondan(state_root, other, "send", "--bundle", str(bundle), "-k", "pg", "x")
-        assert refused.returncode != 0 and "[E_STORE_MISMATCH]" in refused.stderr
-        # restart --full starts the swarm again from GOONDAN_STORE: without it, nothing stops
-        no_url = subprocess.run(
-            [sys.executable, "-m", "goondan", "--state-root", str(state_root), "restart",
-             "--bundle", str(bundle), "--full"], cwd=REPO, capture_output=True, text=True,
-            timeout=60, env={k: v for k, v in os.environ.items() if k != "GOONDAN_STORE"})
-        assert no_url.returncode != 0 and "[E_STORE_MISMATCH]" in no_url.stderr
-        assert proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    roles = [m["data"]["role"] for m in _messages(store_url, "pg")]
-    assert roles == ["user", "assistant"]
-    assert _count(store_url, "pg", "<<hello>>") == 1
-    # the input's start is final: only its id is kept in the queue
-    assert _query(store_url, "SELECT state, event FROM goondan_inbox") == [("started", None)]
-    _no_jsonl_state(state_root)
-    assert list(state_root.glob("runtime/logs/*/orchestrator.stderr.log"))  # runtime: local
-    from urllib.parse import urlsplit
-
-    password = urlsplit(store_url).password
-    assert password and password not in "".join(  # the URL's password is in no log
-        p.read_text(errors="replace") for p in state_root.glob("runtime/logs/*/*.log"))
-
-
-def test_restart_fresh_deletes_the_agents_instances_from_postgres(
-    state_root: Path, tmp_path: Path, store_url: str,
-) -> None:
-    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
-    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}) as proc:
-        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
-                        "<<before>>")
-        assert sent.returncode == 0, sent.stderr
-        assert _count(store_url, "pg", "<<before>>") == 1
-        restarted = _goondan(state_root, store_url, "restart", "--bundle", str(bundle),
-                             "--fresh", "--agent", "assistant")
-        assert restarted.returncode == 0, restarted.stderr
-        assert _messages(store_url, "pg") == []
-        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
-                        "<<after>>")
-        assert sent.returncode == 0, sent.stderr
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    assert [m["data"]["role"] for m in _messages(store_url, "pg")] == ["user", "assistant"]
-    assert _count(store_url, "pg", "<<after>>") == 1
-
-
 @pytest.mark.soak
 @pytest.mark.timeout(soak.trials(240, 3600))
 def test_sigkill_of_goondan_run_after_a_send_ack_delivers_the_input_once_from_postgres(
@@ -322,7 +261,7 @@ def test_webhook_events_acknowledged_before_a_sigkill_run_once_from_the_postgres
 
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, WEBHOOK_CONNECTION)
     env = {"GOONDAN_STORE": store_url}
-    trials = 2
+    trials = 1  # the orchestrator SIGKILL trials of the Swarm's inbox are above
     for i in range(trials):
         proc = start_run(bundle, state_root, env)
         try:
@@ -386,16 +325,22 @@ def _cmdlines(state_root: Path) -> str:
     return out
 
 
-def test_run_detach_with_store_keeps_the_url_off_every_command_line(
+def test_run_send_attach_and_restart_with_a_postgres_store_keep_the_state_in_postgres_only(
     state_root: Path, tmp_path: Path, store_url: str,
 ) -> None:
     """``run --detach --store URL``: the background orchestrator gets the URL in its
-    environment, its agent processes through the spawn pipe; ``send``/``attach`` reach it with
-    the same store, and the conversation is in PostgreSQL."""
+    environment, its agent processes through the spawn pipe (on no command line); ``send`` and
+    an attaching ``run`` reach it with the same store (another store is ``E_STORE_MISMATCH``);
+    ``restart --fresh`` deletes the agent's instances from the store; the conversation and the
+    inputs are in PostgreSQL only, the runtime files under the local state root."""
     from urllib.parse import urlsplit
+
+    from goondan.storage.url import mask_url
 
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
     env = {k: v for k, v in os.environ.items() if k != "GOONDAN_STORE"}
+    password = urlsplit(store_url).password
+    assert password
 
     def goondan(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -405,17 +350,35 @@ def test_run_detach_with_store_keeps_the_url_off_every_command_line(
     started = goondan("run", "--detach", "--store", store_url, "--bundle", str(bundle))
     assert started.returncode == 0, started.stderr
     try:
+        active = read_active(state_root)
+        assert active is not None and active.store == mask_url(store_url)
         sent = goondan("send", "--store", store_url, "--bundle", str(bundle), "-k", "pg",
-                       "<<detached>>")
-        assert sent.returncode == 0, sent.stderr
+                       "<<hello>>")
+        assert (sent.returncode, sent.stdout.strip()) == (0, "ok"), sent.stderr
+        assert _count(store_url, "pg", "<<hello>>") == 1
+        assert password not in _cmdlines(state_root)
+        other = store_url.rsplit("/", 1)[0] + "/another"
+        refused = goondan("send", "--store", other, "--bundle", str(bundle), "-k", "pg", "x")
+        assert refused.returncode != 0 and "[E_STORE_MISMATCH]" in refused.stderr
+        # restart --full starts the swarm again from GOONDAN_STORE: without it, nothing stops
+        no_url = goondan("restart", "--bundle", str(bundle), "--full")
+        assert no_url.returncode != 0 and "[E_STORE_MISMATCH]" in no_url.stderr
+        assert read_active(state_root) == active
+        fresh = goondan("restart", "--bundle", str(bundle), "--fresh", "--agent", "assistant")
+        assert fresh.returncode == 0, fresh.stderr
+        assert _messages(store_url, "pg") == []
         attached = goondan("run", "--store", store_url, "--bundle", str(bundle), "-k", "pg",
                            "--input", "<<attached>>")
         assert attached.returncode == 0, attached.stderr
-        password = urlsplit(store_url).password
-        assert password and password not in _cmdlines(state_root)
     finally:
         stopped = goondan("stop", "--bundle", str(bundle))
     assert stopped.returncode == 0, stopped.stderr
-    assert _count(store_url, "pg", "<<detached>>") == 1
+    assert [m["data"]["role"] for m in _messages(store_url, "pg")] == ["user", "assistant"]
     assert _count(store_url, "pg", "<<attached>>") == 1
+    # each input's start is final: only its id is kept in the queue
+    assert _query(store_url, "SELECT DISTINCT state, event FROM goondan_inbox") == [
+        ("started", None)]
     _no_jsonl_state(state_root)
+    assert list(state_root.glob("runtime/logs/*/orchestrator.stderr.log"))  # runtime: local
+    assert password not in "".join(  # the URL's password is in no log
+        p.read_text(errors="replace") for p in state_root.glob("runtime/logs/*/*.log"))
