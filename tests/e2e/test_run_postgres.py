@@ -14,13 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from goondan.ipc.logs import process_name
 from goondan.swarm.state import list_live_processes, read_active
 from tests.support import soak
 from tests.support.backends import apply_schema
@@ -29,7 +27,6 @@ from tests.support.runtime_harness import FAKE_KEY_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-LEDGER = Path(__file__).resolve().parents[1] / "fixtures" / "runtime" / "ledger"
 
 
 def _goondan(state_root: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -118,75 +115,6 @@ def test_sigkill_of_goondan_run_after_a_send_ack_delivers_the_input_once_from_po
     assert [_count(store_url, "durable", f"<<p-{i}>>") for i in range(trials)] == [1] * trials
     _no_jsonl_state(state_root)
     print(f"{trials} orchestrator SIGKILLs after a send ack (PostgreSQL): each input once")
-
-
-def _turn_started(url: str, key: str, text: str) -> bool:
-    rows = _query(url, "SELECT r.record FROM goondan_turn_records r JOIN goondan_instances i "
-                  "ON i.id = r.instance_id WHERE i.instance_key = %s", key)
-    for (record,) in rows:
-        data = json.loads(record)
-        if data.get("type") == "turn.started" and data["input"].get("input") == text:
-            return True
-    return False
-
-
-def _agent_pid(state_root: Path, agent: str, key: str, not_in: set[int]) -> int | None:
-    for row in list_live_processes(state_root):
-        if row.process == process_name(agent, key) and row.pid and row.pid not in not_in:
-            try:
-                os.kill(row.pid, 0)
-            except ProcessLookupError:
-                continue
-            return row.pid
-    return None
-
-
-def test_sigkill_of_the_agent_mid_turn_resumes_the_turn_from_postgres(
-    state_root: Path, tmp_path: Path, store_url: str,
-) -> None:
-    """The ledger agent of tests/e2e/test_resume_run.py: its process is killed while its turn
-    runs (journalled in PostgreSQL); the respawned process resumes it and the waiting ``send``
-    gets "done"; every tool call has one result, stored once."""
-    import shutil
-
-    bundle = tmp_path / "bundle"
-    shutil.copytree(LEDGER, bundle, ignore=shutil.ignore_patterns("__pycache__"))
-    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}):
-        sender = subprocess.Popen(
-            [sys.executable, "-m", "goondan", "--state-root", str(state_root), "send",
-             "--bundle", str(bundle), "--instance-key", "soak", "--timeout", "120", "go 0"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "GOONDAN_STORE": store_url},
-        )
-        try:
-            wait_for(lambda: _turn_started(store_url, "soak", "go 0"), 60, "the turn")
-            found: list[int] = []
-            wait_for(lambda: found.append(_agent_pid(state_root, "worker", "soak", set()) or 0)
-                     or found[-1], 30, "the agent process")
-            pid = found[-1]
-            wait_for(lambda: (bundle / "calls.log").is_file(), 30, "a tool call")
-            time.sleep(0.2)  # inside the step's tool calls (each sleeps)
-            os.kill(pid, signal.SIGKILL)
-            out, err = sender.communicate(timeout=120)
-        finally:
-            if sender.poll() is None:
-                sender.kill()
-        assert sender.returncode == 0, err
-        assert out.strip() == "done", (out, err)
-    records = _messages(store_url, "soak")
-    calls, results = set(), []
-    for record in records:
-        content = record["data"]["content"]
-        for part in content if isinstance(content, list) else ():
-            if part["type"] == "tool-call":
-                calls.add(part["toolCallId"])
-            elif part["type"] == "tool-result":
-                results.append(part["toolCallId"])
-    assert len(calls) == 3 and sorted(results) == sorted(calls)
-    assert records[0]["data"]["role"] == "user" and records[-1]["data"]["role"] == "assistant"
-    assert _count(store_url, "soak", "go 0") == 1
-    assert _query(store_url, "SELECT count(*) FROM goondan_turn_records") == [(0,)]
-    _no_jsonl_state(state_root)
 
 
 def _control(state_root: Path, request: dict[str, Any]) -> dict[str, Any]:
