@@ -44,7 +44,6 @@ RUN_MODULES = (
     "test_steering_run",
     "test_approvals_run",
     "test_resume_run",
-    "test_studio_run",
     "test_pooled_run",
     "test_run_postgres",
     "test_studio_postgres",

@@ -23,6 +23,7 @@ import pytest
 
 from goondan.commands.approvals import local_user
 from goondan.swarm.daemon import wait_for
+from tests.support.process_tree import ProcessWatch, supported
 from tests.support.studio_client import EventStream, request, studio_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -133,6 +134,10 @@ class Studio:
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
+    """One swarm and one studio for the module. The swarm outlives each test, so the check that
+    ``goondan run`` leaves no process behind (tests/e2e/conftest.py) is made here, once the
+    module's swarm and studio are stopped, rather than after each test."""
+    watch = ProcessWatch() if supported() else None
     base = tmp_path_factory.mktemp("studio-run")
     root = base / "bundle"
     (root / "tools").mkdir(parents=True)
@@ -149,6 +154,9 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
             running.proc.kill()
             running.proc.wait(10)
         running.goondan("stop", "-b", str(root))
+    if watch is not None:
+        leftovers = watch.leftovers()
+        assert leftovers == [], f"processes outlived the module's swarm: {leftovers}"
 
 
 def _conversation_href(studio: Studio) -> str:
