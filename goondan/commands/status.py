@@ -127,7 +127,7 @@ def status(
     swarms = [swarm_status(active) for active in records]
     if as_json or options.json_errors:
         doc: JsonObject = {"swarms": swarms} if store_doc is None else {
-            "store": store_doc, "swarms": swarms,
+            "store": store_doc, "swarms": swarms, **_failover(store_doc, swarm),
         }
         click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
         return 0
@@ -170,6 +170,14 @@ def status(
                 )
         _approvals(doc.get("approvals") or [])
     return 0
+
+
+def _failover(store_doc: JsonObject, swarm: str | None) -> JsonObject:
+    """``active`` (the node holding the swarm's lease) and ``standbys`` (docs/cli.md)."""
+    from goondan.swarm.leadership import failover_status
+
+    leases = store_doc.get("leases")
+    return failover_status(leases if isinstance(leases, list) else [], swarm)
 
 
 def _approvals(rows: list[JsonObject]) -> None:
