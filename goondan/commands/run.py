@@ -234,9 +234,14 @@ def run(
         if leadership is not None:
             leadership.close()
     if leadership is not None and leadership.lost:
-        from goondan.storage.leases import StaleLeaseError
+        from goondan.errors import WorkspaceError
 
-        raise StaleLeaseError(leadership.name, leadership.granted or 0)
+        raise WorkspaceError(
+            f"this node lost the swarm's lease {leadership.name!r} (it could not renew it in "
+            "time) and stopped; the store refused its writes from that moment",
+            code="E_STORE_LEASE_LOST", location=leadership.name,
+            suggestion="another node is active now (goondan status --store URL --json); start "
+            "this one again to stand by")
     return code
 
 

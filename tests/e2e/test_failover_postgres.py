@@ -277,10 +277,14 @@ def test_a_stale_leader_stopped_past_its_lease_writes_nothing_after_the_takeover
         wait_for(lambda: len(log.read_text().splitlines()) == 2, 60, "the tool again on b")
         gate.touch()
         wait_for(lambda: _count(store_url, "stale", "<<answer>>") >= 1, 60, "b's answer")
-        messages = _query(store_url, "SELECT count(*) FROM goondan_messages")
+        rows = ("SELECT (SELECT count(*) FROM goondan_messages), (SELECT count(*) FROM "
+                "goondan_events), (SELECT count(*) FROM goondan_turn_records), (SELECT "
+                "string_agg(id || state, ',') FROM goondan_inbox)")
+        before = _query(store_url, rows)
         _kill_node(procs[0], signal.SIGCONT)  # its tool sees the gate and returns now
         assert procs[0].wait(timeout=60) != 0  # it stepped down: E_STORE_LEASE_LOST
-        assert _query(store_url, "SELECT count(*) FROM goondan_messages") == messages
+        assert "[E_STORE_LEASE_LOST]" in (tmp_path / "node-a.err").read_text()
+        assert _query(store_url, rows) == before  # no row written by the stale node
         assert _count(store_url, "stale", "<<answer>>") == 1
         assert _count(store_url, "stale", "gate passed") == 1
         assert _holder_pid(store_url) == procs[1].pid
