@@ -25,7 +25,7 @@ from tests.support.backends import apply_schema
 from tests.support.connector_e2e import FAKE_KEY, wait_for
 from tests.support.runtime_harness import FAKE_KEY_ENV
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[2]
 TAKEOVER_LIMIT = 5.0  # seconds from the active node's death to the standby holding the lease
 
@@ -214,6 +214,8 @@ def test_status_names_the_active_node_and_its_standby(tmp_path: Path, store_url:
             proc.wait(timeout=30)
 
 
+@pytest.mark.soak
+@pytest.mark.timeout(soak.trials(240, 3600))
 def test_sigkill_of_the_active_node_mid_turn_the_standby_resumes_the_turn_once(
     tmp_path: Path, store_url: str,
 ) -> None:
@@ -294,3 +296,54 @@ def test_a_stale_leader_stopped_past_its_lease_writes_nothing_after_the_takeover
             _kill_node(proc, signal.SIGCONT)
             _kill_node(proc)
             proc.wait(timeout=30)
+
+
+def _post_with_retries(roots: list[Path], event_id: str, text: str,
+                       timeout: float = 90) -> dict[str, Any]:
+    """POST one signed webhook event to whichever node answers: each attempt tries every node's
+    listening port (its address.json) until one answers 200 — a client that fails over."""
+    from tests.e2e.test_connector_delivery import post_webhook
+    from tests.support.connector_e2e import address_file
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for root in roots:
+            path = address_file(root, "http-in")
+            try:
+                port = int(json.loads(path.read_text())["port"]) if path else 0
+                if port:
+                    return post_webhook(port, event_id, text)
+            except (OSError, ValueError, KeyError, AssertionError):
+                continue  # not listening (a dead node's stale address), refused, reset
+        time.sleep(0.05)  # a retry's back-off while no node listens yet
+    raise AssertionError(f"no node answered event {event_id}")
+
+
+def test_webhook_events_sent_with_retries_during_a_failover_each_run_once(
+    tmp_path: Path, store_url: str,
+) -> None:
+    """A client posts events one after another, retrying against the other node's port; the
+    active node is SIGKILLed in the middle: every event's turn is stored exactly once."""
+    from tests.e2e.test_connector_delivery import WEBHOOK_CONNECTION
+    from tests.support.connector_e2e import base_bundle
+
+    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, WEBHOOK_CONNECTION)
+    procs, roots = _start_pair(tmp_path, store_url, bundle)
+    events = 12
+    answers: list[dict[str, Any]] = []
+    try:
+        for i in range(events):
+            if i == events // 3:
+                _kill_node(procs[0])  # the active node dies between two events' sends
+            answers.append(_post_with_retries(roots, f"evt-{i}", f"<<p-{i}>>"))
+        wait_for(lambda: all(_count(store_url, "durable", f"<<p-{i}>>") >= 1
+                             for i in range(events)), 90, "every event's turn")
+        assert _holder_pid(store_url) == procs[1].pid
+    finally:
+        for proc in procs:
+            _kill_node(proc)
+            proc.wait(timeout=30)
+    assert [a["id"] for a in answers] == [f"evt-{i}" for i in range(events)]
+    assert [_count(store_url, "durable", f"<<p-{i}>>") for i in range(events)] == [1] * events
+    rows = _query(store_url, "SELECT id, state FROM goondan_inbox ORDER BY id")
+    assert sorted(rows) == sorted((f"evt-{i}", "started") for i in range(events))
