@@ -14,13 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from goondan.ipc.logs import process_name
 from goondan.swarm.state import list_live_processes, read_active
 from tests.support import soak
 from tests.support.backends import apply_schema
@@ -29,7 +27,6 @@ from tests.support.runtime_harness import FAKE_KEY_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-LEDGER = Path(__file__).resolve().parents[1] / "fixtures" / "runtime" / "ledger"
 
 
 def _goondan(state_root: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -85,67 +82,6 @@ def _running(state_root: Path, proc: subprocess.Popen[bytes]) -> bool:
     return (active is not None and active.pid == proc.pid) or proc.poll() is not None
 
 
-def test_run_and_send_with_a_postgres_store_keep_the_conversation_in_postgres_only(
-    state_root: Path, tmp_path: Path, store_url: str,
-) -> None:
-    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
-    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}) as proc:
-        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
-                        "<<hello>>")
-        assert sent.returncode == 0, sent.stderr
-        assert sent.stdout.strip() == "ok"
-        from goondan.storage.url import mask_url
-
-        active = read_active(state_root)
-        assert active is not None and active.store == mask_url(store_url)
-        other = store_url.rsplit("/", 1)[0] + "/another"
-        refused = _goondan(state_root, other, "send", "--bundle", str(bundle), "-k", "pg", "x")
-        assert refused.returncode != 0 and "[E_STORE_MISMATCH]" in refused.stderr
-        # restart --full starts the swarm again from GOONDAN_STORE: without it, nothing stops
-        no_url = subprocess.run(
-            [sys.executable, "-m", "goondan", "--state-root", str(state_root), "restart",
-             "--bundle", str(bundle), "--full"], cwd=REPO, capture_output=True, text=True,
-            timeout=60, env={k: v for k, v in os.environ.items() if k != "GOONDAN_STORE"})
-        assert no_url.returncode != 0 and "[E_STORE_MISMATCH]" in no_url.stderr
-        assert proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    roles = [m["data"]["role"] for m in _messages(store_url, "pg")]
-    assert roles == ["user", "assistant"]
-    assert _count(store_url, "pg", "<<hello>>") == 1
-    # the input's start is final: only its id is kept in the queue
-    assert _query(store_url, "SELECT state, event FROM goondan_inbox") == [("started", None)]
-    _no_jsonl_state(state_root)
-    assert list(state_root.glob("runtime/logs/*/orchestrator.stderr.log"))  # runtime: local
-    from urllib.parse import urlsplit
-
-    password = urlsplit(store_url).password
-    assert password and password not in "".join(  # the URL's password is in no log
-        p.read_text(errors="replace") for p in state_root.glob("runtime/logs/*/*.log"))
-
-
-def test_restart_fresh_deletes_the_agents_instances_from_postgres(
-    state_root: Path, tmp_path: Path, store_url: str,
-) -> None:
-    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
-    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}) as proc:
-        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
-                        "<<before>>")
-        assert sent.returncode == 0, sent.stderr
-        assert _count(store_url, "pg", "<<before>>") == 1
-        restarted = _goondan(state_root, store_url, "restart", "--bundle", str(bundle),
-                             "--fresh", "--agent", "assistant")
-        assert restarted.returncode == 0, restarted.stderr
-        assert _messages(store_url, "pg") == []
-        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pg",
-                        "<<after>>")
-        assert sent.returncode == 0, sent.stderr
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    assert [m["data"]["role"] for m in _messages(store_url, "pg")] == ["user", "assistant"]
-    assert _count(store_url, "pg", "<<after>>") == 1
-
-
 @pytest.mark.soak
 @pytest.mark.timeout(soak.trials(240, 3600))
 def test_sigkill_of_goondan_run_after_a_send_ack_delivers_the_input_once_from_postgres(
@@ -179,75 +115,6 @@ def test_sigkill_of_goondan_run_after_a_send_ack_delivers_the_input_once_from_po
     assert [_count(store_url, "durable", f"<<p-{i}>>") for i in range(trials)] == [1] * trials
     _no_jsonl_state(state_root)
     print(f"{trials} orchestrator SIGKILLs after a send ack (PostgreSQL): each input once")
-
-
-def _turn_started(url: str, key: str, text: str) -> bool:
-    rows = _query(url, "SELECT r.record FROM goondan_turn_records r JOIN goondan_instances i "
-                  "ON i.id = r.instance_id WHERE i.instance_key = %s", key)
-    for (record,) in rows:
-        data = json.loads(record)
-        if data.get("type") == "turn.started" and data["input"].get("input") == text:
-            return True
-    return False
-
-
-def _agent_pid(state_root: Path, agent: str, key: str, not_in: set[int]) -> int | None:
-    for row in list_live_processes(state_root):
-        if row.process == process_name(agent, key) and row.pid and row.pid not in not_in:
-            try:
-                os.kill(row.pid, 0)
-            except ProcessLookupError:
-                continue
-            return row.pid
-    return None
-
-
-def test_sigkill_of_the_agent_mid_turn_resumes_the_turn_from_postgres(
-    state_root: Path, tmp_path: Path, store_url: str,
-) -> None:
-    """The ledger agent of tests/e2e/test_resume_run.py: its process is killed while its turn
-    runs (journalled in PostgreSQL); the respawned process resumes it and the waiting ``send``
-    gets "done"; every tool call has one result, stored once."""
-    import shutil
-
-    bundle = tmp_path / "bundle"
-    shutil.copytree(LEDGER, bundle, ignore=shutil.ignore_patterns("__pycache__"))
-    with goondan_run(bundle, state_root, {"GOONDAN_STORE": store_url}):
-        sender = subprocess.Popen(
-            [sys.executable, "-m", "goondan", "--state-root", str(state_root), "send",
-             "--bundle", str(bundle), "--instance-key", "soak", "--timeout", "120", "go 0"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "GOONDAN_STORE": store_url},
-        )
-        try:
-            wait_for(lambda: _turn_started(store_url, "soak", "go 0"), 60, "the turn")
-            found: list[int] = []
-            wait_for(lambda: found.append(_agent_pid(state_root, "worker", "soak", set()) or 0)
-                     or found[-1], 30, "the agent process")
-            pid = found[-1]
-            wait_for(lambda: (bundle / "calls.log").is_file(), 30, "a tool call")
-            time.sleep(0.2)  # inside the step's tool calls (each sleeps)
-            os.kill(pid, signal.SIGKILL)
-            out, err = sender.communicate(timeout=120)
-        finally:
-            if sender.poll() is None:
-                sender.kill()
-        assert sender.returncode == 0, err
-        assert out.strip() == "done", (out, err)
-    records = _messages(store_url, "soak")
-    calls, results = set(), []
-    for record in records:
-        content = record["data"]["content"]
-        for part in content if isinstance(content, list) else ():
-            if part["type"] == "tool-call":
-                calls.add(part["toolCallId"])
-            elif part["type"] == "tool-result":
-                results.append(part["toolCallId"])
-    assert len(calls) == 3 and sorted(results) == sorted(calls)
-    assert records[0]["data"]["role"] == "user" and records[-1]["data"]["role"] == "assistant"
-    assert _count(store_url, "soak", "go 0") == 1
-    assert _query(store_url, "SELECT count(*) FROM goondan_turn_records") == [(0,)]
-    _no_jsonl_state(state_root)
 
 
 def _control(state_root: Path, request: dict[str, Any]) -> dict[str, Any]:
@@ -322,7 +189,7 @@ def test_webhook_events_acknowledged_before_a_sigkill_run_once_from_the_postgres
 
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, WEBHOOK_CONNECTION)
     env = {"GOONDAN_STORE": store_url}
-    trials = 2
+    trials = 1  # the orchestrator SIGKILL trials of the Swarm's inbox are above
     for i in range(trials):
         proc = start_run(bundle, state_root, env)
         try:
@@ -386,16 +253,22 @@ def _cmdlines(state_root: Path) -> str:
     return out
 
 
-def test_run_detach_with_store_keeps_the_url_off_every_command_line(
+def test_run_send_attach_and_restart_with_a_postgres_store_keep_the_state_in_postgres_only(
     state_root: Path, tmp_path: Path, store_url: str,
 ) -> None:
     """``run --detach --store URL``: the background orchestrator gets the URL in its
-    environment, its agent processes through the spawn pipe; ``send``/``attach`` reach it with
-    the same store, and the conversation is in PostgreSQL."""
+    environment, its agent processes through the spawn pipe (on no command line); ``send`` and
+    an attaching ``run`` reach it with the same store (another store is ``E_STORE_MISMATCH``);
+    ``restart --fresh`` deletes the agent's instances from the store; the conversation and the
+    inputs are in PostgreSQL only, the runtime files under the local state root."""
     from urllib.parse import urlsplit
+
+    from goondan.storage.url import mask_url
 
     bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
     env = {k: v for k, v in os.environ.items() if k != "GOONDAN_STORE"}
+    password = urlsplit(store_url).password
+    assert password
 
     def goondan(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -405,17 +278,35 @@ def test_run_detach_with_store_keeps_the_url_off_every_command_line(
     started = goondan("run", "--detach", "--store", store_url, "--bundle", str(bundle))
     assert started.returncode == 0, started.stderr
     try:
+        active = read_active(state_root)
+        assert active is not None and active.store == mask_url(store_url)
         sent = goondan("send", "--store", store_url, "--bundle", str(bundle), "-k", "pg",
-                       "<<detached>>")
-        assert sent.returncode == 0, sent.stderr
+                       "<<hello>>")
+        assert (sent.returncode, sent.stdout.strip()) == (0, "ok"), sent.stderr
+        assert _count(store_url, "pg", "<<hello>>") == 1
+        assert password not in _cmdlines(state_root)
+        other = store_url.rsplit("/", 1)[0] + "/another"
+        refused = goondan("send", "--store", other, "--bundle", str(bundle), "-k", "pg", "x")
+        assert refused.returncode != 0 and "[E_STORE_MISMATCH]" in refused.stderr
+        # restart --full starts the swarm again from GOONDAN_STORE: without it, nothing stops
+        no_url = goondan("restart", "--bundle", str(bundle), "--full")
+        assert no_url.returncode != 0 and "[E_STORE_MISMATCH]" in no_url.stderr
+        assert read_active(state_root) == active
+        fresh = goondan("restart", "--bundle", str(bundle), "--fresh", "--agent", "assistant")
+        assert fresh.returncode == 0, fresh.stderr
+        assert _messages(store_url, "pg") == []
         attached = goondan("run", "--store", store_url, "--bundle", str(bundle), "-k", "pg",
                            "--input", "<<attached>>")
         assert attached.returncode == 0, attached.stderr
-        password = urlsplit(store_url).password
-        assert password and password not in _cmdlines(state_root)
     finally:
         stopped = goondan("stop", "--bundle", str(bundle))
     assert stopped.returncode == 0, stopped.stderr
-    assert _count(store_url, "pg", "<<detached>>") == 1
+    assert [m["data"]["role"] for m in _messages(store_url, "pg")] == ["user", "assistant"]
     assert _count(store_url, "pg", "<<attached>>") == 1
+    # each input's start is final: only its id is kept in the queue
+    assert _query(store_url, "SELECT DISTINCT state, event FROM goondan_inbox") == [
+        ("started", None)]
     _no_jsonl_state(state_root)
+    assert list(state_root.glob("runtime/logs/*/orchestrator.stderr.log"))  # runtime: local
+    assert password not in "".join(  # the URL's password is in no log
+        p.read_text(errors="replace") for p in state_root.glob("runtime/logs/*/*.log"))
