@@ -279,6 +279,9 @@ def test_a_stale_leader_stopped_past_its_lease_writes_nothing_after_the_takeover
         wait_for(lambda: len(log.read_text().splitlines()) == 2, 60, "the tool again on b")
         gate.touch()
         wait_for(lambda: _count(store_url, "stale", "<<answer>>") >= 1, 60, "b's answer")
+        wait_for(lambda: _query(store_url, "SELECT state FROM goondan_inbox") == [("started",)]
+                 and not _query(store_url, "SELECT 1 FROM goondan_turn_records"), 30,
+                 "b's turn to end (its start confirmed after the answer)")
         rows = ("SELECT (SELECT count(*) FROM goondan_messages), (SELECT count(*) FROM "
                 "goondan_events), (SELECT count(*) FROM goondan_turn_records), (SELECT "
                 "string_agg(id || state, ',') FROM goondan_inbox)")
