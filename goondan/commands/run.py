@@ -151,7 +151,8 @@ def run(
         raise click.UsageError(
             "--detach runs the local engine only; run --engine ray with --foreground"
         )
-    storage = None
+    storage: Any = None
+    leadership: Any = None  # goondan.swarm.leadership.Leadership on PostgreSQL
     if location.kind == "postgres" and engine != "local":
         raise click.UsageError("--engine ray runs on the JSONL state root only so far; "
                                "run a PostgreSQL store with --engine local")
@@ -159,6 +160,9 @@ def run(
         from goondan.storage.backends import open_backend
 
         storage = open_backend(location)  # E_STORE_UNAVAILABLE / _POSTGRES_MISSING now, not later
+        # one active orchestrator per swarm and store; every write fenced by its lease
+        leadership = _leadership(storage, loaded, swarm, state_root)
+        storage = storage.with_fence(leadership.fence)
     service = SwarmService(
         loaded,
         storage=storage,
@@ -217,15 +221,37 @@ def run(
             quiet=options.quiet,
             ready_timeout=ready_timeout,
         )
-    if foreground:
-        return _headless(service, quiet=options.quiet)
-    return _chat(
-        service,
-        lines,
-        instance_key or service.instance_key,
-        color=options.color,
-        quiet=options.quiet,
-    )
+    if leadership is not None:  # a standby until this node holds the swarm's lease
+        leadership.acquire(lambda text: None if options.quiet else click.echo(text, err=True))
+        service.spawner.extra_args += ["--store-lease", leadership.lease_arg()]  # type: ignore[attr-defined]
+    try:
+        if foreground:
+            code = _headless(service, quiet=options.quiet)
+        else:
+            code = _chat(service, lines, instance_key or service.instance_key,
+                         color=options.color, quiet=options.quiet)
+    finally:
+        if leadership is not None:
+            leadership.close()
+    if leadership is not None and leadership.lost:
+        from goondan.errors import WorkspaceError
+
+        raise WorkspaceError(
+            f"this node lost the swarm's lease {leadership.name!r} (it could not renew it in "
+            "time) and stopped; the store refused its writes from that moment",
+            code="E_STORE_LEASE_LOST", location=leadership.name,
+            suggestion="another node is active now (goondan status --store URL --json); start "
+            "this one again to stand by")
+    return code
+
+
+def _leadership(storage: Any, loaded: Any, swarm: str | None, state_root: Path) -> Any:
+    """The swarm's lease on a PostgreSQL store (docs/orchestrator.md "Failover")."""
+    from goondan.swarm.leadership import Leadership
+    from goondan.workspace.paths import workspace_id_for
+
+    return Leadership.open(storage.db, workspace_id_for(loaded.root, loaded.package_name),
+                           loaded.swarm_spec(swarm).name, state_root)
 
 
 def _input_lines(input_text: str | None, input_file: str | None) -> Iterable[str] | None:

@@ -130,7 +130,7 @@ def status(
     swarms = [swarm_status(active) for active in records]
     if as_json or options.json_errors:
         doc: JsonObject = {"swarms": swarms} if store_doc is None else {
-            "store": store_doc, "swarms": swarms,
+            "store": store_doc, "swarms": swarms, **_failover(store_doc, swarm),
         }
         click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
         return 0
@@ -202,6 +202,14 @@ def _hosts(hosts: list[JsonObject]) -> None:
                    f"{host.get('status')}, restarts {host.get('restarts', 0)}, "
                    f"cpu {cpu_text}, rss {_mib(host.get('rssBytes'))}, "
                    f"{len(instances)} instance(s): {', '.join(instances) or '-'}")
+
+
+def _failover(store_doc: JsonObject, swarm: str | None) -> JsonObject:
+    """``active`` (the node holding the swarm's lease) and ``standbys`` (docs/cli.md)."""
+    from goondan.swarm.leadership import failover_status
+
+    leases = store_doc.get("leases")
+    return failover_status(leases if isinstance(leases, list) else [], swarm)
 
 
 def _approvals(rows: list[JsonObject]) -> None:

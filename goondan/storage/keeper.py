@@ -81,6 +81,11 @@ class LeaseKeeper:
             self._thread.start()
         return self
 
+    def halt(self) -> None:
+        """Stop trying from now on without waiting for the thread (callable from
+        ``on_change``): a holder that lost the lease and steps down must not take it again."""
+        self._stop.set()
+
     def stop(self, *, release: bool = True) -> None:
         """Stop the thread; release the lease (a standby takes over at once) unless told not."""
         self._stop.set()

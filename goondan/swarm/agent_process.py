@@ -600,6 +600,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-depth", type=int, default=None)
     # a PostgreSQL URL (docs/storage.md), passed through the spawn pipe, never a command line
     parser.add_argument("--store", default=None)
+    # TOKEN:NAME, the orchestrator's lease on that store: every write fenced by it
+    parser.add_argument("--store-lease", default=None)
     return parser
 
 
@@ -663,12 +665,21 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
         worker.router, catalog, agent_name=args.agent_name, instance_key=args.instance_key,
         max_depth=args.max_depth or DEFAULT_MAX_DEPTH, request_timeout_ms=spec.request_timeout_ms,
     )
-    storage = None
+    storage: Any = None
     if getattr(args, "store", None):  # goondan run --store; None: the JSONL state root
         from goondan.storage.backends import open_backend
         from goondan.storage.url import parse_store
 
-        storage = await asyncio.to_thread(open_backend, parse_store(args.store))
+        lease = getattr(args, "store_lease", None)
+        if lease:  # failover (goondan/swarm/leadership.py): fenced, a stale leader's lock taken
+            from goondan.swarm.leadership import open_leased
+
+            storage = await asyncio.to_thread(
+                open_leased, args.store, lease,
+                workspace_id_for(bundle.root, bundle.package_name), args.agent_name,
+                args.instance_key)
+        else:
+            storage = await asyncio.to_thread(open_backend, parse_store(args.store))
         worker.queues = functools.partial(
             storage.queue, workspace_id_for(bundle.root, bundle.package_name))
     instance = await AgentInstance.open(
