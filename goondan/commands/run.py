@@ -152,9 +152,6 @@ def run(
             "--detach runs the local engine only; run --engine ray with --foreground"
         )
     storage = None
-    if location.kind == "postgres" and engine != "local":
-        raise click.UsageError("--engine ray runs on the JSONL state root only so far; "
-                               "run a PostgreSQL store with --engine local")
     if location.kind == "postgres":
         from goondan.storage.backends import open_backend
 
