@@ -234,3 +234,61 @@ def _all_instances(url: str) -> list[list[dict[str, Any]]]:
         keys = [str(r[0]) for r in conn.execute(
             "SELECT instance_key FROM goondan_instances WHERE agent_name = 'worker'").fetchall()]
     return [_messages(url, key) for key in keys]
+
+
+def test_hosts_that_do_not_see_the_state_root_run_on_postgres(
+    cluster: Any, tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``E_ENGINE_STATE_ROOT`` is the JSONL backend's: with a PostgreSQL store, hosts whose node
+    does not see the driver's state root (as if on another disk) open instances and answer."""
+    from goondan.engines.ray import spawner as module
+
+    apply_schema(postgres_url)
+    monkeypatch.setattr(module, "_write_marker", lambda path, token: None)  # as if on another disk
+    bundle = _bundle(tmp_path, tmp_path / "calls.log", tmp_path / "go")
+
+    async def main() -> str:
+        spawner = RaySpawner(bundle, state_root=tmp_path / "driver", hosts=1,
+                             store_url=postgres_url)
+        orch = Orchestrator(spawner, swarm_name="default", entry_agent="worker",
+                            agents=["worker"], project_root=bundle, grace_period_ms=5000)
+        try:
+            async with orch:
+                return response_text(await orch.request("worker", "hi", instance_key="k",
+                                                        timeout_ms=60_000))
+        finally:
+            await spawner.aclose()
+
+    assert asyncio.run(asyncio.wait_for(main(), 120)) == "hello"
+    assert [m.get("role") for m in _messages(postgres_url, "k")] == ["user", "assistant"]
+    _no_conversation_under(tmp_path / "driver")
+
+
+def test_goondan_run_engine_ray_with_a_postgres_store(
+    cluster: Any, tmp_path: Path, postgres_url: str,
+) -> None:
+    """``goondan run --engine ray`` with ``GOONDAN_STORE=postgresql://…``: the answer, the
+    conversation in PostgreSQL only, the password on no command line (it is not on the
+    driver's: it comes from the environment) and in no log of the swarm."""
+    import subprocess
+    import sys
+
+    apply_schema(postgres_url)
+    bundle = _bundle(tmp_path, tmp_path / "calls.log", tmp_path / "go")
+    state_root = tmp_path / "state"
+    result = subprocess.run(
+        [sys.executable, "-m", "goondan", "--state-root", str(state_root), "run", "--bundle",
+         str(bundle), "--engine", "ray", "--ray-address", cluster.address, "--input", "hi"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "GOONDAN_STORE": postgres_url},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "hello"
+    (stored,) = _all_instances(postgres_url)
+    assert [m.get("role") for m in stored] == ["user", "assistant"]
+    _no_conversation_under(state_root)
+    password = str(urlsplit(postgres_url).password)
+    assert password not in result.stdout + result.stderr
+    for path in state_root.rglob("*.log"):
+        assert password not in path.read_text(errors="replace"), path
+    _assert_password_nowhere_in_ray(password)

@@ -365,7 +365,8 @@ class RaySpawner(Spawner):
                     f"(workspace marker {check['path']} missing or different)",
                     code="E_ENGINE_STATE_ROOT",
                     suggestion="put the state root on a filesystem every Ray node mounts at the "
-                               "same path (--state-root / GOONDAN_STATE_ROOT); see docs/scaling.md",
+                               "same path (--state-root / GOONDAN_STATE_ROOT), or run on a "
+                               "PostgreSQL store (--store postgresql://…); see docs/scaling.md",
                 )
             self._epochs[index] = check["epoch"]
         loop = asyncio.get_running_loop()
