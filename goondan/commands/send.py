@@ -11,7 +11,9 @@ message fails with ``E_RUN_MESSAGE_TOO_LARGE`` (exit 2) before anything is sent.
 When a tool call needs approval the turn parks and the answer is
 ``{"status": "waitingForApproval", "approvals": [...]}`` (``--wait``: the final answer instead).
 The swarm is found from ``--bundle`` (default: the current directory's bundle, else the
-only running swarm: :func:`goondan.commands.common.find_running`).
+only running swarm: :func:`goondan.commands.common.find_running`). ``--store``: a path is the
+state root to look in; a PostgreSQL URL must be the running swarm's store (``E_STORE_MISMATCH``),
+which stores the message there before the acknowledgement (docs/orchestrator.md "The store").
 """
 
 from __future__ import annotations

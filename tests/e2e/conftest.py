@@ -46,6 +46,7 @@ RUN_MODULES = (
     "test_resume_run",
     "test_studio_run",
     "test_pooled_run",
+    "test_run_postgres",
 )
 
 
