@@ -163,8 +163,8 @@ async def run_hosted_agent(argv: list[str], transport: InProcessTransport,
                            bundles: BundleCache | None = None, *, store: str | None = None,
                            stores: StoreCache | None = None) -> int:
     """One agent instance inside a host: what a local agent process's main does. ``store``: the
-    PostgreSQL URL of ``goondan run --store`` (given beside ``argv``, never in it), opened in
-    ``stores``; None: the JSONL state root of ``argv``."""
+    PostgreSQL URL of ``goondan run --store`` (Ray gives it beside ``argv``, a pooled host's pipe
+    as ``--store`` in it), opened once per host in ``stores``; None: the JSONL state root."""
     from goondan.ipc.control import StartError
     from goondan.swarm.agent_process import AgentWorker, build_agent_instance, parse_args
 
@@ -172,7 +172,8 @@ async def run_hosted_agent(argv: list[str], transport: InProcessTransport,
     worker = AgentWorker(transport, agent_name=args.agent_name, instance_key=args.instance_key)
     try:
         bundle = None if bundles is None else await bundles.get(args.bundle_dir, args.state_root)
-        storage = None if store is None else await (stores or StoreCache()).get(store)
+        store = store or args.store
+        storage = None if not store else await (stores or StoreCache()).get(store)
         handler = await build_agent_instance(args, worker, bundle=bundle, storage=storage)
     except GoondanError as err:
         _log.error("agent %s failed to start: [%s] %s", args.agent_name, err.code, err.message)
