@@ -34,10 +34,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 _GATE = '''
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 
 async def wait(ctx, input):
+    print("gate-canary: the tool ran", file=sys.stderr, flush=True)
     with open(input["log"], "a", encoding="utf-8") as fh:
         fh.write(f"{os.getpid()} {ctx.idempotency_key}\\n")
     while not Path(input["go"]).exists():
@@ -148,21 +150,25 @@ def _no_conversation_under(state_root: Path) -> None:
         assert not list(state_root.glob(pattern)), pattern
 
 
-def _assert_password_nowhere_in_ray(password: str) -> None:
+def _assert_password_nowhere_in_ray(password: str, canary: str | None = None) -> None:
     """Not in a file under Ray's temporary directory (its session logs, the workers' stdout and
-    stderr, GCS files) nor in GCS's table of the actors (their options, names, placement; the
-    state API needs the dashboard, which the test cluster does not run)."""
+    stderr, GCS files; ``canary``, which a hosted tool printed on stderr, shows that the search
+    reaches what a host writes) nor in GCS's table of the actors (their options, names,
+    placement; the state API needs the dashboard, which the test cluster does not run)."""
     from ray._private.state import actors
 
     root = Path(os.environ["RAY_TMPDIR"])
     files = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
     assert any("worker-" in p.name for p in files), "no Ray worker log found to check"
+    seen = False
     for path in files:
         try:
             data = path.read_bytes()
         except OSError:  # a socket, a file removed meanwhile
             continue
         assert password.encode() not in data, path
+        seen = seen or (canary is not None and canary.encode() in data)
+    assert canary is None or seen, f"{canary!r} in no file under {root}"
     dump = json.dumps(actors(), default=str)
     assert "-host-" in dump and password not in dump
 
@@ -224,7 +230,7 @@ def test_a_lost_hosts_turn_resumes_from_postgres_on_its_restarted_host(
     results = [m for m in stored if m.get("role") == "tool"]
     assert len(users) == 1 and len(answers) == 1 and len(results) == 1, stored  # stored once
     _no_conversation_under(driver_root)
-    _assert_password_nowhere_in_ray(str(urlsplit(postgres_url).password))
+    _assert_password_nowhere_in_ray(str(urlsplit(postgres_url).password), "gate-canary")
 
 
 def _all_instances(url: str) -> list[list[dict[str, Any]]]:
