@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from goondan.commands.common import bundle_option, get_globals
+from goondan.commands.common import bundle_option, get_globals, store_option
 
 __all__ = ["studio"]
 
@@ -24,24 +25,43 @@ __all__ = ["studio"]
 @click.option("--token", default=None, envvar="GOONDAN_STUDIO_TOKEN",
               help="Require this token on every API request [env: GOONDAN_STUDIO_TOKEN].")
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in a web browser.")
+@store_option
 def studio(bundle: str | None, state_root: str | None, host: str, port: int,
-           token: str | None, open_browser: bool) -> None:
+           token: str | None, open_browser: bool, store: str | None = None) -> None:
     """Serve the studio: running swarms, conversations, traces and approvals in a web page."""
+    from goondan.commands.store_read import jsonl_root, postgres_location
     from goondan.secrets import register_secret
-    from goondan.studio.record import clear_studio_record, write_studio_record
-    from goondan.studio.server import StudioServer
+    from goondan.storage.backends import open_backend
 
     register_secret(token)  # never shown, like every other secret
     options = get_globals()
-    root = options.resolve_state_root(state_root)
+    location = postgres_location(store)  # E_STORE_URL; its password is registered as secret
+    root = options.resolve_state_root(jsonl_root(store, state_root))
     bundle = bundle or options.bundle
+    backend = open_backend(location) if location is not None else None  # E_STORE_UNAVAILABLE
+    try:
+        _serve(root, bundle, host, port, token, open_browser, backend,
+               location.display if location is not None else None)
+    finally:
+        if backend is not None:
+            backend.close()
+
+
+def _serve(root: Path, bundle: str | None, host: str, port: int, token: str | None,
+           open_browser: bool, backend: Any, store: str | None) -> None:
+    from goondan.studio.record import clear_studio_record, write_studio_record
+    from goondan.studio.server import StudioServer
+
     # What the page shows is masked like inspect's output: the bundles of the state root's
     # workspaces and running swarms (also those that appear later), and this one.
     server = StudioServer(root, host=host, port=port, token=token,
-                          bundles=(Path(bundle),) if bundle else ())
+                          bundles=(Path(bundle),) if bundle else (), backend=backend,
+                          store=store)
     server.refresh_secrets()
     record = write_studio_record(root, server.url)  # inspect trace prints links to it
     click.echo(f"studio: {server.url}")
+    if store is not None:
+        click.echo(f"  store {store} (PostgreSQL; traces are read from the state root)")
     click.echo(f"  state root {root}" + ("; API requests need the token (?token=…)"
                                          if token else "") + "; Ctrl-C stops it")
     if open_browser:

@@ -315,6 +315,12 @@ class StorageBackend(Protocol):
         read: its committed messages plus the events written so far); None when missing."""
         ...
 
+    def version(self, workspace_id: str, agent_name: str, instance_key: str) -> str | None:
+        """A cheap token (one query, or a few ``stat`` calls) that changes when the instance's
+        committed messages, pending events or metadata change; None when it is missing. What a
+        reader polls before it reads the :meth:`snapshot` again (the studio's live follow)."""
+        ...
+
     def restore(self, workspace_id: str, snapshot: InstanceSnapshot, *,
                 replace: bool = False) -> None:
         """Write the instance exactly as ``snapshot`` holds it, in one step (PostgreSQL: one

@@ -20,6 +20,7 @@ from goondan.storage.jsonl_snapshot import (
     queue_records,
     queue_scopes,
     read_snapshot,
+    read_version,
     restore_queue_record,
     restore_snapshot,
     workspace_ids,
@@ -138,6 +139,9 @@ class JsonlBackend:
     def snapshot(self, workspace_id: str, agent_name: str,
                  instance_key: str) -> InstanceSnapshot | None:
         return read_snapshot(self.state_root, workspace_id, agent_name, instance_key)
+
+    def version(self, workspace_id: str, agent_name: str, instance_key: str) -> str | None:
+        return read_version(self.state_root, workspace_id, agent_name, instance_key)
 
     def restore(self, workspace_id: str, snapshot: InstanceSnapshot, *,
                 replace: bool = False) -> None:

@@ -24,8 +24,8 @@ from goondan.workspace.journal import parse_records
 from goondan.workspace.paths import InstancePaths, StateLayout
 from goondan.workspace.store import InstanceStore, locate_instance, read_metadata
 
-__all__ = ["queue_records", "queue_scopes", "read_snapshot", "restore_queue_record",
-           "restore_snapshot", "workspace_ids"]
+__all__ = ["queue_records", "queue_scopes", "read_snapshot", "read_version",
+           "restore_queue_record", "restore_snapshot", "workspace_ids"]
 
 _QUEUE_ROOTS = ("inputs", "connections")
 
@@ -105,6 +105,22 @@ def _paths(state_root: Path, workspace_id: str, agent: str, key: str) -> Instanc
         if info.instance_key == key and info.agent_name == agent and not info.error:
             return info.paths
     return None
+
+
+def read_version(state_root: Path, workspace_id: str, agent: str, key: str) -> str | None:
+    """The instance's files by inode, size and modification time (None when missing)."""
+    paths = _paths(state_root, workspace_id, agent, key)
+    if paths is None:
+        return None
+    parts = []
+    for path in (paths.base, paths.events, paths.metadata):
+        try:
+            st = os.stat(path)
+        except OSError:
+            parts.append("-")
+            continue
+        parts.append(f"{st.st_ino}.{st.st_size}.{st.st_mtime_ns}")
+    return ":".join(parts)
 
 
 def read_snapshot(state_root: Path, workspace_id: str, agent: str,

@@ -27,16 +27,21 @@ from goondan.workspace.record import iter_workspace_records
 
 __all__ = [
     "ApiError",
+    "approval_doc",
     "approval_list",
+    "bundle_dirs",
     "conversation",
     "decide",
     "find_instance",
     "instance_doc",
     "masked",
     "masked_doc",
+    "matches",
     "message_doc",
     "overview",
     "studio_actor",
+    "swarm_names",
+    "swarms",
     "trace_doc",
     "trace_list",
 ]
@@ -75,7 +80,7 @@ def masked_doc(doc: JsonObject) -> JsonObject:
 
 # -- overview ---------------------------------------------------------------------------------
 
-def _bundle_dirs(root: Path) -> dict[str, str]:
+def bundle_dirs(root: Path) -> dict[str, str]:
     """workspace id → recorded bundle directory."""
     return {r["workspaceId"]: r["bundleRoot"] for r in iter_workspace_records(root)}
 
@@ -104,7 +109,7 @@ def instance_doc(info: InstanceInfo) -> JsonObject:
     return out
 
 
-def _swarms(root: Path, bundles: dict[str, str]) -> list[JsonObject]:
+def swarms(root: Path, bundles: dict[str, str]) -> list[JsonObject]:
     from goondan.commands.status import swarm_status
     from goondan.swarm.state import running_records
 
@@ -131,7 +136,7 @@ def _swarms(root: Path, bundles: dict[str, str]) -> list[JsonObject]:
 
 def overview(root: Path) -> JsonObject:
     """``GET /api/overview``: running swarms and every workspace's instances."""
-    bundles = _bundle_dirs(root)
+    bundles = bundle_dirs(root)
     workspaces: dict[str, JsonObject] = {}
     for info in iter_instances(root):
         entry = workspaces.setdefault(info.workspace_id, {
@@ -139,7 +144,7 @@ def overview(root: Path) -> JsonObject:
             "instances": [],
         })
         entry["instances"].append(instance_doc(info))
-    return masked_doc({"stateRoot": str(root), "swarms": _swarms(root, bundles),
+    return masked_doc({"stateRoot": str(root), "swarms": swarms(root, bundles),
                    "workspaces": list(workspaces.values())})
 
 
@@ -190,7 +195,7 @@ def message_doc(message: Message, *, pending: bool) -> JsonObject:
     return out
 
 
-def _matches(doc: JsonObject, needle: str) -> bool:
+def matches(doc: JsonObject, needle: str) -> bool:
     if needle in (doc.get("text") or "").lower():
         return True
     calls = doc.get("toolCalls")
@@ -221,7 +226,7 @@ def conversation(root: Path, workspace_id: str, agent: str, instance_key: str, *
         raise ApiError(422, err.code, err.message) from None
     if q:
         needle = q.lower()
-        docs = [d for d in docs if _matches(d, needle)]
+        docs = [d for d in docs if matches(d, needle)]
     total = len(docs)
     page = docs[offset:] if limit is None else docs[offset:offset + limit]
     return masked_doc({"instance": instance_doc(info), "total": total, "offset": offset,
@@ -305,7 +310,7 @@ def studio_actor() -> str:
     return f"studio:{local_user()}"
 
 
-def _approval_doc(approval: Any, workspace_id: str, swarm: str | None) -> JsonObject:
+def approval_doc(approval: Any, workspace_id: str, swarm: str | None) -> JsonObject:
     row = approval.to_dict()
     return {
         "id": row["id"], "workspaceId": workspace_id, "swarm": swarm, "agent": row["agent"],
@@ -318,11 +323,11 @@ def _approval_doc(approval: Any, workspace_id: str, swarm: str | None) -> JsonOb
     }
 
 
-def _swarm_names(root: Path) -> dict[str, str]:
+def swarm_names(root: Path) -> dict[str, str]:
     """workspace id → name of the swarm running it."""
     from goondan.swarm.state import running_records
 
-    bundles = _bundle_dirs(root)
+    bundles = bundle_dirs(root)
     out: dict[str, str] = {}
     for active in running_records(root):
         bundle_dir = str(Path(active.bundle_path).parent)
@@ -336,26 +341,28 @@ def approval_list(root: Path, *, status: str | None = None) -> JsonObject:
     """``GET /api/approvals``: every approval (``status`` filters), oldest first."""
     from goondan.commands.approvals import approval_stores
 
-    names = _swarm_names(root)
-    rows = [_approval_doc(a, store.dir.parent.name, names.get(store.dir.parent.name))
+    names = swarm_names(root)
+    rows = [approval_doc(a, store.dir.parent.name, names.get(store.dir.parent.name))
             for store in approval_stores(root, None) for a in store.list(status=status)]
     return masked_doc({"approvals": rows})
 
 
-def decide(root: Path, approval_id: str, *, approve: bool, reason: str | None) -> JsonObject:
-    """``POST /api/approvals/<id>``: the path of ``goondan approvals approve|deny``, recorded
-    as ``studio:<local user>`` via ``studio``; 409 when it was already decided."""
+def decide(root: Path, approval_id: str, *, approve: bool, reason: str | None,
+           backend: Any = None) -> JsonObject:
+    """``POST /api/approvals/<id>``: the path of ``goondan approvals approve|deny`` (in
+    ``backend``, a PostgreSQL store, when given), recorded as ``studio:<local user>`` via
+    ``studio``; 409 when it was already decided."""
     from goondan.commands.approvals import decide_approval
 
     try:
         found, mine, notified, workspace = decide_approval(
             root, approval_id, approve=approve, by=studio_actor(), via="studio",
-            reason=reason if not approve else None)
+            reason=reason if not approve else None, backend=backend)
     except GoondanError as err:
         if err.code == "E_APPROVAL_NOT_FOUND":
             raise ApiError(404, "E_STUDIO_NOT_FOUND", err.message) from None
         raise
-    doc = _approval_doc(found, workspace, _swarm_names(root).get(workspace))
+    doc = approval_doc(found, workspace, swarm_names(root).get(workspace))
     if not mine:
         raise ApiError(409, "E_STUDIO_ALREADY_DECIDED",
                        f"{approval_id} was already {found.status}"

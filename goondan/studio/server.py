@@ -73,7 +73,8 @@ class StudioServer:
 
     def __init__(self, state_root: Path, *, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, static_dir: Path = STATIC_DIR,
-                 bundles: tuple[Path, ...] = ()) -> None:
+                 bundles: tuple[Path, ...] = (), backend: Any = None,
+                 store: str | None = None) -> None:
         self.loopback = is_loopback(host)
         if not self.loopback and not token:
             raise UsageError(
@@ -83,6 +84,8 @@ class StudioServer:
                 "needs it), or keep the default --host 127.0.0.1",
             )
         self.state_root = Path(state_root)
+        self.backend = backend  # a PostgreSQL store (goondan.studio.store), else None: files
+        self.store = store  # its masked URL
         self.token = token or None
         self.bundles = bundles
         self._secret_sources: tuple[tuple[str, int], ...] | None = None
@@ -206,8 +209,9 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "POST":  # its body may be unread: never parse it as the next request
                 self.close_connection = True
             self._json(err.status, err.to_dict())
-        except GoondanError as err:
-            self._json(500, data.ApiError(500, err.code, err.message).to_dict())
+        except GoondanError as err:  # E_STORE_UNAVAILABLE: the database is down (503)
+            status = 503 if err.code == "E_STORE_UNAVAILABLE" else 500
+            self._json(status, data.ApiError(status, err.code, err.message).to_dict())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # a bug: answer 500 and say so on stderr (masked), keep serving
@@ -245,6 +249,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- API ------------------------------------------------------------------------------------
     def _api(self, method: str, parts: list[str], query: dict[str, str]) -> None:
         root = self.server.studio.state_root
+        if self.server.studio.backend is not None:
+            self._store_api(method, parts, query)
+            return
         if method == "POST":
             if len(parts) == 2 and parts[0] == "approvals":
                 self._json(200, self._decide(parts[1]))
@@ -286,7 +293,62 @@ class _Handler(BaseHTTPRequestHandler):
                 raise data.ApiError(404, "E_STUDIO_NOT_FOUND",
                                     f"no API path {urlsplit(self.path).path}")
 
+    def _store_api(self, method: str, parts: list[str], query: dict[str, str]) -> None:
+        """The API over a PostgreSQL store (:mod:`goondan.studio.store`); traces stay files."""
+        from goondan.studio import store
+
+        studio = self.server.studio
+        root, backend = studio.state_root, studio.backend
+        if method == "POST":
+            if len(parts) == 2 and parts[0] == "approvals":
+                approve, reason = self._decision()
+                self._json(200, store.decide(root, backend, parts[1], approve=approve,
+                                             reason=reason))
+                return
+            raise data.ApiError(404, "E_STUDIO_NOT_FOUND", f"no POST {urlsplit(self.path).path}")
+        match parts:
+            case ["overview"]:
+                self._json(200, store.overview(root, backend, studio.store or ""))
+            case ["stream"]:
+                def build() -> JsonObject:
+                    studio.refresh_secrets()
+                    return store.overview(root, backend, studio.store or "")
+
+                self._stream(live.stream(live.overview_events(build), studio.stopping,
+                                         alive=self._alive, interval=live.OVERVIEW_POLL_S))
+            case ["conversations", workspace, agent, key]:
+                self._json(200, store.conversation(
+                    backend, workspace, agent, key, q=query.get("q") or None,
+                    offset=_int(query, "offset", 0), limit=_int(query, "limit", None)))
+            case ["conversations", workspace, agent, key, "stream"]:
+                try:
+                    follower = store.StoreFollower(backend, workspace, agent, key,
+                                                   query.get("cursor") or None)
+                except ValueError:
+                    raise data.ApiError(400, "E_STUDIO_BAD_REQUEST",
+                                        "cursor is not one the conversation answered") from None
+                self._stream(live.stream(follower.poll, studio.stopping, alive=self._alive,
+                                         interval=store.POLL_S))
+            case ["traces"]:
+                doc = data.trace_list(root, limit=_int(query, "limit", 100) or 100)
+                self._json(200, {**doc, "note": store.trace_note(root)})
+            case ["traces", trace_id]:
+                self._json(200, {**data.trace_doc(root, trace_id),
+                                 "note": store.trace_note(root)})
+            case ["approvals"]:
+                self._json(200, store.approval_list(root, backend,
+                                                    status=query.get("status") or None))
+            case _:
+                raise data.ApiError(404, "E_STUDIO_NOT_FOUND",
+                                    f"no API path {urlsplit(self.path).path}")
+
     def _decide(self, approval_id: str) -> JsonObject:
+        approve, reason = self._decision()
+        return data.decide(self.server.studio.state_root, approval_id, approve=approve,
+                           reason=reason)
+
+    def _decision(self) -> tuple[bool, str | None]:
+        """The checked body of a decision: ``(approve, reason)``."""
         kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if kind != "application/json":
             raise data.ApiError(415, "E_STUDIO_BAD_REQUEST",
@@ -306,8 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
         if decision not in ("approve", "deny") or not isinstance(reason, str | None):
             raise data.ApiError(400, "E_STUDIO_BAD_REQUEST",
                                 'expected {"decision": "approve"|"deny", "reason": str?}')
-        return data.decide(self.server.studio.state_root, approval_id,
-                           approve=decision == "approve", reason=reason or None)
+        return decision == "approve", reason or None
 
     # -- answers --------------------------------------------------------------------------------
     def _json(self, status: int, doc: JsonObject) -> None:

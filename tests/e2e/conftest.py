@@ -47,6 +47,7 @@ RUN_MODULES = (
     "test_studio_run",
     "test_pooled_run",
     "test_run_postgres",
+    "test_studio_postgres",
 )
 
 

@@ -25,6 +25,7 @@ from goondan.storage.postgres.shared import PostgresApprovals, PostgresQueue, Sh
 from goondan.storage.postgres.snapshot import (
     queue_scopes,
     read_snapshot,
+    read_version,
     restore_snapshot,
     workspace_ids,
 )
@@ -137,6 +138,9 @@ class PostgresBackend:
     def snapshot(self, workspace_id: str, agent_name: str,
                  instance_key: str) -> InstanceSnapshot | None:
         return read_snapshot(self._shared, workspace_id, agent_name, instance_key)
+
+    def version(self, workspace_id: str, agent_name: str, instance_key: str) -> str | None:
+        return read_version(self._shared, workspace_id, agent_name, instance_key)
 
     def restore(self, workspace_id: str, snapshot: InstanceSnapshot, *,
                 replace: bool = False) -> None:

@@ -17,7 +17,7 @@ from goondan.storage.postgres.db import Connection
 from goondan.storage.postgres.shared import SharedConnection
 from goondan.storage.postgres.store import LOCK_CLASS, lock_key
 
-__all__ = ["queue_records", "queue_scopes", "read_snapshot", "restore_approval",
+__all__ = ["queue_records", "queue_scopes", "read_snapshot", "read_version", "restore_approval",
            "restore_queue_record", "restore_snapshot", "workspace_ids"]
 
 
@@ -59,6 +59,18 @@ def read_snapshot(shared: SharedConnection, workspace_id: str, agent: str,
         )
 
     return shared.run(work)
+
+
+def read_version(shared: SharedConnection, workspace_id: str, agent: str,
+                 key: str) -> str | None:
+    """One statement: the committed position, the running turn's events (count and last
+    seq) and a checksum of the metadata (None when the instance is missing)."""
+    row = shared.execute(
+        "SELECT i.message_count, md5(i.metadata), count(e.seq), coalesce(max(e.seq), -1) "
+        "FROM goondan_instances i LEFT JOIN goondan_events e ON e.instance_id = i.id "
+        "WHERE i.workspace_id = %s AND i.agent_name = %s AND i.instance_key = %s "
+        "GROUP BY i.id", (workspace_id, agent, key)).fetchone()
+    return None if row is None else ":".join(str(part) for part in row)
 
 
 def restore_snapshot(shared: SharedConnection, workspace_id: str, snapshot: InstanceSnapshot, *,

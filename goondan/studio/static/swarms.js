@@ -14,7 +14,9 @@ export async function renderSwarms(view, _params, isCurrent) {
   const body = el("div");
   fillOverview(body, overview);
   view.append(el("h1", null, "Swarms"),
-    el("p", { class: "muted" }, "State root ", el("code", null, overview.stateRoot || "")), body);
+    el("p", { class: "muted" }, "State root ", el("code", null, overview.stateRoot || ""),
+      overview.store ? " · store " : null,
+      overview.store ? el("code", { id: "store" }, overview.store) : null), body);
   main.replaceChildren(view);
   onOverview((data) => fillOverview(body, data));
 }
@@ -77,7 +79,8 @@ function workspaceList(workspaces) {
           inst.instanceKey),
           inst.instanceKey, { class: "mono" }),
         statusTag(inst.status),
-        el("span", { class: "muted" }, (inst.messageCount ?? 0) + " messages"),
+        inst.messageCount == null ? null
+          : el("span", { class: "muted" }, inst.messageCount + " messages"),
         inst.updatedAt ? el("span", { class: "muted" }, "updated " + fmtTime(inst.updatedAt))
           : null,
         inst.error ? el("span", { class: "status status-error" }, inst.error) : null));

@@ -11,6 +11,7 @@ export async function renderTraceList(view, _params, isCurrent) {
   const data = await api("/api/traces?limit=50");
   if (!isCurrent()) return;
   view.append(el("h1", null, "Traces"), traceIdForm());
+  if (data.note) view.append(el("p", { class: "muted", id: "trace-note" }, data.note));
   const traces = data.traces || [];
   if (!traces.length) {
     view.append(el("p", { class: "muted" }, "No trace recorded yet."));
