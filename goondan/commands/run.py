@@ -153,9 +153,6 @@ def run(
         )
     storage: Any = None
     leadership: Any = None  # goondan.swarm.leadership.Leadership on PostgreSQL
-    if location.kind == "postgres" and engine != "local":
-        raise click.UsageError("--engine ray runs on the JSONL state root only so far; "
-                               "run a PostgreSQL store with --engine local")
     if location.kind == "postgres":
         from goondan.storage.backends import open_backend
 
@@ -223,7 +220,10 @@ def run(
         )
     if leadership is not None:  # a standby until this node holds the swarm's lease
         leadership.acquire(lambda text: None if options.quiet else click.echo(text, err=True))
-        service.spawner.extra_args += ["--store-lease", leadership.lease_arg()]  # type: ignore[attr-defined]
+        # every agent's arguments carry the lease (pooled and Ray hosts build them with the
+        # ProcessSpawner they hold as ``local``)
+        argv_spawner: Any = getattr(service.spawner, "local", service.spawner)
+        argv_spawner.extra_args += ["--store-lease", leadership.lease_arg()]
     try:
         if foreground:
             code = _headless(service, quiet=options.quiet)

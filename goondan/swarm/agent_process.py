@@ -642,9 +642,10 @@ async def _child(conn: Connection, args: argparse.Namespace, build: HandlerBuild
 
 
 async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
-                               bundle: Any | None = None) -> TurnHandler:
+                               bundle: Any | None = None, storage: Any = None) -> TurnHandler:
     """Load the bundle (unless a host that runs many instances passes the one it loaded) and
-    open the ``AgentInstance`` wired to the orchestrator."""
+    open the ``AgentInstance`` wired to the orchestrator; ``storage``: the store a host shares
+    between its instances (else the one ``--store`` names, else the JSONL state root)."""
     from goondan.config.cache import load_bundle_cached
     from goondan.runtime.agents import DEFAULT_MAX_DEPTH, AgentsFactory, SwarmCatalog
     from goondan.runtime.instance import AgentInstance
@@ -665,21 +666,24 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
         worker.router, catalog, agent_name=args.agent_name, instance_key=args.instance_key,
         max_depth=args.max_depth or DEFAULT_MAX_DEPTH, request_timeout_ms=spec.request_timeout_ms,
     )
-    storage: Any = None
-    if getattr(args, "store", None):  # goondan run --store; None: the JSONL state root
+    lease = getattr(args, "store_lease", None)
+    if storage is None and getattr(args, "store", None):  # goondan run --store
         from goondan.storage.backends import open_backend
         from goondan.storage.url import parse_store
 
-        lease = getattr(args, "store_lease", None)
-        if lease:  # failover (goondan/swarm/leadership.py): fenced, a stale leader's lock taken
-            from goondan.swarm.leadership import open_leased
+        url = args.store
+        if lease:  # failover: this process's sessions are named by the lease token
+            from goondan.swarm.leadership import lease_application_name, parse_lease_arg
 
-            storage = await asyncio.to_thread(
-                open_leased, args.store, lease,
-                workspace_id_for(bundle.root, bundle.package_name), args.agent_name,
-                args.instance_key)
-        else:
-            storage = await asyncio.to_thread(open_backend, parse_store(args.store))
+            url = lease_application_name(url, parse_lease_arg(lease)[0])
+        storage = await asyncio.to_thread(open_backend, parse_store(url))
+    if storage is not None and lease:  # failover (goondan/swarm/leadership.py)
+        from goondan.swarm.leadership import fence_instance
+
+        storage = await asyncio.to_thread(
+            fence_instance, storage, lease, workspace_id_for(bundle.root, bundle.package_name),
+            args.agent_name, args.instance_key)
+    if storage is not None:  # None: the JSONL state root
         worker.queues = functools.partial(
             storage.queue, workspace_id_for(bundle.root, bundle.package_name))
     instance = await AgentInstance.open(

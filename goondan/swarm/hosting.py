@@ -41,6 +41,7 @@ __all__ = [
     "InstanceFields",
     "InstanceHost",
     "Post",
+    "StoreCache",
     "forwarded_env",
     "host_index",
     "run_hosted_agent",
@@ -132,9 +133,38 @@ class BundleCache:
             return bundle
 
 
+class StoreCache:
+    """The stores (PostgreSQL, by URL) of a host's instances, opened once and shared: each open
+    instance still holds its own connection and lock (goondan/storage/postgres/store.py), the
+    rest (queues, approvals) uses the store's small pool."""
+
+    def __init__(self) -> None:
+        self._stores: dict[str, Any] = {}
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<StoreCache stores={len(self._stores)}>"
+
+    async def get(self, url: str) -> Any:
+        """The backend at ``url`` (``E_STORE_UNAVAILABLE`` … as ``open_backend`` raises them);
+        parsing registers its password with :mod:`goondan.secrets`, so this process's log
+        records mask it."""
+        from goondan.storage.backends import open_backend
+        from goondan.storage.url import parse_store
+
+        async with self._lock:
+            if url not in self._stores:
+                location = parse_store(url)
+                self._stores[url] = await asyncio.to_thread(open_backend, location)
+            return self._stores[url]
+
+
 async def run_hosted_agent(argv: list[str], transport: InProcessTransport,
-                           bundles: BundleCache | None = None) -> int:
-    """One agent instance inside a host: what a local agent process's main does."""
+                           bundles: BundleCache | None = None, *, store: str | None = None,
+                           stores: StoreCache | None = None) -> int:
+    """One agent instance inside a host: what a local agent process's main does. ``store``: the
+    PostgreSQL URL of ``goondan run --store`` (Ray gives it beside ``argv``, a pooled host's pipe
+    as ``--store`` in it), opened once per host in ``stores``; None: the JSONL state root."""
     from goondan.ipc.control import StartError
     from goondan.swarm.agent_process import AgentWorker, build_agent_instance, parse_args
 
@@ -142,7 +172,13 @@ async def run_hosted_agent(argv: list[str], transport: InProcessTransport,
     worker = AgentWorker(transport, agent_name=args.agent_name, instance_key=args.instance_key)
     try:
         bundle = None if bundles is None else await bundles.get(args.bundle_dir, args.state_root)
-        handler = await build_agent_instance(args, worker, bundle=bundle)
+        store = store or args.store
+        if store and args.store_lease:  # failover: the host's sessions are named by the token
+            from goondan.swarm.leadership import lease_application_name, parse_lease_arg
+
+            store = lease_application_name(store, parse_lease_arg(args.store_lease)[0])
+        storage = None if not store else await (stores or StoreCache()).get(store)
+        handler = await build_agent_instance(args, worker, bundle=bundle, storage=storage)
     except GoondanError as err:
         _log.error("agent %s failed to start: [%s] %s", args.agent_name, err.code, err.message)
         await worker.report(StartError(err.code, err.message))
@@ -192,6 +228,7 @@ class InstanceHost:
         self._post = post
         self.hosted: dict[str, _Hosted] = {}
         self.bundles = BundleCache()
+        self.stores = StoreCache()
         self._env: dict[str, str] = {}
         self._own_env = dict(os.environ)
 
@@ -211,9 +248,12 @@ class InstanceHost:
         os.environ.update(env)
         self._env = env
 
-    def open(self, hid: str, argv: list[str], kind: str, env: dict[str, str] | None) -> None:
+    def open(self, hid: str, argv: list[str], kind: str, env: dict[str, str] | None,
+             store: str | None = None) -> None:
         """Start one worker of ``kind`` (``agent`` or ``connector``) with the arguments of its
-        local process; ``env``: the orchestrator's forwarded environment (``None``: unchanged)."""
+        local process; ``env``: the orchestrator's forwarded environment (``None``: unchanged);
+        ``store``: the PostgreSQL URL an agent keeps its instance in (None: the JSONL state
+        root)."""
         if env is not None:
             self.apply_env(env)
         parent, child = InProcessTransport.pair(hid)
@@ -225,7 +265,8 @@ class InstanceHost:
             try:
                 if kind == "connector":
                     return await run_hosted_connector(argv, child)
-                return await run_hosted_agent(argv, child, self.bundles)
+                return await run_hosted_agent(argv, child, self.bundles, store=store,
+                                              stores=self.stores)
             finally:
                 await child.aclose()
 

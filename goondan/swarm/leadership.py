@@ -49,8 +49,16 @@ from goondan.storage.keeper import LeaseKeeper
 from goondan.storage.leases import StaleLeaseError
 
 __all__ = [
-    "LEASE_TTL", "RENEW_EVERY", "Leadership", "failover_status", "lease_application_name",
-    "lease_name", "open_leased", "owner_record", "parse_lease_arg", "take_over_instance",
+    "LEASE_TTL",
+    "RENEW_EVERY",
+    "Leadership",
+    "failover_status",
+    "fence_instance",
+    "lease_application_name",
+    "lease_name",
+    "owner_record",
+    "parse_lease_arg",
+    "take_over_instance",
 ]
 
 _log = logging.getLogger("goondan.swarm.leadership")
@@ -207,15 +215,14 @@ def lease_application_name(url: str, token: int) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
-def open_leased(url: str, lease: str, workspace_id: str, agent: str, key: str) -> Any:
-    """An agent process's store under the orchestrator's lease (``--store-lease``): its
-    sessions named by the token, every write fenced, the instance taken from a stale leader."""
-    from goondan.storage.backends import open_backend
+def fence_instance(storage: Any, lease: str, workspace_id: str, agent: str, key: str) -> Any:
+    """An agent instance's store under the orchestrator's lease (``--store-lease``), from the
+    store opened with :func:`lease_application_name` (its sessions named by the token — by the
+    agent process, or once for all the instances of a pooled or Ray host): the instance taken
+    from a stale leader's sessions, then every write fenced (the same pool)."""
     from goondan.storage.postgres.backend import lease_fence
-    from goondan.storage.url import parse_store
 
     token, name = parse_lease_arg(lease)
-    storage: Any = open_backend(parse_store(lease_application_name(url, token)))
     take_over_instance(storage.db, workspace_id, agent, key, token)
     return storage.with_fence(lease_fence(name, token))
 

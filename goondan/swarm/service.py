@@ -272,7 +272,8 @@ class SwarmService:
             from goondan.engines.ray.spawner import RaySpawner
 
             return RaySpawner(self.bundle.root, state_root=self.state_root, swarm=self.swarm.name,
-                              log_dir=self.log_dir, hosts=self.swarm.ray_hosts, address=ray_address)
+                              log_dir=self.log_dir, hosts=self.swarm.ray_hosts, address=ray_address,
+                              store_url=self.store_url)
         if engine != "local":
             raise ValueError(f"unknown engine {engine!r}; known: local, ray")
         from goondan.swarm.pool import PooledSpawner, isolation_of

@@ -220,7 +220,8 @@ def test_webhook_events_acknowledged_before_a_sigkill_run_once_from_the_postgres
 
 @pytest.mark.parametrize(("store", "extra", "expected"), [
     ("postgresql://goondan:pw-s3cret@127.0.0.1:1/goondan", (), "E_STORE_UNAVAILABLE"),
-    ("postgresql://goondan:pw-s3cret@127.0.0.1:1/goondan", ("--engine", "ray"), "--engine ray"),
+    ("postgresql://goondan:pw-s3cret@127.0.0.1:1/goondan", ("--engine", "ray"),
+     "E_STORE_UNAVAILABLE"),  # checked before Ray starts
     ("mysql://goondan:pw-s3cret@127.0.0.1/goondan", (), "E_STORE_URL"),
 ])
 def test_run_with_an_unusable_store_fails_before_starting_and_masks_the_password(

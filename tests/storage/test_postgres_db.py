@@ -194,3 +194,25 @@ def test_a_user_who_may_not_create_the_tables_gets_e_store_unavailable_saying_so
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f"DROP ROLE {role}")
+
+
+def _keepalives(conn: Any) -> tuple[str, ...]:
+    row = conn.execute(
+        "SELECT current_setting('tcp_keepalives_idle'), "
+        "current_setting('tcp_keepalives_interval'), "
+        "current_setting('tcp_keepalives_count')").fetchone()
+    return tuple(str(v) for v in row)
+
+
+def test_the_server_probes_a_silent_client_within_seconds(postgres_url: str) -> None:
+    """An instance's lock is its session: the server must notice a client machine that vanished
+    without closing its connections (a lost Ray node) in seconds, not after the kernel's two
+    hours — on the pooled connections and on an instance's own (``connect``); a URL's own
+    keepalive options win."""
+    with Database.open(postgres_url) as db:
+        assert db.run(_keepalives) == ("10", "2", "3")
+        with db.connect() as conn:
+            assert _keepalives(conn) == ("10", "2", "3")
+    url = f"{postgres_url}?options=-c%20tcp_keepalives_idle%3D30"
+    with Database.open(url) as db:
+        assert db.run(_keepalives) == ("30", "2", "3")

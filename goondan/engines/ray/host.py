@@ -18,7 +18,8 @@ crosses the engine boundary):
 
 Every host carries an ``epoch`` (new on each start): after Ray restarts a host on another node,
 its instances are gone, the driver sees a new epoch and reports their workers as ended, and the
-orchestrator re-creates them, which re-opens each instance from the shared state root.
+orchestrator re-creates them, which re-opens each instance from the store: the shared state
+root, or PostgreSQL (``goondan run --store``), which needs no shared filesystem.
 
 What a host does with the frames — opening workers, their FIFO of frames, kills, exits, the
 shared bundle — is :class:`goondan.swarm.hosting.InstanceHost`, the code the local engine's
@@ -65,7 +66,7 @@ class AgentHost:
     async def _on_loop(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # no store URL here: Ray prints actor reprs in its logs
         return (f"<AgentHost {self.name} epoch={self.epoch[:8]} "
                 f"instances={len(self._host.hosted)}>")
 
@@ -93,16 +94,19 @@ class AgentHost:
         }
 
     async def open(self, hid: str, argv: list[str], kind: str = "agent",
-                   env: Mapping[str, str] | None = None) -> str:
+                   env: Mapping[str, str] | None = None, store: str | None = None) -> str:
         """Start one worker of ``kind`` (``agent`` or ``connector``) with the arguments of its
-        local process and the driver's forwarded environment ``env``; returns the epoch."""
-        return await self._on_loop(self._open(hid, argv, kind, dict(env or {})))
+        local process and the driver's forwarded environment ``env``; ``store``: the PostgreSQL
+        URL of ``goondan run --store`` (an argument of this call like ``env``'s secrets, never
+        in ``argv`` or a log); returns the epoch."""
+        return await self._on_loop(self._open(hid, argv, kind, dict(env or {}), store))
 
     def _apply_env(self, env: dict[str, str]) -> None:
         self._host.apply_env(env)
 
-    async def _open(self, hid: str, argv: list[str], kind: str, env: dict[str, str]) -> str:
-        self._host.open(hid, argv, kind, env)
+    async def _open(self, hid: str, argv: list[str], kind: str, env: dict[str, str],
+                    store: str | None) -> str:
+        self._host.open(hid, argv, kind, env, store)
         return self.epoch
 
     def _post(self, hid: str, message: IpcMessage | None, exit_info: JsonObject | None) -> None:

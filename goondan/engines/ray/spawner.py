@@ -5,8 +5,10 @@ request matching, cycle detection, cancellation and shutdown are unchanged; only
 runs differs. On first use it connects to Ray (``address``: ``None`` starts a local Ray,
 ``auto`` joins the running cluster, ``ray://HOST:PORT`` a remote one), creates ``hosts`` named
 host actors (:class:`~goondan.engines.ray.host.AgentHost`, ``max_restarts=-1``, spread over the
-alive nodes with *soft* node affinity so a host fails over when its node dies) and checks that
-every host sees the driver's state root.
+alive nodes with *soft* node affinity so a host fails over when its node dies) and, on the
+JSONL state root, checks that every host sees the driver's state root. With a PostgreSQL store
+(``store_url``, ``goondan run --store``) there is nothing to check: the hosts open their
+instances in the store, and no filesystem needs to be shared.
 
 An agent instance goes to host ``stable_hash(agent, instanceKey) % hosts`` — the same host for
 the whole run, so one writer per instance on top of the instance lock. Its handle's transport
@@ -26,7 +28,8 @@ shuts a Ray it started down with every process of it (none outlives ``goondan st
 
 Workers see the driver's environment (:func:`forwarded_env`: without the variables that
 describe the driver's own machine and process), as a local child process inherits it: model
-keys and connector secrets come from there.
+keys and connector secrets come from there. The store URL travels the same way (an argument of
+each ``open`` call), never in a worker's arguments, a log line or an actor's options.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from goondan.engines.ray.host import MARKER_NAME, AgentHost
 from goondan.errors import ConfigError, IpcError
 from goondan.ipc.channel import Transport
 from goondan.ipc.protocol import IpcMessage, decode, encode
+from goondan.storage.url import redact
 from goondan.swarm.hosting import forwarded_env, host_index
 from goondan.swarm.spawner import AgentHandle, ProcessSpawner, Spawner, SpawnRequest, WorkerExit
 
@@ -207,9 +211,13 @@ class RaySpawner(Spawner):
         self, bundle_dir: Path, *, state_root: Path, swarm: str | None = None,
         log_dir: Path | None = None, hosts: int | None = None, address: str | None = None,
         name_prefix: str | None = None, init_options: dict[str, Any] | None = None,
+        store_url: str | None = None,
     ) -> None:
         self._ray = require_ray()
         self.state_root = Path(state_root).resolve()
+        # A PostgreSQL URL (may hold a password): the hosts' instances live there; None: the
+        # JSONL state root, which every node must then share (docs/scaling.md).
+        self.store_url = store_url
         self.local = ProcessSpawner(
             bundle_dir, state_root=self.state_root, swarm=swarm, log_dir=log_dir
         )
@@ -272,10 +280,11 @@ class RaySpawner(Spawner):
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         if self.hosts is None:
             self.hosts = max(1, int(sum(n.get("Resources", {}).get("CPU", 1) for n in nodes)))
-        token = uuid.uuid4().hex
-        marker = self.state_root / "runtime" / f"{self.name_prefix}.{MARKER_NAME}"
-        await asyncio.to_thread(_write_marker, marker, token)
-        self._marker = (marker, token)
+        if self.store_url is None:  # the JSONL state root: every host must see it
+            token = uuid.uuid4().hex
+            marker = self.state_root / "runtime" / f"{self.name_prefix}.{MARKER_NAME}"
+            await asyncio.to_thread(_write_marker, marker, token)
+            self._marker = (marker, token)
         first = len(self._actors)
         for index in range(self.hosts):
             node = nodes[index % len(nodes)]["NodeID"] if nodes else None
@@ -337,25 +346,27 @@ class RaySpawner(Spawner):
         return len(self._actors) - 1
 
     async def _verify(self, indices: range) -> None:
-        """Every new host sees the state root's marker; then its poll starts."""
-        assert self._marker is not None
-        marker, token = self._marker
-        checks = await asyncio.gather(
-            *(
-                self._actors[i]
-                .verify.options(concurrency_group="control")
-                .remote(str(marker), token)
-                for i in indices
-            )
-        )
+        """Every new host sees the state root's marker (a PostgreSQL store: every host answers);
+        then its poll starts."""
+        if self._marker is None:
+            checks = await asyncio.gather(*(
+                self._actors[i].info.options(concurrency_group="control").remote()
+                for i in indices))
+        else:
+            marker, token = self._marker
+            checks = await asyncio.gather(*(
+                self._actors[i].verify.options(concurrency_group="control").remote(
+                    str(marker), token)
+                for i in indices))
         for index, check in zip(indices, checks, strict=True):
-            if not check["ok"]:
+            if not check.get("ok", True):
                 raise ConfigError(
                     f"Ray host {index} does not see the state root {self.state_root} "
                     f"(workspace marker {check['path']} missing or different)",
                     code="E_ENGINE_STATE_ROOT",
                     suggestion="put the state root on a filesystem every Ray node mounts at the "
-                               "same path (--state-root / GOONDAN_STATE_ROOT); see docs/scaling.md",
+                               "same path (--state-root / GOONDAN_STATE_ROOT), or run on a "
+                               "PostgreSQL store (--store postgresql://…); see docs/scaling.md",
                 )
             self._epochs[index] = check["epoch"]
         loop = asyncio.get_running_loop()
@@ -394,11 +405,13 @@ class RaySpawner(Spawner):
         argv = self.local.argv(request)
         try:
             epoch = await self._actors[index].open.options(concurrency_group="control").remote(
-                hid, argv, request.kind, forwarded_env(os.environ))
+                hid, argv, request.kind, forwarded_env(os.environ),
+                self.store_url if request.kind == "agent" else None)
         except Exception as exc:
             self._forget(hid)
             raise IpcError(
-                f"cannot open {request.process_name} on Ray host {index}: {exc}",
+                f"cannot open {request.process_name} on Ray host {index}: "
+                f"{redact(str(exc), self.store_url)}",
                 code="E_IPC_CLOSED",
                 suggestion="check the Ray cluster ('ray status')",
             ) from exc
