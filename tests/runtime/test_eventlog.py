@@ -15,6 +15,7 @@ from goondan.llm.wire import encode_json
 from goondan.runtime.eventlog import (
     ROTATED_LOG_NAME,
     BackgroundBatcher,
+    EventLogWriter,
     RuntimeEventLog,
     event_line,
     iter_event_log,
@@ -49,6 +50,25 @@ def test_events_are_appended_in_order_without_deltas(tmp_path: Path) -> None:
     assert {e["type"] for e in events} == {"step.completed"} and log.written == 50
 
 
+def test_the_logs_of_many_instances_share_one_writer_thread(tmp_path: Path) -> None:
+    """A pooled or Ray host runs hundreds of instances: their logs are written by one thread,
+    each log's events in order, in its own file."""
+    before = {t for t in threading.enumerate() if t.name == "goondan-event-log"}
+    logs = [RuntimeEventLog(tmp_path / f"i{n}") for n in range(20)]
+    for i in range(5):
+        for log in logs:
+            log.handle(_step(i))
+    writers = {t for t in threading.enumerate() if t.name == "goondan-event-log"} - before
+    for log in logs:
+        log.close()
+    assert len(writers) <= 1
+    for n, log in enumerate(logs):
+        assert [e["stepIndex"] for e in iter_event_log(tmp_path / f"i{n}")] == list(range(5))
+        assert log.written == 5 and log.dropped == 0
+    logs[0].handle(_step(9))  # a closed log writes nothing more
+    assert logs[0].dropped == 1
+
+
 def test_the_log_rotates_by_size_and_stays_bounded(tmp_path: Path) -> None:
     log = RuntimeEventLog(tmp_path, max_bytes=4096)
     for i in range(400):
@@ -65,8 +85,9 @@ def test_the_log_rotates_by_size_and_stays_bounded(tmp_path: Path) -> None:
 
 
 def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) -> None:
-    log = RuntimeEventLog(tmp_path, queue_limit=5)
-    log._batcher._thread = object()  # type: ignore[assignment]  # no writer: the queue only fills
+    writer = EventLogWriter(queue_limit=5)
+    writer.batcher._thread = object()  # type: ignore[assignment]  # no thread: the queue only fills
+    log = RuntimeEventLog(tmp_path, writer=writer)
     for i in range(8):
         log.handle(_step(i))
     assert log.dropped == 3
