@@ -57,6 +57,11 @@ def _restart_full(bundle: str | None, swarm: str | None, *, as_json: bool) -> in
     options = get_globals()
     state_root = options.resolve_state_root()
     active = find_running(bundle, swarm)
+    from goondan.storage.url import ENV_STORE, parse_store
+    from goondan.swarm.stored import check_same_store
+
+    # the new orchestrator gets this environment: a swarm on PostgreSQL needs its URL there
+    check_same_store(active, parse_store(None), where=ENV_STORE)
     root = Path(active.bundle_path).parent
     report = stop_running(active, grace_s=grace_of(active) + 5.0)
     if report.left_running:

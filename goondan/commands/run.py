@@ -33,6 +33,7 @@ from typing import Any
 import click
 
 from goondan.commands.common import bundle_option, get_globals, instance_key_option, startup_done
+from goondan.commands.store_option import store_option
 
 __all__ = ["run"]
 
@@ -95,12 +96,13 @@ __all__ = ["run"]
 @click.option("--no-install", is_flag=True, default=False,
               help="Accepted for compatibility; no effect (run never installs packages).")
 @click.option("--lock-fd", "lock_fd", type=int, default=None, hidden=True)  # from `run --detach`
+@store_option
 def run(
     path: str | None, bundle: str | None, swarm: str | None, watch: bool, input_text: str | None,
     foreground: bool, detach: bool, env_file: str | None, instance_key: str | None,
     input_file: str | None = None,
     engine: str = "local", ray_address: str | None = None, no_install: bool = False,
-    lock_fd: int | None = None, ready_timeout: float = 60.0,
+    lock_fd: int | None = None, ready_timeout: float = 60.0, store: str | None = None,
 ) -> int:
     """Run a swarm: one supervised process per agent instance, agents spawned on demand.
 
@@ -134,7 +136,11 @@ def run(
     if path is not None and bundle is not None and Path(path).resolve() != Path(bundle).resolve():
         raise click.UsageError(f"two bundles given: PATH {path} and --bundle {bundle}")
     chosen = Path(path or bundle or options.bundle or ".")
-    state_root = options.resolve_state_root()
+    from goondan.commands.store_option import resolve_store
+
+    # --store / GOONDAN_STORE: the conversations, queues and approvals; the runtime files stay
+    # under the local state root (docs/orchestrator.md "The store")
+    location, state_root = resolve_store(store, options.resolve_state_root)
     project_root = (chosen.parent if chosen.is_file() else chosen).resolve()
     real_env = dict(os.environ)
     load_env_files(project_root, env_file, os.environ, real_env=real_env)
@@ -145,8 +151,18 @@ def run(
         raise click.UsageError(
             "--detach runs the local engine only; run --engine ray with --foreground"
         )
+    storage = None
+    if location.kind == "postgres" and engine != "local":
+        raise click.UsageError("--engine ray runs on the JSONL state root only so far; "
+                               "run a PostgreSQL store with --engine local")
+    if location.kind == "postgres":
+        from goondan.storage.backends import open_backend
+
+        storage = open_backend(location)  # E_STORE_UNAVAILABLE / _POSTGRES_MISSING now, not later
     service = SwarmService(
         loaded,
+        storage=storage,
+        store_url=location.url,
         state_root=state_root,
         swarm=swarm,
         watch=watch,
@@ -173,6 +189,9 @@ def run(
         from goondan.swarm.attach import SwarmGone, claim_or_attach
 
         while (found := claim_or_attach(service)) is not None:  # None: this process runs it
+            from goondan.swarm.stored import check_same_store
+
+            check_same_store(found[0], location, where="--store")  # a PostgreSQL store: its own
             try:
                 return _attach(
                     service,
@@ -188,9 +207,11 @@ def run(
             except SwarmGone as gone:  # it stopped before taking a line: start it here instead
                 lines = gone.lines
     if detach:
+        # `run --detach`'s orchestrator gets the store URL in its environment, not its argv
+        store_env = {"GOONDAN_STORE": str(location.url)} if location.url is not None else {}
         return _detach(
             service,
-            real_env,
+            {**real_env, **store_env},
             env_file,
             as_json=options.json_errors,
             quiet=options.quiet,

@@ -25,6 +25,7 @@ from goondan.commands.common import (
     register_bundle_secrets,
     running_swarm_options,
 )
+from goondan.commands.store_option import store_option
 
 __all__ = ["send"]
 
@@ -47,6 +48,7 @@ __all__ = ["send"]
 @click.option("--wait", "wait", is_flag=True, default=False,
               help="When a tool call waits for approval, wait for the final answer instead of "
               "returning.")
+@store_option
 def send(
     text: str,
     bundle: str | None,
@@ -57,6 +59,7 @@ def send(
     as_json: bool,
     wait: bool,
     no_wait: bool = False,
+    store: str | None = None,
 ) -> int:
     """Send TEXT to a running swarm (goondan run --detach, or goondan run elsewhere) and print the
     answer.
@@ -71,7 +74,9 @@ def send(
 
     as_json = as_json or get_globals().json_errors
     try:
-        return _send(text, bundle, swarm, agent, instance_key, timeout_s, as_json, wait, no_wait)
+        _use_store(store)
+        return _send(text, bundle, swarm, agent, instance_key, timeout_s, as_json, wait, no_wait,
+                     store)
     except GoondanError as err:
         # --json: stdout always holds one answer object, a failure before any answer too
         # (docs/cli.md); the error itself goes to stderr as every --json error does
@@ -81,6 +86,17 @@ def send(
                 failed["suggestion"] = err.suggestion
             click.echo(mask(json.dumps(failed, ensure_ascii=False)))
         raise
+
+
+def _use_store(store: str | None) -> None:
+    """``--store``: a path is the state root the swarm runs under; with a PostgreSQL store the
+    swarm is still found under the local state root (its control socket is there), and it
+    stores the message in the store's queue before acknowledging it (docs/cli.md)."""
+    from goondan.storage.url import parse_store
+
+    location = parse_store(store)  # E_STORE_URL for a bad value
+    if location.kind == "jsonl" and location.path is not None:
+        get_globals().state_root = str(location.path)
 
 
 def _send(
@@ -93,6 +109,7 @@ def _send(
     as_json: bool,
     wait: bool,
     no_wait: bool,
+    store: str | None = None,
 ) -> int:
     import asyncio
     import json
@@ -105,6 +122,10 @@ def _send(
 
     options = get_globals()
     active = find_running(bundle, swarm)
+    from goondan.storage.url import parse_store
+    from goondan.swarm.stored import check_same_store
+
+    check_same_store(active, parse_store(store), where="--store")
     # This process resolved nothing: the answer may repeat a key of the running bundle.
     register_bundle_secrets(options.resolve_state_root(), bundles=(Path(active.bundle_path),))
     if text == "-":

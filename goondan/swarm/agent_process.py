@@ -192,6 +192,9 @@ class AgentWorker:
         self._steer_skipped: list[str] = []
         self._resuming: str | None = None  # id of the event whose interrupted Turn resumes
         self.turns = 0
+        # The store's input queue of a scope, when inputs are claimed there rather than in claim
+        # files (``goondan run --store``; goondan.swarm.stored); set by build_agent_instance.
+        self.queues: Callable[[str], Any] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -284,11 +287,11 @@ class AgentWorker:
         ):
             return
         marker = event.start_marker
-        if marker is not None and isinstance(marker.get("path"), str):
+        if marker is not None and (isinstance(marker.get("path"), str) or self._queued(event)):
             written = (
                 bool(handler.input_written(event)) if hasattr(handler, "input_written") else False
             )
-            if not claim_start(Path(marker["path"]), str(marker.get("id")), written):
+            if not self._claim_now(event, written):
                 self._steer_skipped.append(event.id)  # started by another process
                 return
         handler.steer(event)
@@ -424,18 +427,42 @@ class AgentWorker:
         A reservation left by a process that died is taken over unless the handler's
         ``input_written`` finds the event's input in the conversation (docs/connectors.md)."""
         marker = event.start_marker
-        if marker is None or not isinstance(marker.get("path"), str):
+        if marker is None or not (isinstance(marker.get("path"), str) or self._queued(event)):
             return True
         check = getattr(handler, "input_written", None)
         written = bool(check(event)) if callable(check) else False
-        return await asyncio.to_thread(
-            claim_start, Path(marker["path"]), str(marker.get("id")), written
-        )
+        return await asyncio.to_thread(self._claim_now, event, written)
+
+    def _queued(self, event: AgentEvent) -> tuple[Any, str] | None:
+        """(the store queue, input id) of an input whose start marker names a queue."""
+        from goondan.swarm.stored import queue_marker
+
+        found = queue_marker(event.start_marker)
+        if found is None or self.queues is None:
+            return None
+        return self.queues(found[0]), found[1]
+
+    def _claim_now(self, event: AgentEvent, written: bool) -> bool:
+        """Reserve the start of ``event`` in its claim file or store queue (blocking)."""
+        queued = self._queued(event)
+        if queued is not None:
+            from goondan.swarm.stored import claim_in_queue
+
+            return claim_in_queue(queued[0], self.agent_name, self.instance_key, queued[1],
+                                  written)
+        marker = event.start_marker or {}
+        return claim_start(Path(marker["path"]), str(marker.get("id")), written)
 
     async def _confirm(self, event: AgentEvent) -> None:
         """The claimed Turn ran (or ended): its start is final, the event is never run again."""
         marker = event.start_marker
-        if marker is not None and isinstance(marker.get("path"), str):
+        queued = self._queued(event)
+        if queued is not None:
+            from goondan.swarm.stored import confirm_in_queue
+
+            await asyncio.to_thread(confirm_in_queue, queued[0], self.agent_name,
+                                    self.instance_key, queued[1])
+        elif marker is not None and isinstance(marker.get("path"), str):
             await asyncio.to_thread(confirm_start, Path(marker["path"]), str(marker.get("id")))
 
     async def _run_turn(self, handler: TurnHandler, event: AgentEvent) -> None:
@@ -571,6 +598,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--process-name", default=None)
     parser.add_argument("--max-depth", type=int, default=None)
+    # a PostgreSQL URL (docs/storage.md), passed through the spawn pipe, never a command line
+    parser.add_argument("--store", default=None)
     return parser
 
 
@@ -634,8 +663,17 @@ async def build_agent_instance(args: argparse.Namespace, worker: AgentWorker, *,
         worker.router, catalog, agent_name=args.agent_name, instance_key=args.instance_key,
         max_depth=args.max_depth or DEFAULT_MAX_DEPTH, request_timeout_ms=spec.request_timeout_ms,
     )
+    storage = None
+    if getattr(args, "store", None):  # goondan run --store; None: the JSONL state root
+        from goondan.storage.backends import open_backend
+        from goondan.storage.url import parse_store
+
+        storage = await asyncio.to_thread(open_backend, parse_store(args.store))
+        worker.queues = functools.partial(
+            storage.queue, workspace_id_for(bundle.root, bundle.package_name))
     instance = await AgentInstance.open(
         spec,
+        storage=storage,
         state_root=state_root,
         workspace_id=workspace_id_for(bundle.root, bundle.package_name),
         instance_key=args.instance_key,

@@ -62,8 +62,9 @@ class ApprovalRelay(EventSink):
     """Announces approval requests to the Connection of their turn and stores its decisions."""
 
     def __init__(self, state_root: Path, workspace_id: str, *, send: Send, resume: Resume,
-                 agents: tuple[str, ...]) -> None:
+                 agents: tuple[str, ...], storage: Any = None) -> None:
         self.state_root = Path(state_root)
+        self.storage = storage  # the swarm's store; None: the JSONL state root
         self.workspace_id = workspace_id
         self.send = send
         self.resume = resume
@@ -76,7 +77,16 @@ class ApprovalRelay(EventSink):
     def _store(self) -> Any:
         from goondan.workspace.approvals import ApprovalStore
 
+        if self.storage is not None:
+            return self.storage.approvals(self.workspace_id)
         return ApprovalStore(self.state_root, self.workspace_id)
+
+    def _origin(self, agent: str, instance_key: str) -> dict[str, Any] | None:
+        if self.storage is not None:
+            from goondan.swarm.stored import turn_origin_in
+
+            return turn_origin_in(self.storage, self.workspace_id, agent, instance_key)
+        return turn_origin(self.state_root, self.workspace_id, agent, instance_key)
 
     def handle(self, event: Any) -> None:  # every event: only approval.requested matters
         """Event sink: an ``approval.requested`` is announced (in a task; never blocks)."""
@@ -93,9 +103,7 @@ class ApprovalRelay(EventSink):
                 return
             agent = str(found.request.get("agent"))
             key = str(found.request.get("instanceKey"))
-            props = await asyncio.to_thread(
-                turn_origin, self.state_root, self.workspace_id, agent, key
-            )
+            props = await asyncio.to_thread(self._origin, agent, key)
             connection = (props or {}).get("connection_name")
             if not isinstance(connection, str) or not connection:
                 return  # not a connector's conversation: the CLI, send, an agent
@@ -118,7 +126,7 @@ class ApprovalRelay(EventSink):
                                suggestion="'goondan approvals list' shows the ids")
         if found.status == "pending":
             props = await asyncio.to_thread(
-                turn_origin, self.state_root, self.workspace_id, str(found.request.get("agent")),
+                self._origin, str(found.request.get("agent")),
                 str(found.request.get("instanceKey")))
             if (props or {}).get("connection_name") != connection:
                 raise GoondanError(

@@ -65,6 +65,7 @@ class ConnectionRuntime:
         state_root: Path,
         grace_period_ms: int = CONNECTOR_GRACE_MS,
         logger: logging.Logger | None = None,
+        storage: Any = None,
     ) -> None:
         self.logger = logger or _log
         self.swarm_name: str = swarm.name
@@ -75,8 +76,18 @@ class ConnectionRuntime:
             c.name: connection_dir(state_root, bundle.root, bundle.package_name, swarm.name, c.name)
             for c in self.connections
         }
+        inbox_of = None
+        if storage is not None:  # the inboxes are queues of the store (goondan.swarm.stored)
+            from goondan.swarm.stored import QueueConnectionInbox
+            from goondan.workspace.paths import workspace_id_for
+
+            workspace = workspace_id_for(bundle.root, bundle.package_name)
+
+            def inbox_of(name: str, directory: Path) -> Any:
+                return QueueConnectionInbox(storage, workspace, swarm.name, name, directory)
+
         self.ingress = Ingress(orchestrator, self.connections, dirs, entry_agent=swarm.entry_agent,
-                               logger=self.logger)
+                               logger=self.logger, inbox_of=inbox_of)
         self.cli: ConnectionSpec | None = next((c for c in self.connections if c.is_cli), None)
         self.supervisor = ConnectorSupervisor(
             spawner, self.ingress, [c for c in self.connections if not c.is_cli],

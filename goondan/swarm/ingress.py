@@ -23,9 +23,10 @@ is accepted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from goondan.connectors.event import ConnectorEvent, EmitReceipt, event_text
 from goondan.connectors.inbox import ConnectionInbox, InboxRecord
@@ -34,7 +35,7 @@ from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import AgentError, ConnectorEventError, IpcError
 from goondan.runtime.events import IngressReceived
 from goondan.swarm.orchestrator import Orchestrator
-from goondan.types import AgentEvent, new_span_id, new_trace_id
+from goondan.types import AgentEvent, JsonObject, new_span_id, new_trace_id
 
 __all__ = ["Accepted", "Ingress", "agent_event_for"]
 
@@ -51,7 +52,8 @@ class Accepted:
     event: AgentEvent | None = None
 
 
-def agent_event_for(record: InboxRecord, spec: ConnectionSpec, marker: Path | None) -> AgentEvent:
+def agent_event_for(record: InboxRecord, spec: ConnectionSpec,
+                    marker: Path | JsonObject | None) -> AgentEvent:
     """The AgentEvent of an inbox record (docs/connectors.md "Delivery guarantee")."""
     event = record.event
     properties = {
@@ -70,8 +72,17 @@ def agent_event_for(record: InboxRecord, spec: ConnectionSpec, marker: Path | No
         trace_id=new_trace_id(),
         metadata=metadata,
         parent_span_id=new_span_id(),
-        start_marker={"path": str(marker), "id": event.id} if marker is not None else None,
+        start_marker=_start_marker(marker, event.id),
     )
+
+
+def _start_marker(marker: Path | JsonObject | None, event_id: str) -> JsonObject | None:
+    """A claim file's path, or a store queue (``goondan.swarm.stored``), with the event's id."""
+    if marker is None:
+        return None
+    if isinstance(marker, dict):
+        return {**marker, "id": event_id}
+    return {"path": str(marker), "id": event_id}
 
 
 class Ingress:
@@ -80,11 +91,14 @@ class Ingress:
     def __init__(
         self, orchestrator: Orchestrator, connections: Sequence[ConnectionSpec],
         directories: dict[str, Path], *, entry_agent: str, logger: logging.Logger | None = None,
+        inbox_of: Callable[[str, Path], Any] | None = None,
     ) -> None:
         self.orchestrator = orchestrator
         self.connections = {c.name: c for c in connections}
         self.entry_agent = entry_agent
-        self.inboxes = {c.name: ConnectionInbox(directories[c.name]) for c in connections}
+        # a Connection's inbox: its directory (JSONL), or a queue of the store (``inbox_of``)
+        self._inbox_of = inbox_of or (lambda _name, directory: ConnectionInbox(directory))
+        self.inboxes = {c.name: self._inbox_of(c.name, directories[c.name]) for c in connections}
         self.logger = logger or _log
         self.accepted = 0
         self.duplicates = 0
@@ -118,7 +132,7 @@ class Ingress:
         """Accept events of a Connection added while running (``--watch``); opens its inbox and
         delivers what it holds, like :meth:`open`. Returns how many events were delivered."""
         self.connections[spec.name] = spec
-        self.inboxes[spec.name] = ConnectionInbox(directory)
+        self.inboxes[spec.name] = self._inbox_of(spec.name, directory)
         return await self._open_inbox(spec.name)
 
     def update_connection(self, spec: ConnectionSpec) -> None:

@@ -52,6 +52,7 @@ from goondan.runtime.budget import TraceBudgets
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.ledger import Budget, UsageLedger
 from goondan.secrets import SecretMaskingFilter
+from goondan.storage.url import mask_url
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import ProcessSpawner, Spawner
 from goondan.swarm.state import (
@@ -191,9 +192,13 @@ class SwarmService:
         self, bundle: Any, *, state_root: Path, swarm: str | None = None, watch: bool = False,
         env_file: str | None = None, real_env: Mapping[str, str] | None = None,
         log_to_file: bool = True, engine: str = "local", ray_address: str | None = None,
+        storage: Any = None, store_url: str | None = None,
     ) -> None:
         self.bundle = bundle
         self.state_root = Path(state_root)
+        # The store of the conversations, journals, queues and approvals (docs/storage.md): None
+        # is the JSONL state root; ``store_url`` (a PostgreSQL URL) goes to the agent processes.
+        self.storage, self.store_url = storage, store_url
         self.swarm = bundle.swarm_spec(swarm)
         from goondan.workspace.paths import workspace_id_for
 
@@ -228,13 +233,13 @@ class SwarmService:
 
         # One supervised connector process per Connection of this Swarm (docs/connectors.md).
         self.connections = ConnectionRuntime(bundle, self.swarm, self.orchestrator, spawner,
-                                             state_root=self.state_root)
+                                             state_root=self.state_root, storage=storage)
         from goondan.swarm.approval_relay import ApprovalRelay
 
         # Approvals announced and decided where the conversation came from (docs/approvals.md).
         relay = ApprovalRelay(self.state_root, self.workspace_id, resume=self._approval_decided,
                               send=self.connections.supervisor.send_approval,
-                              agents=tuple(self.swarm.agents))
+                              agents=tuple(self.swarm.agents), storage=storage)
         self.connections.supervisor.approvals = relay
         self.orchestrator.add_event_sink(relay)
         self._server: asyncio.AbstractServer | None = None
@@ -277,7 +282,7 @@ class SwarmService:
                                  swarm=self.swarm.name, log_dir=self.log_dir,
                                  hosts=self.swarm.pool_hosts)
         return ProcessSpawner(self.bundle.root, state_root=self.state_root, swarm=self.swarm.name,
-                              log_dir=self.log_dir)
+                              log_dir=self.log_dir, store_url=self.store_url)
 
     def __repr__(self) -> str:
         return f"<SwarmService swarm={self.swarm.name!r} key={self.key!r} watch={self.watch}>"
@@ -313,13 +318,17 @@ class SwarmService:
         if engine_start is not None:
             await engine_start()
         await self.orchestrator.start()
-        await self._resume_interrupted()
+        from goondan.swarm.stored import QueueSwarmInbox, resume_interrupted
+
+        await resume_interrupted(self.orchestrator, self.state_root, self.workspace_id,
+                                 self.storage)
         from goondan.swarm.durable_inputs import SwarmInbox, inputs_dir
 
         # Inputs accepted before a crash whose Turn had not started run first, in order.
         self.inbox = SwarmInbox(
             inputs_dir(self.state_root, self.bundle.root, self.bundle.package_name, self.swarm.name)
-        )
+        ) if self.storage is None else QueueSwarmInbox(self.storage, self.workspace_id,
+                                                       self.swarm.name)
         await self.inbox.open(self.orchestrator)
         self.orchestrator.store_input = self.inbox.record
         await self.connections.start()
@@ -355,6 +364,7 @@ class SwarmService:
             ],
             control_socket=str(self.socket_path),
             status_file=str(self.status_file),
+            store=mask_url(self.store_url) if self.store_url else None,
         )
         await asyncio.to_thread(write_active, self.state_root, self.active)
         # inspect from another directory masks this bundle's secrets (docs/security.md).
@@ -362,26 +372,6 @@ class SwarmService:
         self._approvals_task = asyncio.ensure_future(self._watch_approvals())
         _log.info("orchestrator started (swarm=%s, instanceKey=%s)", self.swarm.name, self.key,
                   extra={"event": "orchestrator.started"})
-
-    async def _resume_interrupted(self) -> None:
-        """Spawn every instance whose last Turn was cut short (every process killed): its new
-        process resumes the Turn (docs/orchestrator.md "Crashes")."""
-        from goondan.workspace.journal import interrupted_instances
-
-        found = await asyncio.to_thread(interrupted_instances, self.state_root, self.workspace_id)
-        for agent, key in found:
-            if agent in self.orchestrator.agents:
-                _log.info(
-                    "resuming the interrupted turn of %s@%s",
-                    agent,
-                    key,
-                    extra={
-                        "event": "orchestrator.resumeAtStart",
-                        "agentName": agent,
-                        "instanceKey": key,
-                    },
-                )
-                await self.orchestrator.spawn_instance(agent, key)
 
     def _install_log_file(self) -> None:
         path = log_files(self.log_dir, "orchestrator")["stderr"]
@@ -415,6 +405,8 @@ class SwarmService:
         await self.orchestrator.shutdown()
         if self.inbox is not None:
             self.inbox.close()
+        if self.storage is not None:
+            self.storage.close()
         if self.event_log is not None:
             await asyncio.to_thread(self.event_log.close)
         if self.exporter is not None:  # the shutdown flush
@@ -465,6 +457,12 @@ class SwarmService:
         )
 
         def clear() -> None:
+            if self.storage is not None:  # the instances are stopped: nobody holds them
+                for info in list(self.storage.instances(self.workspace_id)):
+                    if info.get("agentName") == agent:
+                        self.storage.delete_instance(self.workspace_id, agent,
+                                                     str(info["instanceKey"]))
+                return
             for meta in directory.glob("*/metadata.json") if directory.is_dir() else []:
                 with contextlib.suppress(OSError, ValueError):
                     if json.loads(meta.read_text(encoding="utf-8")).get("agentName") == agent:
@@ -642,11 +640,7 @@ class SwarmService:
             return {"ok": True, "result": result}
         if command == "status":
             active = self.active
-            from goondan.workspace.approvals import ApprovalStore
-
-            pending = await asyncio.to_thread(
-                ApprovalStore(self.state_root, self.workspace_id).list, status="pending"
-            )
+            pending = await asyncio.to_thread(self.approval_store().list, status="pending")
             from goondan.swarm.procstats import pool_status, with_process_stats
 
             return with_process_stats({
@@ -684,8 +678,8 @@ class SwarmService:
         while True:
             try:
                 due, wait = await asyncio.to_thread(
-                    approvals_due, self.state_root, workspace, startup=startup
-                )
+                    approvals_due, self.state_root, workspace, startup=startup,
+                    storage=self.storage)
                 startup = False
                 for found in due:
                     if found.id not in woken:
@@ -698,6 +692,14 @@ class SwarmService:
                 wait = 5.0
             await asyncio.sleep(wait)
 
+    def approval_store(self) -> Any:
+        """The approvals of this workspace, in the swarm's store."""
+        from goondan.workspace.approvals import ApprovalStore
+
+        if self.storage is not None:
+            return self.storage.approvals(self.workspace_id)
+        return ApprovalStore(self.state_root, self.workspace_id)
+
     async def _approval_decided(self, approval: str, *, force: bool = False) -> JsonObject:
         """``{"command": "approval", "id"}``: a decision was stored (``goondan approvals``); the
         instance of a decided approval gets an ``approval.decided`` event, which resumes its
@@ -705,11 +707,8 @@ class SwarmService:
         workspace or swarm, or one still pending."""
         from goondan.runtime.approvals import APPROVAL_DECIDED_EVENT
         from goondan.types import AgentEvent
-        from goondan.workspace.approvals import ApprovalStore
 
-        found = await asyncio.to_thread(
-            ApprovalStore(self.state_root, self.workspace_id).get, approval
-        )
+        found = await asyncio.to_thread(self.approval_store().get, approval)
         agent = str(found.request.get("agent")) if found is not None else ""
         if (
             found is None

@@ -305,9 +305,13 @@ class ProcessSpawner(Spawner):
         extra_args: Sequence[str] = (),
         targets: Mapping[str, ChildTarget] | None = None,
         fork_server: bool | None = None,
+        store_url: str | None = None,
     ) -> None:
         self.bundle_dir = Path(bundle_dir)
         self.state_root = Path(state_root)
+        # A store URL (PostgreSQL, may hold a password): sent to the agents through the spawn
+        # pipe with their arguments, never on a command line (docs/orchestrator.md "The store").
+        self.store_url = store_url
         self.swarm = swarm
         self.log_dir = log_dir
         self.extra_args = list(extra_args)
@@ -370,6 +374,8 @@ class ProcessSpawner(Spawner):
             argv += ["--workdir", request.workdir]
         if self.log_dir is not None:
             argv += ["--log-dir", str(self.log_dir), "--process-name", request.process_name]
+        if self.store_url is not None:
+            argv += ["--store", self.store_url]
         return argv + self.extra_args
 
     async def spawn(self, request: SpawnRequest) -> AgentHandle:

@@ -207,6 +207,7 @@ class ActiveRuntime:
     log_dir: str | None = None
     pid_start: int | None = None  # pid_start_time(pid) when the record was written
     token: str = ""  # random; the control socket's status answer carries it
+    store: str | None = None  # a PostgreSQL store's masked URL (goondan run --store); else None
 
     def __post_init__(self) -> None:
         if not self.runtime_key:
@@ -227,7 +228,7 @@ class ActiveRuntime:
             "logDir": self.log_dir,
             "pidStart": self.pid_start,
             "token": self.token,
-        }
+        } | ({"store": self.store} if self.store is not None else {})
 
     @classmethod
     def from_dict(cls, data: Any) -> ActiveRuntime:
@@ -242,6 +243,7 @@ class ActiveRuntime:
             log_dir=data.get("logDir"),
             pid_start=data["pidStart"] if isinstance(data.get("pidStart"), int) else None,
             token=str(data.get("token") or ""),
+            store=data["store"] if isinstance(data.get("store"), str) else None,
         )
 
     @property

@@ -60,12 +60,39 @@ def _instance_file(state_root: Path, name: str) -> Path | None:
     return found[0] if found else None
 
 
-def _journal_has(state_root: Path, text: str) -> bool:
+def _rows(url: str, table: str, column: str) -> list[str]:
+    """The lines of the instance's ``table`` in the PostgreSQL store ``url``, in order."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            f"SELECT t.{column} FROM {table} t JOIN goondan_instances i ON i.id = t.instance_id "
+            "WHERE i.agent_name = %s AND i.instance_key = %s ORDER BY 1", (AGENT, KEY),
+        ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def _lines(state_root: Path, url: str | None, name: str) -> list[str] | None:
+    """The lines of the instance's ``turn.jsonl`` or ``messages/base.jsonl``, from the JSONL
+    state root or (``url``) the PostgreSQL store; None when there is no such instance yet."""
+    if url is not None:
+        if name == "turn.jsonl":
+            return _rows(url, "goondan_turn_records", "record")
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "SELECT m.message FROM goondan_messages m JOIN goondan_instances i "
+                "ON i.id = m.instance_id WHERE i.agent_name = %s AND i.instance_key = %s "
+                "ORDER BY m.position", (AGENT, KEY)).fetchall()
+        return [str(row[0]) for row in rows]
+    path = _instance_file(state_root, name)
+    return None if path is None else path.read_text().splitlines()
+
+
+def _journal_has(state_root: Path, text: str, url: str | None = None) -> bool:
     """The journal holds the turn.started of the input ``text`` (the turn runs)."""
-    path = _instance_file(state_root, "turn.jsonl")
-    if path is None:
-        return False
-    for line in path.read_text().splitlines():
+    for line in _lines(state_root, url, "turn.jsonl") or []:
         with contextlib.suppress(ValueError):
             record = json.loads(line)
             if record.get("type") == "turn.started" and record["input"].get("input") == text:
@@ -82,7 +109,8 @@ def _agent_pid(state_root: Path, not_in: set[int]) -> int | None:
     return None
 
 
-def _send(state_root: Path, bundle: Path, text: str) -> subprocess.Popen[str]:
+def _send(state_root: Path, bundle: Path, text: str,
+          env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -103,6 +131,7 @@ def _send(state_root: Path, bundle: Path, text: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -112,11 +141,12 @@ def _bundle(tmp_path: Path) -> Path:
     return target
 
 
-def _check_conversation(state_root: Path, bundle: Path, trials: int) -> Counter[str]:
+def _check_conversation(state_root: Path, bundle: Path, trials: int,
+                        url: str | None = None) -> Counter[str]:
     """The invariants of the module docstring; returns how the interrupted calls ended."""
-    base = _instance_file(state_root, "messages/base.jsonl")
-    assert base is not None
-    records = [json.loads(line) for line in base.read_text().splitlines() if line.strip()]
+    lines = _lines(state_root, url, "messages/base.jsonl")
+    assert lines is not None
+    records = [json.loads(line) for line in lines if line.strip()]
     users = [r["data"]["content"] for r in records if r["data"]["role"] == "user"]
     assert users == [f"go {i}" for i in range(trials)]
     assert [t for t in map(_answer_text, records) if t is not None] == ["done"] * trials
@@ -162,16 +192,34 @@ def _check_conversation(state_root: Path, bundle: Path, trials: int) -> Counter[
 @pytest.mark.timeout(soak.trials(120, 3600))
 def test_sigkill_of_the_agent_mid_turn_resumes_and_the_sender_gets_the_answer(
         state_root: Path, tmp_path: Path) -> None:
+    _agent_kill_trials(state_root, tmp_path, None, soak.trials(3, 200))
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(soak.trials(120, 3600))
+def test_sigkill_of_the_agent_mid_turn_resumes_the_turn_on_postgres(
+        state_root: Path, tmp_path: Path, postgres_url: str) -> None:
+    """The same on PostgreSQL (``goondan run``/``send`` with ``GOONDAN_STORE``: the journal and
+    the conversation are rows of the store, nothing of them under the state root)."""
+    from tests.support.backends import apply_schema
+
+    apply_schema(postgres_url)
+    _agent_kill_trials(state_root, tmp_path, postgres_url, soak.trials(2, 50))
+
+
+def _agent_kill_trials(state_root: Path, tmp_path: Path, url: str | None, trials: int) -> None:
     bundle = _bundle(tmp_path)
-    trials = soak.trials(3, 200)
+    env = {"GOONDAN_STORE": url} if url is not None else {}
+    store = "jsonl" if url is None else "postgres"
     rng = random.Random(31)
     killed: set[int] = set()
-    with goondan_run(bundle, state_root, {}):
+    with goondan_run(bundle, state_root, env):
         for i in range(trials):
-            sender = _send(state_root, bundle, f"go {i}")
+            sender = _send(state_root, bundle, f"go {i}", env)
             try:
                 if rng.random() < 0.8:  # mid-turn, anywhere in it
-                    _wait(lambda i=i: _journal_has(state_root, f"go {i}"), 60, f"turn {i}")
+                    _wait(lambda i=i: _journal_has(state_root, f"go {i}", url), 60,
+                          f"turn {i}")
                     pid = _wait(lambda: _agent_pid(state_root, killed), 30, "the agent process")
                     time.sleep(rng.uniform(0, 0.7))  # the kill point
                 else:  # early: before, during or just after the event's dispatch
@@ -185,8 +233,10 @@ def test_sigkill_of_the_agent_mid_turn_resumes_and_the_sender_gets_the_answer(
                     sender.kill()
             assert sender.returncode == 0, err
             assert out.strip() == "done", (out, err)
-    outcomes = _check_conversation(state_root, bundle, trials)
-    print(f"{trials} SIGKILLs of the agent: calls {dict(outcomes)}")
+    outcomes = _check_conversation(state_root, bundle, trials, url)
+    if url is not None:  # nothing of the conversation under the local state root
+        assert not list(state_root.glob("workspaces/*/instances"))
+    print(f"{trials} SIGKILLs of the agent ({store}): calls {dict(outcomes)}")
 
 
 @pytest.mark.soak
