@@ -211,9 +211,11 @@ class PooledSpawner(Spawner):
     """Runs agent instances in ``hosts`` local host processes (see the module docstring)."""
 
     def __init__(self, bundle_dir: Path, *, state_root: Path, swarm: str | None = None,
-                 log_dir: Path | None = None, hosts: int | None = None) -> None:
+                 log_dir: Path | None = None, hosts: int | None = None,
+                 store_url: str | None = None) -> None:
+        # argv (with ``--store``: the instances' store), and connectors (a process each)
         self.local = ProcessSpawner(bundle_dir, state_root=state_root, swarm=swarm,
-                                    log_dir=log_dir)  # argv, and connectors (a process each)
+                                    log_dir=log_dir, store_url=store_url)
         self.log_dir = log_dir
         self.hosts = hosts or default_hosts()
         self._hosts: list[_Host | None] = [None] * self.hosts

@@ -280,7 +280,7 @@ class SwarmService:
         if isolation_of(self.swarm, self.real_env) == "pooled":
             return PooledSpawner(self.bundle.root, state_root=self.state_root,
                                  swarm=self.swarm.name, log_dir=self.log_dir,
-                                 hosts=self.swarm.pool_hosts)
+                                 hosts=self.swarm.pool_hosts, store_url=self.store_url)
         return ProcessSpawner(self.bundle.root, state_root=self.state_root, swarm=self.swarm.name,
                               log_dir=self.log_dir, store_url=self.store_url)
 
