@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -235,8 +236,25 @@ async def turn_overheads(tmp: Path, urls: dict[str, str | None], turns: int
                 await turn(name, "K=0", index >= 3)
                 if index % 4 == 0 or index < 3:  # fewer 20-step turns: each is 20 commits
                     await turn(name, "K=20", index >= 3)
-    return {name: {kind: statistics.median(values) for kind, values in kinds.items()}
-            for name, kinds in samples.items()}
+        figures = {name: {kind: statistics.median(values) for kind, values in kinds.items()}
+                   for name, kinds in samples.items()}
+        for name, url in urls.items():  # write transactions (commits) of one turn of each kind
+            if url is not None:
+                for kind in ("K=0", "K=20"):
+                    before = await asyncio.to_thread(_xact_id, url)
+                    await turn(name, kind, False)
+                    after = await asyncio.to_thread(_xact_id, url)
+                    figures[name][f"{kind} commits"] = after - before - 1
+    return figures
+
+
+def _xact_id(url: str) -> int:
+    """A new transaction id: the difference of two is the write transactions in between + 1."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+    return int(row[0]) if row else 0
 
 
 # -- swarm level: ingress and conversations, through the orchestrator ----------------------------
@@ -288,22 +306,36 @@ async def ingress_events_per_s(tmp: Path, name: str, url: str | None, keys: int,
     return 2 * keys / elapsed
 
 
-async def _peak_connections(url: str, peak: list[int], stop: asyncio.Event) -> None:
-    """The most server connections seen (pg_stat_activity, polled); a superuser's connection
-    takes a reserved slot, so it still works when ordinary ones are refused."""
-    import psycopg
+class ConnectionWatch:
+    """Counts the server's client connections (pg_stat_activity) every 0.25 s on one connection
+    opened before the load starts (a new one may be refused once the server is full): the peak,
+    and the count of the last poll (``sample``: a poll made now)."""
 
-    conn = await asyncio.to_thread(psycopg.connect, url, autocommit=True, connect_timeout=5)
-    try:
-        while not stop.is_set():
-            row = await asyncio.to_thread(lambda: conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-            ).fetchone())
-            peak[0] = max(peak[0], int(row[0]) if row else 0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.25)
-    finally:
-        conn.close()
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
+        self.peak = 0
+        self.stop = asyncio.Event()
+
+    def count(self) -> int:
+        row = self.conn.execute("SELECT count(*) FROM pg_stat_activity"
+                                " WHERE backend_type = 'client backend'").fetchone()
+        return int(row[0]) - 1 if row else 0  # not this one
+
+    async def sample(self) -> int:
+        current = await asyncio.to_thread(self.count)
+        self.peak = max(self.peak, current)
+        return current
+
+    async def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                await self.sample()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), 0.25)
+        finally:
+            self.conn.close()
 
 
 async def conversations(tmp: Path, name: str, url: str | None, count: int, hosts: int | None,
@@ -319,8 +351,8 @@ async def conversations(tmp: Path, name: str, url: str | None, count: int, hosts
     state_root = tmp / f"conv-{name}-state"
     logs = tmp / "logs"
     spawner = _pooled(root, state_root, tmp, url, hosts)
-    peak, stop = [0], asyncio.Event()
-    watcher = asyncio.ensure_future(_peak_connections(url, peak, stop)) if url else None
+    watch = await asyncio.to_thread(ConnectionWatch, url) if url else None
+    watcher = asyncio.ensure_future(watch.run()) if watch is not None else None
     try:
         orch = Orchestrator(spawner, swarm_name="default", entry_agent="worker",
                             agents=["worker"], project_root=root, reconcile_interval_s=0,
@@ -334,26 +366,34 @@ async def conversations(tmp: Path, name: str, url: str | None, count: int, hosts
                 for k in range(count) for e in (1, 2)), return_exceptions=True)
             elapsed = time.perf_counter() - start
             live = sum(1 for r in orch.records.values() if r.alive)
-            held = await asyncio.to_thread(_client_connections, url) if url else 0
+            held = await watch.sample() if watch is not None else 0
     finally:
-        stop.set()
-        if watcher is not None:
+        if watch is not None and watcher is not None:
+            watch.stop.set()
             await watcher
         await spawner.aclose()
-    failed = [r for r in results if isinstance(r, BaseException)]
+    outcomes = [_failure(result) for result in results]
+    failed = [error for error in outcomes if error]
+    opened = sum(1 for k in range(count) if not (outcomes[2 * k] and outcomes[2 * k + 1]))
     return {"eventsPerS": (len(results) - len(failed)) / elapsed, "seconds": elapsed,
             "answered": len(results) - len(failed), "failed": len(failed), "live": live,
-            "peakConnections": peak[0], "heldAtEnd": held,
-            "firstFailure": str(failed[0]) if failed else "", **_store_errors(logs)}
+            "opened": opened + 1,  # conversations answered at least once, and the warm-up
+            "failures": dict(collections.Counter(e.split(":", 1)[0] for e in failed)),
+            "peakConnections": watch.peak if watch else 0, "heldAtEnd": held,
+            "firstFailure": failed[0] if failed else "", **_store_errors(logs)}
 
 
-def _client_connections(url: str) -> int:
-    import psycopg
+def _failure(result: Any) -> str:
+    """``""`` for an answer, else ``"CODE: message"`` (an error answer counts as a failure)."""
+    from goondan.runtime.agents import response_text
 
-    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity"
-                           " WHERE backend_type = 'client backend'").fetchone()
-    return int(row[0]) - 1 if row else 0  # not this one
+    try:
+        if isinstance(result, BaseException):
+            raise result
+        response_text(result)
+    except Exception as exc:
+        return f"{getattr(exc, 'code', type(exc).__name__)}: {mask_url(str(exc))}"
+    return ""
 
 
 def _store_errors(logs: Path) -> dict[str, Any]:
@@ -404,8 +444,9 @@ def conversation_rows(tmp: Path, urls: dict[str, str | None], args: argparse.Nam
     for name, url in urls.items():
         row = asyncio.run(conversations(tmp / f"c-{name}", name, url, args.conversations,
                                         args.pool_hosts, args.request_timeout))
-        line = (f"  {name}: {row['eventsPerS']:7.1f} events/s answered, {row['answered']} "
-                f"answered / {row['failed']} failed in {row['seconds']:.1f} s, "
+        line = (f"  {name}: {row['eventsPerS']:7.1f} answered events/s, {row['answered']} "
+                f"answered / {row['failed']} failed {row['failures'] or ''} in "
+                f"{row['seconds']:.1f} s, "
                 f"{row['live']} live instances")
         if url:
             line += (f", peak {row['peakConnections']} server connections, "
@@ -415,6 +456,12 @@ def conversation_rows(tmp: Path, urls: dict[str, str | None], args: argparse.Nam
         for key in ("firstFailure", "storeError"):
             if row[key]:
                 print(f"    {key}: {row[key][:300]}")
+        if url and row["failedStarts"]:
+            per = row["heldAtEnd"] / max(1, row["opened"])
+            print(f"    {row['opened']} conversations opened (answered at least once), "
+                  f"{per:.1f} server connections each at the end: an open instance holds its "
+                  "own; max_connections bounds the open conversations (--max-connections N "
+                  "raises it on the throwaway cluster)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -509,7 +556,9 @@ def turn_rows(tmp: Path, urls: dict[str, str | None], args: argparse.Namespace) 
         if "postgres" in figures:
             pair = figures["postgres"][kind], figures["jsonl"][kind]
             ratio = f"  ratio postgres/jsonl {_ratio(*pair)}"
-        print(f"  {kind:<5} {cells}{ratio}")
+        commits = figures.get("postgres", {}).get(f"{kind} commits")
+        extra = f"  ({commits:.0f} PostgreSQL write transactions a turn)" if commits else ""
+        print(f"  {kind:<5} {cells}{ratio}{extra}")
 
 
 if __name__ == "__main__":
