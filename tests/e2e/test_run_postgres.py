@@ -311,3 +311,24 @@ def test_run_send_attach_and_restart_with_a_postgres_store_keep_the_state_in_pos
     assert list(state_root.glob("runtime/logs/*/orchestrator.stderr.log"))  # runtime: local
     assert password not in "".join(  # the URL's password is in no log
         p.read_text(errors="replace") for p in state_root.glob("runtime/logs/*/*.log"))
+
+
+def test_pooled_run_keeps_its_conversations_in_postgres(
+    state_root: Path, tmp_path: Path, store_url: str,
+) -> None:
+    """``policy.isolation: pooled`` (here ``GOONDAN_ISOLATION``) with ``--store``: the hosted
+    instances open the swarm's store, not the local state root."""
+    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, "")
+    proc = start_run(bundle, state_root, {"GOONDAN_STORE": store_url,
+                                          "GOONDAN_ISOLATION": "pooled"})
+    try:
+        wait_for(lambda: _running(state_root, proc), 60, "the orchestrator")
+        sent = _goondan(state_root, store_url, "send", "--bundle", str(bundle), "-k", "pooled",
+                        "--no-wait", "<<pooled-1>>")
+        assert sent.returncode == 0, sent.stderr
+        wait_for(lambda: len(_messages(store_url, "pooled")) >= 2, 60, "the turn in the store")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    assert _count(store_url, "pooled", "<<pooled-1>>") == 1
+    _no_jsonl_state(state_root)

@@ -190,7 +190,7 @@ def _initdb(bin_dir: Path, directory: Path, password: str) -> None:
 
 
 def _spawn(
-    bin_dir: Path, directory: Path, port: int, *, fsync: bool
+    bin_dir: Path, directory: Path, port: int, *, fsync: bool, max_connections: int = 100
 ) -> subprocess.Popen[bytes]:
     settings = {
         "listen_addresses": "127.0.0.1",
@@ -198,7 +198,7 @@ def _spawn(
         "unix_socket_directories": "",
         "fsync": "on" if fsync else "off",
         "full_page_writes": "on" if fsync else "off",
-        "max_connections": "100",
+        "max_connections": str(max_connections),
         "shared_buffers": "32MB",
         "logging_collector": "off",
     }
@@ -235,10 +235,11 @@ def _wait_ready(cluster: PostgresCluster) -> None:
             time.sleep(0.05)  # polling a condition with a deadline
 
 
-def start_cluster(*, fsync: bool = False) -> PostgresCluster:
+def start_cluster(*, fsync: bool = False, max_connections: int = 100) -> PostgresCluster:
     """initdb + start + a template database; raises ``RuntimeError`` saying why it could not.
 
-    ``fsync=True`` is for benchmarks (scripts/bench_store.py): commits pay a real flush.
+    ``fsync=True`` and ``max_connections`` are for benchmarks (scripts/bench_store.py): commits
+    pay a real flush; one connection per open instance may need more than the default 100.
     """
     bin_dir = find_bin_dir()
     if bin_dir is None or not (bin_dir / "postgres").exists():
@@ -261,7 +262,8 @@ def start_cluster(*, fsync: bool = False) -> PostgresCluster:
         last_error: RuntimeError | None = None
         for _attempt in range(3):  # another process may take the free port first
             port = _free_port()
-            process = _spawn(bin_dir, directory, port, fsync=fsync)
+            process = _spawn(bin_dir, directory, port, fsync=fsync,
+                             max_connections=max_connections)
             cluster = PostgresCluster(directory, port, password, process)
             try:
                 _wait_ready(cluster)

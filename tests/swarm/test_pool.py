@@ -130,3 +130,15 @@ def test_status_rows_get_cpu_and_rss_and_pooled_instances_an_even_share_of_their
     assert a["host"] == "pool-0" and a["sharedBy"] == 2
     assert a["rssShareBytes"] == a["rssBytes"] // 2 and b["cpuShareSeconds"] is not None
     assert solo["cpuSeconds"] is None and "host" not in solo  # no pid: nothing to say
+
+
+def test_pooled_instances_are_opened_on_the_swarms_store(tmp_path: Path) -> None:
+    """``goondan run --store`` with ``policy.isolation: pooled``: each hosted instance gets the
+    store URL in its arguments (before, the hosts' instances opened the JSONL state root while
+    the orchestrator kept the inputs in the store)."""
+    url = "postgresql://goondan:secret@127.0.0.1:5432/goondan"
+    spawner = PooledSpawner(tmp_path, state_root=tmp_path / "state", store_url=url)
+    argv = spawner.local.argv(SpawnRequest("worker", "k1"))
+    assert argv[argv.index("--store") + 1] == url
+    assert "--store" not in PooledSpawner(tmp_path, state_root=tmp_path).local.argv(
+        SpawnRequest("worker", "k1"))
