@@ -46,6 +46,7 @@ __all__ = [
     "ApprovalStatus",
     "ApprovalStore",
     "approval_id",
+    "decision_document",
     "format_time",
     "parse_time",
 ]
@@ -148,6 +149,26 @@ def _create_once(path: Path, document: JsonObject) -> bool:
     return True
 
 
+def decision_document(current: Approval, *, approve: bool, by: str, via: str,
+                      args: JsonObject | None, note: str | None, reason: str | None,
+                      now: datetime | None) -> tuple[JsonObject, bool]:
+    """The decision to record for the undecided approval ``current`` and whether it is this
+    caller's (every backend records the same document): ``expired`` by the system once past its
+    ``expiresAt``, else ``approved``/``denied`` by ``by`` via ``via``."""
+    at = format_time(now) if now is not None else now_iso()
+    if current.status == "expired":
+        return {"status": "expired", "decidedAt": at, "decidedBy": "system", "via": "expiry"}, False
+    document: JsonObject = {"status": "approved" if approve else "denied", "decidedAt": at,
+                            "decidedBy": by, "via": via}
+    if note is not None:
+        document["note"] = note
+    if reason is not None and not approve:
+        document["reason"] = reason
+    if args is not None and approve:
+        document["args"] = args
+    return document, True
+
+
 class ApprovalStore:
     """The approvals of one workspace (``<state root>/workspaces/<id>/approvals/``)."""
 
@@ -245,21 +266,8 @@ class ApprovalStore:
             )
         if current.decision is not None:
             return current, False
-        at = format_time(now) if now is not None else now_iso()
-        if current.status == "expired":
-            document: JsonObject = {"status": "expired", "decidedAt": at, "decidedBy": "system",
-                                    "via": "expiry"}
-            mine = False
-        else:
-            document = {"status": "approved" if approve else "denied", "decidedAt": at,
-                        "decidedBy": by, "via": via}
-            if note is not None:
-                document["note"] = note
-            if reason is not None and not approve:
-                document["reason"] = reason
-            if args is not None and approve:
-                document["args"] = args
-            mine = True
+        document, mine = decision_document(current, approve=approve, by=by, via=via, args=args,
+                                           note=note, reason=reason, now=now)
         won = _create_once(self._path(approval).with_name(approval + _DECISION), document)
         found = self.get(approval, now=now)
         assert found is not None

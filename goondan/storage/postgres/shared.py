@@ -33,6 +33,7 @@ from goondan.workspace.approvals import (
     STATUSES,
     Approval,
     approval_id,
+    decision_document,
     format_time,
     parse_time,
 )
@@ -172,21 +173,8 @@ class PostgresApprovals:
             )
         if current.decision is not None:
             return current, False
-        at = format_time(now) if now is not None else now_iso()
-        if current.status == "expired":
-            document: JsonObject = {"status": "expired", "decidedAt": at, "decidedBy": "system",
-                                    "via": "expiry"}
-            mine = False
-        else:
-            document = {"status": "approved" if approve else "denied", "decidedAt": at,
-                        "decidedBy": by, "via": via}
-            if note is not None:
-                document["note"] = note
-            if reason is not None and not approve:
-                document["reason"] = reason
-            if args is not None and approve:
-                document["args"] = args
-            mine = True
+        document, mine = decision_document(current, approve=approve, by=by, via=via, args=args,
+                                           note=note, reason=reason, now=now)
         cur = self._shared.execute(
             "UPDATE goondan_approvals SET decision = %s WHERE workspace_id = %s AND id = %s "
             "AND decision IS NULL", (_dumps(document), self.workspace_id, approval))
