@@ -322,31 +322,40 @@ def _post_with_retries(roots: list[Path], event_id: str, text: str,
     raise AssertionError(f"no node answered event {event_id}")
 
 
+@pytest.mark.soak
+@pytest.mark.timeout(soak.trials(240, 3600))
 def test_webhook_events_sent_with_retries_during_a_failover_each_run_once(
     tmp_path: Path, store_url: str,
 ) -> None:
     """A client posts events one after another, retrying against the other node's port; the
-    active node is SIGKILLed in the middle: every event's turn is stored exactly once."""
+    active node is SIGKILLed in the middle: every event's turn is stored exactly once. One
+    trial under ``make test``, 50 under ``make soak`` (each with two new nodes, one store)."""
+    for trial in range(soak.trials(1, 50)):
+        _webhook_failover_trial(tmp_path / f"trial-{trial}", store_url, f"t{trial}-")
+
+
+def _webhook_failover_trial(where: Path, store_url: str, tag: str) -> None:
     from tests.e2e.test_connector_delivery import WEBHOOK_CONNECTION
     from tests.support.connector_e2e import base_bundle
 
-    bundle = base_bundle(tmp_path / "bundle", None, {"assistant": ""}, WEBHOOK_CONNECTION)
-    procs, roots = _start_pair(tmp_path, store_url, bundle)
+    bundle = base_bundle(where / "bundle", None, {"assistant": ""}, WEBHOOK_CONNECTION)
+    procs, roots = _start_pair(where, store_url, bundle)
     events = 12
     answers: list[dict[str, Any]] = []
     try:
         for i in range(events):
             if i == events // 3:
                 _kill_node(procs[0])  # the active node dies between two events' sends
-            answers.append(_post_with_retries(roots, f"evt-{i}", f"<<p-{i}>>"))
-        wait_for(lambda: all(_count(store_url, "durable", f"<<p-{i}>>") >= 1
+            answers.append(_post_with_retries(roots, f"{tag}evt-{i}", f"<<{tag}p-{i}>>"))
+        wait_for(lambda: all(_count(store_url, "durable", f"<<{tag}p-{i}>>") >= 1
                              for i in range(events)), 90, "every event's turn")
         assert _holder_pid(store_url) == procs[1].pid
     finally:
         for proc in procs:
             _kill_node(proc)
             proc.wait(timeout=30)
-    assert [a["id"] for a in answers] == [f"evt-{i}" for i in range(events)]
-    assert [_count(store_url, "durable", f"<<p-{i}>>") for i in range(events)] == [1] * events
+    assert [a["id"] for a in answers] == [f"{tag}evt-{i}" for i in range(events)]
+    assert [_count(store_url, "durable", f"<<{tag}p-{i}>>") for i in range(events)] == [1] * events
     rows = _query(store_url, "SELECT id, state FROM goondan_inbox ORDER BY id")
-    assert sorted(rows) == sorted((f"evt-{i}", "started") for i in range(events))
+    assert sorted(r for r in rows if str(r[0]).startswith(tag)) == sorted(
+        (f"{tag}evt-{i}", "started") for i in range(events))
