@@ -234,28 +234,31 @@ def workspace_bundle(state_root: Path, workspace_id: str) -> Path | None:
                  if r["workspaceId"] == workspace_id), None)
 
 
-def find_running(bundle: str | None, swarm: str | None) -> Any:
+def find_running(bundle: str | None, swarm: str | None, *, standby: bool = False) -> Any:
     """The :class:`~goondan.swarm.state.ActiveRuntime` of the running swarm (``E_RUN_NOT_RUNNING``
     when none); ``bundle`` falls back to the global ``--bundle``, then to the current
     directory's bundle. Without any, the only running swarm (said on stderr); with several,
-    ``E_RUN_SWARM_AMBIGUOUS`` lists them: the command never picks one silently."""
+    ``E_RUN_SWARM_AMBIGUOUS`` lists them: the command never picks one silently. ``standby``:
+    a detached orchestrator standing by for the swarm's lease counts too (``goondan stop``)."""
     from goondan.swarm.daemon import locate_running
 
     options = get_globals()
     state_root = options.resolve_state_root()
     bundle = bundle or options.bundle
     if bundle is not None or (Path.cwd() / "goondan.yaml").is_file():
-        return locate_running(state_root, bundle, swarm)
-    return _only_running(state_root, swarm, quiet=options.quiet)
+        return locate_running(state_root, bundle, swarm, standby=standby)
+    return _only_running(state_root, swarm, quiet=options.quiet, standby=standby)
 
 
-def _only_running(state_root: Path, swarm: str | None, *, quiet: bool) -> Any:
+def _only_running(state_root: Path, swarm: str | None, *, quiet: bool,
+                  standby: bool = False) -> Any:
     from goondan.errors import UsageError
     from goondan.swarm.daemon import locate_running
     from goondan.swarm.state import running_records
 
     found = [r for r in running_records(state_root)
-             if r.control_socket and (swarm is None or r.swarm == swarm)]
+             if (r.control_socket or (standby and r.standby is not None))
+             and (swarm is None or r.swarm == swarm)]
     if not found:
         return locate_running(state_root, None, swarm)  # E_RUN_NOT_RUNNING, as before
     if len(found) == 1:

@@ -219,7 +219,8 @@ def run(
             ready_timeout=ready_timeout,
         )
     if leadership is not None:  # a standby until this node holds the swarm's lease
-        leadership.acquire(lambda text: None if options.quiet else click.echo(text, err=True))
+        leadership.acquire(lambda text: _standing_by(service, leadership, text, lock_fd,
+                                                     quiet=options.quiet))
         # every agent's arguments carry the lease (pooled and Ray hosts build them with the
         # ProcessSpawner they hold as ``local``)
         argv_spawner: Any = getattr(service.spawner, "local", service.spawner)
@@ -252,6 +253,21 @@ def _leadership(storage: Any, loaded: Any, swarm: str | None, state_root: Path) 
 
     return Leadership.open(storage.db, workspace_id_for(loaded.root, loaded.package_name),
                            loaded.swarm_spec(swarm).name, state_root)
+
+
+def _standing_by(service: Any, leadership: Any, text: str, lock_fd: int | None, *,
+                 quiet: bool) -> None:
+    """Announce that this node stands by; the orchestrator ``run --detach`` started (it has
+    ``--lock-fd``) also records it, which its parent waits for (docs/orchestrator.md
+    "Failover")."""
+    if not quiet:
+        click.echo(text, err=True)
+    if lock_fd is not None:
+        from goondan.storage.url import mask_url
+        from goondan.swarm.daemon import write_standby
+
+        url = service.store_url
+        write_standby(service, leadership.holder or {}, mask_url(url) if url else None)
 
 
 def _input_lines(input_text: str | None, input_file: str | None) -> Iterable[str] | None:
@@ -396,6 +412,8 @@ def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, 
         )
     finally:
         service.lock.release()  # the orchestrator holds it now (or it exited, releasing it)
+    if active.standby is not None:
+        return _report_standby(active, service.bundle.root, as_json=as_json, quiet=quiet)
     if as_json:
         click.echo(json.dumps(active.to_dict(), ensure_ascii=False))
     elif not quiet:
@@ -405,6 +423,25 @@ def _detach(service: object, real_env: dict[str, str], env_file: str | None, *, 
         click.echo(f"  talk:   goondan send --bundle {where} TEXT")
         click.echo(f"  status: goondan status --bundle {where}")
         click.echo(f"  logs:   goondan logs --bundle {where}")
+        click.echo(f"  stop:   goondan stop --bundle {where}")
+    return 0
+
+
+def _report_standby(active: Any, where: Path, *, as_json: bool, quiet: bool) -> int:
+    """``run --detach`` whose orchestrator stands by: another node holds the swarm's lease."""
+    import json
+
+    holder = active.standby
+    if as_json:
+        click.echo(json.dumps({"standby": True, "active": holder, "pid": active.pid,
+                               "swarm": active.swarm, "instanceKey": active.instance_key},
+                              ensure_ascii=False))
+    elif not quiet:
+        click.echo(f"Swarm {active.swarm} is standing by in the background (pid={active.pid}): "
+                   f"its lease is held by {holder.get('host', '?')} pid {holder.get('pid', '?')} "
+                   f"({holder.get('stateRoot', '?')}); this node takes over when that one stops "
+                   "renewing it")
+        click.echo(f"  status: goondan status --store URL --bundle {where}")
         click.echo(f"  stop:   goondan stop --bundle {where}")
     return 0
 

@@ -66,6 +66,9 @@ def swarm_status(active: Any, *, timeout_s: float = 10.0) -> JsonObject:
         "reachable": True,
         "processes": [],
     }
+    if active.standby is not None:  # standing by for the swarm's lease: nothing runs here yet
+        out["standby"] = active.standby
+        return out
     try:
         doc = query_status(active, timeout_s=timeout_s)
     except GoondanError as err:
@@ -125,7 +128,7 @@ def status(
     if show_all or (bundle is None and not (here / "goondan.yaml").is_file()):
         records = running_records(state_root)
     else:
-        found = locate_running(state_root, bundle, swarm)
+        found = locate_running(state_root, bundle, swarm, standby=True)
         records = [found] if found is not None else []
     swarms = [swarm_status(active) for active in records]
     if as_json or options.json_errors:
@@ -149,6 +152,11 @@ def status(
         usage = usage_line(doc.get("usage"))
         if usage is not None:
             click.echo(f"  {usage}")
+        if doc.get("standby") is not None:
+            who = doc["standby"]
+            click.echo(f"  standing by: the swarm's lease is held by {who.get('host', '?')} "
+                       f"pid {who.get('pid', '?')} ({who.get('stateRoot', '?')})")
+            continue
         if not doc["reachable"]:
             click.echo(f"  not answering: {doc.get('error')}")
             continue

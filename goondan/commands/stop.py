@@ -25,7 +25,7 @@ def stop(bundle: str | None, swarm: str | None, grace_s: float | None, as_json: 
     from goondan.swarm.daemon import stop_running
 
     options = get_globals()
-    active = find_running(bundle, swarm)
+    active = find_running(bundle, swarm, standby=True)  # a standby holds nothing: SIGTERM
     if grace_s is None:
         grace_s = grace_of(active) + 5.0
     report = stop_running(active, grace_s=grace_s)
@@ -33,8 +33,9 @@ def stop(bundle: str | None, swarm: str | None, grace_s: float | None, as_json: 
         click.echo(json.dumps(report.to_dict()))
     elif not options.quiet:
         how = "" if report.mode == "graceful" else " (forced after the grace period)"
+        what = "standby of swarm" if active.standby is not None else "Swarm"
         click.echo(
-            f"Swarm {active.swarm} stopped{how} "
+            f"{what[0].upper()}{what[1:]} {active.swarm} stopped{how} "
             f"(instanceKey={active.instance_key}, pid={active.pid})"
         )
     return 0 if not report.left_running else 1

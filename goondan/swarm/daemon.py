@@ -32,6 +32,7 @@ from goondan.swarm.state import (
     read_active,
     runtime_key,
     same_process,
+    write_active,
 )
 from goondan.types import JsonObject
 from goondan.workspace.files import private_dirs, private_opener
@@ -45,6 +46,7 @@ __all__ = [
     "start_detached",
     "stop_running",
     "wait_for",
+    "write_standby",
 ]
 
 READY_TIMEOUT_S = 60.0
@@ -84,9 +86,10 @@ def _has_bundle(path: Path) -> bool:
 
 
 def locate_running(state_root: Path, bundle: str | None, swarm: str | None = None, *,
-                   required: bool = True) -> ActiveRuntime | None:
+                   required: bool = True, standby: bool = False) -> ActiveRuntime | None:
     """The running swarm of ``bundle`` (default: the current directory's bundle; without one,
-    the most recently started swarm). Raises ``E_RUN_NOT_RUNNING`` when ``required``."""
+    the most recently started swarm). Raises ``E_RUN_NOT_RUNNING`` when ``required``.
+    ``standby``: a detached orchestrator standing by counts too (``stop``, ``status``)."""
     target = Path(bundle) if bundle is not None else Path.cwd()
     active: ActiveRuntime | None
     if bundle is not None or _has_bundle(target):
@@ -98,7 +101,8 @@ def locate_running(state_root: Path, bundle: str | None, swarm: str | None = Non
         active = read_active(state_root)
         where = f"under {state_root}"
         start = "goondan run --detach PATH"
-    if active is not None and active.alive and active.control_socket:
+    if active is not None and active.alive and (
+            active.control_socket or (standby and active.standby is not None)):
         return active
     if not required:
         return None
@@ -238,6 +242,9 @@ def start_detached(
             return True
         with contextlib.suppress(GoondanError):
             active = read_active(state_root, key)
+            if active is not None and active.pid == child.pid and active.standby is not None:
+                found.append(active)  # standing by (write_standby): it starts when it leads
+                return True
             if active is not None and active.pid == child.pid and active.control_socket:
                 with contextlib.suppress(GoondanError, OSError, ValueError):
                     if query_status(active, timeout_s=5.0).get("ok"):
@@ -246,6 +253,8 @@ def start_detached(
         return False
 
     wait_for(ready, timeout_s)
+    if found and found[0].standby is not None:
+        return found[0]
     if found:
         failure = _await_workers(found[0], child, deadline)
         if failure is None:
@@ -271,6 +280,19 @@ def start_detached(
         suggestion="run it in the foreground ('goondan run --foreground') to see the problem, "
         f"or read {err_path}",
     )
+
+
+def write_standby(service: Any, holder: JsonObject, store: str | None) -> None:
+    """The record of an orchestrator standing by for the swarm's lease on a PostgreSQL store
+    (``holder``: the active node): ``run --detach`` returns on it, ``stop`` and ``status``
+    find it. No control socket; the service's own record replaces it once this node leads."""
+    from goondan.types import now_iso
+
+    write_active(service.state_root, ActiveRuntime(
+        instance_key=service.instance_key, runtime_key=service.key,
+        log_dir=str(service.log_dir), bundle_path=str(service.bundle.root / "goondan.yaml"),
+        swarm=service.swarm.name, pid=os.getpid(), pid_start=pid_start_time(os.getpid()),
+        started_at=now_iso(), watch=service.watch, store=store, standby=dict(holder)))
 
 
 def _kill_session(child: subprocess.Popen[bytes]) -> None:

@@ -109,6 +109,7 @@ class Leadership:
         self.ttl = ttl
         self.granted: int | None = None  # the token this node was granted (kept after a loss)
         self.lost = False
+        self.holder: dict[str, Any] | None = None  # who held the lease when this one stood by
         self.on_lost: Callable[[], None] = _stop_this_process
         self._keeper = LeaseKeeper(leases, self.name, self.owner, ttl=ttl, interval=interval,
                                    on_change=self._changed)
@@ -157,6 +158,7 @@ class Leadership:
             self._standby.start()
             current = self.leases.lease(self.name)
             holder = describe_owner(current.owner) if current is not None else "another node"
+            self.holder = _owner(current.owner) if current is not None else {}
             announce(f"Standing by: swarm lease {self.name} is held by {holder}; this node "
                      "takes over when that one stops renewing it.")
             _log.info("standing by for %s", holder,

@@ -208,6 +208,9 @@ class ActiveRuntime:
     pid_start: int | None = None  # pid_start_time(pid) when the record was written
     token: str = ""  # random; the control socket's status answer carries it
     store: str | None = None  # a PostgreSQL store's masked URL (goondan run --store); else None
+    # a detached orchestrator standing by (docs/orchestrator.md "Failover"): the lease's holder
+    # (host, pid, stateRoot, ...); it has no control socket until it takes over
+    standby: JsonObject | None = None
 
     def __post_init__(self) -> None:
         if not self.runtime_key:
@@ -228,7 +231,8 @@ class ActiveRuntime:
             "logDir": self.log_dir,
             "pidStart": self.pid_start,
             "token": self.token,
-        } | ({"store": self.store} if self.store is not None else {})
+        } | ({"store": self.store} if self.store is not None else {}) | (
+            {"standby": self.standby} if self.standby is not None else {})
 
     @classmethod
     def from_dict(cls, data: Any) -> ActiveRuntime:
@@ -244,6 +248,7 @@ class ActiveRuntime:
             pid_start=data["pidStart"] if isinstance(data.get("pidStart"), int) else None,
             token=str(data.get("token") or ""),
             store=data["store"] if isinstance(data.get("store"), str) else None,
+            standby=data["standby"] if isinstance(data.get("standby"), dict) else None,
         )
 
     @property

@@ -359,3 +359,92 @@ def _webhook_failover_trial(where: Path, store_url: str, tag: str) -> None:
     rows = _query(store_url, "SELECT id, state FROM goondan_inbox ORDER BY id")
     assert sorted(r for r in rows if str(r[0]).startswith(tag)) == sorted(
         (f"{tag}evt-{i}", "started") for i in range(events))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+
+
+def _serving(state_root: Path, pid: int) -> bool:
+    active = read_active(state_root)
+    return active is not None and active.pid == pid and active.control_socket is not None
+
+
+def test_run_detach_as_a_standby_returns_at_once_and_takes_over_after_a_sigkill(
+    tmp_path: Path, store_url: str,
+) -> None:
+    """``run --detach`` on a node that finds the lease held returns success saying it stands
+    by; its background orchestrator takes over once the active node is SIGKILLed, answers a
+    ``send``, and ``goondan stop`` ends it."""
+    bundle = _bundle(tmp_path / "bundle", tmp_path / "gate", tmp_path / "calls.log")
+    roots = [tmp_path / "node-a", tmp_path / "node-b"]
+    first = _start(bundle, roots[0], store_url)
+    standby_pid = 0
+    try:
+        wait_for(lambda: _active_here(roots[0], first) or first.poll() is not None, 60, "node a")
+        assert first.poll() is None, "node a exited at start"
+        roots[1].mkdir()
+        started = time.monotonic()
+        detached = _goondan(roots[1], store_url, "--json", "run", "--bundle", str(bundle),
+                            "--detach", "--ready-timeout", "30")
+        assert detached.returncode == 0, detached.stdout + detached.stderr
+        assert time.monotonic() - started < 20  # it did not wait out --ready-timeout
+        doc = json.loads(detached.stdout)
+        standby_pid = doc["pid"]
+        assert doc["standby"] is True and doc["active"]["pid"] == first.pid
+        assert doc["active"]["stateRoot"] == str(roots[0])
+        assert _pid_alive(standby_pid) and standby_pid in _standby_pids(store_url)
+        shown = _goondan(roots[1], store_url, "status", "--bundle", str(bundle), "--json")
+        assert shown.returncode == 0, shown.stderr
+        (local,) = json.loads(shown.stdout)["swarms"]
+        assert local["pid"] == standby_pid and local["standby"]["pid"] == first.pid
+        _kill_node(first)
+        first.wait(timeout=30)
+        wait_for(lambda: _holder_pid(store_url) == standby_pid, 30, "node b holds the lease")
+        wait_for(lambda: _serving(roots[1], standby_pid), 30, "node b's swarm runs")
+        shown = _goondan(roots[1], store_url, "status", "--json")
+        assert json.loads(shown.stdout)["active"]["pid"] == standby_pid
+        sent = _goondan(roots[1], store_url, "send", "--bundle", str(bundle), "hello")
+        assert sent.returncode == 0 and "unused" in sent.stdout, sent.stdout + sent.stderr
+        stopped = _goondan(roots[1], store_url, "stop", "--bundle", str(bundle))
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        wait_for(lambda: not _pid_alive(standby_pid), 30, "node b gone")
+    finally:
+        _kill_node(first)
+        first.wait(timeout=30)
+        if standby_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(standby_pid, signal.SIGKILL)
+
+
+def test_goondan_stop_ends_a_detached_standby(tmp_path: Path, store_url: str) -> None:
+    bundle = _bundle(tmp_path / "bundle", tmp_path / "gate", tmp_path / "calls.log")
+    roots = [tmp_path / "node-a", tmp_path / "node-b"]
+    first = _start(bundle, roots[0], store_url)
+    standby_pid = 0
+    try:
+        wait_for(lambda: _active_here(roots[0], first) or first.poll() is not None, 60, "node a")
+        roots[1].mkdir()
+        detached = _goondan(roots[1], store_url, "run", "--bundle", str(bundle), "--detach",
+                            "--ready-timeout", "30")
+        assert detached.returncode == 0, detached.stdout + detached.stderr
+        assert "standing by" in detached.stdout and str(roots[0]) in detached.stdout
+        active = read_active(roots[1])
+        assert active is not None and active.standby is not None
+        standby_pid = active.pid
+        shown = _goondan(roots[1], store_url, "status", "--bundle", str(bundle))
+        assert "standing by" in shown.stdout, shown.stdout + shown.stderr
+        stopped = _goondan(roots[1], store_url, "stop", "--bundle", str(bundle))
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert not _pid_alive(standby_pid)
+        assert _holder_pid(store_url) == first.pid  # the active node was left alone
+    finally:
+        _kill_node(first)
+        first.wait(timeout=30)
+        if standby_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(standby_pid, signal.SIGKILL)
