@@ -68,7 +68,8 @@ __all__ = ["run"]
     "--detach",
     is_flag=True,
     default=False,
-    help="Run headless in the background; return once the swarm is ready, or stands by for another node (--store) (stop: goondan stop).",
+    help="Run headless in the background; return once the swarm is ready, or stands by for "
+    "another node (--store) (stop: goondan stop).",
 )
 @click.option(
     "--ready-timeout",
