@@ -23,9 +23,10 @@ How the cluster runs:
   directory of a test process that was killed is removed by the next cluster start
   (:func:`remove_stale_directories`, by the owner pid written in it).
 * ``fsync=off`` (and ``full_page_writes=off``): fsync only protects against a crash of the
-  operating system, which no test simulates; a killed client or server loses nothing with it
-  off, because every commit still reaches the kernel before it is acknowledged
-  (``synchronous_commit`` stays on). It keeps ``CREATE DATABASE`` and commits cheap.
+  operating system, which no test simulates; a killed client or a terminated backend loses
+  nothing with it off, because every flushed commit still reaches the kernel before it is
+  acknowledged (``synchronous_commit`` stays on; the running turn's writes turn it off, as on
+  any server). It keeps ``CREATE DATABASE`` and commits cheap.
 
 A cluster that cannot start FAILS the tests that need it (with the server's log), it never
 skips them: a PostgreSQL test that silently does not run is worse than a red one.

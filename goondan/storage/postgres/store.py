@@ -8,11 +8,16 @@ pure planners (``plan_commit``, ``plan_recovery``), over rows instead of files:
   instance's row id: a second opener gets ``E_INSTANCE_LOCKED``, and a process that dies (its
   connection drops) releases it, like the ``fcntl`` lock of the JSONL store;
 * each event of the running turn is one row (``goondan_events``), committed before
-  :meth:`PostgresInstanceStore.append_event` returns;
+  :meth:`PostgresInstanceStore.append_event` returns — asynchronously
+  (``synchronous_commit = off``), as the turn journal's records: the JSONL store appends both
+  without an fsync. A killed goondan process loses none of them; a crash of the server may
+  lose the last of them (those after the last synchronous commit: the WAL is flushed in order);
 * a commit is ONE transaction: the instance's committed position is moved from the position
   this store loaded (a different one is ``E_STORE_CONFLICT``, nothing is written), the new
   messages are inserted (or, for a rewrite, all of them replace the old rows), and the turn's
   events are deleted — so after a commit each message exists once, in ``goondan_messages``;
+  it waits for its WAL flush (as the JSONL fold fsyncs), as do the instance's creation, its
+  status and its extensions' state;
 * :meth:`~PostgresInstanceStore.load` recovers events left by a process that died mid-turn
   exactly as the JSONL store does (fold, repair tool pairs), in one commit.
 
@@ -83,7 +88,7 @@ class PostgresTurnJournal:
         """Insert ``record`` at the next position (a taken position: ``E_STORE_CONFLICT``)."""
         text = _line(encode_json_line(record))
         store = self._store
-        with store.write("append to the turn journal"):
+        with store.write("append to the turn journal", flush=False):
             store.conn.execute(
                 "INSERT INTO goondan_turn_records (instance_id, seq, record) VALUES (%s, %s, %s)",
                 (store.instance_id, self._next, text))
@@ -101,7 +106,7 @@ class PostgresTurnJournal:
 
     def clear(self) -> None:
         store = self._store
-        with store.write("clear the turn journal"):
+        with store.write("clear the turn journal", flush=False):
             store.conn.execute("DELETE FROM goondan_turn_records WHERE instance_id = %s",
                                (store.instance_id,))
         self._next = 0
@@ -216,14 +221,20 @@ class PostgresInstanceStore:
 
     # -- transactions ----------------------------------------------------------------------------
     @contextlib.contextmanager
-    def write(self, what: str) -> Iterator[None]:
+    def write(self, what: str, *, flush: bool = True) -> Iterator[None]:
         """A write transaction, fenced first; a unique violation (a position another writer
         took) is ``E_STORE_CONFLICT``, a lost connection ``E_STORE_UNAVAILABLE`` (saying whether
-        it was lost while committing), another database error ``E_WORKSPACE_IO``."""
+        it was lost while committing), another database error ``E_WORKSPACE_IO``.
+
+        ``flush=False`` commits with ``synchronous_commit = off``: the commit returns once its
+        WAL record is in the server's buffers, without waiting for the WAL flush — what the
+        JSONL store does for the same writes (appended, not fsync-ed; see the module doc)."""
         self._require_open()
         committing = False
         try:
             with self._lock, self.conn.transaction():
+                if not flush:
+                    self.conn.execute("SET LOCAL synchronous_commit = off")
                 if self._fence is not None:
                     self._fence(self.conn)
                 yield
@@ -306,7 +317,7 @@ class PostgresInstanceStore:
                 for index, e in enumerate(events)]
         if not rows:
             return
-        with self.write("append events"), self.conn.cursor() as cur:
+        with self.write("append events", flush=False), self.conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO goondan_events (instance_id, seq, event) VALUES (%s, %s, %s)", rows)
         self._next_event += len(rows)
