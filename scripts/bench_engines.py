@@ -208,7 +208,8 @@ async def measure_pooled(bundle: Path, burst: Path, tmp: Path, args: Any) -> dic
 
     try:
         figures = await measure(spawner, bundle, args.instances, args.rounds, pooled_pss)
-        figures.update(await measure_live(spawner, bundle, args.live, host_pids))
+        if args.live > 0:  # --live 0: the burst figures only
+            figures.update(await measure_live(spawner, bundle, args.live, host_pids))
     finally:
         await spawner.aclose()
     ingress = PooledSpawner(burst, state_root=tmp / "pooled-burst", swarm="default",
@@ -353,7 +354,7 @@ def main() -> int:
         if ratio and results["local"][key]:
             row += f"{results['ray'][key] / results['local'][key]:>14.2f}"
         print(row)
-    if "pooled" in results:  # the pooled rows' live conversations
+    if "liveInstances" in results.get("pooled", {}):  # the pooled rows' live conversations
         live = results["pooled"]
         print(f"pooled: {live['liveInstances']:.0f} live instances, hosts' RSS "
               f"{live['liveHostsRssMiB']:.1f} MiB, PSS per live instance "
