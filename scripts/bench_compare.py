@@ -81,11 +81,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("before", type=Path)
+    parser.add_argument("before", type=Path, nargs="?", default=None)
     parser.add_argument("after", type=Path, nargs="?", default=ROOT)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--turns", type=int, default=60, help="K=0 turns per size in each child")
     args = parser.parse_args()
+    if args.before is None:  # `make bench` runs every script without arguments
+        print("give the tree to compare with, e.g. `git worktree add --detach /tmp/before "
+              "e2d9217` and then: python " + " ".join(sys.argv[:1]) + " /tmp/before")
+        return 0
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     for tree in trees.values():  # as bench_cold.py: a user's install has its bytecode compiled
         compileall.compile_dir(str(tree / "goondan"), quiet=2)
