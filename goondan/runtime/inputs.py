@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from goondan.config import ModelBinding
 
 __all__ = ["CONNECTOR_EVENT_KEY", "INPUT_ID_KEY", "UnavailableAgents", "connector_input_written",
-           "default_model_factory", "input_tag", "input_text", "model_spec_for"]
+           "default_model_factory", "input_tag", "input_text", "model_spec_for",
+           "recorded_answer"]
 
 CONTEXT_OPEN = "[goondan_context]"
 CONTEXT_CLOSE = "[/goondan_context]"
@@ -60,6 +61,32 @@ def connector_input_written(messages: Any, event: AgentEvent) -> bool:
         return False
     (key, value), = tag.items()
     return any(m.role == "user" and m.metadata.get(key) == value for m in messages)
+
+
+_TAG_KEYS = (CONNECTOR_EVENT_KEY, INPUT_ID_KEY)
+
+
+def recorded_answer(messages: Any, event: AgentEvent) -> str | None:
+    """The final answer of the finished Turn of ``event`` in ``messages``: the text of the last
+    assistant message without tool calls after its input and before the next user input, or
+    None (no input of it, or its Turn gave no answer). A redelivered event whose Turn finished
+    in a process that died before its answer left it is answered with this."""
+    tag = input_tag(event)
+    if tag is None:
+        return None
+    (key, value), = tag.items()
+    found = None
+    answer: str | None = None
+    for message in messages:
+        if found is None:
+            found = message if message.role == "user" and message.metadata.get(key) == value \
+                else None
+            continue
+        if message.role == "user" and any(k in message.metadata for k in _TAG_KEYS):
+            break  # the next input's Turn
+        if message.role == "assistant" and not message.tool_calls:
+            answer = message.text
+    return answer
 
 
 def _properties(event: AgentEvent) -> JsonObject:

@@ -47,6 +47,7 @@ from goondan.runtime.inputs import (
     connector_input_written,
     default_model_factory,
     model_spec_for,
+    recorded_answer,
 )
 from goondan.runtime.ledger import cost_of
 from goondan.runtime.observe import EventListener, RuntimeObserver, TracedAgentCalls
@@ -335,6 +336,11 @@ class AgentInstance:
         input, :func:`~goondan.runtime.inputs.input_tag`): a Turn for it started (in an earlier
         process that died) — the claim check of an agent process."""
         return connector_input_written(self.state.next_messages, event)
+
+    def recorded_answer(self, event: AgentEvent) -> str | None:
+        """The answer of ``event``'s finished Turn, from the conversation (None: not there) —
+        for a redelivered event whose answer was lost with the process that ran it."""
+        return recorded_answer(self.state.next_messages, event)
 
     def steer(self, event: AgentEvent) -> bool:
         """Hand ``event`` to the running turn: it joins that turn's conversation before the

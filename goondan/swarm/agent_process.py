@@ -483,6 +483,14 @@ class AgentWorker:
                     },
                     "error",
                 )
+            elif event.reply_to is not None:
+                # its Turn finished in a process that died before the answer left it (a pooled
+                # or Ray host holds answers a moment before they reach the orchestrator): the
+                # caller that still waits gets the answer recorded in the conversation
+                recorded = getattr(handler, "recorded_answer", None)
+                answer = recorded(event) if callable(recorded) else None
+                if answer is not None:
+                    await self._answer(event, answer, None, "text_response")
             await self.report(
                 TurnFinished(event.id, "error", ok=True, cancelled=False, duplicate=True)
             )

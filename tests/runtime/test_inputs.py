@@ -99,3 +99,29 @@ def test_the_header_always_has_properties_and_metadata() -> None:
     header = json.loads(input_text(event).split("\n")[1])
     assert header == {"source": {"kind": "agent", "name": "planner"}, "event": "agent.send",
                       "instanceKey": "k", "properties": {"from_agent": "planner"}, "metadata": {}}
+
+
+def test_recorded_answer_is_the_final_answer_of_that_inputs_turn_only() -> None:
+    """A redelivered event whose Turn finished in a process that died before the answer left it
+    (a pooled host killed right after the Turn ended) is answered from the conversation."""
+    from goondan.conversation.messages import Message
+    from goondan.runtime.inputs import INPUT_ID_KEY, recorded_answer
+    from goondan.types import ToolCall, ToolCallResult
+
+    def event(input_id: str) -> AgentEvent:
+        found = AgentEvent.from_dict({"id": f"evt-{input_id}", "type": "user_message",
+                                      "input": "go", "source": {"kind": "agent", "name": "cli"}})
+        found.start_marker = {"queue": "inputs/default", "id": input_id}
+        return found
+
+    messages = [
+        Message.user("first", metadata={INPUT_ID_KEY: "in-1"}),
+        Message.assistant("", tool_calls=[ToolCall("c1", "calc__echo", {"text": "x"})]),
+        Message.tool_result(ToolCallResult.success("c1", "calc__echo", {"text": "x"})),
+        Message.assistant("the first answer"),
+        Message.user("second", metadata={INPUT_ID_KEY: "in-2"}),
+        Message.assistant("", tool_calls=[ToolCall("c2", "calc__echo", {"text": "y"})]),
+    ]
+    assert recorded_answer(messages, event("in-1")) == "the first answer"
+    assert recorded_answer(messages, event("in-2")) is None  # its Turn gave no answer yet
+    assert recorded_answer(messages, event("in-3")) is None  # never started
