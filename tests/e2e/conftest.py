@@ -57,6 +57,8 @@ POOLED_UNDER_SOAK = frozenset({
     "test_two_hundred_orchestrator_sigkills_lose_and_duplicate_nothing",
     "test_sigkill_of_goondan_run_after_send_is_acknowledged_runs_each_input_once",
     "test_two_hundred_orchestrator_sigkills_after_send_acks_lose_and_duplicate_nothing",
+    "test_sigkill_of_goondan_run_after_a_send_ack_delivers_the_input_once_from_postgres",
+    "test_webhook_events_acknowledged_before_a_sigkill_run_once_from_the_postgres_inbox",
 })
 
 
