@@ -313,7 +313,7 @@ def test_run_send_attach_and_restart_with_a_postgres_store_keep_the_state_in_pos
         p.read_text(errors="replace") for p in state_root.glob("runtime/logs/*/*.log"))
 
 
-@pytest.mark.isolation("pooled")  # its bundle asks for pooled hosts itself
+@pytest.mark.isolation("pooled")  # its subject is pooled isolation
 def test_pooled_run_keeps_its_conversations_in_postgres(
     state_root: Path, tmp_path: Path, store_url: str,
 ) -> None:
