@@ -46,6 +46,7 @@ from goondan.swarm.hosting import InstanceFields, InstanceHost, forwarded_env, h
 from goondan.swarm.procstart import start_process
 from goondan.swarm.spawner import (
     AgentHandle,
+    HostedHandle,
     ProcessSpawner,
     Spawner,
     SpawnRequest,
@@ -165,16 +166,14 @@ class _PooledTransport(Transport):
                 await self.host.send(_dumps(["eof", self.hid]))
 
 
-class _PooledHandle(AgentHandle):
+class _PooledHandle(HostedHandle):
     """An instance on a host process: ``pid`` is the host's, shared with its neighbours."""
 
     owns_pid = False
 
     def __init__(self, request: SpawnRequest, transport: _PooledTransport) -> None:
-        super().__init__(request, transport)
+        super().__init__(request, transport, lambda: transport.feed(None))
         self.pooled = transport
-        self._exit: WorkerExit | None = None
-        self._exited = asyncio.Event()
         self._kill_task: asyncio.Task[None] | None = None
 
     @property
@@ -185,21 +184,6 @@ class _PooledHandle(AgentHandle):
     @property
     def pid(self) -> int | None:
         return self.pooled.host.pid
-
-    @property
-    def exitcode(self) -> int | None:
-        return None if self._exit is None else self._exit.status_code
-
-    def ended(self, exit_info: WorkerExit) -> None:
-        if self._exit is None:
-            self._exit = exit_info
-            self.pooled.feed(None)
-            self._exited.set()
-
-    async def wait(self) -> WorkerExit:
-        await self._exited.wait()
-        assert self._exit is not None
-        return self._exit
 
     def kill(self) -> None:
         if self._exit is None and self.pooled.host.alive:

@@ -56,6 +56,7 @@ __all__ = [
     "WORKER_ENTRIES",
     "AgentHandle",
     "ExitReason",
+    "HostedHandle",
     "InProcessSpawner",
     "ProcessSpawner",
     "SpawnRequest",
@@ -202,6 +203,35 @@ class AgentHandle(abc.ABC):
     @abc.abstractmethod
     def kill(self) -> None:
         """Stop at once (SIGKILL); the running turn is not folded."""
+
+
+class HostedHandle(AgentHandle):
+    """A worker inside a host that runs many (a pooled host process, a Ray host actor): it has
+    no process of its own to wait for; the host reports its end (:meth:`ended`), and
+    ``on_end`` then closes its channel (the receiver sees the end of the stream)."""
+
+    def __init__(self, request: SpawnRequest, transport: Transport,
+                 on_end: Callable[[], None]) -> None:
+        super().__init__(request, transport)
+        self._on_end = on_end
+        self._exit: WorkerExit | None = None
+        self._exited = asyncio.Event()
+
+    @property
+    def exitcode(self) -> int | None:
+        return None if self._exit is None else self._exit.status_code
+
+    def ended(self, exit_info: WorkerExit) -> None:
+        """The host reported the end of this worker (or the host itself went away)."""
+        if self._exit is None:
+            self._exit = exit_info
+            self._on_end()
+            self._exited.set()
+
+    async def wait(self) -> WorkerExit:
+        await self._exited.wait()
+        assert self._exit is not None
+        return self._exit
 
 
 class Spawner(abc.ABC):

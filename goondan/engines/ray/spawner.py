@@ -52,7 +52,14 @@ from goondan.ipc.channel import Transport
 from goondan.ipc.protocol import IpcMessage, decode, encode
 from goondan.storage.url import redact
 from goondan.swarm.hosting import forwarded_env, host_index
-from goondan.swarm.spawner import AgentHandle, ProcessSpawner, Spawner, SpawnRequest, WorkerExit
+from goondan.swarm.spawner import (
+    AgentHandle,
+    HostedHandle,
+    ProcessSpawner,
+    Spawner,
+    SpawnRequest,
+    WorkerExit,
+)
 
 __all__ = ["CONNECTOR_HOST", "RaySpawner", "forwarded_env", "host_index"]
 
@@ -167,36 +174,18 @@ class _HostSender:
         self._queue = []
 
 
-class _RayHandle(AgentHandle):
+class _RayHandle(HostedHandle):
     def __init__(
         self, request: SpawnRequest, transport: _RayTransport, spawner: RaySpawner
     ) -> None:
-        super().__init__(request, transport)
+        super().__init__(request, transport, lambda: transport.feed(None))
         self.ray_transport = transport
         self._spawner = spawner
-        self._exit: WorkerExit | None = None
-        self._exited = asyncio.Event()
         self.epoch: str | None = None  # the host epoch it was opened on (None while opening)
 
     @property
     def pid(self) -> int | None:
         return None
-
-    @property
-    def exitcode(self) -> int | None:
-        return None if self._exit is None else self._exit.status_code
-
-    def ended(self, exit_info: WorkerExit) -> None:
-        """The host reported the end of this worker (or the host itself went away)."""
-        if self._exit is None:
-            self._exit = exit_info
-            self.ray_transport.feed(None)
-            self._exited.set()
-
-    async def wait(self) -> WorkerExit:
-        await self._exited.wait()
-        assert self._exit is not None
-        return self._exit
 
     def kill(self) -> None:
         if self._exit is None:
