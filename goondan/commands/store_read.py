@@ -20,6 +20,7 @@ from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic, WorkspaceError
 from goondan.storage.contract import InstanceSnapshot, StorageBackend
 from goondan.storage.url import StoreLocation, parse_store
+from goondan.workspace.catalog import refuse_ambiguous
 
 __all__ = [
     "StoredInstance",
@@ -109,13 +110,7 @@ def find_stored(backend: StorageBackend, where: str, key: str, *, agent: str | N
             f"no instance {key!r}{scope} in {where}", code="E_WORKSPACE_INSTANCE_NOT_FOUND",
             suggestion="goondan instance list --store ... lists every instance (check --store)",
         )
-    if len(found) > 1 and not allow_many:
-        labels = ", ".join(f"{i.label} ({i.workspace_id})" for i in found[:10])
-        raise WorkspaceError(
-            f"{len(found)} instances match {key!r}: {labels}",
-            code="E_WORKSPACE_INSTANCE_AMBIGUOUS",
-            suggestion="narrow it down with --agent and/or --workspace",
-        )
+    refuse_ambiguous(found, key, allow_many=allow_many)
     return found
 
 

@@ -9,7 +9,7 @@ Nothing here takes the instance lock or changes a file, except :func:`delete_ins
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ __all__ = [
     "iter_messages",
     "read_pending_events",
     "read_tail_messages",
+    "refuse_ambiguous",
     "select_instances",
 ]
 
@@ -170,6 +171,13 @@ def select_instances(
             f"no instance {key!r}{scope} under {state_root}", code="E_WORKSPACE_INSTANCE_NOT_FOUND",
             suggestion="goondan inspect workspace lists every instance (check --state-root)",
         )
+    refuse_ambiguous(found, key, allow_many=allow_many)
+    return found
+
+
+def refuse_ambiguous(found: Sequence[Any], key: str, *, allow_many: bool) -> None:
+    """``E_WORKSPACE_INSTANCE_AMBIGUOUS`` when several instances (anything with ``label`` and
+    ``workspace_id``: a state root's or a store's) match ``key`` and one was asked for."""
     if len(found) > 1 and not allow_many:
         labels = ", ".join(f"{i.label} ({i.workspace_id})" for i in found[:10])
         raise WorkspaceError(
@@ -177,7 +185,6 @@ def select_instances(
             code="E_WORKSPACE_INSTANCE_AMBIGUOUS",
             suggestion="narrow it down with --agent and/or --workspace",
         )
-    return found
 
 
 def iter_messages(paths: InstancePaths) -> Iterator[tuple[int, Message]]:
