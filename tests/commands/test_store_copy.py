@@ -173,3 +173,36 @@ def test_a_bad_store_url_is_e_store_url_with_the_password_masked(
     assert "Sup3rSecret" not in out + err and "Traceback" not in err
     code, _, err = run(capsys, "store", "copy", "--from", "", "--to", str(here / "b"))
     assert code == 3 and "[E_STORE_URL] --from is empty" in err
+
+
+def test_inspect_instance_prints_the_same_for_a_state_root_and_its_copy_in_postgresql(
+    here: Path, bundle: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One conversation, in a JSONL state root and copied into PostgreSQL: ``inspect instance``
+    shows it alike in every form; only where it is stored differs (``dir``/``sizeBytes`` of the
+    state root, ``store`` of PostgreSQL in the ``--json`` instance row)."""
+    state = here / "state"
+    fill_state_root(bundle, state)
+    assert run(capsys, "store", "copy", "--from", str(state), "--to", postgres_url)[0] == 0
+    forms = [[], ["--limit", "1"], ["--limit", "0"], ["--messages", "--limit", "1"],
+             ["--events"], ["--state"], ["--events", "--state"], ["--raw"], ["--raw", "-n", "1"],
+             ["--json"], ["--json", "-n", "1", "--messages", "--state"]]
+    where = {"dir", "sizeBytes", "store"}
+    seen = ""
+    for key in ("k", "cut"):  # a parked turn with a tool call; pending events, extension state
+        for form in forms:
+            results = [run(capsys, "inspect", "instance", key, "--store", store, *form)
+                       for store in (str(state), postgres_url)]
+            assert [code for code, _, _ in results] == [0, 0], results
+            local, stored = (out for _, out, _ in results)
+            seen += local
+            if "--json" not in form:
+                assert local == stored, (key, form)
+                continue
+            rows = [json.loads(local), json.loads(stored)]
+            assert set(rows[0]["instance"]) ^ set(rows[1]["instance"]) == where
+            for row in rows:
+                row["instance"] = {k: v for k, v in row["instance"].items() if k not in where}
+            assert rows[0] == rows[1], (key, form)
+    assert "-> call files__delete" in seen and "-- pending events: 1 --" in seen
+    assert "memory: {\"facts\": [\"tea\"]}" in seen
