@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from goondan.errors import IpcError
 from goondan.ipc.protocol import IpcMessage, decode, encode
 
-__all__ = ["InProcessTransport", "PipeTransport", "Transport"]
+__all__ = ["InProcessTransport", "PipeTransport", "QueueTransport", "Transport"]
 
 _HEADER = struct.Struct("!i")  # multiprocessing.connection framing
 _BIG_HEADER = struct.Struct("!Q")
@@ -233,15 +233,59 @@ class PipeTransport(Transport):
         self._inbox.put_nowait(_EOF)
 
 
-class InProcessTransport(Transport):
+class QueueTransport(Transport):
+    """A transport whose received messages wait in a queue that its reader fills with
+    :meth:`feed`: the peer of an in-process pair, or the reader of a host that runs many
+    instances (``goondan/swarm/spawner.py`` :class:`HostedTransport`). Subclasses send, and
+    say in :meth:`_after_close` whom else their close concerns."""
+
+    def __init__(self) -> None:
+        self._inbox: asyncio.Queue[object] = asyncio.Queue()
+        self._closed = False
+        self._eof = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._eof
+
+    def feed(self, item: IpcMessage | bytes | None) -> None:
+        """A message (or its encoded frame) for :meth:`recv`; ``None``: the end of the channel,
+        after what was fed before."""
+        self._inbox.put_nowait(_EOF if item is None else item)
+
+    async def recv(self) -> IpcMessage | None:
+        """The next message, or ``None`` once the peer closed."""
+        if self._closed:
+            return None
+        item = await self._inbox.get()
+        if item is _EOF:
+            self._eof = True
+            self._inbox.put_nowait(_EOF)
+            return None
+        if isinstance(item, IpcMessage):
+            return item
+        assert isinstance(item, bytes)
+        return decode(item)
+
+    async def aclose(self) -> None:
+        """Close this end (its :meth:`recv` returns ``None``), then :meth:`_after_close`."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put_nowait(_EOF)
+        await self._after_close()
+
+    async def _after_close(self) -> None:
+        """What closing this end tells the other one."""
+
+
+class InProcessTransport(QueueTransport):
     """One end of an in-process channel; build both ends with :meth:`pair`."""
 
     def __init__(self, name: str = "in-process") -> None:
+        super().__init__()
         self.name = name
-        self._inbox: asyncio.Queue[object] = asyncio.Queue()
         self._peer: InProcessTransport | None = None
-        self._closed = False
-        self._eof = False
 
     def __repr__(self) -> str:
         return (
@@ -255,35 +299,15 @@ class InProcessTransport(Transport):
         a._peer, b._peer = b, a
         return a, b
 
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._eof
-
     async def send(self, message: IpcMessage) -> None:
         """Encode, then deliver to the peer's inbox (JSON-only like the pipe transport)."""
         data = encode(message)
         peer = self._peer
         if self._closed or self._eof or peer is None or peer._closed:
             raise _closed_error()
-        peer._inbox.put_nowait(data)
+        peer.feed(data)
 
-    async def recv(self) -> IpcMessage | None:
-        """The next message, or ``None`` once the peer closed."""
-        if self._closed:
-            return None
-        item = await self._inbox.get()
-        if item is _EOF:
-            self._eof = True
-            self._inbox.put_nowait(_EOF)
-            return None
-        assert isinstance(item, bytes)
-        return decode(item)
-
-    async def aclose(self) -> None:
-        """Close both directions; the peer sees EOF after the frames already sent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put_nowait(_EOF)
+    async def _after_close(self) -> None:
+        """The peer sees EOF after the frames already sent."""
         if self._peer is not None and not self._peer._closed:
-            self._peer._inbox.put_nowait(_EOF)
+            self._peer.feed(None)

@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from goondan.errors import ConfigError, IpcError
-from goondan.ipc.channel import PipeTransport, Transport
+from goondan.ipc.channel import PipeTransport
 from goondan.ipc.protocol import IpcMessage, encode
 from goondan.swarm.hosting import InstanceFields, InstanceHost, forwarded_env, host_index
 from goondan.swarm.procstart import start_process
 from goondan.swarm.spawner import (
     AgentHandle,
     HostedHandle,
+    HostedTransport,
     ProcessSpawner,
     Spawner,
     SpawnRequest,
@@ -58,7 +59,6 @@ from goondan.types import JsonObject, now_iso
 __all__ = ["PooledSpawner", "default_hosts", "host_main", "isolation_of"]
 
 _log = logging.getLogger("goondan.swarm.pool")
-_EOF = object()
 _DRAIN_S = 30.0  # how long a host whose orchestrator is gone waits for its instances to drain
 
 
@@ -123,47 +123,30 @@ class _Host:
         await self.pipe.send_bytes(_frame([entry]))
 
 
-class _PooledTransport(Transport):
+class _PooledTransport(HostedTransport):
     """The orchestrator's end of one hosted instance's channel."""
 
     def __init__(self, host: _Host, hid: str) -> None:
+        super().__init__(hid)
         self.host = host
-        self.hid = hid
-        self._inbox: asyncio.Queue[object] = asyncio.Queue()
-        self._closed = False
-        self._eof = False
+        self._kill_task: asyncio.Task[None] | None = None
 
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._eof
+    def _gone(self) -> Exception:
+        return _gone(self.hid)
 
-    async def send(self, message: IpcMessage) -> None:
-        if self.closed or not self.host.alive:
+    async def _deliver(self, message: IpcMessage) -> None:
+        if not self.host.alive:
             raise _gone(self.hid)
         await self.host.send(_entry("f", self.hid, message))
 
-    def feed(self, message: IpcMessage | None) -> None:
-        self._inbox.put_nowait(_EOF if message is None else message)
-
-    async def recv(self) -> IpcMessage | None:
-        if self._closed:
-            return None
-        item = await self._inbox.get()
-        if item is _EOF:
-            self._eof = True
-            self._inbox.put_nowait(_EOF)
-            return None
-        assert isinstance(item, IpcMessage)
-        return item
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put_nowait(_EOF)
+    async def _send_eof(self) -> None:
         if self.host.alive:
-            with contextlib.suppress(Exception):
-                await self.host.send(_dumps(["eof", self.hid]))
+            await self.host.send(_dumps(["eof", self.hid]))
+
+    def kill(self) -> None:
+        if self.host.alive:
+            entry = _dumps(["kill", self.hid])
+            self._kill_task = asyncio.get_running_loop().create_task(self.host.send(entry))
 
 
 class _PooledHandle(HostedHandle):
@@ -172,9 +155,8 @@ class _PooledHandle(HostedHandle):
     owns_pid = False
 
     def __init__(self, request: SpawnRequest, transport: _PooledTransport) -> None:
-        super().__init__(request, transport, lambda: transport.feed(None))
+        super().__init__(request, transport)
         self.pooled = transport
-        self._kill_task: asyncio.Task[None] | None = None
 
     @property
     def host(self) -> str:
@@ -184,11 +166,6 @@ class _PooledHandle(HostedHandle):
     @property
     def pid(self) -> int | None:
         return self.pooled.host.pid
-
-    def kill(self) -> None:
-        if self._exit is None and self.pooled.host.alive:
-            entry = _dumps(["kill", self.pooled.hid])
-            self._kill_task = asyncio.get_running_loop().create_task(self.pooled.host.send(entry))
 
 
 class PooledSpawner(Spawner):
@@ -260,10 +237,8 @@ class PooledSpawner(Spawner):
                 if handle is None:
                     continue
                 if entry[0] == "f":
-                    handle.pooled.feed(IpcMessage.from_dict(entry[2]))
-                else:
-                    info = entry[2]
-                    handle.ended(WorkerExit(info["reason"], info.get("code"), info.get("signal")))
+                    handle.report(IpcMessage.from_dict(entry[2]), None)
+                elif handle.report(None, entry[2]):
                     host.handles.pop(entry[1], None)
         await self._host_ended(host)
 

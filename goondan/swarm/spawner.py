@@ -42,8 +42,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from goondan.ipc.channel import InProcessTransport, PipeTransport, Transport
+from goondan.ipc.channel import InProcessTransport, PipeTransport, QueueTransport, Transport
 from goondan.ipc.logs import connection_process_name, process_name
+from goondan.ipc.protocol import IpcMessage
 from goondan.swarm.procstart import start_process
 from goondan.types import now_iso
 
@@ -57,6 +58,7 @@ __all__ = [
     "AgentHandle",
     "ExitReason",
     "HostedHandle",
+    "HostedTransport",
     "InProcessSpawner",
     "ProcessSpawner",
     "SpawnRequest",
@@ -205,15 +207,51 @@ class AgentHandle(abc.ABC):
         """Stop at once (SIGKILL); the running turn is not folded."""
 
 
-class HostedHandle(AgentHandle):
-    """A worker inside a host that runs many (a pooled host process, a Ray host actor): it has
-    no process of its own to wait for; the host reports its end (:meth:`ended`), and
-    ``on_end`` then closes its channel (the receiver sees the end of the stream)."""
+class HostedTransport(QueueTransport):
+    """The orchestrator's end of the channel of worker ``hid`` inside a host that runs many (a
+    pooled host process, a Ray host actor). The host's reader feeds it what the worker sends
+    (:meth:`feed`); a subclass carries frames to the host (:meth:`_deliver`), tells it of this end's
+    close (:meth:`_send_eof`) and kills the worker there (:meth:`kill`)."""
 
-    def __init__(self, request: SpawnRequest, transport: Transport,
-                 on_end: Callable[[], None]) -> None:
+    def __init__(self, hid: str) -> None:
+        super().__init__()
+        self.hid = hid
+
+    async def send(self, message: IpcMessage) -> None:
+        """Deliver one frame to the worker (awaited: the frames of one worker stay in order)."""
+        if self.closed:
+            raise self._gone()
+        await self._deliver(message)
+
+    async def _after_close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._send_eof()
+
+    @abc.abstractmethod
+    def _gone(self) -> Exception:
+        """The error of a send to a worker whose channel or host is gone."""
+
+    @abc.abstractmethod
+    async def _deliver(self, message: IpcMessage) -> None:
+        """Carry ``message`` to the worker on its host; raise :meth:`_gone` when it is gone."""
+
+    @abc.abstractmethod
+    async def _send_eof(self) -> None:
+        """Tell the host this end closed: the worker drains as on the EOF of its pipe."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Ask the host to stop the worker at once (not awaited)."""
+
+
+class HostedHandle(AgentHandle):
+    """A worker inside a host that runs many: it has no process of its own to wait for; the
+    host's reader reports its frames and its end (:meth:`report`), and its end closes the
+    channel (the receiver sees the end of the stream)."""
+
+    def __init__(self, request: SpawnRequest, transport: HostedTransport) -> None:
         super().__init__(request, transport)
-        self._on_end = on_end
+        self.hosted = transport
         self._exit: WorkerExit | None = None
         self._exited = asyncio.Event()
 
@@ -221,17 +259,31 @@ class HostedHandle(AgentHandle):
     def exitcode(self) -> int | None:
         return None if self._exit is None else self._exit.status_code
 
+    def report(self, frame: IpcMessage | bytes | None, exit_info: Mapping[str, Any] | None) -> bool:
+        """What the host's reader got for this worker: a frame it sent and/or its end (a
+        ``reason``/``code``/``signal`` object, after its last frame); True when it ended."""
+        if frame is not None:
+            self.hosted.feed(frame)
+        if exit_info is None:
+            return False
+        self.ended(WorkerExit(exit_info["reason"], exit_info.get("code"), exit_info.get("signal")))
+        return True
+
     def ended(self, exit_info: WorkerExit) -> None:
         """The host reported the end of this worker (or the host itself went away)."""
         if self._exit is None:
             self._exit = exit_info
-            self._on_end()
+            self.hosted.feed(None)
             self._exited.set()
 
     async def wait(self) -> WorkerExit:
         await self._exited.wait()
         assert self._exit is not None
         return self._exit
+
+    def kill(self) -> None:
+        if self._exit is None:
+            self.hosted.kill()
 
 
 class Spawner(abc.ABC):

@@ -48,13 +48,13 @@ from typing import Any
 from goondan.engines.ray import require_ray
 from goondan.engines.ray.host import MARKER_NAME, AgentHost
 from goondan.errors import ConfigError, IpcError
-from goondan.ipc.channel import Transport
-from goondan.ipc.protocol import IpcMessage, decode, encode
+from goondan.ipc.protocol import IpcMessage, encode
 from goondan.storage.url import redact
 from goondan.swarm.hosting import forwarded_env, host_index
 from goondan.swarm.spawner import (
     AgentHandle,
     HostedHandle,
+    HostedTransport,
     ProcessSpawner,
     Spawner,
     SpawnRequest,
@@ -64,7 +64,6 @@ from goondan.swarm.spawner import (
 __all__ = ["CONNECTOR_HOST", "RaySpawner", "forwarded_env", "host_index"]
 
 _log = logging.getLogger("goondan.engines.ray")
-_EOF = object()
 NAMESPACE = "goondan"
 # How long a host may fail every poll before its instances are declared ended (a cluster that
 # is gone); a host Ray restarts answers long before with a new epoch.
@@ -81,53 +80,27 @@ def _closed() -> IpcError:
     )
 
 
-class _RayTransport(Transport):
+class _RayTransport(HostedTransport):
     """The driver's end of one hosted instance's channel."""
 
     def __init__(self, spawner: RaySpawner, host: int, hid: str) -> None:
+        super().__init__(hid)
         self._spawner = spawner
         self._host = host
-        self.hid = hid
-        self._inbox: asyncio.Queue[object] = asyncio.Queue()
-        self._closed = False
-        self._eof = False
 
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._eof
+    def _gone(self) -> Exception:
+        return _closed()
 
-    async def send(self, message: IpcMessage) -> None:
-        """Deliver one frame to the instance (awaited: frames of one instance stay in order)."""
+    async def _deliver(self, message: IpcMessage) -> None:
         frame = encode(message).decode("utf-8")
-        if self.closed:
-            raise _closed()
         if not await self._spawner.sender(self._host).send(self.hid, frame):
             raise _closed()
 
-    def feed(self, frame: str | None) -> None:
-        """A frame from the host's poll, or ``None`` for the end of the channel."""
-        self._inbox.put_nowait(_EOF if frame is None else frame)
+    async def _send_eof(self) -> None:
+        await self._spawner.actor(self._host).eof.options(concurrency_group="io").remote(self.hid)
 
-    async def recv(self) -> IpcMessage | None:
-        if self._closed:
-            return None
-        item = await self._inbox.get()
-        if item is _EOF:
-            self._eof = True
-            self._inbox.put_nowait(_EOF)
-            return None
-        assert isinstance(item, str)
-        return decode(item.encode("utf-8"))
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put_nowait(_EOF)
-        with contextlib.suppress(Exception):
-            await (
-                self._spawner.actor(self._host).eof.options(concurrency_group="io").remote(self.hid)
-            )
+    def kill(self) -> None:
+        self._spawner.actor(self._host).kill.options(concurrency_group="control").remote(self.hid)
 
 
 class _HostSender:
@@ -175,22 +148,14 @@ class _HostSender:
 
 
 class _RayHandle(HostedHandle):
-    def __init__(
-        self, request: SpawnRequest, transport: _RayTransport, spawner: RaySpawner
-    ) -> None:
-        super().__init__(request, transport, lambda: transport.feed(None))
+    def __init__(self, request: SpawnRequest, transport: _RayTransport) -> None:
+        super().__init__(request, transport)
         self.ray_transport = transport
-        self._spawner = spawner
         self.epoch: str | None = None  # the host epoch it was opened on (None while opening)
 
     @property
     def pid(self) -> int | None:
         return None
-
-    def kill(self) -> None:
-        if self._exit is None:
-            host = self.ray_transport._host
-            self._spawner.actor(host).kill.options(concurrency_group="control").remote(self.ray_transport.hid)
 
 
 class RaySpawner(Spawner):
@@ -388,7 +353,7 @@ class RaySpawner(Spawner):
             assert self.hosts is not None
             index = host_index(request.agent_name, request.instance_key, self.hosts)
         hid = f"{request.process_name}#{uuid.uuid4().hex[:8]}"
-        handle = _RayHandle(request, _RayTransport(self, index, hid), self)
+        handle = _RayHandle(request, _RayTransport(self, index, hid))
         self._handles[hid] = handle
         self._by_host[index].add(hid)
         argv = self.local.argv(request)
@@ -470,14 +435,7 @@ class RaySpawner(Spawner):
                 handle = self._handles.get(hid)
                 if handle is None:
                     continue
-                if frame is not None:
-                    handle.ray_transport.feed(frame)
-                if exit_info is not None:
-                    handle.ended(
-                        WorkerExit(
-                            exit_info["reason"], exit_info.get("code"), exit_info.get("signal")
-                        )
-                    )
+                if handle.report(None if frame is None else frame.encode("utf-8"), exit_info):
                     self._forget(hid)
 
     async def host_info(self) -> list[dict[str, Any]]:
