@@ -7,10 +7,11 @@ the views of :mod:`goondan.commands.store_views` read that store through the sto
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,10 @@ from goondan.workspace.catalog import (
 )
 from goondan.workspace.files import count_lines, iter_lines_backwards, read_bytes
 
-__all__ = ["format_event", "format_message", "human_size", "inspect", "short_time"]
+__all__ = [
+    "InstanceView", "format_event", "format_message", "human_size", "inspect", "print_view",
+    "short_time",
+]
 
 _OUTPUT_LIMIT = 600
 _POLL_SECONDS = 0.2
@@ -276,12 +280,8 @@ def instance(key: str, agent: str | None, workspace_id: str | None, show_message
     sections = {"messages": show_messages, "events": show_events, "state": show_state}
     if not any(sections.values()):
         sections = dict.fromkeys(sections, True)
-    if as_json:
-        _print_json(info, sections, limit)
-    elif raw:
-        _print_raw(info, sections, limit)
-    else:
-        _print_text(info, sections, limit, opts.color)
+    print_view(_StateRootView(info), sections, as_json=as_json, raw=raw, limit=limit,
+               color=opts.color)
     if follow:
         _follow(info, as_json=as_json, raw=raw)
 
@@ -307,76 +307,154 @@ def _instance_in_store(location: Any, key: str, agent: str | None, workspace_id:
                        color=get_globals().color)
 
 
-def _messages(info: InstanceInfo, limit: int) -> Iterator[tuple[int, Message]]:
-    if limit == 0:
-        for number, (_, message) in enumerate(iter_messages(info.paths), start=1):
-            yield number, message
-        return
-    tail = read_tail_messages(info.paths, limit)
-    total = count_lines(info.paths.base)
-    first = max(1, total - len(tail) + 1)
-    for offset, (_, message) in enumerate(tail):
-        yield first + offset, message
+class InstanceView(abc.ABC):
+    """One instance as ``inspect instance`` shows it, wherever it is stored: the state root
+    (:class:`_StateRootView`) or a store (:class:`goondan.commands.store_views.StoredView`);
+    :func:`print_view` prints it."""
+
+    def __init__(self, label: str, workspace_id: str, status: str,
+                 updated_at: str | None) -> None:
+        self.label = label
+        self.workspace_id = workspace_id
+        self.status = status
+        self.updated_at = updated_at
+
+    @abc.abstractmethod
+    def total(self) -> int:
+        """How many committed messages it has."""
+
+    @abc.abstractmethod
+    def row(self) -> dict[str, Any]:
+        """The ``instance`` object of ``--json``."""
+
+    @abc.abstractmethod
+    def messages(self, limit: int) -> Iterable[tuple[int, Message]]:
+        """The last ``limit`` committed messages (0: all), numbered from 1, oldest first."""
+
+    @abc.abstractmethod
+    def pending(self) -> tuple[list[MessageEvent], list[Diagnostic]]:
+        """The pending events and what was wrong reading them."""
+
+    @abc.abstractmethod
+    def extensions(self) -> dict[str, Any]:
+        """Each extension's state by name."""
+
+    @abc.abstractmethod
+    def raw_messages(self, limit: int) -> Iterable[str]:
+        """The stored records of :meth:`messages`."""
+
+    @abc.abstractmethod
+    def raw_events(self) -> Iterable[str]:
+        """The stored records of the pending events."""
 
 
-def _print_text(info: InstanceInfo, sections: dict[str, bool], limit: int, color: bool) -> None:
-    total = count_lines(info.paths.base)
-    echo(style(f"instance {info.label}", color, bold=True)
-         + f"  (workspace {info.workspace_id}, status {info.status}, {total} messages, "
-         f"updated {short_time(info.updated_at)})")
+class _StateRootView(InstanceView):
+    def __init__(self, info: InstanceInfo) -> None:
+        super().__init__(info.label, info.workspace_id, info.status, info.updated_at)
+        self.info = info
+
+    def total(self) -> int:
+        return count_lines(self.info.paths.base)
+
+    def row(self) -> dict[str, Any]:
+        return self.info.to_dict()
+
+    def messages(self, limit: int) -> Iterator[tuple[int, Message]]:
+        paths = self.info.paths
+        if limit == 0:
+            for number, (_, message) in enumerate(iter_messages(paths), start=1):
+                yield number, message
+            return
+        tail = read_tail_messages(paths, limit)
+        first = max(1, count_lines(paths.base) - len(tail) + 1)
+        for offset, (_, message) in enumerate(tail):
+            yield first + offset, message
+
+    def pending(self) -> tuple[list[MessageEvent], list[Diagnostic]]:
+        return read_pending_events(self.info.paths)
+
+    def extensions(self) -> dict[str, Any]:
+        return _extension_states(self.info)
+
+    def raw_messages(self, limit: int) -> Iterator[str]:
+        base = self.info.paths.base
+        if limit == 0:
+            with base.open("rb") as handle:
+                for line in handle:
+                    yield line.decode("utf-8", "replace").rstrip("\n")
+            return
+        lines: list[bytes] = []
+        for _, line in iter_lines_backwards(base):
+            lines.append(line)
+            if len(lines) >= limit:
+                break
+        for line in reversed(lines):
+            yield line.decode("utf-8", "replace")
+
+    def raw_events(self) -> Iterator[str]:
+        for line in read_bytes(self.info.paths.events).splitlines():
+            if line.strip():
+                yield line.decode("utf-8", "replace")
+
+
+def print_view(view: InstanceView, sections: dict[str, bool], *, as_json: bool, raw: bool,
+               limit: int, color: bool) -> None:
+    """``inspect instance``'s chosen ``sections`` of ``view``: text, ``--json`` or ``--raw``."""
+    if as_json:
+        _print_json(view, sections, limit)
+    elif raw:
+        _print_raw(view, sections, limit)
+    else:
+        _print_text(view, sections, limit, color)
+
+
+def _print_text(view: InstanceView, sections: dict[str, bool], limit: int, color: bool) -> None:
+    total = view.total()
+    echo(style(f"instance {view.label}", color, bold=True)
+         + f"  (workspace {view.workspace_id}, status {view.status}, {total} messages, "
+         f"updated {short_time(view.updated_at)})")
     if sections["messages"]:
         shown = total if limit == 0 else min(limit, total)
         echo(f"-- messages (last {shown} of {total}) --" if shown < total else "-- messages --")
-        for number, message in _messages(info, limit):
+        for number, message in view.messages(limit):
             for line in format_message(number, message, color=color):
                 echo(line)
     if sections["events"]:
-        events, diagnostics = read_pending_events(info.paths)
+        events, diagnostics = view.pending()
         echo(f"-- pending events: {len(events)} --")
         for event in events:
             echo("  " + format_event(event))
         for diagnostic in diagnostics:
             echo("  " + _diag_line(diagnostic))
     if sections["state"]:
-        states = _extension_states(info)
+        states = view.extensions()
         echo(f"-- extension states: {len(states)} --")
         for name, value in states.items():
             echo(f"  {name}: {_clip(_compact(value))}")
 
 
-def _print_json(info: InstanceInfo, sections: dict[str, bool], limit: int) -> None:
-    out: dict[str, Any] = {"instance": info.to_dict()}
+def _print_json(view: InstanceView, sections: dict[str, bool], limit: int) -> None:
+    out: dict[str, Any] = {"instance": view.row()}
     if sections["messages"]:
-        out["messages"] = [m.to_dict() for _, m in _messages(info, limit)]
+        out["messages"] = [m.to_dict() for _, m in view.messages(limit)]
     if sections["events"]:
-        events, diagnostics = read_pending_events(info.paths)
+        events, diagnostics = view.pending()
         out["pendingEvents"] = [e.to_dict() for e in events]
         out["diagnostics"] = [d.to_dict() for d in diagnostics]
     if sections["state"]:
-        out["extensions"] = _extension_states(info)
+        out["extensions"] = view.extensions()
     echo_json(out)
 
 
-def _print_raw(info: InstanceInfo, sections: dict[str, bool], limit: int) -> None:
+def _print_raw(view: InstanceView, sections: dict[str, bool], limit: int) -> None:
     if sections["messages"]:
-        if limit == 0:
-            with info.paths.base.open("rb") as handle:
-                for line in handle:
-                    echo(line.decode("utf-8", "replace").rstrip("\n"))
-        else:
-            lines: list[bytes] = []
-            for _, line in iter_lines_backwards(info.paths.base):
-                lines.append(line)
-                if len(lines) >= limit:
-                    break
-            for line in reversed(lines):
-                echo(line.decode("utf-8", "replace"))
+        for line in view.raw_messages(limit):
+            echo(line)
     if sections["events"]:
-        for line in read_bytes(info.paths.events).splitlines():
-            if line.strip():
-                echo(line.decode("utf-8", "replace"))
+        for line in view.raw_events():
+            echo(line)
     if sections["state"]:
-        for name, value in _extension_states(info).items():
+        for name, value in view.extensions().items():
             echo(json.dumps({"extension": name, "state": value}, ensure_ascii=False))
 
 

@@ -12,19 +12,25 @@ from typing import Any
 
 from goondan.commands.common import style
 from goondan.commands.inspect import (
-    _clip,
-    _compact,
-    _diag_line,
+    InstanceView,
     echo,
     echo_json,
     format_event,
-    format_message,
+    print_view,
     short_time,
 )
-from goondan.commands.store_read import decoded, find_stored, iter_stored, snapshot_of
+from goondan.commands.store_read import (
+    StoredInstance,
+    decoded,
+    find_stored,
+    iter_stored,
+    snapshot_of,
+)
+from goondan.conversation.messages import Message, MessageEvent
+from goondan.errors import Diagnostic
 from goondan.storage.contract import InstanceSnapshot, StorageBackend
 
-__all__ = ["print_instance", "print_workspaces"]
+__all__ = ["StoredView", "print_instance", "print_workspaces"]
 
 _POLL_SECONDS = 0.2
 
@@ -57,15 +63,46 @@ def print_workspaces(backend: StorageBackend, where: str, *, as_json: bool,
         echo("No workspaces found.")
 
 
-def _extensions(snap: InstanceSnapshot) -> dict[str, Any]:
-    states: dict[str, Any] = {}
-    for name, text in snap.extensions.items():
-        stem = name[:-len(".json")] if name.endswith(".json") else name
-        try:
-            states[stem] = json.loads(text) if text else None
-        except ValueError:
-            states[stem] = {"error": f"invalid JSON in extension state {name}"}
-    return states
+class StoredView(InstanceView):
+    """An instance of a store as ``inspect instance`` shows it, read once from a snapshot."""
+
+    def __init__(self, found: StoredInstance, snap: InstanceSnapshot, where: str) -> None:
+        super().__init__(found.label, found.workspace_id, found.status,
+                         found.metadata.get("updatedAt"))
+        self.found, self.snap, self.where = found, snap, where
+        self._messages, self._events, self._diagnostics = decoded(snap, where)
+
+    def total(self) -> int:
+        return len(self._messages)
+
+    def row(self) -> dict[str, Any]:
+        return {**self.found.row(), "store": self.where, "messages": self.total(),
+                "pendingEvents": len(self._events)}
+
+    def _first(self, limit: int) -> int:
+        return 1 if limit == 0 else max(1, self.total() - limit + 1)
+
+    def messages(self, limit: int) -> list[tuple[int, Message]]:
+        return list(enumerate(self._messages, start=1))[self._first(limit) - 1:]
+
+    def pending(self) -> tuple[list[MessageEvent], list[Diagnostic]]:
+        return self._events, self._diagnostics
+
+    def extensions(self) -> dict[str, Any]:
+        states: dict[str, Any] = {}
+        for name, text in self.snap.extensions.items():
+            stem = name[:-len(".json")] if name.endswith(".json") else name
+            try:
+                states[stem] = json.loads(text) if text else None
+            except ValueError:
+                states[stem] = {"error": f"invalid JSON in extension state {name}"}
+        return states
+
+    def raw_messages(self, limit: int) -> list[str]:
+        return self.snap.messages[self._first(limit) - 1:]
+
+    def raw_events(self) -> list[str]:
+        return self.snap.events
 
 
 def print_instance(backend: StorageBackend, where: str, key: str, *, agent: str | None,
@@ -75,53 +112,8 @@ def print_instance(backend: StorageBackend, where: str, key: str, *, agent: str 
     [found] = find_stored(backend, where, key, agent=agent, workspace_id=workspace_id,
                           allow_many=False)
     snap = snapshot_of(backend, found)
-    messages, events, diagnostics = decoded(snap, where)
-    total = len(messages)
-    first = 1 if limit == 0 else max(1, total - limit + 1)
-    shown = list(enumerate(messages, start=1))[first - 1:]
-    if as_json:
-        out: dict[str, Any] = {"instance": {**found.row(), "store": where, "messages": total,
-                                            "pendingEvents": len(events)}}
-        if sections["messages"]:
-            out["messages"] = [m.to_dict() for _, m in shown]
-        if sections["events"]:
-            out["pendingEvents"] = [e.to_dict() for e in events]
-            out["diagnostics"] = [d.to_dict() for d in diagnostics]
-        if sections["state"]:
-            out["extensions"] = _extensions(snap)
-        echo_json(out)
-    elif raw:
-        if sections["messages"]:
-            for line in snap.messages[first - 1:]:
-                echo(line)
-        if sections["events"]:
-            for line in snap.events:
-                echo(line)
-        if sections["state"]:
-            for name, value in _extensions(snap).items():
-                echo(json.dumps({"extension": name, "state": value}, ensure_ascii=False))
-    else:
-        echo(style(f"instance {found.label}", color, bold=True)
-             + f"  (workspace {found.workspace_id}, status {found.status}, {total} messages, "
-             f"updated {short_time(found.metadata.get('updatedAt'))})")
-        if sections["messages"]:
-            count = len(shown)
-            echo(f"-- messages (last {count} of {total}) --" if count < total else
-                 "-- messages --")
-            for number, message in shown:
-                for line in format_message(number, message, color=color):
-                    echo(line)
-        if sections["events"]:
-            echo(f"-- pending events: {len(events)} --")
-            for event in events:
-                echo("  " + format_event(event))
-            for diagnostic in diagnostics:
-                echo("  " + _diag_line(diagnostic))
-        if sections["state"]:
-            states = _extensions(snap)
-            echo(f"-- extension states: {len(states)} --")
-            for name, value in states.items():
-                echo(f"  {name}: {_clip(_compact(value))}")
+    print_view(StoredView(found, snap, where), sections, as_json=as_json, raw=raw, limit=limit,
+               color=color)
     if follow:
         _follow(backend, found.workspace_id, found.agent_name, key, len(snap.events),
                 as_json=as_json, raw=raw)
@@ -130,8 +122,6 @@ def print_instance(backend: StorageBackend, where: str, key: str, *, agent: str 
 def _follow(backend: StorageBackend, workspace_id: str, agent: str, key: str, seen: int, *,
             as_json: bool, raw: bool) -> None:
     """Poll the instance's pending events; note when a commit folds them."""
-    from goondan.conversation.messages import MessageEvent
-
     if not as_json:
         echo("-- following events (Ctrl-C to stop) --")
     while True:
