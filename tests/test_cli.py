@@ -9,18 +9,12 @@ import sys
 import pytest
 
 from goondan import cli
+from tests.support.cli_main import run
 
 
 @pytest.fixture
 def boom(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(cli.COMMANDS, "boom", ("tests.support.cli_commands", "boom", "test"))
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
 
 
 def test_help_lists_commands_without_importing_them(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,29 +10,20 @@ from typing import Any
 
 import pytest
 
-from goondan import cli
 from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
 from goondan.workspace.catalog import delete_instance, iter_instances
 from tests.support.aio import run as run_async
+from tests.support.approvals_example import approvals_bundle
+from tests.support.cli_main import run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "approvals"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
 
 
 @pytest.fixture()
 def parked(tmp_path: Path, state_root: Path) -> tuple[Path, dict[str, Any]]:
     """A turn parked on files__delete(old.txt), left by a runtime that closed."""
-    root = tmp_path / "bundle"
-    shutil.copytree(EXAMPLE, root)
-    (root / "work").mkdir()
-    (root / "work" / "old.txt").write_text("old")
+    root = approvals_bundle(tmp_path)
 
     async def main() -> dict[str, Any]:
         model = ScriptedModel(

@@ -9,6 +9,7 @@ import click
 import pytest
 
 from goondan import cli
+from tests.support.cli_main import run
 
 # option -> the arguments that give it (a value where it takes one)
 GLOBALS = {
@@ -32,13 +33,6 @@ def _command_paths() -> list[tuple[str, ...]]:
         if isinstance(command, click.Group):
             paths.extend((name, sub) for sub in command.commands)
     return paths
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
 
 
 @pytest.mark.parametrize("option", sorted(GLOBALS))

@@ -7,14 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from goondan import cli, validate_bundle
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
+from goondan import validate_bundle
+from tests.support.cli_main import run
 
 
 @pytest.mark.parametrize("template", ["default", "multi-agent", "minimal"])

@@ -12,21 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from goondan import cli
 from goondan.conversation import Message, MessageEvent
 from goondan.secrets import register_secret
 from goondan.types import ToolCall, ToolCallResult
 from goondan.workspace import InstanceStore
+from tests.support.cli_main import run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workspace"
 REFERENCE_ROOT = FIXTURES / "reference-root"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
 
 
 def make_instance(

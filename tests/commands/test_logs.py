@@ -7,14 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from goondan import cli
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
+from tests.support.cli_main import run
 
 
 def _log(state_root: Path, key: str, process: str, text: str, mtime: float) -> None:

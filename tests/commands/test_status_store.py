@@ -9,21 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from goondan import cli
 from goondan.storage.postgres.db import Database
 from goondan.storage.postgres.leases import PostgresLeases
 from goondan.storage.postgres.migrate import known_migrations
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
-
-
-def _password(url: str) -> str:
-    return url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+from tests.support.cli_main import run
+from tests.support.postgres import password_of
 
 
 def test_a_path_as_the_store_is_the_state_root(
@@ -39,7 +29,7 @@ def test_a_path_as_the_store_is_the_state_root(
 def test_a_postgresql_store_is_described_with_its_url_masked(
     postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    password = _password(postgres_url)
+    password = password_of(postgres_url)
     code, out, err = run(capsys, "status", "--all", "--store", postgres_url, "--json")
     assert code == 0, err
     store = json.loads(out)["store"]

@@ -7,31 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from goondan import cli
 from goondan.conversation import Message, MessageEvent
 from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
 from goondan.storage.postgres.backend import PostgresBackend
 from tests.support.aio import run as run_async
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "approvals"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
-
-
-def password_of(url: str) -> str:
-    return url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+from tests.support.approvals_example import approvals_bundle
+from tests.support.cli_main import run
+from tests.support.postgres import password_of
 
 
 @contextlib.contextmanager
@@ -54,11 +42,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture()
 def bundle(tmp_path: Path) -> Path:
-    root = tmp_path / "bundle"
-    shutil.copytree(EXAMPLE, root)
-    (root / "work").mkdir()
-    (root / "work" / "old.txt").write_text("old")
-    return root
+    return approvals_bundle(tmp_path)
 
 
 def park_a_turn(bundle: Path, url: str | None, state_root: Path | None = None) -> str:

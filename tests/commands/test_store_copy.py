@@ -18,6 +18,7 @@ from goondan.storage.jsonl import JsonlBackend
 from goondan.storage.postgres.backend import PostgresBackend
 from goondan.workspace.catalog import iter_instances
 from tests.commands.test_store_commands import bundle, here, opened, park_a_turn, run
+from tests.support.postgres import password_of
 
 __all__ = ["bundle", "here"]
 
@@ -52,7 +53,7 @@ def test_copy_into_postgresql_is_verified_idempotent_and_detects_a_corrupted_tar
 ) -> None:
     state = here / "state"
     workspace = fill_state_root(bundle, state)
-    password = postgres_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    password = password_of(postgres_url)
 
     code, out, err = run(capsys, "store", "copy", "--from", str(state), "--to", postgres_url,
                          "--dry-run")

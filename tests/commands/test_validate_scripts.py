@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from goondan import cli
+from tests.support.cli_main import run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "delegation"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
 
 
 def test_a_broken_script_is_a_validation_error(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,7 @@ from goondan.console.backend import InstanceBackend
 from goondan.console.session import ReplSession
 from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "approvals"
+from tests.support.approvals_example import approvals_bundle
 
 
 class _Reader:
@@ -30,10 +28,7 @@ class _Reader:
 
 
 def _session(tmp_path: Path, answers: list[str], model: ScriptedModel) -> tuple[str, Path, _Reader]:
-    root = tmp_path / "bundle"
-    shutil.copytree(EXAMPLE, root)
-    (root / "work").mkdir()
-    (root / "work" / "old.txt").write_text("old")
+    root = approvals_bundle(tmp_path)
     runner = asyncio.Runner()
     out = io.StringIO()
     reader = _Reader(answers)

@@ -21,6 +21,7 @@ from goondan.storage.url import mask_url, parse_store
 from goondan.studio.server import StudioServer
 from tests.support.backends import apply_schema
 from tests.support.connector_e2e import goondan_run
+from tests.support.postgres import password_of
 from tests.support.runtime_harness import FAKE_KEY_ENV
 from tests.support.studio_client import EventStream, request
 
@@ -36,7 +37,7 @@ def test_a_studio_decision_resumes_a_turn_parked_in_a_swarm_running_on_postgresq
 
     apply_schema(postgres_url)
     parse_store(postgres_url)  # the password is masked, as the command registers it
-    password = postgres_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    password = password_of(postgres_url)
     with FakeProvider() as fake:
         fake.enqueue(FakeReply.calls(("files__delete", {"path": "old.txt"})),
                      FakeReply.reply("old.txt is gone."))

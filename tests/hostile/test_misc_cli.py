@@ -14,18 +14,12 @@ from goondan.conversation import Message, MessageEvent
 from goondan.types import ToolCall
 from goondan.workspace import InstanceStore
 from goondan.workspace import store as store_module
+from tests.support.cli_main import run
 
 
 @pytest.fixture
 def boom(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(cli.COMMANDS, "boom", ("tests.support.cli_commands", "boom", "test"))
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
 
 
 def _log_a_failure() -> None:

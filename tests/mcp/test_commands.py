@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from goondan import cli
 from goondan.console.backend import InstanceBackend
 from goondan.console.session import format_mcp_status
 from goondan.runtime import Runtime
 from tests.support.aio import run
+from tests.support.cli_main import run as _cli
 from tests.support.mcp_servers import pid_alive, require_sdk, server_command, wait_for
 
 require_sdk()
@@ -35,13 +35,6 @@ def _bundle(root: Path, command: list[str], script: list[Any] | None = None) -> 
     root.mkdir(parents=True, exist_ok=True)
     (root / "goondan.yaml").write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     return root
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
 
 
 def test_validate_check_mcp_lists_tools_and_reports_failures(

@@ -7,7 +7,6 @@ PostgreSQL; tests/support/backends.py)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from goondan.llm.testing import ScriptedModel
 from goondan.runtime import Runtime
 from goondan.workspace.approvals import ApprovalStore
 from tests.support.aio import run
+from tests.support.approvals_example import approvals_bundle
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "approvals"
 
@@ -28,11 +28,7 @@ def call(name: str, **args: Any) -> dict[str, Any]:
 
 @pytest.fixture()
 def bundle(tmp_path: Path) -> Path:
-    root = tmp_path / "bundle"
-    shutil.copytree(EXAMPLE, root)
-    (root / "work").mkdir()
-    (root / "work" / "old.txt").write_text("old")
-    return root
+    return approvals_bundle(tmp_path)
 
 
 def _tool_messages(model: ScriptedModel, index: int) -> list[dict[str, Any]]:

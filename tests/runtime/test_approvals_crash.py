@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from goondan.workspace.approvals import ApprovalStore
+from tests.support.approvals_example import approvals_bundle
 from tests.support.soak import trials
 
 pytestmark = [pytest.mark.slow, pytest.mark.soak]
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "approvals"
 
 # Every handler run leaves one line "<tool> <toolCallId>" (run exactly once, or not at all).
 TOOL = '''
@@ -52,11 +51,8 @@ handlers = {"delete": delete, "write": write, "list": lambda ctx, args: []}
 
 
 def _bundle(tmp_path: Path) -> Path:
-    root = tmp_path / "bundle"
-    shutil.copytree(EXAMPLE, root)
+    root = approvals_bundle(tmp_path)
     (root / "tools" / "files.py").write_text(TOOL)
-    (root / "work").mkdir()
-    (root / "work" / "old.txt").write_text("old")
     return root
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -28,23 +27,16 @@ from goondan.storage.url import mask_url, parse_store
 from goondan.studio.server import StudioServer
 from goondan.types import AgentEvent
 from tests.support.aio import run
+from tests.support.approvals_example import approvals_bundle
+from tests.support.postgres import password_of
 from tests.support.studio_client import EventStream, request, studio_url
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "approvals"
-
-
-def _password(url: str) -> str:
-    return url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
 
 
 @pytest.fixture()
 def bundle(tmp_path: Path) -> Path:
-    root = tmp_path / "bundle"
-    shutil.copytree(EXAMPLE, root)
-    (root / "work").mkdir()
-    (root / "work" / "old.txt").write_text("old")
-    return root
+    return approvals_bundle(tmp_path)
 
 
 @pytest.fixture()
@@ -79,7 +71,7 @@ def _call(name: str, **args: Any) -> dict[str, Any]:
 def test_the_api_reads_a_postgresql_store_and_a_decision_resumes_the_parked_turn(
     bundle: Path, tmp_path: Path, postgres_url: str, studio: StudioServer,
 ) -> None:
-    password = _password(postgres_url)
+    password = password_of(postgres_url)
     model = ScriptedModel(["hello there",
                            {"toolCalls": [_call("files__delete", path="old.txt")]}, "deleted it"])
     answers: list[str] = []
@@ -212,5 +204,5 @@ def test_goondan_studio_on_goondan_store_shows_the_store_with_its_password_maske
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)
-    password = _password(postgres_url)
+    password = password_of(postgres_url)
     assert password not in second + out + err and "Traceback" not in err

@@ -18,6 +18,7 @@ from goondan.storage.postgres.backend import PostgresBackend
 from goondan.storage.url import mask_url, parse_store
 from goondan.studio.server import StudioServer
 from tests.support.aio import run
+from tests.support.postgres import password_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "approvals"
@@ -68,7 +69,7 @@ def test_a_store_conversation_shows_a_turn_committed_while_the_page_is_open(
     studio: tuple[StudioServer, Path], postgres_url: str, page: Any, tmp_path: Path,
 ) -> None:
     server, bundle = studio
-    password = postgres_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    password = password_of(postgres_url)
     _turn(postgres_url, bundle, tmp_path / "rt", "hello store", "first answer")
     page.goto(server.url)
     store = page.locator("#store")

@@ -51,7 +51,9 @@ from typing import Any
 
 import pytest
 
-__all__ = ["PostgresCluster", "find_bin_dir", "remove_stale_directories", "start_cluster"]
+__all__ = [
+    "PostgresCluster", "find_bin_dir", "password_of", "remove_stale_directories", "start_cluster",
+]
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
@@ -284,6 +286,11 @@ def start_cluster(*, fsync: bool = False, max_connections: int = 100) -> Postgre
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
+
+
+def password_of(url: str) -> str:
+    """The password in a ``postgresql://user:password@host/db`` URL (what no output may show)."""
+    return url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
 
 
 @pytest.fixture(scope="session")
