@@ -441,3 +441,15 @@ class Bundle:
                 if ref is not None:
                     out.add((res.root / ref).absolute())
         return sorted(out)
+
+    def watched_signature(self) -> tuple[tuple[str, int, int], ...]:
+        """``(path, mtime_ns, size)`` of each of :meth:`watched_files` (``-1, -1``: unreadable):
+        equal as long as none of them changed — when a host may reuse this loaded bundle."""
+        out = []
+        for path in self.watched_files():
+            try:
+                st = path.stat()
+                out.append((str(path), st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append((str(path), -1, -1))
+        return tuple(out)

@@ -103,17 +103,6 @@ def _send(sock: socket.socket, *record: Any) -> None:
         sock.send(json.dumps(record).encode())
 
 
-def _signature(files: list[Path]) -> Signature:
-    out = []
-    for path in files:
-        try:
-            st = path.stat()
-            out.append((str(path), st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append((str(path), -1, -1))
-    return tuple(out)
-
-
 def _threads() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -211,9 +200,9 @@ class _Template:
         entry = self.bundles.get(key)
         if entry is not None:
             bundle, signature, loaded_env, loaded_cwd = entry
-            if (loaded_env, loaded_cwd) == (environ, cwd) and _signature(
-                bundle.watched_files()
-            ) == signature:
+            if (loaded_env, loaded_cwd) == (environ, cwd) and (
+                bundle.watched_signature() == signature
+            ):
                 return bundle
         self.bundles.pop(key, None)
         try:
@@ -224,7 +213,7 @@ class _Template:
             return None
         # The signature is taken after the load: an edit racing it is caught by the ``--watch``
         # restart that follows it.
-        self.bundles[key] = (bundle, _signature(bundle.watched_files()), environ, cwd)
+        self.bundles[key] = (bundle, bundle.watched_signature(), environ, cwd)
         _import_providers(bundle)
         return bundle
 

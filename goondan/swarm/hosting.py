@@ -79,17 +79,6 @@ def host_index(agent: str, instance_key: str, hosts: int) -> int:
     return int.from_bytes(digest[:8], "big") % max(1, hosts)
 
 
-def _signature(files: list[Path]) -> tuple[tuple[str, int, int], ...]:
-    out = []
-    for path in files:
-        try:
-            st = path.stat()
-            out.append((str(path), st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append((str(path), -1, -1))
-    return tuple(out)
-
-
 class BundleCache:
     """Loaded bundles by (bundle dir, state root), reused while none of their files changed.
 
@@ -118,12 +107,12 @@ class BundleCache:
             entry = self._entries.get(key)
             if entry is not None:
                 bundle, signature = entry
-                if await asyncio.to_thread(lambda: _signature(bundle.watched_files())) == signature:
+                if await asyncio.to_thread(bundle.watched_signature) == signature:
                     return bundle
 
             def load() -> tuple[Any, tuple[tuple[str, int, int], ...]]:
                 loaded = load_bundle(Path(bundle_dir), state_root=resolve_state_root(state_root))
-                return loaded, _signature(loaded.watched_files())
+                return loaded, loaded.watched_signature()
 
             # The signature is taken after the load: an edit racing the load is caught by the
             # ``--watch`` restart that follows it, which opens the instances again.
