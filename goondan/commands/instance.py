@@ -15,7 +15,7 @@ subcommands (``restart``) with ``instance.add_command(...)``. With ``--store pos
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,10 +237,8 @@ def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
     matches several instances is refused (narrow it with --agent/--workspace) unless --force
     is given.
     """
-    import sys
-
     from goondan.commands.store_read import jsonl_root, postgres_location
-    from goondan.errors import UsageError, WorkspaceError
+    from goondan.errors import WorkspaceError
 
     location = postgres_location(store)
     if location is not None:
@@ -261,21 +259,7 @@ def delete(key: str, agent: str | None, workspace_id: str | None, force: bool,
         for info in found:  # refuse before asking, and before deleting any of several matches
             if info.locked():
                 delete_instance(info)  # raises E_INSTANCE_LOCKED with the holder's pid
-        if not sys.stdin.isatty():
-            raise UsageError(
-                f"not deleting {found[0].label} without confirmation: no terminal to ask on",
-                code="E_USAGE",
-                suggestion=f"pass --force: goondan instance delete {key} --force",
-            )
-        for info in found:
-            count = info.message_count()
-            click.echo(
-                mask(f"  {info.label}  ({info.workspace_id}, {count} {plural(count, 'message')})")
-            )
-        if not click.confirm(
-            f"Delete {len(found)} {plural(len(found), 'instance')}?", default=False
-        ):
-            click.echo("Nothing deleted.")
+        if not _confirm_delete(key, found, lambda info: info.message_count()):
             return
     for info in found:
         delete_instance(info, force=force)
@@ -286,10 +270,7 @@ def _delete_stored(location: Any, key: str, agent: str | None, workspace_id: str
                    force: bool) -> None:
     """``instance delete`` in a PostgreSQL store: the instance's rows and its approvals. An
     instance open in a process is refused even with --force (its lock is that session's)."""
-    import sys
-
     from goondan.commands.store_read import find_stored, opened_store
-    from goondan.errors import UsageError
 
     with opened_store(location) as backend:
         found = find_stored(backend, location.display, key, agent=agent,
@@ -297,27 +278,39 @@ def _delete_stored(location: Any, key: str, agent: str | None, workspace_id: str
         if not found:
             click.echo(mask(f"Instance not found: {key}"))
             return
-        if not force:
-            if not sys.stdin.isatty():
-                raise UsageError(
-                    f"not deleting {found[0].label} without confirmation: no terminal to ask on",
-                    code="E_USAGE",
-                    suggestion=f"pass --force: goondan instance delete {key} --force",
-                )
-            for one in found:
-                snap = backend.snapshot(one.workspace_id, one.agent_name, one.instance_key)
-                count = len(snap.messages) if snap else 0
-                click.echo(mask(f"  {one.label}  ({one.workspace_id}, {count} "
-                                f"{plural(count, 'message')})"))
-            if not click.confirm(
-                f"Delete {len(found)} {plural(len(found), 'instance')}?", default=False
-            ):
-                click.echo("Nothing deleted.")
-                return
+        def count(one: Any) -> int:
+            snap = backend.snapshot(one.workspace_id, one.agent_name, one.instance_key)
+            return len(snap.messages) if snap else 0
+
+        if not force and not _confirm_delete(key, found, count):
+            return
         for one in found:
             backend.delete_instance(one.workspace_id, one.agent_name, one.instance_key)
             backend.approvals(one.workspace_id).remove_instance(one.agent_name, one.instance_key)
             click.echo(mask(f"Instance deleted: {one.label}"))
+
+
+def _confirm_delete(key: str, found: Sequence[Any], count: Callable[[Any], int]) -> bool:
+    """Ask before ``instance delete`` deletes ``found`` (each listed with its ``count`` of
+    messages); ``E_USAGE`` without a terminal to ask on."""
+    import sys
+
+    from goondan.errors import UsageError
+
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"not deleting {found[0].label} without confirmation: no terminal to ask on",
+            code="E_USAGE",
+            suggestion=f"pass --force: goondan instance delete {key} --force",
+        )
+    for one in found:
+        messages = count(one)
+        click.echo(mask(f"  {one.label}  ({one.workspace_id}, {messages} "
+                        f"{plural(messages, 'message')})"))
+    if not click.confirm(f"Delete {len(found)} {plural(len(found), 'instance')}?", default=False):
+        click.echo("Nothing deleted.")
+        return False
+    return True
 
 
 def plural(count: int, word: str) -> str:
