@@ -307,7 +307,8 @@ class AgentEvent:
 
     What the runtime and the swarm themselves read is typed: ``parent_span_id`` (the span the
     Turn is a child of), ``reply_target`` (an answer: the process it goes back to),
-    ``start_marker`` (a connector event's start claim ``{path, id}``, docs/connectors.md) and
+    ``start_marker`` (where a stored input's start is claimed, ``{path, id}`` or ``{queue, id}``,
+    docs/orchestrator.md "Durable inputs") and
     ``stream`` (report the Turn's runtime events as they happen), ``steer_into`` (the id of the
     running Turn this input joins, ``inputPolicy: steer``), ``was_steered`` (it had joined a Turn
     whose process died) and ``wait_for_final`` (the caller waits for the final answer of a Turn

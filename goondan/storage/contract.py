@@ -33,7 +33,7 @@ Methods are synchronous and may block; the runtime calls them in worker threads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -328,9 +328,12 @@ class StorageBackend(Protocol):
         ``E_STORE_INSTANCE_EXISTS`` unless ``replace``; one held open is ``E_INSTANCE_LOCKED``."""
         ...
 
-    def queue(self, workspace_id: str, scope: str) -> InputQueue:
+    def queue(self, workspace_id: str, scope: str,
+              accept: Callable[[InboxEntry], bool] | None = None) -> InputQueue:
         """The input queue ``scope`` of the workspace: ``inputs/<swarm>`` (the Swarm's inbox)
-        or ``connections/<swarm>/<connection>`` (a Connection's)."""
+        or ``connections/<swarm>/<connection>`` (a Connection's). ``accept`` may refuse an
+        entry read back (a Connection's refuses an event that no longer parses): it is
+        neither pending nor taken."""
         ...
 
     def close(self) -> None:

@@ -48,7 +48,14 @@ def marker_name(agent: str, instance_key: str) -> str:
 
 
 class JsonlQueue(DurableInbox):
-    """A durable inbox directory with the queue operations of the contract."""
+    """A durable inbox directory with the queue operations of the contract. A start is claimed
+    in the claim file ``started/<process>.jsonl`` of the instance (``marker_path``)."""
+
+    @classmethod
+    def of_claim_file(cls, path: Path) -> JsonlQueue:
+        """The queue a claim file belongs to (a JSONL start marker names one, docs/orchestrator.md
+        "Durable inputs"): its starts are claimed in that file whoever claims them."""
+        return cls(path.parent.parent, lambda _agent, _key: path.stem)
 
     def claim(self, agent: str, instance_key: str, input_id: str, *, owner: str | None = None,
               written: bool = False) -> bool:
@@ -147,12 +154,13 @@ class JsonlBackend:
                 replace: bool = False) -> None:
         restore_snapshot(self.state_root, workspace_id, snapshot, replace=replace)
 
-    def queue(self, workspace_id: str, scope: str) -> JsonlQueue:
+    def queue(self, workspace_id: str, scope: str,
+              accept: Callable[[InboxEntry], bool] | None = None) -> JsonlQueue:
         parts = scope.split("/")
         if not all(_SCOPE_PART.fullmatch(p) and p not in (".", "..") for p in parts):
             raise ValueError(f"queue scope {scope!r}: expected names of [A-Za-z0-9._-] and '/'")
         directory = self.layout.workspace_dir(workspace_id).joinpath(*parts)
-        return JsonlQueue(directory, self._marker)
+        return JsonlQueue(directory, self._marker, accept)
 
     def close(self) -> None:
         return None

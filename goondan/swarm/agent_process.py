@@ -192,8 +192,8 @@ class AgentWorker:
         self._steer_skipped: list[str] = []
         self._resuming: str | None = None  # id of the event whose interrupted Turn resumes
         self.turns = 0
-        # The store's input queue of a scope, when inputs are claimed there rather than in claim
-        # files (``goondan run --store``; goondan.swarm.stored); set by build_agent_instance.
+        # The store's input queue of a scope, for the inputs whose start marker names one
+        # (``goondan run --store``; goondan.swarm.durable_inputs); set by build_agent_instance.
         self.queues: Callable[[str], Any] | None = None
 
     def __repr__(self) -> str:
@@ -286,8 +286,7 @@ class AgentWorker:
             or not can_steer()
         ):
             return
-        marker = event.start_marker
-        if marker is not None and (isinstance(marker.get("path"), str) or self._queued(event)):
+        if self._queued(event) is not None:
             written = (
                 bool(handler.input_written(event)) if hasattr(handler, "input_written") else False
             )
@@ -423,47 +422,38 @@ class AgentWorker:
         return 0
 
     async def _claim(self, handler: TurnHandler, event: AgentEvent) -> bool:
-        """Reserve a connector event's start (``metadata.__goondanStartMarker``); True otherwise.
-        A reservation left by a process that died is taken over unless the handler's
-        ``input_written`` finds the event's input in the conversation (docs/connectors.md)."""
-        marker = event.start_marker
-        if marker is None or not (isinstance(marker.get("path"), str) or self._queued(event)):
+        """Reserve the start of a stored input (its :attr:`AgentEvent.start_marker`); True for
+        one that was not stored. A reservation left by a process that died is taken over unless
+        the handler's ``input_written`` finds the event's input in the conversation
+        (docs/orchestrator.md "Durable inputs")."""
+        if self._queued(event) is None:
             return True
         check = getattr(handler, "input_written", None)
         written = bool(check(event)) if callable(check) else False
         return await asyncio.to_thread(self._claim_now, event, written)
 
     def _queued(self, event: AgentEvent) -> tuple[Any, str] | None:
-        """(the store queue, input id) of an input whose start marker names a queue."""
-        from goondan.swarm.stored import queue_marker
+        """(the input queue, input id) its start marker names (goondan.swarm.durable_inputs)."""
+        from goondan.swarm.durable_inputs import marker_queue
 
-        found = queue_marker(event.start_marker)
-        if found is None or self.queues is None:
-            return None
-        return self.queues(found[0]), found[1]
+        return marker_queue(event.start_marker, self.queues)
 
     def _claim_now(self, event: AgentEvent, written: bool) -> bool:
-        """Reserve the start of ``event`` in its claim file or store queue (blocking)."""
-        queued = self._queued(event)
-        if queued is not None:
-            from goondan.swarm.stored import claim_in_queue
+        """Reserve the start of ``event`` in its input queue (blocking)."""
+        from goondan.swarm.durable_inputs import claim_in_queue
 
-            return claim_in_queue(queued[0], self.agent_name, self.instance_key, queued[1],
-                                  written)
-        marker = event.start_marker or {}
-        return claim_start(Path(marker["path"]), str(marker.get("id")), written)
+        queued = self._queued(event)
+        return queued is None or claim_in_queue(queued[0], self.agent_name, self.instance_key,
+                                                queued[1], written)
 
     async def _confirm(self, event: AgentEvent) -> None:
         """The claimed Turn ran (or ended): its start is final, the event is never run again."""
-        marker = event.start_marker
+        from goondan.swarm.durable_inputs import confirm_in_queue
+
         queued = self._queued(event)
         if queued is not None:
-            from goondan.swarm.stored import confirm_in_queue
-
             await asyncio.to_thread(confirm_in_queue, queued[0], self.agent_name,
                                     self.instance_key, queued[1])
-        elif marker is not None and isinstance(marker.get("path"), str):
-            await asyncio.to_thread(confirm_start, Path(marker["path"]), str(marker.get("id")))
 
     async def _run_turn(self, handler: TurnHandler, event: AgentEvent) -> None:
         self._running = (event.id, None)
@@ -553,32 +543,6 @@ class AgentWorker:
                 steered=(*(e.id for e in steered), *skipped),
             )
         )
-
-
-def claim_start(path: Path, event_id: str, written: bool = False) -> bool:
-    """Reserve the start of ``event_id``'s Turn in the claim file ``path`` (docs/connectors.md,
-    "Delivery guarantee"); False when another process started it or runs it (``written``: this
-    process's conversation already holds the event's input). A file that cannot be used is
-    logged and the Turn runs (the event may then run again after a crash)."""
-    from goondan.errors import WorkspaceError
-    from goondan.workspace.claims import claim, owner_token
-
-    try:
-        return claim(path, event_id, owner=owner_token(), written=lambda: written)
-    except WorkspaceError as err:
-        _log.warning("cannot record the start of event %s: %s", event_id, err.message)
-        return True
-
-
-def confirm_start(path: Path, event_id: str) -> None:
-    """Make the start of ``event_id`` final in ``path`` (logged when the file cannot be used)."""
-    from goondan.errors import WorkspaceError
-    from goondan.workspace.claims import confirm
-
-    try:
-        confirm(path, event_id)
-    except WorkspaceError as err:
-        _log.warning("cannot record the start of event %s: %s", event_id, err.message)
 
 
 def cancelled_error() -> JsonObject:

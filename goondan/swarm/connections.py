@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from goondan.connectors.cli import parse_cli_line
-from goondan.connectors.inbox import connection_dir
+from goondan.connectors.inbox import ConnectionInbox, connection_dir, valid_entry
 from goondan.connectors.signing import check_connections_signed
 from goondan.connectors.spec import (
     ConnectionSpec,
@@ -38,11 +38,14 @@ from goondan.connectors.spec import (
     fingerprint,
     other_connections,
 )
+from goondan.storage.jsonl import JsonlBackend
 from goondan.swarm.connector_supervisor import ConnectorSupervisor
+from goondan.swarm.durable_inputs import connection_scope
 from goondan.swarm.ingress import Ingress
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import Spawner
 from goondan.types import AgentEvent, JsonObject
+from goondan.workspace.paths import workspace_id_for
 
 __all__ = ["ConnectionRuntime"]
 
@@ -76,15 +79,13 @@ class ConnectionRuntime:
             c.name: connection_dir(state_root, bundle.root, bundle.package_name, swarm.name, c.name)
             for c in self.connections
         }
-        inbox_of = None
-        if storage is not None:  # the inboxes are queues of the store (goondan.swarm.stored)
-            from goondan.swarm.stored import QueueConnectionInbox
-            from goondan.workspace.paths import workspace_id_for
+        # the inboxes are queues of the store: the state root's (JSONL) or ``storage``
+        store = storage if storage is not None else JsonlBackend(state_root)
+        workspace = workspace_id_for(bundle.root, bundle.package_name)
 
-            workspace = workspace_id_for(bundle.root, bundle.package_name)
-
-            def inbox_of(name: str, directory: Path) -> Any:
-                return QueueConnectionInbox(storage, workspace, swarm.name, name, directory)
+        def inbox_of(name: str, directory: Path) -> ConnectionInbox:
+            scope = connection_scope(swarm.name, name)
+            return ConnectionInbox(directory, store.queue(workspace, scope, valid_entry), scope)
 
         self.ingress = Ingress(orchestrator, self.connections, dirs, entry_agent=swarm.entry_agent,
                                logger=self.logger, inbox_of=inbox_of)

@@ -11,7 +11,8 @@ process) and what ``goondan run``'s terminal front-end calls for the ``cli`` Con
    it survives a crash of any process;
 4. it becomes an :class:`~goondan.types.AgentEvent` (its own Turn, a new traceId, source
    ``{kind: connector, name: <connector>}``, properties + ``connection_name`` +
-   ``connector_name`` for the ``[goondan_context]`` header, and the start-marker path) queued on
+   ``connector_name`` for the ``[goondan_context]`` header, and the start marker of the inbox's
+   queue, :func:`goondan.swarm.durable_inputs.start_marker`) queued on
    (agent, instanceKey) by :meth:`Orchestrator.submit`.
 
 The append and the queueing happen with no suspension point in between (``Orchestrator.submit``
@@ -26,7 +27,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from goondan.connectors.event import ConnectorEvent, EmitReceipt, event_text
 from goondan.connectors.inbox import ConnectionInbox, InboxRecord
@@ -34,8 +34,9 @@ from goondan.connectors.routing import route_event
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import AgentError, ConnectorEventError, IpcError
 from goondan.runtime.events import IngressReceived
+from goondan.swarm.durable_inputs import start_marker
 from goondan.swarm.orchestrator import Orchestrator
-from goondan.types import AgentEvent, JsonObject, new_span_id, new_trace_id
+from goondan.types import AgentEvent, new_span_id, new_trace_id
 
 __all__ = ["Accepted", "Ingress", "agent_event_for"]
 
@@ -53,8 +54,8 @@ class Accepted:
 
 
 def agent_event_for(record: InboxRecord, spec: ConnectionSpec,
-                    marker: Path | JsonObject | None) -> AgentEvent:
-    """The AgentEvent of an inbox record (docs/connectors.md "Delivery guarantee")."""
+                    inbox: ConnectionInbox) -> AgentEvent:
+    """The AgentEvent of a record of ``inbox`` (docs/connectors.md "Delivery guarantee")."""
     event = record.event
     properties = {
         **event.properties,
@@ -72,17 +73,9 @@ def agent_event_for(record: InboxRecord, spec: ConnectionSpec,
         trace_id=new_trace_id(),
         metadata=metadata,
         parent_span_id=new_span_id(),
-        start_marker=_start_marker(marker, event.id),
+        start_marker=start_marker(inbox.queue, inbox.scope, record.agent, record.instance_key,
+                                  event.id),
     )
-
-
-def _start_marker(marker: Path | JsonObject | None, event_id: str) -> JsonObject | None:
-    """A claim file's path, or a store queue (``goondan.swarm.stored``), with the event's id."""
-    if marker is None:
-        return None
-    if isinstance(marker, dict):
-        return {**marker, "id": event_id}
-    return {"path": str(marker), "id": event_id}
 
 
 class Ingress:
@@ -91,12 +84,12 @@ class Ingress:
     def __init__(
         self, orchestrator: Orchestrator, connections: Sequence[ConnectionSpec],
         directories: dict[str, Path], *, entry_agent: str, logger: logging.Logger | None = None,
-        inbox_of: Callable[[str, Path], Any] | None = None,
+        inbox_of: Callable[[str, Path], ConnectionInbox] | None = None,
     ) -> None:
         self.orchestrator = orchestrator
         self.connections = {c.name: c for c in connections}
         self.entry_agent = entry_agent
-        # a Connection's inbox: its directory (JSONL), or a queue of the store (``inbox_of``)
+        # a Connection's inbox: the JSONL queue of its directory, or ``inbox_of``'s (the store's)
         self._inbox_of = inbox_of or (lambda _name, directory: ConnectionInbox(directory))
         self.inboxes = {c.name: self._inbox_of(c.name, directories[c.name]) for c in connections}
         self.logger = logger or _log
@@ -194,9 +187,7 @@ class Ingress:
         record = inbox.append(event, route.agent, route.instance_key)
         self.accepted += 1
         if not submit:
-            agent_event = agent_event_for(
-                record, spec, inbox.marker_path(route.agent, route.instance_key)
-            )
+            agent_event = agent_event_for(record, spec, inbox)
             self._received(spec, record, agent_event)
             return Accepted(EmitReceipt(event.id), route.agent, agent_event)
         return Accepted(EmitReceipt(event.id), route.agent,
@@ -213,7 +204,7 @@ class Ingress:
 
     async def _submit(self, spec: ConnectionSpec, inbox: ConnectionInbox, record: InboxRecord,
                       *, received: bool = False) -> AgentEvent | None:
-        event = agent_event_for(record, spec, inbox.marker_path(record.agent, record.instance_key))
+        event = agent_event_for(record, spec, inbox)
         if received:
             self._received(spec, record, event)
         try:

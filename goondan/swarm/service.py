@@ -319,17 +319,16 @@ class SwarmService:
         if engine_start is not None:
             await engine_start()
         await self.orchestrator.start()
-        from goondan.swarm.stored import QueueSwarmInbox, resume_interrupted
+        from goondan.swarm.stored import resume_interrupted
 
         await resume_interrupted(self.orchestrator, self.state_root, self.workspace_id,
                                  self.storage)
-        from goondan.swarm.durable_inputs import SwarmInbox, inputs_dir
+        from goondan.storage.jsonl import JsonlBackend
+        from goondan.swarm.durable_inputs import SwarmInbox
 
         # Inputs accepted before a crash whose Turn had not started run first, in order.
-        self.inbox = SwarmInbox(
-            inputs_dir(self.state_root, self.bundle.root, self.bundle.package_name, self.swarm.name)
-        ) if self.storage is None else QueueSwarmInbox(self.storage, self.workspace_id,
-                                                       self.swarm.name)
+        store = self.storage if self.storage is not None else JsonlBackend(self.state_root)
+        self.inbox = SwarmInbox.of(store, self.workspace_id, self.swarm.name)
         await self.inbox.open(self.orchestrator)
         self.orchestrator.store_input = self.inbox.record
         await self.connections.start()

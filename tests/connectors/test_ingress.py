@@ -16,7 +16,7 @@ from goondan.connectors.routing import IngressRule
 from goondan.connectors.spec import ConnectionSpec
 from goondan.errors import ConnectorEventError
 from goondan.runtime.inputs import input_text
-from goondan.swarm.agent_process import claim_start
+from goondan.swarm.durable_inputs import claim_in_queue
 from goondan.swarm.ingress import Ingress
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import InProcessSpawner
@@ -237,8 +237,8 @@ def test_open_replays_unstarted_events_in_order_and_skips_started_ones(tmp_path:
     for i in range(5):
         inbox.append(event(f"echo:{i}", id=f"e{i}"), "a", "k")
     inbox.close()
-    claim_start(inbox.marker_path("a", "k"), "e0")
-    claim_start(inbox.marker_path("a", "k"), "e2")
+    claim_in_queue(inbox.queue, "a", "k", "e0", False)  # as an agent process that runs them
+    claim_in_queue(inbox.queue, "a", "k", "e2", False)
     with (directory / "inbox.jsonl").open("ab") as handle:
         handle.write(b'{"event": {"id": "torn"')  # a crash in the middle of an append
     record: list[str] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import multiprocessing
 import os
 import signal
@@ -31,6 +32,8 @@ from goondan.ipc.controlwire import stream_control
 from goondan.swarm.service import SwarmService
 from goondan.swarm.spawner import ProcessSpawner, Spawner
 from goondan.swarm.state import read_active
+from goondan.workspace.claims import started_ids
+from goondan.workspace.paths import workspace_id_for
 from tests.support import soak
 from tests.support.connector_e2e import FAKE_KEY, base_bundle, start_run, wait_for
 from tests.support.ipc_agents import AGENTS_ENV, RECORD_DIR_ENV, script_child_main
@@ -225,3 +228,97 @@ def test_two_hundred_orchestrator_sigkills_after_send_acks_lose_and_duplicate_no
         os.kill(process.pid, signal.SIGTERM)
         process.join(60)
     assert soak.lost_and_duplicated(record_dir, trials) == ([], [])
+
+
+# -- an existing state root: inputs the previous version accepted --------------------------------
+
+CLI_CONNECTION = """\
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: cli-in}
+spec:
+  connectorRef: {kind: Connector, name: cli, package: "@goondan/base"}
+"""
+
+
+def _line(value: dict[str, Any]) -> bytes:
+    """One record as every version wrote it: compact JSON, one line."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _swarm_record(ident: str, text: str) -> bytes:
+    event = {"id": ident, "type": "message", "createdAt": "2026-11-20T10:00:00.000Z",
+             "source": {"kind": "connector", "name": "cli"}, "input": text,
+             "instanceKey": "durable"}
+    return _line({"event": event, "agent": "assistant", "instanceKey": "durable",
+                  "acceptedAt": "2026-11-20T10:00:00.000Z"})
+
+
+def _connection_record(ident: str, text: str) -> bytes:
+    event = {"id": ident, "name": "stdin_message", "instanceKey": "durable",
+             "message": {"type": "text", "text": text}, "properties": {},
+             "createdAt": "2026-11-20T10:00:00.000Z"}
+    return _line({"event": event, "agent": "assistant", "instanceKey": "durable",
+                  "acceptedAt": "2026-11-20T10:00:00.000Z"})
+
+
+@pytest.mark.slow
+@pytest.mark.isolation("process")
+def test_inputs_pending_in_a_state_root_of_the_previous_version_run_once_in_order(
+    state_root: Path, tmp_path: Path,
+) -> None:
+    """The files an orchestrator of the previous version left (the Swarm's inbox and a
+    Connection's, with their claim files) are delivered by this one: each pending input once, in
+    inbox order (the Swarm's first), none whose start was final, none again at the next start;
+    what was on disk is only appended to."""
+    record_dir = tmp_path / "records"
+    record_dir.mkdir()
+    bundle = load_bundle(base_bundle(tmp_path / "bundle", None, {"assistant": ""}, CLI_CONNECTION),
+                         state_root=state_root)
+    workspace = state_root / "workspaces" / workspace_id_for(bundle.root, bundle.package_name)
+    dead_owner = f"{os.getpid()}:1"  # a pid with another start time: a process that is gone
+    old = {  # directory: (inbox.jsonl, started/assistant.durable.jsonl, ids started after)
+        workspace / "inputs" / "default": (
+            _line({"consumed": "evt-compacted"})
+            + _swarm_record("evt-done", "echo:<<done>>")
+            + _swarm_record("evt-1", "echo:<<p-0>>")
+            + _swarm_record("evt-2", "echo:<<p-1>>")
+            + _swarm_record("evt-3", "echo:<<p-2>>")
+            + b'{"event": {"id": "torn"',  # a crash in the middle of an append
+            _line({"id": "evt-done"}) + _line({"id": "evt-1", "owner": dead_owner}),
+            {"evt-done", "evt-1", "evt-2", "evt-3"},
+        ),
+        workspace / "connections" / "default" / "cli-in": (
+            _connection_record("cev-done", "echo:<<done-c>>")
+            + _connection_record("cev-1", "echo:<<p-3>>"),
+            _line({"id": "cev-done"}),
+            {"cev-done", "cev-1"},
+        ),
+    }
+    for directory, (inbox, claims, _started) in old.items():
+        (directory / "started").mkdir(parents=True)
+        (directory / "inbox.jsonl").write_bytes(inbox)
+        (directory / "started" / "assistant.durable.jsonl").write_bytes(claims)
+    context = multiprocessing.get_context("fork")
+    for run in ("upgraded", "again"):
+        process = context.Process(target=_harness, args=(bundle, str(state_root), str(record_dir)))
+        process.start()
+        try:
+            wait_for(lambda: (a := read_active(state_root)) is not None
+                     and a.pid == process.pid, 60, f"the {run} orchestrator")  # noqa: B023
+            active = read_active(state_root)
+            assert active is not None
+            # queued behind whatever this start delivered for the instance: its answer comes after
+            request = {"command": "request", "input": f"echo:<<{run}>>", "instanceKey": "durable"}
+            asyncio.run(stream_control(Path(active.control_socket), request, timeout_s=60))
+        finally:
+            os.kill(process.pid, signal.SIGTERM)
+            process.join(60)
+    assert soak.records(record_dir).splitlines() == [
+        *(f"assistant@durable echo:<<p-{i}>>" for i in range(4)),
+        "assistant@durable echo:<<upgraded>>", "assistant@durable echo:<<again>>"]
+    for directory, (inbox, _claims, started) in old.items():
+        # the old bytes stay (the torn tail cut; the requests of this test follow them), and
+        # the starts are final in the same claim file
+        assert (directory / "inbox.jsonl").read_bytes().startswith(inbox[:inbox.rfind(b"\n") + 1])
+        assert started_ids(directory / "started" / "assistant.durable.jsonl") >= started

@@ -32,7 +32,7 @@ def _fill(directory: Path) -> list[str]:
         )
     inbox.close()
     started = "".join(f'{{"id":"{i}"}}\n' for i in ids if i not in pending)
-    inbox.marker_path("a", "k").write_text(started)
+    (directory / "started" / "a.k.jsonl").write_text(started)  # the claims of agent process a.k
     return pending
 
 
@@ -53,7 +53,7 @@ def test_a_restart_compacts_consumed_records_and_keeps_exactly_the_pending_ones(
     assert ids == pending
     after = (directory / "inbox.jsonl").stat().st_size
     assert after < before / 10, (before, after)
-    claims = inbox.marker_path("a", "k")
+    claims = directory / "started" / "a.k.jsonl"
     assert claims.read_text() == ""  # every final claim is now a {"consumed"} line of the inbox
     ids, inbox = _pending_ids(directory)  # the compacted inbox reads the same
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from goondan.runtime import inputs
+from goondan.storage.jsonl import JsonlQueue, marker_name
 from goondan.swarm.durable_inputs import SwarmInbox
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import InProcessSpawner
@@ -42,6 +43,11 @@ def orchestrator(record: list[str]) -> Orchestrator:
     )
 
 
+def swarm_inbox(directory: Path) -> SwarmInbox:
+    """The Swarm's inbox in the JSONL queue of ``directory`` (``inputs/<swarm>``)."""
+    return SwarmInbox(JsonlQueue(directory, marker_name), "inputs/s")
+
+
 def stored(directory: Path) -> list[tuple[str, str, str]]:
     lines = (directory / "inbox.jsonl").read_text().splitlines()
     return [(r["agent"], r["instanceKey"], r["event"]["input"]) for r in map(json.loads, lines)]
@@ -52,7 +58,7 @@ def test_requests_and_agent_to_agent_events_are_stored_before_they_run(tmp_path:
     record: list[str] = []
 
     async def main() -> None:
-        inbox = SwarmInbox(directory)
+        inbox = swarm_inbox(directory)
         orch = orchestrator(record)
         async with orch:
             assert await inbox.open(orch) == 0
@@ -83,7 +89,7 @@ def test_a_new_orchestrator_runs_exactly_the_inputs_that_had_not_started_in_orde
 
     async def accept_then_die() -> None:
         """The first orchestrator runs echo:0, then stores three more and dies before they start."""
-        inbox = SwarmInbox(directory)
+        inbox = swarm_inbox(directory)
         orch = orchestrator(first)
         async with orch:
             await inbox.open(orch)
@@ -98,13 +104,13 @@ def test_a_new_orchestrator_runs_exactly_the_inputs_that_had_not_started_in_orde
     second: list[str] = []
 
     async def restart() -> None:
-        inbox = SwarmInbox(directory)
+        inbox = swarm_inbox(directory)
         orch = orchestrator(second)
         async with orch:
             assert await inbox.open(orch) == 3
             await orch.wait_until(lambda: len(second) == 3, 30)
         inbox.close()
-        assert await asyncio.to_thread(lambda: SwarmInbox(directory).open_entries()) == []
+        assert await asyncio.to_thread(lambda: swarm_inbox(directory).queue.open_entries()) == []
 
     run(accept_then_die)
     run(restart)
@@ -121,8 +127,8 @@ def test_a_stored_input_tags_its_turn_with_the_start_marker_id() -> None:
 def test_storing_an_input_leaves_the_live_event_streamed(tmp_path: Path) -> None:
     """The stored copy drops the stream flag (nobody streams a redelivery); the event being
     queued keeps it, or the chat would show no streamed text (tests/e2e/test_run_pty.py)."""
-    inbox = SwarmInbox(tmp_path / "inputs")
-    inbox.open_entries()
+    inbox = swarm_inbox(tmp_path / "inputs")
+    inbox.queue.open_entries()
     event = AgentEvent(type="message", input="hi", instance_key="k", stream=True)
     inbox.record("a", event)
     inbox.close()

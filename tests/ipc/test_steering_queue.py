@@ -9,6 +9,7 @@ from typing import Any
 
 from goondan.ipc.channel import Transport
 from goondan.runtime.agents import AgentsFactory
+from goondan.storage.jsonl import JsonlQueue, marker_name
 from goondan.swarm.agent_process import AgentWorker
 from goondan.swarm.durable_inputs import SwarmInbox
 from goondan.swarm.instance_queue import InstanceQueue
@@ -123,7 +124,7 @@ def test_a_steered_request_whose_turn_was_interrupted_is_answered_not_left_waiti
         return await w.serve(handlers[-1])
 
     async def main() -> None:
-        inbox = SwarmInbox(tmp_path / "inputs")
+        inbox = SwarmInbox(JsonlQueue(tmp_path / "inputs", marker_name), "inputs/s")
         orch = Orchestrator(InProcessSpawner(worker), swarm_name="s", entry_agent="a", agents=["a"],
                             reconcile_interval_s=0)
         orch.steering = {"a"}

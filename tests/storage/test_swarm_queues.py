@@ -1,25 +1,29 @@
-"""``goondan run --store``'s durable inputs in a store queue (goondan/swarm/stored.py), on both
-backends: what the orchestrator records is delivered again by the next orchestrator until an
-agent process claims its start, and a start is claimed once; and the store check of ``send``,
-``run`` (attaching) and ``restart --full``."""
+"""The durable inputs of ``goondan run`` (goondan/swarm/durable_inputs.py), one implementation on
+both backends: what the orchestrator records is delivered again by the next orchestrator until an
+agent process claims its start through the input's start marker, and a start is claimed once;
+and the store check of ``send``, ``run`` (attaching) and ``restart --full``
+(goondan/swarm/stored.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
 
 from goondan.errors import ConfigError
 from goondan.storage.contract import StorageBackend
+from goondan.storage.jsonl import JsonlBackend
 from goondan.storage.url import ENV_STORE, parse_store
-from goondan.swarm.state import ActiveRuntime
-from goondan.swarm.stored import (
-    QueueSwarmInbox,
-    check_same_store,
+from goondan.swarm.durable_inputs import (
+    SwarmInbox,
     claim_in_queue,
     confirm_in_queue,
+    marker_queue,
 )
+from goondan.swarm.state import ActiveRuntime
+from goondan.swarm.stored import check_same_store
 from goondan.types import AgentEvent
 
 
@@ -34,7 +38,7 @@ class _Orchestrator:
 def _restart(backend: StorageBackend) -> list[tuple[str, AgentEvent]]:
     """A new orchestrator opening the Swarm's inbox: what it delivers again."""
     orchestrator = _Orchestrator()
-    inbox = QueueSwarmInbox(backend, "ws", "default")
+    inbox = SwarmInbox.of(backend, "ws", "default")
     asyncio.run(inbox.open(orchestrator))  # type: ignore[arg-type]
     inbox.close()
     return orchestrator.submitted
@@ -43,18 +47,24 @@ def _restart(backend: StorageBackend) -> list[tuple[str, AgentEvent]]:
 def test_a_recorded_input_is_delivered_again_until_its_start_is_claimed_once(
     backend: StorageBackend,
 ) -> None:
-    inbox = QueueSwarmInbox(backend, "ws", "default")
+    inbox = SwarmInbox.of(backend, "ws", "default")
     assert asyncio.run(inbox.open(_Orchestrator())) == 0  # type: ignore[arg-type]
     event = AgentEvent(type="input", input="<<hi>>", instance_key="k")
     inbox.record("assistant", event)
-    marker = {"queue": "inputs/default", "id": event.id}
-    assert event.start_marker == marker
+    marker = event.start_marker
+    if isinstance(backend, JsonlBackend):  # the claim file itself: any worker can claim there
+        assert marker == {"id": event.id, "path": str(
+            backend.state_root / "workspaces/ws/inputs/default/started/assistant.k.jsonl")}
+    else:  # the store's queue: the agent process claims it in the store it opened
+        assert marker == {"queue": "inputs/default", "id": event.id}
     inbox.record("assistant", event)  # already stored (it has a marker): not twice
     inbox.close()
     [(agent, again)] = _restart(backend)
     assert (agent, again.id, again.input, again.start_marker) == (
         "assistant", event.id, "<<hi>>", marker)
-    queue = backend.queue("ws", "inputs/default")
+    found = marker_queue(marker, functools.partial(backend.queue, "ws"))
+    assert found is not None and found[1] == event.id
+    queue = found[0]  # what the agent process running the input claims it in
     assert claim_in_queue(queue, "assistant", "k", event.id, False) is True
     # reserved by a live process (this one): nobody else starts it, no orchestrator replays it
     assert claim_in_queue(queue, "assistant", "k", event.id, False) is False
