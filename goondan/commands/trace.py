@@ -117,7 +117,8 @@ def trace(
     trace_id: str | None, last: bool, as_json: bool, flat: bool, state_root: str | None,
     store: str | None,
 ) -> None:
-    """The span tree of trace TRACE_ID (or --last) across every agent and process."""
+    """The span tree of trace TRACE_ID (or --last) across every agent and process (with a
+    PostgreSQL --store: from the store, across machines)."""
     from goondan.commands.store_read import jsonl_root, postgres_location
 
     opts = get_globals()
