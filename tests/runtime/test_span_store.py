@@ -270,3 +270,28 @@ def test_spans_a_failed_write_kept_are_written_with_the_next_batch(
     finally:
         writer.batcher.close()
         db.close()
+
+
+def test_an_orchestrators_sink_writes_only_the_ingress_spans(postgres_url: str) -> None:
+    """``only``: the orchestrator hears every agent's events and writes its ingress spans."""
+    from goondan.runtime.events import IngressReceived, TurnStarted
+
+    db = Database.open(postgres_url)
+    writer = SpanStoreWriter()
+    table = PostgresSpans(SharedConnection(db))
+    sink = StoreSpanLog(table, "ws", only=frozenset({"ingress.received"}), writer=writer)
+    try:
+        trace = "c" * 32
+        sink.handle(TurnStarted(trace_id=trace, span_id="1" * 16, parent_span_id="2" * 16,
+                                agent_name="a", instance_key="k", turn_id="t"))
+        sink.handle(IngressReceived(trace_id=trace, span_id="2" * 16, agent_name="a",
+                                    instance_key="k", source="http-in", event_id="e1",
+                                    event_type="message", target="a"))
+        sink.flush()
+        [(doc, _)] = table.of_traces([trace])
+        assert (doc["kind"], doc["name"], doc["status"], doc["parentSpanId"]) == (
+            "ingress", "ingress http-in", "ok", None)
+        assert doc["attributes"]["eventId"] == "e1"
+    finally:
+        writer.batcher.close()
+        db.close()
