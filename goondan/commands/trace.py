@@ -30,10 +30,11 @@ from goondan.runtime.traces import (
     trace_totals,
 )
 from goondan.secrets import mask
+from goondan.types import JsonObject
 from goondan.workspace.catalog import InstanceInfo, iter_instances
 
-__all__ = ["load_spans", "print_instance_traces", "span_table", "stored_spans", "trace",
-           "trace_spans"]
+__all__ = ["load_spans", "logged_spans", "print_instance_traces", "span_table", "stored_spans",
+           "trace", "trace_spans"]
 
 
 def _event_dirs(root: Path) -> list[Path]:
@@ -55,6 +56,27 @@ def load_spans(root: Path, dirs: Iterable[Path] | None = None) -> list[SpanRecor
                 spans.append(record)
         spans.extend(assembler.open.values())
     return spans
+
+
+def logged_spans(root: Path) -> dict[str, list[tuple[JsonObject, int]]]:
+    """The spans of the event logs under ``root`` by workspace, as a store keeps them
+    (``stored_span``; ``goondan store copy``). An orchestrator's ingress spans go with the
+    workspace of their trace's turns."""
+    from goondan.runtime.span_store import stored_span
+
+    out: dict[str, list[tuple[JsonObject, int]]] = {}
+    traces: dict[str, str] = {}
+    for info in iter_instances(root):
+        for record in load_spans(root, [info.paths.dir]):
+            out.setdefault(info.workspace_id, []).append(
+                (stored_span(record), record.start_unix_nanos))
+            traces[record.trace_id] = info.workspace_id
+    logs = root / "runtime" / "logs"
+    for record in load_spans(root, sorted(p for p in logs.iterdir() if p.is_dir())
+                             if logs.is_dir() else []):
+        if record.trace_id in traces:
+            out[traces[record.trace_id]].append((stored_span(record), record.start_unix_nanos))
+    return out
 
 
 def span_table(backend: Any) -> Any:
