@@ -6,7 +6,8 @@ shows one tree for a trace split across processes and machines (docs/observabili
 events) whose store keeps spans. Like the event log it only queues the event on the turn's
 thread; one :class:`SpanStoreWriter` thread per process pairs each sink's events into spans
 (:class:`~goondan.runtime.traces.SpanAssembler`, the one ``inspect trace`` uses on the JSONL
-logs, fed the same events) and upserts the spans a batch touched in one transaction: a started
+logs, fed the same events) and upserts the spans a batch touched — of all the sinks writing to
+one table and workspace: a pooled host's hundreds of instances — in one transaction: a started
 span as ``running``, again when it ends. The thread wakes every 200 ms, at once when a turn
 ends, and :meth:`StoreSpanLog.close` writes what is queued.
 
@@ -74,13 +75,26 @@ class SpanStoreWriter:
     def __repr__(self) -> str:
         return f"<SpanStoreWriter {self.batcher!r}>"
 
-    @staticmethod
-    def _write(items: list[tuple[StoreSpanLog, RuntimeEvent]]) -> None:
+    def _write(self, items: list[tuple[StoreSpanLog, RuntimeEvent]]) -> None:
         by_sink: dict[StoreSpanLog, list[RuntimeEvent]] = {}
         for sink, event in items:
             by_sink.setdefault(sink, []).append(event)
+        groups: dict[tuple[Any, str], list[StoreSpanLog]] = {}
         for sink, events in by_sink.items():
-            sink._write_batch(events)
+            sink._assemble(events)
+            if sink.pending:
+                groups.setdefault((sink.table, sink.workspace_id), []).append(sink)
+        for (table, workspace_id), sinks in groups.items():
+            try:
+                table.upsert(workspace_id, [row for s in sinks for row in s.pending.values()])
+            except Exception as exc:  # never the turn's failure: kept for the next batch
+                self.failed(table, exc)
+                for sink in sinks:
+                    sink._trim()
+                continue
+            for sink in sinks:
+                sink.written += len(sink.pending)
+                sink.pending.clear()
 
     def failed(self, table: Any, exc: BaseException) -> None:
         """A write failed: a warning the first time in this process, then debug."""
@@ -159,7 +173,8 @@ class StoreSpanLog(EventSink):
         self._writer.batcher.flush(timeout_s)
 
     # -- writer thread -----------------------------------------------------------------------------
-    def _write_batch(self, events: list[RuntimeEvent]) -> None:
+    def _assemble(self, events: list[RuntimeEvent]) -> None:
+        """Pair ``events`` into spans; each span they touched is pending (to be written)."""
         payloads = [event.to_dict() for event in events]
         self._adopt_waits(payloads)
         open_spans = self.assembler.open
@@ -169,7 +184,6 @@ class StoreSpanLog(EventSink):
             record = finished if finished is not None else open_spans.get(key or "")
             if record is not None and record.start_unix_nanos >= 0:
                 self.pending[record.span_id] = (stored_span(record), record.start_unix_nanos)
-        self._send()
 
     def _adopt_waits(self, payloads: list[JsonObject]) -> None:
         """An ``approval.decided`` whose wait was opened by another process (the turn parked,
@@ -196,20 +210,11 @@ class StoreSpanLog(EventSink):
             if doc.get("kind") == "approval" and doc.get("status") == "running":
                 self.assembler.open[str(doc["spanId"])] = SpanRecord.from_dict(doc, start)
 
-    def _send(self) -> None:
-        if not self.pending:
-            return
-        spans = list(self.pending.values())
-        try:
-            self.table.upsert(self.workspace_id, spans)
-        except Exception as exc:  # never the turn's failure: kept for the next batch
-            self._writer.failed(self.table, exc)
-            while len(self.pending) > PENDING_LIMIT:
-                del self.pending[next(iter(self.pending))]
-                self.dropped += 1
-            return
-        self.pending.clear()
-        self.written += len(spans)
+    def _trim(self) -> None:
+        """After a failed write: keep the newest ``PENDING_LIMIT`` spans."""
+        while len(self.pending) > PENDING_LIMIT:
+            del self.pending[next(iter(self.pending))]
+            self.dropped += 1
 
 
 def span_log_for(storage: Any, workspace_id: str, *,

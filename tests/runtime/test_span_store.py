@@ -224,6 +224,29 @@ def test_a_turns_spans_are_one_batch_and_a_second_write_changes_nothing(
         db.close()
 
 
+def test_the_spans_of_a_processs_instances_are_written_in_one_transaction(
+    postgres_url: str,
+) -> None:
+    """Two instances of a host (two sinks, each with its own table object on the process's
+    one pool): what one batch took is one upsert."""
+    from goondan.runtime.events import TurnStarted
+
+    db = Database.open(postgres_url)
+    writer = SpanStoreWriter(interval_s=3600)
+    tables = [CountingSpans(SharedConnection(db)) for _ in range(2)]
+    try:
+        for number, table in enumerate(tables):
+            sink = StoreSpanLog(table, "ws", writer=writer)
+            sink.handle(TurnStarted(trace_id=f"{number}" * 32, span_id=f"{number}" * 16,
+                                    agent_name="a", instance_key=f"k{number}", turn_id="t"))
+        writer.batcher.flush()
+        assert tables[0].batches + tables[1].batches == [2]
+        assert len(tables[0].of_traces(["0" * 32, "1" * 32])) == 2
+    finally:
+        writer.batcher.close()
+        db.close()
+
+
 @pytest.mark.slow
 def test_an_unreachable_store_fails_no_turn_and_warns_once(
     tmp_path: Path, postgres_cluster: PostgresCluster, caplog: pytest.LogCaptureFixture,

@@ -67,6 +67,14 @@ class PostgresSpans:
     def __repr__(self) -> str:
         return f"PostgresSpans({self._shared.db.where!r})"
 
+    # Equal for one pool (a fenced backend shares its pool): the writer makes one transaction
+    # of the spans of every instance of a process that writes to the same table.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PostgresSpans) and other._shared.db is self._shared.db
+
+    def __hash__(self) -> int:
+        return id(self._shared.db)
+
     def upsert(self, workspace_id: str, spans: list[StoredSpan]) -> None:
         """Write ``spans`` (each with its start in ns) in one transaction, without waiting for
         the WAL flush."""
