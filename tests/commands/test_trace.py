@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from goondan import cli
 from tests.support.postgres import PostgresCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -169,16 +170,21 @@ def _shape(node: dict[str, Any]) -> tuple[Any, ...]:
 
 def test_inspect_trace_store_shows_the_whole_tree_without_the_runs_state_root(
     delegated: Path, delegated_on_postgres: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Both agent processes wrote their spans into the store: another state root (another
     machine) reads the same tree the event logs give, parent links and all."""
-    elsewhere = tmp_path / "elsewhere"
-    result = goondan("inspect", "trace", "--last", "--json", "--store", delegated_on_postgres,
-                     state_root=elsewhere)
-    assert result.returncode == 0 and result.stderr == "", result.stderr
-    data = json.loads(result.stdout)
-    files = json.loads(goondan("inspect", "trace", "--last", "--json",
-                               state_root=delegated).stdout)
+    monkeypatch.delenv("GOONDAN_STORE", raising=False)
+
+    def inspect(*args: str, state_root: Path = tmp_path / "elsewhere") -> Any:
+        with pytest.raises(SystemExit) as info:  # in this process: no interpreter to start
+            cli.main(["--state-root", str(state_root), "inspect", *args, "--json"])
+        out, err = capsys.readouterr()
+        assert info.value.code in (0, None) and err == "", err
+        return json.loads(out)
+
+    data = inspect("trace", "--last", "--store", delegated_on_postgres)
+    files = inspect("trace", "--last", state_root=delegated)
     assert [_shape(r) for r in data["spans"]] == [_shape(r) for r in files["spans"]]
     [root] = data["spans"]
 
@@ -190,10 +196,8 @@ def test_inspect_trace_store_shows_the_whole_tree_without_the_runs_state_root(
 
     assert check(root, None) == 10
     assert {s["agentName"] for s in _flat(root)} == {"coordinator", "worker"}
-    listed = goondan("inspect", "instance", "delegation", "--agent", "worker", "--traces",
-                     "--json", "--store", delegated_on_postgres, state_root=elsewhere)
-    assert listed.returncode == 0, listed.stderr
-    [trace] = json.loads(listed.stdout)["traces"]
+    [trace] = inspect("instance", "delegation", "--agent", "worker", "--traces", "--store",
+                      delegated_on_postgres)["traces"]
     assert (trace["traceId"], trace["spanCount"]) == (data["traceId"], 10)
 
 
