@@ -116,8 +116,8 @@ class CountingSpans(PostgresSpans):
         self.batches: list[int] = []
 
     def upsert(self, workspace_id: str, spans: list[tuple[dict[str, Any], int]]) -> None:
-        self.batches.append(len(spans))
         super().upsert(workspace_id, spans)
+        self.batches.append(len(spans))  # once committed
 
 
 def _three_steps() -> ScriptedModel:
