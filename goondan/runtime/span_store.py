@@ -15,10 +15,11 @@ A store that cannot be written never fails a turn: the failure is logged once pe
 warning (then at debug level), and the spans not written are kept (up to ``PENDING_LIMIT`` per
 sink) and sent again with the next batch — the upsert is idempotent.
 
-**No message text.** A span object holds ids, names, durations, usage and errors; the only
-field that can carry the text of a message is the error message of a tool call (the text of its
+**No message text.** A span object holds ids, names, durations, usage and errors; the fields
+that can carry the text of a message are the error message of a tool call (the text of its
 error result, which the conversation holds) and of an agent request (the callee's error, the
-caller's tool result): :func:`stored_span` keeps their code and drops their message.
+caller's tool result), and the ``reason`` of a wait for approval (an extension may write the
+call's arguments into it): :func:`stored_span` keeps the errors' code and drops those texts.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ _QUEUE_LIMIT = 10_000
 _INTERVAL_S = 0.2
 _TURN_ENDS = frozenset({"turn.completed", "turn.failed"})
 _TEXT_ERRORS = frozenset({"toolCall", "agentCall"})  # their error message is a tool result's
+_TEXT_ATTRIBUTES = {"approval": ("reason",)}  # ctx.require_approval(reason=f"... {args} ...")
 _log = logging.getLogger("goondan.runtime")
 
 
@@ -61,6 +63,8 @@ def stored_span(record: SpanRecord) -> JsonObject:
     error = doc.get("error")
     if record.kind in _TEXT_ERRORS and isinstance(error, dict) and error.get("message"):
         doc["error"] = {"code": error.get("code"), "message": None}
+    for name in _TEXT_ATTRIBUTES.get(record.kind, ()):
+        doc["attributes"].pop(name, None)
     return doc
 
 

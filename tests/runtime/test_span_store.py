@@ -101,6 +101,28 @@ def test_no_span_row_holds_the_text_of_a_message(tmp_path: Path, postgres_url: s
     assert tool["status"] == "error" and tool["error"]["code"] and tool["error"]["message"] is None
 
 
+def test_a_stored_span_keeps_codes_and_drops_the_texts_a_tool_call_can_put_in_it() -> None:
+    """The fields of span objects that may carry a message's text (docs/storage.md "Spans")."""
+    from goondan.runtime.span_store import stored_span
+    from goondan.runtime.traces import SpanRecord
+
+    def record(kind: str, **fields: Any) -> SpanRecord:
+        return SpanRecord(trace_id="t" * 32, span_id="s" * 16, parent_span_id=None, name=kind,
+                          kind=kind, agent_name="a", instance_key="k", start_time="",
+                          start_unix_nanos=0, **fields)
+
+    for kind in ("toolCall", "agentCall"):
+        doc = stored_span(record(kind, status="error", error_code="E_TOOL",
+                                 error_message=f"no luck with {MARK}"))
+        assert doc["error"] == {"code": "E_TOOL", "message": None}
+    wait = stored_span(record("approval", attributes={"reason": f"writes {MARK}",
+                                                       "toolName": "files__write"}))
+    assert wait["attributes"] == {"toolName": "files__write"}
+    turn = stored_span(record("turn", status="error", error_code="E_BUDGET_EXCEEDED",
+                              error_message="over budget"))
+    assert turn["error"] == {"code": "E_BUDGET_EXCEEDED", "message": "over budget"}
+
+
 def _span_texts(url: str) -> list[tuple[str]]:
     import psycopg
 
