@@ -24,7 +24,7 @@ from goondan.commands.common import (
     style,
     workspace_bundle,
 )
-from goondan.commands.trace import print_instance_traces, spans_are_local, trace
+from goondan.commands.trace import print_instance_traces, trace
 from goondan.conversation.codec import decode_record
 from goondan.conversation.messages import Message, MessageEvent
 from goondan.errors import Diagnostic, WorkspaceError
@@ -295,11 +295,10 @@ def _instance_in_store(location: Any, key: str, agent: str | None, workspace_id:
 
     register_bundle_secrets(root)
     with opened_store(location) as backend:
-        if traces:  # spans are files of the state root, never rows of the store
+        if traces:  # from the store's span table
             [found] = find_stored(backend, location.display, key, agent=agent,
                                   workspace_id=workspace_id, allow_many=False)
-            spans_are_local(root)
-            print_instance_traces(root, found, as_json=as_json, limit=limit)
+            print_instance_traces(root, found, as_json=as_json, limit=limit, backend=backend)
             return
         print_instance(backend, location.display, key, agent=agent, workspace_id=workspace_id,
                        sections=chosen if any(chosen.values()) else dict.fromkeys(chosen, True),

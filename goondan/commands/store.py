@@ -44,7 +44,8 @@ def _location(value: str, source: str) -> Any:
 def copy(source: str, target: str, replace: bool, dry_run: bool, as_json: bool) -> None:
     """Copy every instance (messages, pending events, turn journal, extension state,
     metadata), approval and queued input of one store into another, then read both back and
-    compare them. Exits 1 when anything was refused or differs."""
+    compare them (and a state root's spans into a PostgreSQL store's span table). Exits 1
+    when anything was refused or differs."""
     from goondan.commands.common import get_globals
     from goondan.commands.store_read import opened_store
 
@@ -58,7 +59,14 @@ def copy(source: str, target: str, replace: bool, dry_run: bool, as_json: bool) 
     from goondan.storage.copy import copy_store
 
     with opened_store(src) as source_backend, opened_store(dst) as target_backend:
-        report = copy_store(source_backend, target_backend, replace=replace, dry_run=dry_run)
+        spans = None
+        root = getattr(source_backend, "state_root", None)
+        if root is not None and callable(getattr(target_backend, "spans", None)):
+            from goondan.commands.trace import logged_spans  # a state root's event logs
+
+            spans = logged_spans(root)
+        report = copy_store(source_backend, target_backend, replace=replace, dry_run=dry_run,
+                            spans=spans)
     doc = {"from": src.display, "to": dst.display, **report.to_dict()}
     if as_json:
         click.echo(mask(json.dumps(doc, ensure_ascii=False, indent=2)))
@@ -84,7 +92,8 @@ def _print(doc: dict[str, Any]) -> None:
         f"{totals['extensionStates']}; approvals {approvals['copied']} copied, "
         f"{approvals['unchanged']} already there, {approvals['refused']} refused; queued "
         f"inputs {inputs['copied']} copied, {inputs['unchanged']} already there, "
-        f"{inputs['refused']} refused"))
+        f"{inputs['refused']} refused; spans {doc['spans']['copied']} copied, "
+        f"{doc['spans']['unchanged']} already there, {doc['spans']['updated']} updated"))
     for problem in doc["problems"]:
         click.echo(mask(f"  problem: {problem}"), err=True)
     if doc["dryRun"]:

@@ -61,7 +61,7 @@ def _serve(root: Path, bundle: str | None, host: str, port: int, token: str | No
     record = write_studio_record(root, server.url)  # inspect trace prints links to it
     click.echo(f"studio: {server.url}")
     if store is not None:
-        click.echo(f"  store {store} (PostgreSQL; traces are read from the state root)")
+        click.echo(f"  store {store} (PostgreSQL)")
     click.echo(f"  state root {root}" + ("; API requests need the token (?token=…)"
                                          if token else "") + "; Ctrl-C stops it")
     if open_browser:

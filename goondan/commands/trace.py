@@ -2,7 +2,10 @@
 
 Spans are rebuilt from the ``runtime-events.jsonl`` of every instance directory under the state
 root (every agent, every process) and from the orchestrators' logs directories (ingress
-events), then linked by ``parentSpanId`` (docs/observability.md "Span tree"). Read-only.
+events), then linked by ``parentSpanId`` (docs/observability.md "Span tree"). With ``--store
+postgresql://…`` they are read from the store's span table instead (``goondan_spans``, written
+by every process that runs an instance or an orchestrator on that store, on any machine): the
+same span objects, the same tree. Read-only.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from goondan.runtime.traces import (
     trace_totals,
 )
 from goondan.secrets import mask
+from goondan.types import JsonObject
 from goondan.workspace.catalog import InstanceInfo, iter_instances
 
-__all__ = ["load_spans", "print_instance_traces", "spans_are_local", "trace", "trace_spans"]
+__all__ = ["load_spans", "logged_spans", "print_instance_traces", "span_table", "stored_spans",
+           "trace", "trace_spans"]
 
 
 def _event_dirs(root: Path) -> list[Path]:
@@ -51,6 +56,40 @@ def load_spans(root: Path, dirs: Iterable[Path] | None = None) -> list[SpanRecor
                 spans.append(record)
         spans.extend(assembler.open.values())
     return spans
+
+
+def logged_spans(root: Path) -> dict[str, list[tuple[JsonObject, int]]]:
+    """The spans of the event logs under ``root`` by workspace, as a store keeps them
+    (``stored_span``; ``goondan store copy``). An orchestrator's ingress spans go with the
+    workspace of their trace's turns."""
+    from goondan.runtime.span_store import stored_span
+
+    out: dict[str, list[tuple[JsonObject, int]]] = {}
+    traces: dict[str, str] = {}
+    for info in iter_instances(root):
+        for record in load_spans(root, [info.paths.dir]):
+            out.setdefault(info.workspace_id, []).append(
+                (stored_span(record), record.start_unix_nanos))
+            traces[record.trace_id] = info.workspace_id
+    logs = root / "runtime" / "logs"
+    for record in load_spans(root, sorted(p for p in logs.iterdir() if p.is_dir())
+                             if logs.is_dir() else []):
+        if record.trace_id in traces:
+            out[traces[record.trace_id]].append((stored_span(record), record.start_unix_nanos))
+    return out
+
+
+def span_table(backend: Any) -> Any:
+    """The span table of a PostgreSQL backend (:class:`goondan.storage.postgres.spans.
+    PostgresSpans`)."""
+    return backend.spans()
+
+
+def stored_spans(table: Any, trace_id: str | None) -> list[SpanRecord]:
+    """The spans of the store's traces that ``trace_id`` (a prefix; None: the latest trace)
+    may name — enough for :func:`trace_spans` to choose as it does among logged spans."""
+    ids = table.trace_ids(None if trace_id is None else trace_id.lower())
+    return [SpanRecord.from_dict(doc, start) for doc, start in table.of_traces(ids)]
 
 
 def trace_spans(spans: list[SpanRecord], trace_id: str | None) -> tuple[str, list[SpanRecord]]:
@@ -100,14 +139,21 @@ def trace(
     trace_id: str | None, last: bool, as_json: bool, flat: bool, state_root: str | None,
     store: str | None,
 ) -> None:
-    """The span tree of trace TRACE_ID (or --last) across every agent and process."""
+    """The span tree of trace TRACE_ID (or --last) across every agent and process (with a
+    PostgreSQL --store: from the store, across machines)."""
     from goondan.commands.store_read import jsonl_root, postgres_location
 
     opts = get_globals()
     root = opts.resolve_state_root(jsonl_root(store, state_root))
-    if postgres_location(store) is not None:
-        spans_are_local(root)
-    chosen, members = trace_spans(load_spans(root), None if last else trace_id)
+    wanted = None if last else trace_id
+    location = postgres_location(store)
+    if location is not None:  # the store's span table (every machine's spans)
+        from goondan.commands.store_read import opened_store
+
+        with opened_store(location) as backend:
+            chosen, members = trace_spans(stored_spans(span_table(backend), wanted), wanted)
+    else:
+        chosen, members = trace_spans(load_spans(root), wanted)
     roots = build_tree(members)
     totals = trace_totals(members)
     if as_json:
@@ -142,17 +188,17 @@ def _summary_line(summary: TraceSummary) -> str:
     )
 
 
-def spans_are_local(root: Path) -> None:
-    """Say where spans come from when the store is PostgreSQL: the runtime events they are
-    rebuilt from are files of the state root, never rows of the store (docs/storage.md)."""
-    click.echo(mask(f"note: spans are not kept in the PostgreSQL store; reading those "
-                    f"recorded under the state root {root}"), err=True)
-
-
 def print_instance_traces(root: Path, info: InstanceInfo | Any, *, as_json: bool,
-                          limit: int) -> None:
-    """``inspect instance KEY --traces``: the recent traces this instance took part in."""
-    spans = load_spans(root)
+                          limit: int, backend: Any = None) -> None:
+    """``inspect instance KEY --traces``: the recent traces this instance took part in (from
+    the span table of ``backend``, a PostgreSQL store, when given)."""
+    if backend is None:
+        spans = load_spans(root)
+    else:
+        table = span_table(backend)
+        ids = table.traces_of_instance(info.workspace_id, info.agent_name, info.instance_key,
+                                       limit)
+        spans = [SpanRecord.from_dict(doc, start) for doc, start in table.of_traces(ids)]
     own = {s.trace_id for s in spans if s.instance_key == info.instance_key
            and s.agent_name == info.agent_name}
     summaries = summarize_traces(s for s in spans if s.trace_id in own)

@@ -62,6 +62,10 @@ class BackgroundBatcher:
         self.dropped += 1
         return False
 
+    def wake(self) -> None:
+        """Process what is queued now rather than at the end of the interval (no waiting)."""
+        self._wake.set()
+
     def flush(self, timeout_s: float = 10.0) -> None:
         """Block until every item queued so far is processed."""
         if self._thread is None:

@@ -59,6 +59,7 @@ from goondan.runtime.resume import (
     plan_resume,
     resume_mode,
 )
+from goondan.runtime.span_store import StoreSpanLog, span_log_for
 from goondan.runtime.turn import TurnEnv, TurnRunner, error_dict
 from goondan.types import AgentEvent, TokenUsage, ToolCatalogItem, new_id, new_trace_id
 from goondan.workspace.approvals import ApprovalStore
@@ -173,6 +174,7 @@ class AgentInstance:
         self.parked: OpenTurn | None = None  # the turn parked on approvals: no new turn starts
         # runtime-events.jsonl (docs/observability.md); attached by open().
         self.event_log: RuntimeEventLog | None = None
+        self.span_log: StoreSpanLog | None = None  # the store's span table, when it has one
         # The turn journal (absent from stores without one) and the turn left open in it, which
         # resume() — or the next run() — finishes first (docs/conversations.md "Durability").
         self.recorder = TurnRecorder(getattr(store, "journal", None), spec.name, instance_key)
@@ -300,6 +302,10 @@ class AgentInstance:
         if max_bytes and isinstance(store, InstanceStore):  # runtime-events.jsonl: JSONL only
             instance.event_log = RuntimeEventLog(store.paths.dir, max_bytes=max_bytes)
             instance.observer.add_sink(instance.event_log)
+        elif max_bytes:  # a store that keeps spans itself (PostgreSQL's goondan_spans)
+            instance.span_log = span_log_for(storage, workspace_id)
+            if instance.span_log is not None:
+                instance.observer.add_sink(instance.span_log)
         return instance
 
     @property
@@ -459,6 +465,8 @@ class AgentInstance:
             finally:
                 if self.event_log is not None:
                     await asyncio.to_thread(self.event_log.close)
+                if self.span_log is not None:
+                    await asyncio.to_thread(self.span_log.close)
                 await asyncio.to_thread(self.store.close)
 
     async def __aenter__(self) -> AgentInstance:

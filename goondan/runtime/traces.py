@@ -27,10 +27,12 @@ __all__ = [
     "SpanAssembler",
     "SpanRecord",
     "TraceSummary",
+    "approval_span_id",
     "build_tree",
     "format_tree",
     "iso_to_unix_nanos",
     "summarize_traces",
+    "touched_span_id",
 ]
 
 # event type prefix -> span kind
@@ -90,6 +92,31 @@ class SpanRecord:
         if nested:
             out["children"] = [child.to_dict(nested=True) for child in self.children]
         return out
+
+    @classmethod
+    def from_dict(cls, doc: JsonObject, start_unix_nanos: int) -> SpanRecord:
+        """The record of a :meth:`to_dict` object (without ``children``), as a store keeps it;
+        ``start_unix_nanos`` is kept beside it (``startTime`` is the end of a span whose start
+        event is not logged)."""
+        found = doc.get("error")
+        error: JsonObject = found if isinstance(found, dict) else {}
+        duration = doc.get("durationMs")
+        usage = doc.get("tokenUsage")
+        cost = doc.get("cost")
+        attributes = doc.get("attributes")
+        return cls(
+            trace_id=str(doc["traceId"]), span_id=str(doc["spanId"]),
+            parent_span_id=doc.get("parentSpanId") or None, name=str(doc.get("name") or ""),
+            kind=str(doc.get("kind") or ""), agent_name=str(doc.get("agentName") or ""),
+            instance_key=str(doc.get("instanceKey") or ""),
+            start_time=str(doc.get("startTime") or ""), start_unix_nanos=start_unix_nanos,
+            duration_ms=float(duration) if isinstance(duration, (int, float)) else None,
+            status=str(doc.get("status") or "running"),
+            error_code=error.get("code") or None, error_message=error.get("message") or None,
+            attributes=dict(attributes) if isinstance(attributes, dict) else {},
+            token_usage=usage if isinstance(usage, dict) else None,
+            cost=float(cost) if isinstance(cost, (int, float)) else None,
+        )
 
 
 def _name(kind: str, payload: JsonObject) -> str:
@@ -204,7 +231,7 @@ class SpanAssembler:
         ident = payload.get("approvalId")
         if not isinstance(ident, str) or not ident:
             return None
-        span_id = hashlib.sha256(ident.encode()).hexdigest()[:16]  # an OTLP-shaped span id
+        span_id = approval_span_id(ident)
         timestamp = str(payload.get("timestamp") or "")
         if event_type == "approval.requested":
             if not payload.get("traceId") or not payload.get("spanId") or not timestamp:
@@ -251,6 +278,20 @@ class SpanAssembler:
         _merge_attributes(record.attributes, payload)
         if record.kind == "llm" and payload.get("model") and record.name == "llm":
             record.name = f"llm {payload['model']}"
+
+
+def approval_span_id(approval_id: str) -> str:
+    """The span id of the wait for approval ``approval_id`` (OTLP-shaped: 16 hex digits)."""
+    return hashlib.sha256(approval_id.encode()).hexdigest()[:16]
+
+
+def touched_span_id(payload: JsonObject) -> str | None:
+    """The id of the span an event (a wire payload) starts, ends or is (an ingress)."""
+    if payload.get("type") in ("approval.requested", "approval.decided"):
+        ident = payload.get("approvalId")
+        return approval_span_id(ident) if isinstance(ident, str) and ident else None
+    span_id = payload.get("spanId")
+    return span_id if isinstance(span_id, str) and span_id else None
 
 
 _end_only_marker = -1  # a span whose start event was rotated away: start = end - duration

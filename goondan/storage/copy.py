@@ -22,15 +22,23 @@ Approvals are copied after the instances (``ApprovalIndex.restore``, as they are
 not), then every queue's inputs (``InputQueue.restore``: a pending input whole, in acceptance
 order; one whose start is final by its id, which keeps a repeated input refused), each compared
 the same way. A target input with the same id but other content is a difference.
+
+Spans (the ``inspect trace`` span objects, docs/storage.md "Spans"), when the caller passes
+them — the command does for a JSONL state root copied into a store that keeps spans — are
+upserted per workspace and read back: each must then be stored as given, except that a span
+the target holds finished is not taken back to ``running``. A span that differed is
+``updated`` (spans are observations: the later one wins), not refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from goondan.errors import GoondanError
 from goondan.storage.contract import InstanceSnapshot, StorageBackend
+from goondan.types import JsonObject
 
 __all__ = ["CopyReport", "copy_store", "differences"]
 
@@ -44,6 +52,8 @@ class CopyReport:
         "copied": 0, "unchanged": 0, "refused": 0})
     inputs: dict[str, int] = field(default_factory=lambda: {
         "copied": 0, "unchanged": 0, "refused": 0})
+    spans: dict[str, int] = field(default_factory=lambda: {
+        "copied": 0, "unchanged": 0, "updated": 0})
     problems: list[str] = field(default_factory=list)
     dry_run: bool = False
 
@@ -64,7 +74,7 @@ class CopyReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "dryRun": self.dry_run, "totals": self.totals(),
-                "approvals": self.approvals, "inputs": self.inputs,
+                "approvals": self.approvals, "inputs": self.inputs, "spans": self.spans,
                 "instances": self.instances,
                 "problems": self.problems}
 
@@ -99,9 +109,13 @@ def _read_held(source: StorageBackend, workspace: str, agent: str,
         return source.snapshot(workspace, agent, key)
 
 
+Spans = Mapping[str, list[tuple[JsonObject, int]]]  # workspace -> [(span object, start ns)]
+
+
 def copy_store(source: StorageBackend, target: StorageBackend, *, replace: bool = False,
-               dry_run: bool = False) -> CopyReport:
-    """Copy every instance and approval of ``source`` into ``target`` (see the module doc)."""
+               dry_run: bool = False, spans: Spans | None = None) -> CopyReport:
+    """Copy every instance and approval of ``source`` into ``target``, and ``spans`` into its
+    span table (see the module doc)."""
     report = CopyReport(dry_run=dry_run)
     for workspace in source.workspaces():
         replaced: list[tuple[str, str]] = []
@@ -115,6 +129,8 @@ def copy_store(source: StorageBackend, target: StorageBackend, *, replace: bool 
         _copy_approvals(source, target, workspace, replaced, dry_run=dry_run, report=report)
         for scope in source.queue_scopes(workspace):
             _copy_queue(source, target, workspace, scope, dry_run=dry_run, report=report)
+    if spans:
+        _copy_spans(target, spans, dry_run=dry_run, report=report)
     return report
 
 
@@ -211,3 +227,43 @@ def _copy_approvals(source: StorageBackend, target: StorageBackend, workspace: s
         report.approvals["refused"] += 1
         report.problems.append(f"{workspace} approval {approval.id}: the target's differs "
                                f"from the source's")
+
+
+_CHUNK = 1000
+SpanRows = list[tuple[JsonObject, int]]
+
+
+def _stored_spans(table: Any, workspace: str, rows: SpanRows) -> dict[Any, Any]:
+    """The target's spans with the ids of ``rows``, by (trace id, span id)."""
+    ids = sorted({str(doc["spanId"]) for doc, _ in rows})
+    return {(d["traceId"], d["spanId"]): (d, s) for d, s in table.by_span_id(workspace, ids)}
+
+
+def _holds(there: tuple[JsonObject, int] | None, row: tuple[JsonObject, int]) -> bool:
+    """The target holds ``row``: as it is, or finished where the source's is still running."""
+    return there == row or (there is not None and row[0].get("status") == "running"
+                            and there[0].get("status") != "running")
+
+
+def _copy_spans(target: Any, spans: Spans, *, dry_run: bool, report: CopyReport) -> None:
+    table = target.spans()
+    for workspace, rows in spans.items():
+        for start in range(0, len(rows), _CHUNK):
+            chunk = rows[start:start + _CHUNK]
+            before = _stored_spans(table, workspace, chunk)
+            changed = []
+            for row in chunk:
+                there = before.get((row[0]["traceId"], row[0]["spanId"]))
+                if _holds(there, row):
+                    report.spans["unchanged"] += 1
+                    continue
+                report.spans["copied" if there is None else "updated"] += 1
+                changed.append(row)
+            if dry_run or not changed:
+                continue
+            table.upsert(workspace, changed)
+            after = _stored_spans(table, workspace, changed)
+            for doc, nanos in changed:
+                if after.get((doc["traceId"], doc["spanId"])) != (doc, nanos):
+                    report.problems.append(f"{workspace} span {doc['spanId']} of trace "
+                                           f"{doc['traceId']}: the copy differs")

@@ -273,12 +273,13 @@ def _span_doc(span: Any) -> JsonObject:
     return out
 
 
-def trace_list(root: Path, limit: int = 100) -> JsonObject:
-    """``GET /api/traces``: the most recent traces, newest first."""
+def trace_list(root: Path, limit: int = 100, spans: list[Any] | None = None) -> JsonObject:
+    """``GET /api/traces``: the most recent traces, newest first (of ``spans`` when given:
+    a PostgreSQL store's, :mod:`goondan.studio.store`)."""
     from goondan.commands.trace import load_spans
     from goondan.runtime.traces import summarize_traces
 
-    summaries = summarize_traces(load_spans(root))
+    summaries = summarize_traces(load_spans(root) if spans is None else spans)
     summaries.reverse()
     rows = [{"traceId": t.trace_id, "rootName": t.root_name, "startedAt": t.start_time,
              "durationMs": t.duration_ms, "spanCount": t.span_count, "error": t.errors > 0,
@@ -287,13 +288,14 @@ def trace_list(root: Path, limit: int = 100) -> JsonObject:
     return masked_doc({"traces": rows})
 
 
-def trace_doc(root: Path, trace_id: str) -> JsonObject:
-    """``GET /api/traces/<id>`` (a unique prefix is enough, as for ``inspect trace``)."""
+def trace_doc(root: Path, trace_id: str, spans: list[Any] | None = None) -> JsonObject:
+    """``GET /api/traces/<id>`` (a unique prefix is enough, as for ``inspect trace``; among
+    ``spans`` when given)."""
     from goondan.commands.trace import load_spans, trace_spans
     from goondan.runtime.traces import trace_totals
 
     try:
-        chosen, members = trace_spans(load_spans(root), trace_id)
+        chosen, members = trace_spans(load_spans(root) if spans is None else spans, trace_id)
     except GoondanError as err:
         raise ApiError(404, "E_STUDIO_NOT_FOUND", err.message) from None
     members.sort(key=lambda s: (s.start_unix_nanos, s.span_id))

@@ -294,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
                                     f"no API path {urlsplit(self.path).path}")
 
     def _store_api(self, method: str, parts: list[str], query: dict[str, str]) -> None:
-        """The API over a PostgreSQL store (:mod:`goondan.studio.store`); traces stay files."""
+        """The API over a PostgreSQL store (:mod:`goondan.studio.store`)."""
         from goondan.studio import store
 
         studio = self.server.studio
@@ -330,11 +330,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream(live.stream(follower.poll, studio.stopping, alive=self._alive,
                                          interval=store.POLL_S))
             case ["traces"]:
-                doc = data.trace_list(root, limit=_int(query, "limit", 100) or 100)
-                self._json(200, {**doc, "note": store.trace_note(root)})
+                self._json(200, store.trace_list(root, backend,
+                                                 _int(query, "limit", 100) or 100))
             case ["traces", trace_id]:
-                self._json(200, {**data.trace_doc(root, trace_id),
-                                 "note": store.trace_note(root)})
+                self._json(200, store.trace_doc(root, backend, trace_id))
             case ["approvals"]:
                 self._json(200, store.approval_list(root, backend,
                                                     status=query.get("status") or None))

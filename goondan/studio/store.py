@@ -5,7 +5,8 @@ The same JSON documents as :mod:`goondan.studio.data`, read through the storage 
 ``instances(ws)``, ``snapshot(...)`` (no lock), ``approvals(ws)``; decisions go through
 :func:`~goondan.commands.approvals.decide_approval` with the backend, which tells the
 orchestrators running from the local state root, as ``approvals approve --store`` does.
-What stays local: running swarms (``runtime/``), workspace records and traces.
+Traces are read from the store's span table (``goondan_spans``, as ``inspect trace --store``
+reads them). What stays local: running swarms (``runtime/``) and workspace records.
 
 A conversation is followed by polling the store's :meth:`version` of the instance (one query)
 every :data:`POLL_S`; only when it changed is the instance's snapshot read and compared with
@@ -28,15 +29,9 @@ from goondan.studio.data import ApiError, event_doc, masked, masked_doc, message
 from goondan.types import JsonObject
 
 __all__ = ["POLL_S", "StoreFollower", "approval_list", "conversation", "decide", "overview",
-           "trace_note"]
+           "trace_doc", "trace_list"]
 
 POLL_S = 0.5
-TRACE_NOTE = ("Traces are not kept in the PostgreSQL store: these are the spans of the local "
-              "state root ({root}).")
-
-
-def trace_note(root: Path) -> str:
-    return TRACE_NOTE.format(root=root)
 
 
 def _instance_doc(workspace_id: str, meta: dict[str, Any], count: int | None) -> JsonObject:
@@ -178,6 +173,26 @@ class StoreFollower:
             self.status = status
             out.append(("status", {"status": status}))
         return out
+
+
+# -- traces -----------------------------------------------------------------------------------
+
+def trace_list(root: Path, backend: StorageBackend, limit: int) -> JsonObject:
+    """``GET /api/traces``: the ``limit`` most recent traces of the store's span table."""
+    from goondan.commands.trace import span_table
+    from goondan.runtime.traces import SpanRecord
+
+    table = span_table(backend)
+    spans = [SpanRecord.from_dict(doc, start)
+             for doc, start in table.of_traces(table.recent_traces(limit))]
+    return data.trace_list(root, limit=limit, spans=spans)
+
+
+def trace_doc(root: Path, backend: StorageBackend, trace_id: str) -> JsonObject:
+    """``GET /api/traces/<id>``: one trace of the store's span table (a unique prefix)."""
+    from goondan.commands.trace import span_table, stored_spans
+
+    return data.trace_doc(root, trace_id, spans=stored_spans(span_table(backend), trace_id))
 
 
 # -- approvals --------------------------------------------------------------------------------

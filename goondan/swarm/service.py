@@ -51,6 +51,7 @@ from goondan.ipc.logs import JsonLineFormatter, log_dir_for, log_files
 from goondan.runtime.budget import TraceBudgets
 from goondan.runtime.eventlog import RuntimeEventLog, max_bytes_from_env
 from goondan.runtime.ledger import Budget, UsageLedger
+from goondan.runtime.span_store import span_log_for
 from goondan.secrets import SecretMaskingFilter
 from goondan.storage.url import mask_url
 from goondan.swarm.orchestrator import Orchestrator
@@ -260,10 +261,14 @@ class SwarmService:
             self.orchestrator.admit = self.budgets.admit
             self.orchestrator.add_event_sink(self.budgets)  # llm.completed costs per trace
         max_bytes = max_bytes_from_env()
+        self.span_log = None  # on PostgreSQL the ingress spans go to its span table too
         if max_bytes:
-            self.event_log = RuntimeEventLog(self.log_dir, max_bytes=max_bytes,
-                                             only=frozenset({"ingress.received"}))
+            ingress = frozenset({"ingress.received"})
+            self.event_log = RuntimeEventLog(self.log_dir, max_bytes=max_bytes, only=ingress)
             self.orchestrator.add_event_sink(self.event_log)
+            self.span_log = span_log_for(storage, self.workspace_id, only=ingress)
+            if self.span_log is not None:
+                self.orchestrator.add_event_sink(self.span_log)
 
     def _make_spawner(self, engine: str, ray_address: str | None) -> Spawner:
         """The engine's spawner: local processes, or Ray host actors (docs/scaling.md)."""
@@ -405,6 +410,8 @@ class SwarmService:
         await self.orchestrator.shutdown()
         if self.inbox is not None:
             self.inbox.close()
+        if self.span_log is not None:  # before the store it writes to
+            await asyncio.to_thread(self.span_log.close)
         if self.storage is not None:
             self.storage.close()
         if self.event_log is not None:

@@ -105,13 +105,17 @@ def test_the_commands_read_a_store_filled_by_real_turns_and_a_decision_reaches_i
     assert code == 0 and "nothing to fold" in out, out + err  # a parked turn's call stays open
     seen += out + err
 
-    # spans are files of the state root, never rows of the store: said, not hidden
+    # the spans are rows of the store (the local state root has none): the parked turn's
+    # tree, its tool call waiting for a decision
     code, out, err = run(capsys, "inspect", "instance", "k", "--traces", "--store", postgres_url)
-    assert code == 0 and "-- traces of assistant:k: 0 --" in out
-    assert "spans are not kept in the PostgreSQL store" in err
+    assert code == 0 and "-- traces of assistant:k: 1 --" in out, out + err
+    assert err == ""
     code, out, err = run(capsys, "inspect", "trace", "--store", postgres_url)
-    assert code != 0 and "E_TRACE_NOT_FOUND" in err
-    assert "spans are not kept in the PostgreSQL store" in err
+    assert code == 0 and err == "", err
+    assert "approval files__delete  waiting for a decision" in out
+    parked_trace = out.split()[1]  # "trace <id>  (…)"
+    code, out, err = run(capsys, "inspect", "trace", "--state-root", str(here / "empty"))
+    assert code != 0 and "E_TRACE_NOT_FOUND" in err  # nothing of it under a state root
     code, out, err = run(capsys, "approvals", "deny", "apr_0", "--store", postgres_url)
     assert code == 2 and "[E_APPROVAL_NOT_FOUND]" in err
     assert password not in seen + out + err
@@ -129,6 +133,13 @@ def test_the_commands_read_a_store_filled_by_real_turns_and_a_decision_reaches_i
 
     assert run_async(swarm_on_the_store()) == "deleted it after the decision"
     assert not (bundle / "work" / "old.txt").exists()
+    # the decision, applied by the reopened instance, closed the wait its first opening stored
+    code, out, err = run(capsys, "inspect", "trace", parked_trace[:10], "--store", postgres_url,
+                         "--json", "--flat")
+    assert code == 0, err
+    [wait] = [s for s in json.loads(out)["spans"] if s["kind"] == "approval"]
+    assert (wait["status"], wait["attributes"]["status"]) == ("ok", "approved")
+    assert wait["durationMs"] is not None
 
 
 def test_fold_and_delete_in_a_store(

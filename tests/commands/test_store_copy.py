@@ -60,7 +60,7 @@ def test_copy_into_postgresql_is_verified_idempotent_and_detects_a_corrupted_tar
     assert code == 0, out + err
     assert "dry run: nothing was written" in out and "would copy" in out
     with opened(postgres_url) as backend:
-        assert backend.workspaces() == []
+        assert backend.workspaces() == [] and backend.spans().trace_ids(None) == []
 
     code, out, err = run(capsys, "store", "copy", "--from", str(state), "--to", postgres_url,
                          "--json")
@@ -74,6 +74,21 @@ def test_copy_into_postgresql_is_verified_idempotent_and_detects_a_corrupted_tar
     assert report["approvals"] == {"copied": 1, "unchanged": 0, "refused": 0}
     assert report["inputs"] == {"copied": 2, "unchanged": 0, "refused": 0}
     assert password not in out + err
+    # the event logs' spans are rows of the store's span table: the same tree
+    code, logged, err = run(capsys, "inspect", "trace", "--last", "--json", "--flat",
+                            "--state-root", str(state))
+    assert code == 0, err
+    expected = json.loads(logged)
+    for span in expected["spans"]:  # no message text is stored with a span
+        if span["kind"] in ("toolCall", "agentCall") and "error" in span:
+            span["error"]["message"] = None
+        if span["kind"] == "approval":
+            span["attributes"].pop("reason", None)
+    assert report["spans"] == {"copied": len(expected["spans"]), "unchanged": 0, "updated": 0}
+    code, out, err = run(capsys, "inspect", "trace", "--last", "--json", "--flat", "--store",
+                         postgres_url, "--state-root", str(here / "elsewhere"))
+    assert code == 0 and json.loads(out) == expected, err
+    assert {s["kind"] for s in expected["spans"]} >= {"turn", "toolCall", "approval"}
     source = JsonlBackend(state)
     with opened(postgres_url) as target:
         for key in ("k", "cut"):
@@ -95,6 +110,7 @@ def test_copy_into_postgresql_is_verified_idempotent_and_detects_a_corrupted_tar
     assert code == 0 and "verified: the target holds exactly what the source holds" in out
     code, out, err = run(capsys, "store", "copy", "--from", str(state), "--to", postgres_url)
     assert code == 0 and out.count(": unchanged (") == 2, out + err  # a re-run changes nothing
+    assert f"spans 0 copied, {len(expected['spans'])} already there, 0 updated" in out
 
     with psycopg.connect(postgres_url, autocommit=True) as conn:  # corrupt one stored message
         conn.execute(

@@ -151,6 +151,12 @@ def _turn_started(url: str, key: str) -> bool:
                        "LIKE '%%toolCall.started%%'", key))
 
 
+def _turn_spans(url: str, key: str) -> list[tuple[str, str]]:
+    """(trace id, status) of the turn spans of instance ``key`` in the store's span table."""
+    return _query(url, "SELECT trace_id, status FROM goondan_spans WHERE instance_key = %s AND "
+                  "span LIKE '%%\"kind\":\"turn\"%%' ORDER BY start_nanos", key)
+
+
 def _start(bundle: Path, root: Path, url: str) -> subprocess.Popen[bytes]:
     """``goondan run --foreground`` as a node: its own process group, stderr kept beside its
     state root (node-a.err) for a failing test's reader."""
@@ -236,6 +242,8 @@ def test_sigkill_of_the_active_node_mid_turn_the_standby_resumes_the_turn_once(
                             "--no-wait", "go")
             assert sent.returncode == 0, sent.stderr
             wait_for(lambda: _turn_started(store_url, key), 60, "the tool call")  # noqa: B023
+            wait_for(lambda: _turn_spans(store_url, key), 10,  # noqa: B023
+                     "the running turn's span, written by the active node's agent process")
             killed_at = time.monotonic()
             _kill_node(procs[active])
             procs[active].wait(timeout=30)
@@ -250,6 +258,16 @@ def test_sigkill_of_the_active_node_mid_turn_the_standby_resumes_the_turn_once(
                      "the next standby")
             assert _count(store_url, key, "<<answer>>") == 1
             assert _count(store_url, key, "gate passed") == 1
+            # one trace, two nodes: the killed node's turn cut short, the standby's resumed one
+            turns = _turn_spans(store_url, key)
+            assert [status for _, status in turns] == ["running", "ok"], turns
+            assert turns[0][0] == turns[1][0]
+        # ... and one command shows that trace, from either node's state root
+        shown = _goondan(roots[standby], store_url, "inspect", "trace", "--last", "--json",
+                         "--flat")
+        assert shown.returncode == 0, shown.stderr
+        spans = json.loads(shown.stdout)["spans"]
+        assert [s["status"] for s in spans if s["kind"] == "turn"] == ["running", "ok"]
     finally:
         for proc in procs:
             _kill_node(proc)

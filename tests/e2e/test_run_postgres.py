@@ -333,3 +333,6 @@ def test_pooled_run_keeps_its_conversations_in_postgres(
         assert proc.wait(timeout=60) == 0
     assert _count(store_url, "pooled", "<<pooled-1>>") == 1
     _no_jsonl_state(state_root)
+    # the host wrote the turn's spans into the store (docs/storage.md "Spans")
+    assert _query(store_url, "SELECT DISTINCT agent_name, instance_key, status FROM goondan_spans "
+                  "WHERE span LIKE '%%\"kind\":\"turn\"%%'") == [("assistant", "pooled", "ok")]

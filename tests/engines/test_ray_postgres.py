@@ -268,6 +268,12 @@ def test_hosts_that_do_not_see_the_state_root_run_on_postgres(
     assert asyncio.run(asyncio.wait_for(main(), 120)) == "hello"
     assert [m.get("role") for m in _messages(postgres_url, "k")] == ["user", "assistant"]
     _no_conversation_under(tmp_path / "driver")
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:  # the host wrote the turn's spans (storage.md)
+        turns = conn.execute("SELECT agent_name, instance_key, status FROM goondan_spans "
+                             "WHERE span LIKE '%\"kind\":\"turn\"%'").fetchall()
+    assert turns == [("worker", "k", "ok")]
 
 
 def test_goondan_run_engine_ray_with_a_postgres_store(

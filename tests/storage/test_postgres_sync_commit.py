@@ -1,9 +1,10 @@
 """Which PostgreSQL write transactions wait for their WAL flush (docs/storage.md "Cost").
 
-The running turn's event rows and turn-journal records are committed with
-``synchronous_commit = off`` — the JSONL store appends them without an fsync — and every other
-write waits for its flush: the fold-commit, the instance's creation and status, extension
-state, and all that a caller is told was stored (queued inputs, claims, approvals, leases).
+The running turn's event rows and turn-journal records (and the spans of ``inspect trace``)
+are committed with ``synchronous_commit = off`` — the JSONL store appends them without an
+fsync — and every other write waits for its flush: the fold-commit, the instance's creation
+and status, extension state, and all that a caller is told was stored (queued inputs,
+claims, approvals, leases).
 
 The probe is on the server: a statement trigger on every ``goondan_`` table records
 ``current_setting('synchronous_commit')`` of the transaction that wrote it, so the real write
@@ -31,7 +32,8 @@ from tests.support.backends import apply_schema
 WS = "proj-0123abcd"
 LEDGER = Path(__file__).resolve().parent.parent / "fixtures" / "runtime" / "ledger"
 TABLES = ("goondan_instances", "goondan_messages", "goondan_events", "goondan_turn_records",
-          "goondan_extension_state", "goondan_approvals", "goondan_inbox", "goondan_leases")
+          "goondan_extension_state", "goondan_approvals", "goondan_inbox", "goondan_leases",
+          "goondan_spans")
 
 
 def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -165,8 +167,10 @@ def test_a_real_turn_flushes_only_its_commit_status_and_acknowledged_writes(
     assert 2 <= len(flushed) <= 3, written
     asynchronous = {(t, o) for t, o, sync in seen if sync == "off"}
     synchronous = {(t, o) for t, o, sync in seen if sync == "on"}
+    # ... and the spans (docs/storage.md "Spans"; an upsert fires INSERT and UPDATE triggers)
     assert asynchronous == {("goondan_events", "INSERT"), ("goondan_turn_records", "INSERT"),
-                            ("goondan_turn_records", "DELETE")}
+                            ("goondan_turn_records", "DELETE"), ("goondan_spans", "INSERT"),
+                            ("goondan_spans", "UPDATE")}
     assert ("goondan_messages", "INSERT") in synchronous  # the fold-commit
     assert not {t for t, _o in synchronous} & {"goondan_turn_records"}
     assert ("goondan_events", "INSERT") not in synchronous

@@ -157,8 +157,14 @@ def test_the_api_reads_a_postgresql_store_and_a_decision_resumes_the_parked_turn
     assert not (bundle / "work" / "old.txt").exists()  # the approved call ran
     doc = fetch("/api/approvals")
     assert [a["status"] for a in doc["approvals"]] == ["approved"]
-    doc = fetch("/api/traces")
-    assert "not kept in the PostgreSQL store" in doc["note"]
+    doc = fetch("/api/traces")  # from the store's span table (tmp_path/rt holds no spans)
+    # "hi", the parked turn, the decision's (the resumed turn runs in a trace of its own)
+    assert "note" not in doc and [t["rootName"] for t in doc["traces"]] == [
+        "turn assistant"] * 3
+    traces = [fetch("/api/traces/" + t["traceId"][:12]) for t in doc["traces"]]
+    [(trace, wait)] = [(t, s) for t in traces for s in t["spans"] if s["kind"] == "approval"]
+    assert wait["status"] == "ok" and wait["attributes"]["status"] == "approved"
+    answers.append(json.dumps(trace))
     assert all(password not in text for text in answers)
 
 
@@ -196,8 +202,7 @@ def test_goondan_studio_on_goondan_store_shows_the_store_with_its_password_maske
         assert proc.stdout is not None
         url = studio_url(proc.stdout.readline())
         second = proc.stdout.readline()
-        assert second.strip() == (f"store {mask_url(postgres_url)} (PostgreSQL; traces are read "
-                                  "from the state root)")
+        assert second.strip() == f"store {mask_url(postgres_url)} (PostgreSQL)"
         status, _, doc = request(url, "/api/overview")
         assert status == 200 and doc["store"] == mask_url(postgres_url)
         assert doc["workspaces"] == []

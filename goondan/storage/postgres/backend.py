@@ -15,7 +15,7 @@ from a lease name and token (:func:`goondan.storage.postgres.leases.fenced`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goondan.errors import InstanceLockedError, WorkspaceCorruptError
 from goondan.storage.contract import InstanceSnapshot
@@ -32,6 +32,9 @@ from goondan.storage.postgres.snapshot import (
 from goondan.storage.postgres.store import LOCK_CLASS, Fence, PostgresInstanceStore, lock_key
 from goondan.workspace.inbox import InboxEntry
 from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
+
+if TYPE_CHECKING:
+    from goondan.storage.postgres.spans import PostgresSpans
 
 __all__ = ["PostgresBackend", "lease_fence"]
 
@@ -152,3 +155,9 @@ class PostgresBackend:
 
     def close(self) -> None:
         self._shared.close()
+
+    def spans(self) -> PostgresSpans:
+        """The span table of ``inspect trace`` (``goondan_spans``), on this backend's pool."""
+        from goondan.storage.postgres.spans import PostgresSpans
+
+        return PostgresSpans(self._shared)
