@@ -90,15 +90,6 @@ class PostgresTurnJournal:
         self._store = store
         self._next = 0
 
-    def sync_position(self) -> None:
-        def work(conn: Connection) -> int:
-            row = conn.execute(
-                "SELECT coalesce(max(seq) + 1, 0) FROM goondan_turn_records "
-                "WHERE instance_id = %s", (self._store.instance_id,)).fetchone()
-            return int(row[0]) if row else 0
-
-        self._next = self._store.read("read the turn journal", work)
-
     def append(self, record: JsonObject) -> None:
         """Insert ``record`` at the next position (a taken position: ``E_STORE_CONFLICT``)."""
         text = _line(encode_json_line(record))
@@ -174,11 +165,12 @@ class PostgresInstanceStore:
         except psycopg.Error as exc:
             raise db.unavailable(exc) from None
         if generation is None:
+            here = db.locks.holds(instance_id)  # flock refuses a second opener in one process too
             raise InstanceLockedError(
-                f"instance {name} is open in another process"
-                if not db.locks.holds(instance_id) else f"instance {name} is already open "
-                "in this process", location=where,
-                suggestion="stop that process (or wait for it), then retry",
+                f"instance {name} is already open in this process" if here
+                else f"instance {name} is open in another process", location=where,
+                suggestion="close it first" if here
+                else "stop that process (or wait for it), then retry",
             )
         try:  # read once locked: what its last holder wrote is all there
             row = db.run(lambda conn: conn.execute(_OPENED, (instance_id,) * 3).fetchone())
