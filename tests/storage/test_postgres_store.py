@@ -36,6 +36,15 @@ def rows(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
         return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
 
 
+def terminate(url: str, pid: int | None) -> None:
+    """End the session ``pid`` and wait until the server has (its locks are released)."""
+    rows(url, "SELECT pg_terminate_backend(%s)", pid)
+    deadline = time.monotonic() + 10
+    while rows(url, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid):
+        assert time.monotonic() < deadline, "the terminated session did not end"
+        time.sleep(0.02)
+
+
 def execute(url: str, query: str) -> None:
     import psycopg
 
@@ -254,7 +263,7 @@ def test_a_terminated_lock_session_refuses_the_next_commit_and_writes_nothing(ur
     store.append_event(event, "t2")
     pid = backend.db.locks.pid
     assert pid is not None
-    rows(url, "SELECT pg_terminate_backend(%s)", pid)  # a restart, a take-over …
+    terminate(url, pid)  # a restart, a take-over …
     other = PostgresBackend.open(url)
     try:
         mine = other.open_instance(WS, "planner", "k")  # the lock went with the session
@@ -277,6 +286,27 @@ def test_a_terminated_lock_session_refuses_the_next_commit_and_writes_nothing(ur
     finally:
         other.close()
         backend.close()
+
+
+def test_a_lock_session_found_ended_by_the_next_open_refuses_the_older_instances_writes(
+    url: str,
+) -> None:
+    backend = PostgresBackend.open(url)
+    first = backend.open_instance(WS, "planner", "a")
+    state = first.load()
+    pid = backend.db.locks.pid
+    terminate(url, pid)
+    second = backend.open_instance(WS, "planner", "b")  # finds it ended: a new lock session
+    assert backend.db.locks.pid not in (None, pid)
+    event = MessageEvent.append(Message.user("late"))
+    state.emit(event)
+    with pytest.raises(WorkspaceError) as info:  # known lost: refused without a round trip
+        first.append_event(event, "t1")
+    assert info.value.code == "E_INSTANCE_LOCK_LOST"
+    assert rows(url, "SELECT count(*) FROM goondan_events") == [(0,)]
+    second.close()
+    first.close()
+    backend.close()
 
 
 def test_one_process_holds_the_locks_of_all_its_open_instances_in_one_session(
