@@ -34,8 +34,8 @@ sent runs the transaction once more on a fresh one (nothing was committed: the s
 the same expected position); one lost while committing is ``E_STORE_UNAVAILABLE`` saying so.
 An instance whose lock session was lost (the server restarted, the session was terminated)
 writes nothing more: every write checks what is known of it for free, and the writes that wait
-for their WAL flush (a commit, a status, an extension's state) ask the lock session itself
-(one ``SELECT 1``) before they commit — ``E_INSTANCE_LOCK_LOST``, nothing written. A lost
+for their WAL flush (a commit, a status, an extension's state) first ask the lock session
+itself (one ``SELECT 1``) — ``E_INSTANCE_LOCK_LOST``, nothing written. A lost
 session is therefore found, at the latest, at the instance's next commit or status.
 """
 
@@ -223,9 +223,11 @@ class PostgresInstanceStore:
         WAL record is in the server's buffers, without waiting for the WAL flush — what the
         JSONL store does for the same writes (appended, not fsync-ed; see the module doc).
         ``flush=True`` also asks the lock session whether it still holds the instance's lock
-        before the commit (module doc)."""
+        first (module doc)."""
         self._require_open()
-        if not self.db.locks.alive(self._generation, probe=False):
+        # Before the transaction, not in it: a wait for the lock session (another thread
+        # opening an instance) never keeps a pooled connection idle in a transaction.
+        if not self.db.locks.alive(self._generation, probe=flush):
             raise self._lock_lost()
 
         def transaction(conn: Connection) -> T:
@@ -233,10 +235,7 @@ class PostgresInstanceStore:
                 conn.execute("SET LOCAL synchronous_commit = off")
             if self._fence is not None:
                 self._fence(conn)
-            result = work(conn)
-            if flush and not self.db.locks.alive(self._generation, probe=True):
-                raise self._lock_lost()
-            return result
+            return work(conn)
 
         try:
             with self._lock:
