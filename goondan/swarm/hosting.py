@@ -123,9 +123,10 @@ class BundleCache:
 
 
 class StoreCache:
-    """The stores (PostgreSQL, by URL) of a host's instances, opened once and shared: each open
-    instance still holds its own connection and lock (goondan/storage/postgres/store.py), the
-    rest (queues, approvals) uses the store's small pool."""
+    """The stores (PostgreSQL, by URL) of a host's instances, opened once and shared: the locks
+    of all its open instances are held by the store's one lock session, and everything else
+    (their reads and writes, queues, approvals) uses its small pool — 1 + ≤ 4 connections per
+    host, whatever the number of instances (goondan/storage/postgres/locks.py)."""
 
     def __init__(self) -> None:
         self._stores: dict[str, Any] = {}

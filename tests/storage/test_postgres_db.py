@@ -88,6 +88,20 @@ def test_pooled_connections_killed_while_idle_are_replaced(
     assert _count(db) == 1
 
 
+def test_a_read_whose_connection_broke_runs_once_more(db: Database) -> None:
+    calls: list[int] = []
+
+    def read(conn: Any) -> int:
+        calls.append(1)
+        if len(calls) == 1:  # the session ends under the first attempt
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        row = conn.execute("SELECT count(*) FROM items").fetchone()
+        return int(row[0])
+
+    assert db.read(read) == 0
+    assert len(calls) == 2
+
+
 def test_a_connection_lost_during_the_commit_is_not_retried(db: Database) -> None:
     """A deferred trigger ends the session at COMMIT: whether it committed is unknown to the
     client, so run() must not do the work again and must say so."""

@@ -36,6 +36,22 @@ def rows(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
         return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
 
 
+def terminate(url: str, pid: int | None) -> None:
+    """End the session ``pid`` and wait until the server has (its locks are released)."""
+    rows(url, "SELECT pg_terminate_backend(%s)", pid)
+    deadline = time.monotonic() + 10
+    while rows(url, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid):
+        assert time.monotonic() < deadline, "the terminated session did not end"
+        time.sleep(0.02)
+
+
+def execute(url: str, query: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(query)  # type: ignore[arg-type]
+
+
 def turn(store: Any, state: Any, events: list[MessageEvent], turn_id: str) -> Any:
     for event in events:
         state.emit(event)
@@ -129,11 +145,12 @@ def test_every_write_runs_the_fence_first_and_a_refused_fence_writes_nothing(url
 
 
 @pytest.mark.e2e
-def test_the_lock_of_a_killed_holder_is_released(url: str) -> None:
+def test_the_locks_of_a_killed_holder_are_released(url: str) -> None:
     code = (
         "import sys, time\n"
         "from goondan.storage.postgres.backend import PostgresBackend\n"
-        "store = PostgresBackend.open(sys.argv[1]).open_instance(sys.argv[2], 'planner', 'k')\n"
+        "backend = PostgresBackend.open(sys.argv[1])\n"
+        "stores = [backend.open_instance(sys.argv[2], 'planner', k) for k in 'abc']\n"
         "print('open', flush=True); time.sleep(60)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -142,18 +159,20 @@ def test_the_lock_of_a_killed_holder_is_released(url: str) -> None:
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "open"
         backend = PostgresBackend.open(url)
-        with pytest.raises(InstanceLockedError):
-            backend.open_instance(WS, "planner", "k")
+        for key in "abc":
+            with pytest.raises(InstanceLockedError):
+                backend.open_instance(WS, "planner", key)
         child.send_signal(signal.SIGKILL)
         child.wait(10)
         deadline = time.monotonic() + 10
-        while True:  # the server notices the dropped connection and ends its session
-            try:
-                backend.open_instance(WS, "planner", "k").close()
-                break
-            except InstanceLockedError:
-                assert time.monotonic() < deadline, "the lock outlived its killed holder"
-                time.sleep(0.05)
+        for key in "abc":  # the server notices the dropped connection and ends its session
+            while True:
+                try:
+                    backend.open_instance(WS, "planner", key).close()
+                    break
+                except InstanceLockedError:
+                    assert time.monotonic() < deadline, "a lock outlived its killed holder"
+                    time.sleep(0.05)
         backend.close()
     finally:
         if child.poll() is None:
@@ -200,24 +219,123 @@ def test_an_instance_opened_under_a_lease_writes_nothing_once_the_lease_is_taken
     backend.close()
 
 
-def test_a_lost_connection_is_e_store_unavailable_without_the_password(url: str) -> None:
-    backend = PostgresBackend.open(url)
+def test_a_write_broken_before_its_commit_runs_again_one_lost_committing_is_unavailable(
+    url: str,
+) -> None:
+    killed: list[int] = []
+
+    def fence(conn: Any) -> None:  # the first write's pooled session ends before its commit
+        if not killed:
+            killed.append(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    backend = PostgresBackend.open(url, fence=fence)
     store = backend.open_instance(WS, "planner", "k")
     state = store.load()
-    pid = store.conn.info.backend_pid
-    rows(url, "SELECT pg_terminate_backend(%s)", pid)  # the server ends the session
-    event = MessageEvent.append(Message.user("a"))
-    state.emit(event)
+    first = MessageEvent.append(Message.user("a"))
+    state.emit(first)
+    store.append_event(first, "t1")  # retried on a fresh connection: nothing had committed
+    assert killed and rows(url, "SELECT count(*) FROM goondan_events") == [(1,)]
+    execute(url, """
+        CREATE FUNCTION die() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$;
+        CREATE CONSTRAINT TRIGGER die_at_commit AFTER INSERT ON goondan_events
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION die();
+        """)
+    second = MessageEvent.append(Message.user("b"))
+    state.emit(second)
     with pytest.raises(WorkspaceError) as info:
-        store.append_event(event, "t1")
+        store.append_event(second, "t1")
     assert info.value.code == "E_STORE_UNAVAILABLE"
+    assert "while committing" in info.value.message
     password = url.split(":")[2].split("@")[0]
     assert password not in info.value.message and password not in str(info.value.location)
     store.close()
-    again = backend.open_instance(WS, "planner", "k")  # the lock went with the session
-    assert again.load().next_messages == []
-    again.close()
     backend.close()
+
+
+def test_a_terminated_lock_session_refuses_the_next_commit_and_writes_nothing(url: str) -> None:
+    backend = PostgresBackend.open(url)
+    store = backend.open_instance(WS, "planner", "k")
+    state = turn(store, store.load(), [MessageEvent.append(Message.user("a"))], "t1")
+    event = MessageEvent.append(Message.user("b"))
+    state.emit(event)
+    store.append_event(event, "t2")
+    pid = backend.db.locks.pid
+    assert pid is not None
+    terminate(url, pid)  # a restart, a take-over …
+    other = PostgresBackend.open(url)
+    try:
+        mine = other.open_instance(WS, "planner", "k")  # the lock went with the session
+        mine.close()
+        for write in (lambda: store.commit(state), lambda: store.set_status("idle"),
+                      lambda: store.append_event(event, "t2")):
+            with pytest.raises(WorkspaceError) as info:
+                write()
+            assert info.value.code == "E_INSTANCE_LOCK_LOST"
+            assert "reopen" in str(info.value.suggestion)
+        assert rows(url, "SELECT count(*) FROM goondan_messages") == [(1,)]
+        assert rows(url, "SELECT count(*) FROM goondan_events") == [(1,)]
+        store.close()
+        again = backend.open_instance(WS, "planner", "k")  # a new lock session
+        assert [m.text for m in again.load().next_messages] == ["a", "b"]
+        assert backend.db.locks.pid not in (None, pid)
+        with pytest.raises(InstanceLockedError):
+            other.open_instance(WS, "planner", "k")
+        again.close()
+    finally:
+        other.close()
+        backend.close()
+
+
+def test_a_lock_session_found_ended_by_the_next_open_refuses_the_older_instances_writes(
+    url: str,
+) -> None:
+    backend = PostgresBackend.open(url)
+    first = backend.open_instance(WS, "planner", "a")
+    state = first.load()
+    pid = backend.db.locks.pid
+    terminate(url, pid)
+    second = backend.open_instance(WS, "planner", "b")  # finds it ended: a new lock session
+    assert backend.db.locks.pid not in (None, pid)
+    event = MessageEvent.append(Message.user("late"))
+    state.emit(event)
+    with pytest.raises(WorkspaceError) as info:  # known lost: refused without a round trip
+        first.append_event(event, "t1")
+    assert info.value.code == "E_INSTANCE_LOCK_LOST"
+    assert rows(url, "SELECT count(*) FROM goondan_events") == [(0,)]
+    second.close()
+    first.close()
+    backend.close()
+
+
+def test_one_process_holds_the_locks_of_all_its_open_instances_in_one_session(
+    url: str,
+) -> None:
+    named = url + ("&" if "?" in url else "?") + "application_name=goondan-many"
+    backend = PostgresBackend.open(named)
+    other = PostgresBackend.open(url)
+    opened: list[Any] = []
+    try:
+        for n in range(150):  # more than the test server's max_connections (100)
+            opened.append(backend.open_instance(WS, "worker", f"k{n}"))
+        sessions = rows(url, "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = 'goondan-many'")[0][0]
+        assert sessions <= 1 + 4  # the lock session + the pool, whatever the instances
+        for opener in (other, backend):  # another process, and this one again
+            with pytest.raises(InstanceLockedError):
+                opener.open_instance(WS, "worker", "k7")
+        with pytest.raises(InstanceLockedError) as info:
+            backend.delete_instance(WS, "worker", "k7")
+        assert "this process" in info.value.message
+        opened.pop(7).close()
+        other.open_instance(WS, "worker", "k7").close()
+        assert backend.delete_instance(WS, "worker", "k7") is True
+    finally:
+        for store in opened:
+            store.close()
+        other.close()
+        backend.close()
 
 
 def test_writes_from_two_threads_keep_their_transactions_apart(url: str) -> None:

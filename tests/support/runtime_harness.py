@@ -20,9 +20,9 @@ def base_records(instance: AgentInstance) -> list[dict[str, Any]]:
     PostgreSQL backend stores them, for an instance there)."""
     store: Any = instance.store
     if getattr(store, "paths", None) is None:  # PostgreSQL: the goondan_messages rows
-        rows = store.conn.execute(
+        rows = store.read("read the messages", lambda conn: conn.execute(
             "SELECT message FROM goondan_messages WHERE instance_id = %s ORDER BY position",
-            (store.instance_id,)).fetchall()
+            (store.instance_id,)).fetchall())
         return [json.loads(row[0]) for row in rows]
     path = instance.store.paths.base
     if not path.exists():

@@ -1,9 +1,14 @@
 """The PostgreSQL :class:`~goondan.storage.contract.StorageBackend`.
 
 One object per deployment's database URL (:meth:`PostgresBackend.open` connects and applies
-the pending migrations, :mod:`goondan.storage.postgres.migrate`). Opening an instance gives it a
-connection of its own (it holds the instance's lock for as long as the instance is open);
-approvals, queues and listings use the pool of :class:`~goondan.storage.postgres.db.Database`.
+the pending migrations, :mod:`goondan.storage.postgres.migrate`). Opening an instance locks it in
+the Database's one lock session (:mod:`goondan.storage.postgres.locks`: the locks of all the
+instances this process opened on it, for as long as each is open); the instances' reads and
+writes, approvals, queues and listings use the pool of
+:class:`~goondan.storage.postgres.db.Database`. So a process holds 1 lock session + a pool of ≤ 4
+connections, whatever the number of its open instances. :meth:`PostgresBackend.delete_instance`
+(and ``restore(..., replace=True)``) try the instance's lock on a pooled connection — another
+session than the lock session — so they refuse an instance open in this process too.
 
 ``fence``: called first inside every write transaction of an open instance, of a queue and of
 an approval request, with its connection; it raises when this process's lease token is no
@@ -98,9 +103,11 @@ class PostgresBackend:
             got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, %s)",
                                (LOCK_CLASS, lock_key(int(row[0])))).fetchone()
             if not got or not got[0]:
+                here = self.db.locks.holds(int(row[0]))
                 raise InstanceLockedError(
-                    f"instance {agent_name}:{instance_key} is in use by another process",
-                    suggestion="stop that process first",
+                    f"instance {agent_name}:{instance_key} is in use by "
+                    + ("this process" if here else "another process"),
+                    suggestion="close it first" if here else "stop that process first",
                 )
             conn.execute("DELETE FROM goondan_instances WHERE id = %s", (row[0],))
             return True

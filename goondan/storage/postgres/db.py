@@ -13,6 +13,14 @@ twice. A connection lost *during* the commit is not retried: whether it committe
 and the caller hears ``E_STORE_UNAVAILABLE`` saying so (writes carry an expected position or a
 fencing token, so re-doing one after reopening is refused rather than applied twice).
 
+:meth:`Database.read` runs a read the same way but without a transaction (each statement on its
+own), retried once on a broken connection whatever happened (a read changes nothing).
+
+Besides the pool, a Database that opens instances has ONE more session, :attr:`Database.locks`
+(:class:`~goondan.storage.postgres.locks.LockSession`): it holds the advisory locks of all the
+instances this Database has open, whose reads and writes run on the pool. A process therefore
+uses 1 lock session + a pool of ≤ 4 connections, whatever the number of its open instances.
+
 Sessions have ``idle_in_transaction_session_timeout`` (5 s by default): a process stopped in the
 middle of a transaction (SIGSTOP, a partition) loses it, and with it the row locks that would
 otherwise keep a standby from taking its lease over. They also have server-side TCP keepalives
@@ -33,6 +41,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from goondan.errors import WorkspaceError
+from goondan.storage.postgres.locks import LockSession
 from goondan.storage.postgres.migrate import migrate
 from goondan.storage.url import mask_url, redact
 
@@ -79,6 +88,7 @@ class Database:
             url, kwargs=self._kwargs, min_size=1, max_size=max_size, open=False,
             timeout=connect_timeout, name="goondan",
         )
+        self.locks = LockSession(self.new_connection)  # opened with the first instance
 
     @classmethod
     def open(cls, url: str, *, apply_migrations: bool = True, **options: Any) -> Database:
@@ -111,13 +121,18 @@ class Database:
             "password and database (--store / GOONDAN_STORE)",
         )
 
+    def new_connection(self) -> Connection:
+        """A new connection of its own (not from the pool), named as the pool's; the caller
+        closes it."""
+        try:
+            return psycopg.connect(self._url, **self._kwargs)
+        except psycopg.Error as exc:
+            raise self.unavailable(exc) from None
+
     @contextmanager
     def connect(self) -> Iterator[Connection]:
         """A new connection of its own (not from the pool), closed after the block."""
-        try:
-            conn = psycopg.connect(self._url, **self._kwargs)
-        except psycopg.Error as exc:
-            raise self.unavailable(exc) from None
+        conn = self.new_connection()
         try:
             yield conn
         finally:
@@ -153,7 +168,26 @@ class Database:
                 raise self.unavailable(exc, during_commit=committing) from None
         raise AssertionError("unreachable")
 
+    def read(self, work: Callable[[Connection], T]) -> T:
+        """``work(conn)`` without a transaction (autocommit: it must only read), run once more
+        on a fresh connection when the first one turns out to be broken."""
+        for attempt in (1, 2):
+            used: Connection | None = None
+            try:
+                with self.connection() as conn:
+                    used = conn
+                    return work(conn)
+            except psycopg.Error as exc:
+                if used is None or not (used.broken or used.closed):
+                    raise
+                if attempt == 1:
+                    self._pool.check()
+                    continue
+                raise self.unavailable(exc) from None
+        raise AssertionError("unreachable")
+
     def close(self) -> None:
+        self.locks.close()
         self._pool.close()
 
     def __enter__(self) -> Database:

@@ -87,8 +87,10 @@ def restore_snapshot(shared: SharedConnection, workspace_id: str, snapshot: Inst
             got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, %s)",
                                (LOCK_CLASS, lock_key(int(row[0])))).fetchone()
             if not got or not got[0]:
+                here = shared.db.locks.holds(int(row[0]))
                 raise InstanceLockedError(
-                    f"instance {agent}:{key} is open in another process",
+                    f"instance {agent}:{key} is open in "
+                    + ("this process" if here else "another process"),
                     suggestion="stop that process first",
                 )
             conn.execute("DELETE FROM goondan_instances WHERE id = %s", (row[0],))

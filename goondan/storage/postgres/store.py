@@ -4,9 +4,13 @@ PostgreSQL backend (tables of ``migrations/0002_state.sql``).
 The same protocol as the JSONL :class:`~goondan.workspace.InstanceStore`, decided by the same
 pure planners (``plan_commit``, ``plan_recovery``), over rows instead of files:
 
-* an open instance holds its own connection and, on it, a session advisory lock on the
-  instance's row id: a second opener gets ``E_INSTANCE_LOCKED``, and a process that dies (its
-  connection drops) releases it, like the ``fcntl`` lock of the JSONL store;
+* an open instance is locked by a session advisory lock on its row id, held in the ONE lock
+  session of its :class:`~goondan.storage.postgres.db.Database` with the locks of all the other
+  instances that Database has open (:mod:`goondan.storage.postgres.locks`): a second opener —
+  another process, or this one — gets ``E_INSTANCE_LOCKED``, and a process that dies (its
+  sessions end) releases them all, like the ``fcntl`` locks of the JSONL store. Its reads and
+  writes run on the Database's pool: a process uses 1 lock session + a pool of ≤ 4 connections,
+  whatever the number of its open instances;
 * each event of the running turn is one row (``goondan_events``), committed before
   :meth:`PostgresInstanceStore.append_event` returns — asynchronously
   (``synchronous_commit = off``), as the turn journal's records: the JSONL store appends both
@@ -23,16 +27,25 @@ pure planners (``plan_commit``, ``plan_recovery``), over rows instead of files:
 
 Every write transaction first runs the backend's ``fence`` (when one is given): the seam where
 the lease's fencing token is checked, so a writer whose lease was taken over writes nothing.
+
+A write is one transaction on a pooled connection (:meth:`Database.run
+<goondan.storage.postgres.db.Database.run>`): a connection found broken before the commit was
+sent runs the transaction once more on a fresh one (nothing was committed: the same event rows,
+the same expected position); one lost while committing is ``E_STORE_UNAVAILABLE`` saying so.
+An instance whose lock session was lost (the server restarted, the session was terminated)
+writes nothing more: every write checks what is known of it for free, and the writes that wait
+for their WAL flush (a commit, a status, an extension's state) first ask the lock session
+itself (one ``SELECT 1``) — ``E_INSTANCE_LOCK_LOST``, nothing written. A lost
+session is therefore found, at the latest, at the instance's next commit or status.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -47,7 +60,8 @@ from goondan.conversation.messages import MessageEvent
 from goondan.conversation.state import ConversationState, MessagePrefix
 from goondan.errors import Diagnostic, InstanceLockedError, WorkspaceCorruptError, WorkspaceError
 from goondan.storage.contract import Status, store_conflict
-from goondan.storage.postgres.db import Database
+from goondan.storage.postgres.db import Connection, Database
+from goondan.storage.postgres.locks import LOCK_CLASS, lock_key, lock_lost
 from goondan.types import JsonObject, JsonValue, now_iso
 from goondan.workspace.journal import OpenTurn, open_turn_of, parse_records
 from goondan.workspace.paths import extension_file_name
@@ -56,9 +70,8 @@ from goondan.workspace.store import extension_state_bytes
 
 __all__ = ["LOCK_CLASS", "Fence", "PostgresInstanceStore", "PostgresTurnJournal", "lock_key"]
 
-# The first key of the two-key advisory locks that hold instances (the second: the row id).
-LOCK_CLASS = 0x6764  # "gd"
 Fence = Callable[[psycopg.Connection[Any]], None]
+T = TypeVar("T")
 _STATUSES = ("idle", "processing", "waitingForApproval")
 
 
@@ -77,28 +90,23 @@ class PostgresTurnJournal:
         self._store = store
         self._next = 0
 
-    def sync_position(self) -> None:
-        with self._store.reading("read the turn journal"):
-            row = self._store.conn.execute(
-                "SELECT coalesce(max(seq) + 1, 0) FROM goondan_turn_records "
-                "WHERE instance_id = %s", (self._store.instance_id,)).fetchone()
-        self._next = int(row[0]) if row else 0
-
     def append(self, record: JsonObject) -> None:
         """Insert ``record`` at the next position (a taken position: ``E_STORE_CONFLICT``)."""
         text = _line(encode_json_line(record))
         store = self._store
-        with store.write("append to the turn journal", flush=False):
-            store.conn.execute(
-                "INSERT INTO goondan_turn_records (instance_id, seq, record) VALUES (%s, %s, %s)",
-                (store.instance_id, self._next, text))
+        params = (store.instance_id, self._next, text)
+        store.write("append to the turn journal", lambda conn: conn.execute(
+            "INSERT INTO goondan_turn_records (instance_id, seq, record) VALUES (%s, %s, %s)",
+            params), flush=False)
         self._next += 1
 
     def records(self) -> list[JsonObject]:
-        with self._store.reading("read the turn journal"):
-            rows = self._store.conn.execute(
+        def work(conn: Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
                 "SELECT record FROM goondan_turn_records WHERE instance_id = %s ORDER BY seq",
                 (self._store.instance_id,)).fetchall()
+
+        rows = self._store.read("read the turn journal", work)
         return parse_records(_lines(rows), self._store.label("turn"))
 
     def open_turn(self) -> OpenTurn | None:
@@ -106,9 +114,9 @@ class PostgresTurnJournal:
 
     def clear(self) -> None:
         store = self._store
-        with store.write("clear the turn journal", flush=False):
-            store.conn.execute("DELETE FROM goondan_turn_records WHERE instance_id = %s",
-                               (store.instance_id,))
+        store.write("clear the turn journal", lambda conn: conn.execute(
+            "DELETE FROM goondan_turn_records WHERE instance_id = %s", (store.instance_id,)),
+            flush=False)
         self._next = 0
 
     def close(self) -> None:
@@ -118,19 +126,17 @@ class PostgresTurnJournal:
 class PostgresInstanceStore:
     """One (agent, instanceKey) in PostgreSQL, open and locked (see the module docstring)."""
 
-    def __init__(self, conn: psycopg.Connection[Any], instance_id: int, *, agent_name: str,
-                 instance_key: str, workspace_id: str, metadata: dict[str, Any],
-                 fence: Fence | None = None, db: Database | None = None,
-                 closer: contextlib.ExitStack | None = None) -> None:
-        self.conn = conn
+    def __init__(self, db: Database, instance_id: int, *, agent_name: str, instance_key: str,
+                 workspace_id: str, metadata: dict[str, Any], generation: int,
+                 fence: Fence | None = None) -> None:
         self.db = db
-        self._closer = closer
         self.instance_id = instance_id
         self.agent_name = agent_name
         self.instance_key = instance_key
         self.workspace_id = workspace_id
         self.recovery_diagnostics: list[Diagnostic] = []
         self._metadata = metadata
+        self._generation = generation  # the lock session holding this instance's lock
         self._fence = fence
         self._base: MessagePrefix | None = None
         self._next_event = 0
@@ -138,7 +144,7 @@ class PostgresInstanceStore:
         self._extension_cache: dict[str, bytes] = {}
         self._journal = PostgresTurnJournal(self)
         self._closed = False
-        # One transaction at a time on the connection: the runtime writes a turn's events from
+        # One transaction of this instance at a time: the runtime writes a turn's events from
         # the event loop while a status write may run in a worker thread.
         self._lock = threading.RLock()
 
@@ -146,56 +152,42 @@ class PostgresInstanceStore:
     @classmethod
     def open(cls, db: Database, workspace_id: str, agent_name: str, instance_key: str, *,
              create: bool = True, fence: Fence | None = None) -> PostgresInstanceStore:
-        """Connect, find (or create) the instance's row and lock it; call :meth:`load` next."""
-        stack = contextlib.ExitStack()
-        conn = stack.enter_context(db.connect())  # its own connection: it holds the lock
+        """Find (or create) the instance's row and lock it in the Database's lock session;
+        call :meth:`load` next."""
+        name = f"{agent_name}:{instance_key}"
+        where = f"{db.where} {workspace_id}/{name}"
         try:
-            found = _find(conn, workspace_id, agent_name, instance_key)
-            if found is None:
-                if not create:
-                    raise WorkspaceError(
-                        f"no instance {instance_key!r} of agent {agent_name!r} in workspace "
-                        f"{workspace_id}", code="E_WORKSPACE_INSTANCE_NOT_FOUND",
-                        suggestion="goondan instance list shows the existing instances",
-                    )
-                now = now_iso()
-                meta = {"status": "idle", "agentName": agent_name, "instanceKey": instance_key,
-                        "createdAt": now, "updatedAt": now}
-                conn.execute(
-                    "INSERT INTO goondan_instances (workspace_id, agent_name, instance_key, "
-                    "metadata) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    (workspace_id, agent_name, instance_key, _json_text(meta)))
-                found = _find(conn, workspace_id, agent_name, instance_key)
-                assert found is not None
-            instance_id, meta_text = found
-            row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
-                               (LOCK_CLASS, lock_key(instance_id))).fetchone()
-            if not row or not row[0]:
-                raise InstanceLockedError(
-                    f"instance {agent_name}:{instance_key} is open in another process",
-                    location=f"{db.where} {workspace_id}/{agent_name}:{instance_key}",
-                    suggestion="stop that process (or wait for it), then retry",
-                )
-            metadata = _parse_metadata(meta_text, workspace_id, agent_name, instance_key)
-            store = cls(conn, instance_id, agent_name=agent_name, instance_key=instance_key,
-                        workspace_id=workspace_id, metadata=metadata, fence=fence, db=db,
-                        closer=stack)
-            store._journal.sync_position()  # the journal is read (and written) before load()
-            store._sync_event_position()
+            instance_id = db.run(lambda conn: _find_or_create(
+                conn, workspace_id, agent_name, instance_key, create))
+            if instance_id is None:
+                raise _not_found(workspace_id, agent_name, instance_key)
+            generation = db.locks.acquire(instance_id)
         except psycopg.Error as exc:
-            stack.close()
             raise db.unavailable(exc) from None
-        except BaseException:
-            stack.close()
+        if generation is None:
+            here = db.locks.holds(instance_id)  # flock refuses a second opener in one process too
+            raise InstanceLockedError(
+                f"instance {name} is already open in this process" if here
+                else f"instance {name} is open in another process", location=where,
+                suggestion="close it first" if here
+                else "stop that process (or wait for it), then retry",
+            )
+        try:  # read once locked: what its last holder wrote is all there
+            row = db.run(lambda conn: conn.execute(_OPENED, (instance_id,) * 3).fetchone())
+            if row is None:  # deleted between the two
+                raise _not_found(workspace_id, agent_name, instance_key)
+            metadata = _parse_metadata(str(row[0]), workspace_id, agent_name, instance_key)
+        except BaseException as exc:
+            db.locks.release(instance_id, generation)
+            if isinstance(exc, psycopg.Error):
+                raise db.unavailable(exc) from None
             raise
+        store = cls(db, instance_id, agent_name=agent_name, instance_key=instance_key,
+                    workspace_id=workspace_id, metadata=metadata, generation=generation,
+                    fence=fence)
+        store._journal._next = int(row[1])  # the journal is read (and written) before load()
+        store._next_event = int(row[2])
         return store
-
-    def _sync_event_position(self) -> None:
-        with self.reading("read the events"):
-            row = self.conn.execute(
-                "SELECT coalesce(max(seq) + 1, 0) FROM goondan_events WHERE instance_id = %s",
-                (self.instance_id,)).fetchone()
-        self._next_event = int(row[0]) if row else 0
 
     def label(self, what: str) -> str:
         """Where a record lives, for diagnostics (``postgres:<ws>/<agent>:<key>/<what>``)."""
@@ -220,48 +212,59 @@ class PostgresInstanceStore:
         return self._closed
 
     # -- transactions ----------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def write(self, what: str, *, flush: bool = True) -> Iterator[None]:
-        """A write transaction, fenced first; a unique violation (a position another writer
-        took) is ``E_STORE_CONFLICT``, a lost connection ``E_STORE_UNAVAILABLE`` (saying whether
-        it was lost while committing), another database error ``E_WORKSPACE_IO``.
+    def write(self, what: str, work: Callable[[Connection], T], *, flush: bool = True) -> T:
+        """``work(conn)`` in one write transaction on a pooled connection, fenced first; a
+        unique violation (a position another writer took) is ``E_STORE_CONFLICT``, a lost
+        connection ``E_STORE_UNAVAILABLE`` (saying whether it was lost while committing; one
+        lost before is retried once, :meth:`Database.run`), a lost lock session
+        ``E_INSTANCE_LOCK_LOST``, another database error ``E_WORKSPACE_IO``.
 
         ``flush=False`` commits with ``synchronous_commit = off``: the commit returns once its
         WAL record is in the server's buffers, without waiting for the WAL flush — what the
-        JSONL store does for the same writes (appended, not fsync-ed; see the module doc)."""
+        JSONL store does for the same writes (appended, not fsync-ed; see the module doc).
+        ``flush=True`` also asks the lock session whether it still holds the instance's lock
+        first (module doc)."""
         self._require_open()
-        committing = False
+        # Before the transaction, not in it: a wait for the lock session (another thread
+        # opening an instance) never keeps a pooled connection idle in a transaction.
+        if not self.db.locks.alive(self._generation, probe=flush):
+            raise self._lock_lost()
+
+        def transaction(conn: Connection) -> T:
+            if not flush:
+                conn.execute("SET LOCAL synchronous_commit = off")
+            if self._fence is not None:
+                self._fence(conn)
+            return work(conn)
+
         try:
-            with self._lock, self.conn.transaction():
-                if not flush:
-                    self.conn.execute("SET LOCAL synchronous_commit = off")
-                if self._fence is not None:
-                    self._fence(self.conn)
-                yield
-                committing = True
+            with self._lock:
+                return self.db.run(transaction)
         except psycopg.errors.UniqueViolation as exc:
             raise store_conflict(what, location=self.label("")) from exc
         except psycopg.Error as exc:
-            raise self._database_error(what, exc, committing) from None
+            raise self._database_error(what, exc) from None
 
-    @contextlib.contextmanager
-    def reading(self, what: str) -> Iterator[None]:
-        """Database errors of a read, as :meth:`write` reports them."""
+    def read(self, what: str, work: Callable[[Connection], T], *,
+             transaction: bool = False) -> T:
+        """``work(conn)`` on a pooled connection (in one transaction when ``transaction``),
+        database errors reported as :meth:`write` reports them."""
         self._require_open()
         try:
             with self._lock:
-                yield
+                return (self.db.run if transaction else self.db.read)(work)
         except psycopg.Error as exc:
-            raise self._database_error(what, exc, False) from None
+            raise self._database_error(what, exc) from None
 
-    def _database_error(self, what: str, exc: psycopg.Error, committing: bool) -> WorkspaceError:
-        if self.db is not None and (self.conn.broken or self.conn.closed):
-            return self.db.unavailable(exc, during_commit=committing)
+    def _database_error(self, what: str, exc: psycopg.Error) -> WorkspaceError:
         return WorkspaceError(
             f"cannot {what} for {self.agent_name}:{self.instance_key}: {exc}",
             code="E_WORKSPACE_IO", location=self.label(""),
             suggestion="check that the database is reachable, then reopen the instance",
         )
+
+    def _lock_lost(self) -> WorkspaceError:
+        return lock_lost(f"{self.agent_name}:{self.instance_key}", self.label(""))
 
     # -- loading and recovery --------------------------------------------------------------------
     def load(self, *, keep_open_calls: bool = False) -> ConversationState:
@@ -271,16 +274,17 @@ class PostgresInstanceStore:
         self._require_open()
         first_load = self._base is None
         self.recovery_diagnostics = diagnostics = []
-        with self.reading("load the conversation"), self.conn.transaction():
-            count = self.conn.execute(
-                "SELECT message_count FROM goondan_instances WHERE id = %s",
-                (self.instance_id,)).fetchone()
-            base_rows = self.conn.execute(
-                "SELECT message FROM goondan_messages WHERE instance_id = %s ORDER BY position",
-                (self.instance_id,)).fetchall()
-            event_rows = self.conn.execute(
-                "SELECT event, seq FROM goondan_events WHERE instance_id = %s ORDER BY seq",
-                (self.instance_id,)).fetchall()
+
+        def work(conn: Connection) -> tuple[Any, list[Any], list[Any]]:
+            return (
+                conn.execute("SELECT message_count FROM goondan_instances WHERE id = %s",
+                             (self.instance_id,)).fetchone(),
+                conn.execute("SELECT message FROM goondan_messages WHERE instance_id = %s "
+                             "ORDER BY position", (self.instance_id,)).fetchall(),
+                conn.execute("SELECT event, seq FROM goondan_events WHERE instance_id = %s "
+                             "ORDER BY seq", (self.instance_id,)).fetchall())
+
+        count, base_rows, event_rows = self.read("load the conversation", work, transaction=True)
         base_file = decode_messages(_lines(base_rows), file=self.label("messages"))
         if count is None or int(count[0]) != len(base_file.records):
             raise WorkspaceCorruptError(
@@ -317,9 +321,14 @@ class PostgresInstanceStore:
                 for index, e in enumerate(events)]
         if not rows:
             return
-        with self.write("append events", flush=False), self.conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO goondan_events (instance_id, seq, event) VALUES (%s, %s, %s)", rows)
+
+        def work(conn: Connection) -> None:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO goondan_events (instance_id, seq, event) VALUES (%s, %s, %s)",
+                    rows)
+
+        self.write("append events", work, flush=False)
         self._next_event += len(rows)
         self._events_dirty = True
 
@@ -330,30 +339,35 @@ class PostgresInstanceStore:
         plan = plan_commit(state, self._base)
         expected = len(self._base) if self._base is not None else state.base_length
         if not isinstance(plan, Noop) or self._events_dirty:
-            with self.write("commit the turn"), self.conn.cursor() as cur:
-                if isinstance(plan, Noop):
-                    final = expected
-                else:
-                    final = (expected + len(plan.messages) if isinstance(plan, Append)
-                             else len(plan.messages))
-                cur.execute(
-                    "UPDATE goondan_instances SET message_count = %s "
-                    "WHERE id = %s AND message_count = %s", (final, self.instance_id, expected))
-                if cur.rowcount != 1:
-                    raise store_conflict(f"commit of {self.agent_name}:{self.instance_key}",
-                                         location=self.label("messages"))
-                if isinstance(plan, Rewrite):
-                    cur.execute("DELETE FROM goondan_messages WHERE instance_id = %s",
+            if isinstance(plan, Noop):
+                final = expected
+            else:
+                final = (expected + len(plan.messages) if isinstance(plan, Append)
+                         else len(plan.messages))
+
+            def work(conn: Connection) -> None:
+                with conn.cursor() as cur:
+                    cur.execute(
+                        "UPDATE goondan_instances SET message_count = %s "
+                        "WHERE id = %s AND message_count = %s",
+                        (final, self.instance_id, expected))
+                    if cur.rowcount != 1:
+                        raise store_conflict(f"commit of {self.agent_name}:{self.instance_key}",
+                                             location=self.label("messages"))
+                    if isinstance(plan, Rewrite):
+                        cur.execute("DELETE FROM goondan_messages WHERE instance_id = %s",
+                                    (self.instance_id,))
+                    if isinstance(plan, Append | Rewrite):
+                        start = expected if isinstance(plan, Append) else 0
+                        cur.executemany(
+                            "INSERT INTO goondan_messages (instance_id, position, message) "
+                            "VALUES (%s, %s, %s)",
+                            [(self.instance_id, start + i, _line(encode_message(m)))
+                             for i, m in enumerate(plan.messages)])
+                    cur.execute("DELETE FROM goondan_events WHERE instance_id = %s",
                                 (self.instance_id,))
-                if isinstance(plan, Append | Rewrite):
-                    start = expected if isinstance(plan, Append) else 0
-                    cur.executemany(
-                        "INSERT INTO goondan_messages (instance_id, position, message) "
-                        "VALUES (%s, %s, %s)",
-                        [(self.instance_id, start + i, _line(encode_message(m)))
-                         for i, m in enumerate(plan.messages)])
-                cur.execute("DELETE FROM goondan_events WHERE instance_id = %s",
-                            (self.instance_id,))
+
+            self.write("commit the turn", work)
             self._next_event = 0
             self._events_dirty = False
         if self._base is not None and isinstance(plan, Noop):
@@ -369,17 +383,17 @@ class PostgresInstanceStore:
                 f"status must be 'idle', 'processing' or 'waitingForApproval', not {status!r}"
             )
         meta = {**self._metadata, "status": status, "updatedAt": now_iso()}
-        with self.write("set the status"):
-            self.conn.execute("UPDATE goondan_instances SET metadata = %s WHERE id = %s",
-                              (_json_text(meta), self.instance_id))
+        params = (_json_text(meta), self.instance_id)
+        self.write("set the status", lambda conn: conn.execute(
+            "UPDATE goondan_instances SET metadata = %s WHERE id = %s", params))
         self._metadata = meta
 
     # -- extension state -------------------------------------------------------------------------
     def load_extension_state(self, name: str) -> JsonValue | None:
-        with self.reading(f"load the state of extension {name!r}"):
-            row = self.conn.execute(
-                "SELECT value FROM goondan_extension_state WHERE instance_id = %s AND name = %s",
-                (self.instance_id, extension_file_name(name))).fetchone()
+        params = (self.instance_id, extension_file_name(name))
+        row = self.read(f"load the state of extension {name!r}", lambda conn: conn.execute(
+            "SELECT value FROM goondan_extension_state WHERE instance_id = %s AND name = %s",
+            params).fetchone())
         if row is None:
             return None
         data = str(row[0]).encode("utf-8")
@@ -392,30 +406,21 @@ class PostgresInstanceStore:
         data = extension_state_bytes(name, value)
         if self._extension_cache.get(name) == data:
             return False
-        with self.write(f"save the state of extension {name!r}"):
-            self.conn.execute(
-                "INSERT INTO goondan_extension_state (instance_id, name, value) "
-                "VALUES (%s, %s, %s) ON CONFLICT (instance_id, name) "
-                "DO UPDATE SET value = excluded.value",
-                (self.instance_id, extension_file_name(name), data.decode("utf-8")))
+        params = (self.instance_id, extension_file_name(name), data.decode("utf-8"))
+        self.write(f"save the state of extension {name!r}", lambda conn: conn.execute(
+            "INSERT INTO goondan_extension_state (instance_id, name, value) "
+            "VALUES (%s, %s, %s) ON CONFLICT (instance_id, name) "
+            "DO UPDATE SET value = excluded.value", params))
         self._extension_cache[name] = data
         return True
 
     # -- closing ---------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the connection, which releases the instance's lock (idempotent)."""
+        """Release the instance's lock (idempotent), once a write in flight has ended."""
         if not self._closed:
             self._closed = True
-            # Unlocked before the connection closes: the server ends a closed session a moment
-            # later, and the next opener must not find the lock still held.
-            with contextlib.suppress(psycopg.Error):
-                if not self.conn.broken and not self.conn.closed:
-                    self.conn.execute("SELECT pg_advisory_unlock(%s, %s)",
-                                      (LOCK_CLASS, lock_key(self.instance_id)))
-            if self._closer is not None:
-                self._closer.close()
-            else:
-                self.conn.close()
+            with self._lock:
+                self.db.locks.release(self.instance_id, self._generation)
 
     def __enter__(self) -> PostgresInstanceStore:
         return self
@@ -441,17 +446,39 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2) + "\n"
 
 
-def _find(conn: psycopg.Connection[Any], workspace_id: str, agent_name: str,
-          instance_key: str) -> tuple[int, str] | None:
-    row = conn.execute(
-        "SELECT id, metadata FROM goondan_instances WHERE workspace_id = %s AND agent_name = %s "
-        "AND instance_key = %s", (workspace_id, agent_name, instance_key)).fetchone()
-    return (int(row[0]), str(row[1])) if row else None
+def _find_or_create(conn: Connection, workspace_id: str, agent_name: str, instance_key: str,
+                    create: bool) -> int | None:
+    """The instance's row id; a new row (status idle) when there is none and ``create``."""
+    key = (workspace_id, agent_name, instance_key)
+    found = "SELECT id FROM goondan_instances WHERE workspace_id = %s AND agent_name = %s " \
+        "AND instance_key = %s"
+    row = conn.execute(found, key).fetchone()
+    if row is None and create:
+        now = now_iso()
+        meta = {"status": "idle", "agentName": agent_name, "instanceKey": instance_key,
+                "createdAt": now, "updatedAt": now}
+        conn.execute(
+            "INSERT INTO goondan_instances (workspace_id, agent_name, instance_key, metadata) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", (*key, _json_text(meta)))
+        row = conn.execute(found, key).fetchone()
+    return int(row[0]) if row else None
 
 
-def lock_key(instance_id: int) -> int:
-    """The instance's row id as the int4 second key of its advisory lock."""
-    return (instance_id % 0xFFFFFFFF) - 0x80000000
+# What an instance opened reads once locked: its metadata and the next journal and event seqs.
+_OPENED = (
+    "SELECT metadata, "
+    "(SELECT coalesce(max(seq) + 1, 0) FROM goondan_turn_records WHERE instance_id = %s), "
+    "(SELECT coalesce(max(seq) + 1, 0) FROM goondan_events WHERE instance_id = %s) "
+    "FROM goondan_instances WHERE id = %s"
+)
+
+
+def _not_found(workspace_id: str, agent_name: str, instance_key: str) -> WorkspaceError:
+    return WorkspaceError(
+        f"no instance {instance_key!r} of agent {agent_name!r} in workspace {workspace_id}",
+        code="E_WORKSPACE_INSTANCE_NOT_FOUND",
+        suggestion="goondan instance list shows the existing instances",
+    )
 
 
 def _parse_metadata(text: str, workspace_id: str, agent: str, key: str) -> dict[str, Any]:
