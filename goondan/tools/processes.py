@@ -47,6 +47,7 @@ ORCHESTRATOR_ENV = "GOONDAN_ORCHESTRATOR"
 AGENT_PROCESS_ENV = "GOONDAN_AGENT_PROCESS"
 GROUP_GRACE_S = 0.1
 _POLL_S = 0.005
+_SWEEP_LOOKS = 50  # a bound for a process that keeps forking faster than the sweep kills
 _orchestrator: str | None = None
 
 
@@ -92,24 +93,38 @@ def stop_group(pgid: int, grace_s: float = GROUP_GRACE_S) -> bool:
     return True
 
 
+def _proc_pids() -> list[int]:
+    """The pids under ``/proc`` (a test point of :func:`sweep`)."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
 def sweep(markers: dict[str, str]) -> int:
     """SIGKILL every process (but this one) whose environment holds all of ``markers``;
-    returns how many. Linux only (``/proc``); elsewhere nothing."""
-    proc_root = Path("/proc")
-    if not markers or not proc_root.is_dir():
+    returns how many. Linux only (``/proc``); elsewhere nothing.
+
+    One look at ``/proc`` is not enough: a marked process may fork after the look and before
+    its SIGKILL, and its child carries the markers too. So it looks again until a look finds
+    no process it has not killed yet (a process cannot fork once SIGKILL is pending)."""
+    if not markers or not Path("/proc").is_dir():
         return 0
     needles = {f"{k}={v}".encode() for k, v in markers.items()}
-    me = os.getpid()
+    seen = {os.getpid()}
     killed = 0
-    for entry in proc_root.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needles.issubset(environ.split(b"\0")):
+    for _ in range(_SWEEP_LOOKS):
+        found = [pid for pid in _proc_pids() if pid not in seen and _marked(pid, needles)]
+        if not found:
+            break
+        for pid in found:
+            seen.add(pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 killed += 1
     return killed
+
+
+def _marked(pid: int, needles: set[bytes]) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return needles.issubset(environ.split(b"\0"))

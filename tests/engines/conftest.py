@@ -1,23 +1,30 @@
 """The one local Ray cluster of the engine tests (``cluster``), shared by the whole session.
 
 ``ray.cluster_utils.Cluster``: a head and one more node, no dashboard, 100 MiB object store,
-one CPU per node, fast health checks, every address on 127.0.0.1. Tests that need Ray ask for
-``cluster``; without the extra they are skipped (``pytest.importorskip`` in their module).
+one CPU per node, every address on 127.0.0.1. Tests that need Ray ask for ``cluster``; without
+the extra they are skipped (``pytest.importorskip`` in their module).
+
+Health checks (``HEALTH``): a node whose raylet is killed is declared dead within about 1.5 s
+(its port refuses at once: three failed checks 0.5 s apart), so the crash tests stay short; a
+raylet that is alive but starved of CPU (a loaded 2-core machine) has 10 s to answer each check,
+so it is not declared dead (which would stop it and move its hosts, e.g. all onto the head).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-FAST_HEALTH = {
+HEALTH = {
     "health_check_period_ms": 500, "health_check_failure_threshold": 3,
-    "health_check_timeout_ms": 500, "health_check_initial_delay_ms": 0,
+    "health_check_timeout_ms": 10_000, "health_check_initial_delay_ms": 0,
 }
 # Every node, driver and worker on loopback: tests never talk to the machine's other addresses.
 NODE = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024, "include_dashboard": False,
@@ -40,7 +47,7 @@ def cluster() -> Iterator[Any]:
     from ray._private import ray_constants
     saved_cluster_flag = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
-    c = Cluster(initialize_head=True, head_node_args={**NODE, "_system_config": FAST_HEALTH})
+    c = Cluster(initialize_head=True, head_node_args={**NODE, "_system_config": HEALTH})
     c.add_node(**NODE)
     c.wait_for_nodes()
     ray.init(address=c.address, namespace="goondan", log_to_driver=False)
@@ -56,3 +63,17 @@ def cluster() -> Iterator[Any]:
             else:
                 os.environ[key] = value
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stall_node(node: Any, seconds: float) -> None:
+    """Stop ``node``'s raylet (SIGSTOP) for ``seconds``, then let it go on: a raylet starved of
+    CPU on a loaded machine, answering nothing meanwhile. The pause is the fault itself, not a
+    wait for a condition."""
+    from ray._private import ray_constants
+
+    (raylet,) = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET]
+    os.kill(raylet.process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(raylet.process.pid, signal.SIGCONT)

@@ -26,110 +26,11 @@ pytest.importorskip("ray")
 from goondan.engines.ray.host import MARKER_NAME
 from goondan.engines.ray.spawner import RaySpawner, host_index
 from tests.engines.conftest import NODE
+from tests.engines.gate import gate_bundle as _bundle
+from tests.engines.gate import log_lines as _log_lines
+from tests.engines.gate import until as _until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-# A tool that waits for a file the test writes (no sleep in the test): each call first appends
-# "<pid> <idempotencyKey>" to the log, so the test sees which host process ran it.
-_GATE = '''
-import asyncio
-import os
-import sys
-from pathlib import Path
-
-
-async def wait(ctx, input):
-    print("gate-canary: the tool ran", file=sys.stderr, flush=True)
-    with open(input["log"], "a", encoding="utf-8") as fh:
-        fh.write(f"{os.getpid()} {ctx.idempotency_key}\\n")
-    while not Path(input["go"]).exists():
-        await asyncio.sleep(0.02)
-    return "opened"
-
-
-handlers = {"wait": wait}
-'''
-
-
-def _bundle(tmp_path: Path, log: Path, go: Path) -> Path:
-    bundle = tmp_path / "gate"
-    (bundle / "tools").mkdir(parents=True)
-    (bundle / "tools" / "gate.py").write_text(_GATE, encoding="utf-8")
-    args = json.dumps({"log": str(log), "go": str(go)})
-    (bundle / "goondan.yaml").write_text(f"""\
-apiVersion: goondan.ai/v1
-kind: Package
-metadata:
-  name: ray-gate
----
-apiVersion: goondan.ai/v1
-kind: Model
-metadata:
-  name: fake
-spec:
-  provider: scripted
-  model: fake
-  options:
-    loop: true
-    script:
-      - when: "^wait"
-        steps:
-          - toolCalls:
-              - {{name: gate__wait, args: {args}}}
-          - text: done
-      - text: hello
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata:
-  name: gate
-spec:
-  entry: ./tools/gate.py
-  exports:
-    - name: wait
-      description: Wait until the go file exists.
-      idempotent: true
-      parameters:
-        type: object
-        properties:
-          log: {{type: string}}
-          go: {{type: string}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata:
-  name: worker
-spec:
-  modelConfig:
-    modelRef: Model/fake
-  prompts:
-    systemPrompt: You are a test agent.
-  tools:
-    - ref: Tool/gate
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata:
-  name: default
-spec:
-  entryAgent: Agent/worker
-  agents:
-    - ref: Agent/worker
-""", encoding="utf-8")
-    return bundle
-
-
-async def _until(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (value := predicate()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
-
-
-def _log_lines(log: Path) -> list[list[str]]:
-    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def _messages(url: str, key: str) -> list[dict[str, Any]]:

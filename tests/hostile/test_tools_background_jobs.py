@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -96,6 +97,42 @@ def test_keep_background_keeps_the_job_until_its_agent_process_sweeps_it(tmp_pat
     finally:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_marked_process_forked_while_a_sweep_runs_is_killed_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A marked job may fork after a sweep listed ``/proc`` and before it killed the job: the
+    child carries the markers too, and the sweep looks again until it finds no new one. The
+    fork is placed at that moment through the sweep's listing (its test point)."""
+    from goondan.tools import processes
+
+    tag = {"TEST_JOB_TAG": tmp_path.name}  # narrows the sweep to this test's processes
+    env = {**os.environ, **tag}
+
+    def job(seconds: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["sleep", seconds], env=env, start_new_session=True,
+                                stdin=subprocess.DEVNULL)
+
+    jobs = [job("7775")]
+    listed = processes._proc_pids
+
+    def listing() -> list[int]:
+        pids = listed()
+        if len(jobs) == 1:  # the job's child, born just after the first listing
+            jobs.append(job("7776"))
+        return pids
+
+    monkeypatch.setattr(processes, "_proc_pids", listing)
+    try:
+        assert sweep(tag) == 2
+        for proc in jobs:
+            assert proc.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        for proc in jobs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_keep_background_must_be_a_boolean(tmp_path: Path) -> None:
