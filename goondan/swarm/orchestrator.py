@@ -167,8 +167,8 @@ class Orchestrator(ProcessSupervisor):
         grace_period_ms: int | None = None,
     ) -> None:
         """Stop every process gracefully (SIGKILL after the grace period) and fail local waits."""
-        if self._stopping:
-            await self._wait_all_exited()
+        if self._stopping:  # a stop is under way (or was cancelled): its processes end
+            await self._wait_all_exited(grace_period_ms)
             return
         await self._stop_all(reason, grace_period_ms)
         self._pending.close(IpcError("the orchestrator is shutting down", code="E_IPC_SHUTDOWN"),

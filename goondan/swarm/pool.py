@@ -228,19 +228,35 @@ class PooledSpawner(Spawner):
             return host
 
     async def _read(self, host: _Host) -> None:
-        while True:
-            data = await host.pipe.recv_bytes()
-            if data is None:
-                break
-            for entry in json.loads(data):
-                handle = host.handles.get(entry[1])
-                if handle is None:
-                    continue
-                if entry[0] == "f":
-                    handle.report(IpcMessage.from_dict(entry[2]), None)
-                elif handle.report(None, entry[2]):
-                    host.handles.pop(entry[1], None)
-        await self._host_ended(host)
+        try:
+            while True:
+                data = await host.pipe.recv_bytes()
+                if data is None:
+                    break
+                for entry in json.loads(data):
+                    handle = host.handles.get(entry[1])
+                    if handle is None:
+                        continue
+                    if entry[0] == "f":
+                        handle.report(IpcMessage.from_dict(entry[2]), None)
+                    elif handle.report(None, entry[2]):
+                        host.handles.pop(entry[1], None)
+            await self._host_ended(host)
+        except asyncio.CancelledError:
+            self._unheard(host)
+            raise
+
+    def _unheard(self, host: _Host) -> None:
+        """The reader was cancelled (``asyncio.run`` cancels every task at its end): nobody
+        hears the host's instances end any more, so a stop waiting for them would wait forever.
+        The host is killed and its instances end with it."""
+        host.alive = False
+        if host.process.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(host.process.pid, signal.SIGKILL)
+        for handle in list(host.handles.values()):
+            handle.ended(WorkerExit("signalled", None, 9))
+        host.handles.clear()
 
     async def _host_ended(self, host: _Host) -> None:
         """The host's pipe closed: it exited or died; every instance on it ended with it."""

@@ -506,10 +506,8 @@ class _TaskHandle(AgentHandle):
         return int(self._task.result() or 0)
 
     async def wait(self) -> WorkerExit:
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(self._task)
-        while not self._task.done():  # shield re-raised our own cancellation
-            await asyncio.sleep(0)
+        # Neither raises the worker's error nor cancels it; a cancellation of ours propagates.
+        await asyncio.wait([self._task])
         if self._killed or self._task.cancelled():
             return WorkerExit("killed", None, signal.SIGKILL)
         if self._task.exception() is not None:

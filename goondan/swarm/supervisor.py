@@ -112,6 +112,8 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
         self._changed = asyncio.Event()
         self._stopping = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        # handle -> (its watch task, its pump task), until its exit is booked
+        self._watches: dict[AgentHandle, tuple[asyncio.Task[Any], asyncio.Task[Any]]] = {}
 
     # -- what a worker kind says -------------------------------------------------------------------
     @abc.abstractmethod
@@ -226,6 +228,11 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
         self._mark_changed()
         try:
             handle = await self.spawner.spawn(self._spawn_request(rec))
+        except asyncio.CancelledError:  # cancelled with every task: a stop waiting goes on
+            rec.transition("exit")
+            rec.exited.set()
+            self._mark_changed()
+            raise
         except Exception as exc:  # cannot even start a process: the same policy as a crash
             self._crashed(rec, None, f"spawning failed: {exc}")
             rec.exited.set()
@@ -234,7 +241,9 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
             return
         rec.spawned(handle)  # no longer starting: a stop waiting for the spawn goes on
         pump = self._spawn_task(self._pump(rec, handle))
-        self._spawn_task(self._watch(rec, handle, pump))
+        watch = self._spawn_task(self._watch(rec, handle, pump))
+        self._watches[handle] = (watch, pump)
+        watch.add_done_callback(lambda _: rec.notify())  # wakes _booked if it was cancelled
         self._on_spawned(rec, handle)
 
     async def _pump(self, rec: R, handle: AgentHandle) -> None:
@@ -242,13 +251,28 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
                             name=self._label(rec), logger=self.logger)
 
     async def _watch(self, rec: R, handle: AgentHandle, pump: asyncio.Task[Any]) -> None:
-        ended = await handle.wait()
-        # Messages written just before the exit (the last answer, turnFinished, connectorError)
-        # come first.
-        try:
-            async with asyncio.timeout(2.0):
-                await asyncio.shield(pump)
-        except (TimeoutError, asyncio.CancelledError):
+        await self._book_exit(rec, handle, pump, await handle.wait())
+
+    async def _booked(self, rec: R, handle: AgentHandle) -> None:
+        """Wait until the exit of ``handle`` (it exited) is booked: by its ``_watch`` task, or
+        here when that task is gone — cancelled, as ``asyncio.run`` cancels every task at its
+        end; nobody else would ever book it."""
+        def booked(r: R) -> bool:
+            watch = self._watches.get(handle)
+            return r.handle is not handle or watch is None or watch[0].done()
+
+        await rec.wait_for(booked)
+        if rec.handle is handle:
+            pump = self._watches[handle][1] if handle in self._watches else None
+            await self._book_exit(rec, handle, pump, await handle.wait())
+
+    async def _book_exit(self, rec: R, handle: AgentHandle, pump: asyncio.Task[Any] | None,
+                         ended: WorkerExit) -> None:
+        """The exit bookkeeping of ``handle``; whoever comes second finds it done."""
+        if pump is not None:
+            # Messages written just before the exit (the last answer, turnFinished,
+            # connectorError) come first.
+            await asyncio.wait([pump], timeout=2.0)
             pump.cancel()
         with contextlib.suppress(Exception):
             await handle.transport.aclose()
@@ -258,6 +282,9 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
             await asyncio.to_thread(
                 sweep, {ORCHESTRATOR_ENV: owner_token(), AGENT_PROCESS_ENV: str(handle.pid)}
             )
+        if rec.handle is not handle:
+            return
+        self._watches.pop(handle, None)
         try:
             self._on_exit(rec, ended)
         except Exception:  # bookkeeping bug: keep supervising the other processes
@@ -302,18 +329,22 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
         self._mark_changed()
         grace = self.grace_period_ms if grace_period_ms is None else grace_period_ms
         await self._send(rec, handle, Shutdown(grace, reason).ipc_message(self._address(rec)))
+        await self._end(rec, handle, grace)
+        self._on_stopped(rec, reason)
+
+    async def _end(self, rec: R, handle: AgentHandle, grace: int) -> None:
+        """Wait for the exit of ``handle`` (SIGKILL after ``grace`` ms) and its bookkeeping."""
         try:
             async with asyncio.timeout(grace / 1000):
                 await handle.wait()
         except TimeoutError:
             self.logger.warning(
                 "%s did not finish within %d ms; killing it", self._label(rec), grace,
-                extra={"event": "orchestrator.shutdownTimeout", "process": self._address(rec)},
+                extra={"event": "orchestrator.shutdownTimeout", "worker": self._label(rec)},
             )
             handle.kill()
             await handle.wait()
-        await rec.wait_for(lambda r: r.handle is not handle)  # _watch runs the exit bookkeeping
-        self._on_stopped(rec, reason)
+        await self._booked(rec, handle)
 
     async def _stop_all(self, reason: ShutdownReason, grace_period_ms: int | None) -> None:
         """Stop every process (gracefully, SIGKILL after the grace period); none respawns."""
@@ -327,11 +358,16 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
             ),
             return_exceptions=True,
         )
-        await self._wait_all_exited()
+        await self._wait_all_exited(grace_period_ms)
 
-    async def _wait_all_exited(self) -> None:
+    async def _wait_all_exited(self, grace_period_ms: int | None = None) -> None:
+        """Wait until no process is left (SIGKILL after the grace period): the stop already
+        under way may have been cancelled."""
+        grace = self.grace_period_ms if grace_period_ms is None else grace_period_ms
         for rec in list(self.records.values()):
-            await rec.wait_for(lambda r: not (r.alive or r.starting))
+            await rec.wait_for(lambda r: not r.starting)
+            while (handle := rec.handle) is not None:
+                await self._end(rec, handle, grace)
 
     async def _close_tasks(self) -> None:
         """End the background tasks."""
@@ -469,8 +505,7 @@ class ProcessSupervisor(WorkerSupervisor[tuple[str, str], InstanceRecord]):
         """Write the status file a last time and end the background tasks."""
         if self._status_writer is not None:
             self._status_writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._status_writer
+            await asyncio.wait([self._status_writer])  # a cancellation of ours propagates
             await asyncio.to_thread(self._write_status)
         await super()._close_tasks()
 
