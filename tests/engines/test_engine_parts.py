@@ -7,6 +7,8 @@ import asyncio
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -66,3 +68,48 @@ def test_a_host_takes_the_forwarded_environment_and_gives_the_node_its_own_back(
     assert (os.environ["NODE_OWN"], os.environ["FORWARDED_ONLY"]) == ("driver", "x")
     host.apply_env({})  # e.g. removed from the .env file before `goondan restart`
     assert os.environ["NODE_OWN"] == "node" and "FORWARDED_ONLY" not in os.environ
+
+
+class _Method:
+    """A Ray actor method as the driver calls it: ``.options(...).remote(*args)``."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def options(self, **_: Any) -> _Method:
+        return self
+
+    def remote(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def test_a_cancelled_host_poll_ends_that_hosts_workers(tmp_path: Path) -> None:
+    """``asyncio.run`` cancels every task at its end, the poll of a host too: its workers are
+    killed on the host and end, so a stop waiting for them ends (the host actor stands in for
+    Ray's: nothing else of Ray runs)."""
+    pytest.importorskip("ray")
+    from goondan.engines.ray.spawner import RaySpawner, _RayHandle, _RayTransport
+    from goondan.swarm.spawner import SpawnRequest
+
+    killed: list[str] = []
+
+    async def poll() -> Any:
+        await asyncio.Event().wait()
+
+    actor = SimpleNamespace(poll=_Method(poll), kill=_Method(killed.append))
+
+    async def main() -> None:
+        spawner = RaySpawner(tmp_path, state_root=tmp_path)
+        spawner._actors, spawner._by_host, spawner._epochs = [actor], [{"a.k#1"}], ["e1"]
+        handle = _RayHandle(SpawnRequest("a", "k"), _RayTransport(spawner, 0, "a.k#1"))
+        spawner._handles["a.k#1"] = handle
+        pump = asyncio.get_running_loop().create_task(spawner._pump(0))
+        await asyncio.sleep(0)
+        pump.cancel()
+        await asyncio.gather(pump, return_exceptions=True)
+        assert pump.cancelled()
+        async with asyncio.timeout(5):
+            ended = await handle.wait()
+        assert ended.signal == 9 and killed == ["a.k#1"] and not spawner._handles
+
+    asyncio.run(main())

@@ -404,6 +404,25 @@ class RaySpawner(Spawner):
             self._forget(hid)
 
     async def _pump(self, index: int) -> None:
+        try:
+            await self._poll(index)
+        except asyncio.CancelledError:
+            self._unheard(index)
+            raise
+
+    def _unheard(self, index: int) -> None:
+        """The poll of host ``index`` was cancelled (``asyncio.run`` cancels every task at its
+        end): nobody hears its workers end any more, so a stop waiting for them would wait
+        forever. They are killed on the host and end here."""
+        for hid in list(self._by_host[index] if index < len(self._by_host) else ()):
+            handle = self._handles.get(hid)
+            if handle is not None:
+                with contextlib.suppress(Exception):  # Ray may be going away too
+                    handle.kill()
+                handle.ended(WorkerExit("signalled", None, 9))
+            self._forget(hid)
+
+    async def _poll(self, index: int) -> None:
         actor = self._actors[index]
         while True:
             try:
