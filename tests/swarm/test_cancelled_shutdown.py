@@ -26,6 +26,7 @@ from goondan.runtime.agents import response_text
 from goondan.swarm.connector_supervisor import ConnectorSupervisor
 from goondan.swarm.orchestrator import Orchestrator
 from goondan.swarm.spawner import InProcessSpawner, ProcessSpawner, SpawnRequest
+from goondan.types import AgentEvent
 from tests.support.ipc_agents import AGENTS_ENV, script_child_main
 
 AGENTS = ["a"]
@@ -170,7 +171,7 @@ def test_shutdown_after_the_watch_tasks_were_cancelled_stops_the_agent_process(
     asyncio.run(main())
 
 
-def test_a_cancelled_shutdown_raises_cancelled_error(state_root: Path, pids: list[int]) -> None:
+def test_a_cancelled_shutdown_raises_cancelled_error() -> None:
     """Cancelling ``shutdown`` itself still cancels it (nothing swallows the cancellation)."""
 
     async def until_shutdown(request: SpawnRequest, transport: Transport) -> int:
@@ -183,7 +184,7 @@ def test_a_cancelled_shutdown_raises_cancelled_error(state_root: Path, pids: lis
         orch = Orchestrator(InProcessSpawner(until_shutdown), swarm_name="t", entry_agent="a",
                             agents=AGENTS, grace_period_ms=60_000, reconcile_interval_s=0)
         await orch.start()
-        await orch.submit("a", _event())
+        await orch.submit("a", AgentEvent(type="message", input="hi"))
         rec = orch.records[("a", "default")]
         await orch.wait_until(lambda: rec.handle is not None, timeout=10)
         stopping = asyncio.ensure_future(orch.shutdown())
@@ -198,12 +199,6 @@ def test_a_cancelled_shutdown_raises_cancelled_error(state_root: Path, pids: lis
         assert rec.handle is None
 
     asyncio.run(main())
-
-
-def _event() -> Any:
-    from goondan.types import AgentEvent
-
-    return AgentEvent(type="message", input="hi")
 
 
 def test_connector_shutdown_after_its_watch_tasks_were_cancelled_ends() -> None:
@@ -245,7 +240,7 @@ def test_an_agent_that_does_not_drain_is_killed_after_the_grace_period() -> None
         orch = Orchestrator(InProcessSpawner(never_drains), swarm_name="t", entry_agent="a",
                             agents=AGENTS, grace_period_ms=50, reconcile_interval_s=0)
         await orch.start()
-        await orch.submit("a", _event())
+        await orch.submit("a", AgentEvent(type="message", input="hi"))
         rec = orch.records[("a", "default")]
         await orch.wait_until(lambda: rec.handle is not None, timeout=10)
         handle = rec.handle
