@@ -25,7 +25,7 @@ from goondan.swarm.spawner import ProcessSpawner, Spawner
 pytest.importorskip("ray")
 
 from goondan.engines.ray.spawner import RaySpawner, host_index
-from tests.engines.conftest import stall_node
+from tests.engines.conftest import settle_nodes, stall_node
 from tests.engines.gate import gate_bundle, log_lines, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -218,6 +218,7 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
     bundle = gate_bundle(tmp_path, log, go)
     state_root = tmp_path / "state"
     head = cluster.head_node.node_id
+    settle_nodes(cluster)
 
     async def main() -> None:
         # two hosts on the head and the other node (the crash leaves the head alone, where the

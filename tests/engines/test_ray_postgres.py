@@ -25,7 +25,7 @@ pytest.importorskip("ray")
 
 from goondan.engines.ray.host import MARKER_NAME
 from goondan.engines.ray.spawner import RaySpawner, host_index
-from tests.engines.conftest import NODE
+from tests.engines.conftest import settle_nodes
 from tests.engines.gate import gate_bundle as _bundle
 from tests.engines.gate import log_lines as _log_lines
 from tests.engines.gate import until as _until
@@ -81,8 +81,7 @@ def test_a_lost_hosts_turn_resumes_from_postgres_on_its_restarted_host(
     log, go = tmp_path / "calls.log", tmp_path / "go"
     bundle = _bundle(tmp_path, log, go)
     driver_root = tmp_path / "driver"  # the orchestrator's; the hosts need nothing under it
-    cluster.add_node(**NODE)  # three nodes: the crash removes one that holds a host
-    cluster.wait_for_nodes()
+    settle_nodes(cluster, off_head=2)  # three nodes: the crash removes one that holds a host
     head = cluster.head_node.node_id
 
     async def main() -> str:
