@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
+# No bytecode compiled at install time: the modules a run imports are compiled (once, cached in
+# __pycache__) when first imported; compiling every file of Ray, Phoenix and their ~200
+# dependencies took about half of each install (figures in the commit that added it).
+INSTALL := install --no-compile
 # Arize Phoenix, the real OTLP backend of tests/e2e/test_otlp_phoenix.py, in a venv of its own
 # (it brings ~150 packages that must never reach the project's environment).
 PHOENIX_VENV ?= .venv-phoenix
@@ -15,13 +19,13 @@ $(BIN)/python:
 # The editable install is redone only when pyproject.toml changes (the code itself is linked),
 # so `make demo` and `make bench` start in seconds after the first time.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(PIP) install -e .
+	$(PIP) $(INSTALL) -e .
 	touch $@
 
 install: $(VENV)/.installed  ## install goondan (runtime dependencies only)
 
 dev: $(BIN)/python  ## install goondan with the test/dev extras
-	$(PIP) install -e '.[dev]'
+	$(PIP) $(INSTALL) -e '.[dev]'
 	touch $(VENV)/.installed
 
 demo: $(VENV)/.installed  ## run the bundled quickstart example offline (scripted model)
@@ -30,7 +34,8 @@ demo: $(VENV)/.installed  ## run the bundled quickstart example offline (scripte
 
 $(PHOENIX_VENV)/bin/phoenix:
 	$(PYTHON) -m venv $(PHOENIX_VENV)
-	$(PHOENIX_VENV)/bin/python -m pip --disable-pip-version-check -q install 'arize-phoenix>=12,<21'
+	$(PHOENIX_VENV)/bin/python -m pip --disable-pip-version-check -q $(INSTALL) \
+	  'arize-phoenix>=12,<21'
 
 phoenix: $(PHOENIX_VENV)/bin/phoenix  ## install Arize Phoenix (OTLP test backend) into its own venv
 
