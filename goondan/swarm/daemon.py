@@ -51,7 +51,8 @@ __all__ = [
 
 READY_TIMEOUT_S = 60.0
 # A connector reports ``ready`` before its ``run(ctx)`` starts, and a start failure in ``run``
-# (its port taken) comes a moment later: ready means every connector kept running this long.
+# (its port taken) comes a moment later: ready means every connector kept running this long. A
+# swarm with no agent or connector process has nothing that could fail so: it is ready at once.
 SETTLE_S = 1.0
 _POLL_S = 0.05
 _STARTING = ("pending", "spawning", "crashed", "crashLoopBackOff")
@@ -185,7 +186,8 @@ def _await_workers(
     active: ActiveRuntime, child: subprocess.Popen[bytes], deadline: float
 ) -> str | None:
     """Wait until every agent and connector process of the swarm runs and kept running for
-    :data:`SETTLE_S`; returns why it will not (a crash, the orchestrator's exit, the deadline)."""
+    :data:`SETTLE_S` (none: no wait); returns why it will not (a crash, the orchestrator's exit,
+    the deadline)."""
     steady: tuple[dict[str, Any], float] | None = None
     while True:
         doc: JsonObject | None = None
@@ -198,6 +200,8 @@ def _await_workers(
             if failure is not None:
                 return failure
             up = _workers_up(doc)
+            if up == {}:  # no process at all (the rows are made before the socket answers)
+                return None
             now = time.monotonic()
             if up is None or steady is None or steady[0] != up:
                 steady = (up, now) if up is not None else None

@@ -1,7 +1,8 @@
 """OTLP export end to end against a real backend: Arize Phoenix from PyPI, started locally.
 
-Phoenix lives in its own virtual environment (``make phoenix`` → ``.venv-phoenix``; ``make
-test`` depends on it) so its ~150 packages never reach the project's environment. The test
+Phoenix lives in its own virtual environment (``make phoenix`` → ``.venv-phoenix``) so its ~150
+packages never reach the project's environment; ``make test`` installs it in the background
+while the tests run and the fixture waits for that (tests/support/phoenix_install.py). The test
 runs the delegation example under ``goondan run`` with ``GOONDAN_OTLP_ENDPOINT`` pointing at
 Phoenix, then reads the spans back from Phoenix's REST API and compares them with the trace
 ``goondan inspect trace`` rebuilt from ``runtime-events.jsonl``: same trace id, same span ids,
@@ -24,7 +25,10 @@ from typing import Any
 import pytest
 import urllib3
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+from tests.support.phoenix_install import wait_for_install
+
+# The timeout covers the wait for make test's background install of Phoenix (a hang guard only).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "delegation"
 PHOENIX = Path(os.environ.get("GOONDAN_PHOENIX_BIN") or REPO / ".venv-phoenix" / "bin" / "phoenix")
@@ -46,6 +50,7 @@ def _get(url: str) -> tuple[int, Any]:
 
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    wait_for_install(PHOENIX)
     if not PHOENIX.exists():
         pytest.skip(f"Phoenix is not installed at {PHOENIX} (run 'make phoenix')")
     port = _free_port()
