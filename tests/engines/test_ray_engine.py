@@ -25,7 +25,7 @@ from goondan.swarm.spawner import ProcessSpawner, Spawner
 pytest.importorskip("ray")
 
 from goondan.engines.ray.spawner import RaySpawner, host_index
-from tests.engines.conftest import settle_nodes, stall_node
+from tests.engines.conftest import settle_nodes, stall_node, start_with_a_host_off_head
 from tests.engines.gate import gate_bundle, log_lines, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -223,13 +223,8 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
     async def main() -> None:
         # two hosts on the head and the other node (the crash leaves the head alone, where the
         # host restarts; tests that need another node add one, as test_ray_postgres.py does)
-        spawner = RaySpawner(bundle, state_root=state_root, hosts=2)
-        await spawner.start()
-        infos = await spawner.host_info()
-        # soft affinity spreads them
-        off_head = [i for i, h in enumerate(infos) if h["nodeId"] != head]
-        assert off_head, f"every host landed on the head node: {infos}"
-        index = off_head[0]
+        spawner, infos, index = await start_with_a_host_off_head(
+            lambda n: RaySpawner(bundle, state_root=state_root / str(n), hosts=2), head)
         (doomed,) = [n for n in cluster.list_all_nodes() if n.node_id == infos[index]["nodeId"]]
         key = next(k for k in (f"k{i}" for i in range(1000)) if host_index("worker", k, 2) == index)
         orch = Orchestrator(spawner, swarm_name="default", entry_agent="worker",
@@ -275,7 +270,8 @@ def test_node_crash_mid_turn_restarts_the_host_elsewhere(cluster: Any, tmp_path:
             await spawner.aclose()
 
     asyncio.run(asyncio.wait_for(main(), 150))
-    (base,) = [p for p in state_root.glob("workspaces/*/instances/*/messages/base.jsonl")]
+    # (under the state root of the spawner that ran: state_root/<attempt>)
+    (base,) = [p for p in state_root.glob("*/workspaces/*/instances/*/messages/base.jsonl")]
     records = [json.loads(line)["data"] for line in base.read_text().splitlines()]
     # each input once and in order, the interrupted turn's recovered from disk, and its call's
     # result stored once

@@ -25,7 +25,7 @@ pytest.importorskip("ray")
 
 from goondan.engines.ray.host import MARKER_NAME
 from goondan.engines.ray.spawner import RaySpawner, host_index
-from tests.engines.conftest import settle_nodes
+from tests.engines.conftest import settle_nodes, start_with_a_host_off_head
 from tests.engines.gate import gate_bundle as _bundle
 from tests.engines.gate import log_lines as _log_lines
 from tests.engines.gate import until as _until
@@ -85,12 +85,9 @@ def test_a_lost_hosts_turn_resumes_from_postgres_on_its_restarted_host(
     head = cluster.head_node.node_id
 
     async def main() -> str:
-        spawner = RaySpawner(bundle, state_root=driver_root, hosts=3, store_url=postgres_url)
-        await spawner.start()
-        infos = await spawner.host_info()
-        off_head = [i for i, h in enumerate(infos) if h["nodeId"] != head]
-        assert off_head, f"every host landed on the head node: {infos}"
-        index = off_head[0]
+        spawner, infos, index = await start_with_a_host_off_head(
+            lambda n: RaySpawner(bundle, state_root=driver_root / str(n), hosts=3,
+                                 store_url=postgres_url), head)
         (doomed,) = [n for n in cluster.list_all_nodes() if n.node_id == infos[index]["nodeId"]]
         key = next(k for k in (f"k{i}" for i in range(1000)) if host_index("worker", k, 3) == index)
         orch = Orchestrator(spawner, swarm_name="default", entry_agent="worker",
@@ -129,7 +126,9 @@ def test_a_lost_hosts_turn_resumes_from_postgres_on_its_restarted_host(
                and m.get("content") == [{"type": "text", "text": "done"}]]
     results = [m for m in stored if m.get("role") == "tool"]
     assert len(users) == 1 and len(answers) == 1 and len(results) == 1, stored  # stored once
-    _no_conversation_under(driver_root)
+    # the state roots of the spawners started (start_with_a_host_off_head), if any was made
+    for root in [driver_root, *driver_root.glob("*")]:
+        _no_conversation_under(root)
     _assert_password_nowhere_in_ray(str(urlsplit(postgres_url).password), "gate-canary")
 
 
