@@ -63,7 +63,16 @@ def open_instance(state_root: Path, store_url: str | None = None) -> Any:
         return InstanceStore.open(state_root, WORKSPACE, AGENT, KEY, fsync=False)
     from goondan.storage.postgres.backend import PostgresBackend
 
-    return PostgresBackend.open(store_url).open_instance(WORKSPACE, AGENT, KEY)
+    backend = PostgresBackend.open(store_url)
+    try:
+        return backend.open_instance(WORKSPACE, AGENT, KEY)
+    except BaseException:
+        # Not left open: the crash test retries while the killed writer's session still holds
+        # the lock, and each backend left behind would keep its pool's and lock session's
+        # connections until the test's database is dropped — enough of them, under load, and
+        # the next writer cannot connect (``too many clients``).
+        backend.close()
+        raise
 
 
 def child_loop(state_root: Path, progress_fd: int, store_url: str | None = None) -> None:

@@ -18,6 +18,7 @@ import os
 import random
 import signal
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ def spawn(state_root: Path, store_url: str | None) -> tuple[int, int]:
             os.close(read_fd)
             child_loop(state_root, write_fd, store_url)
         except BaseException:
+            traceback.print_exc()  # in the test's captured stderr: why the child stopped
             code = 1
         finally:
             os._exit(code)
