@@ -14,11 +14,14 @@ child's session, which holds the instance lock).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import signal
 import time
 import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +51,52 @@ def recover(messages: list[Message]) -> list[Message]:
     return state.next_messages
 
 
-def spawn(state_root: Path, store_url: str | None) -> tuple[int, int]:
+class Writer:
+    """A writer process running turns until killed, and the pipe of its progress reports."""
+
+    def __init__(self, pid: int, progress_fd: int, process: BaseProcess | None = None) -> None:
+        self.pid, self.progress_fd, self._process = pid, progress_fd, process
+
+    def kill(self) -> int | None:
+        """SIGKILL it; the signal that ended it (None: it exited on its own first)."""
+        os.kill(self.pid, signal.SIGKILL)
+        if self._process is None:
+            _, status = os.waitpid(self.pid, 0)
+            signalled = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        else:
+            self._process.join()
+            code = self._process.exitcode
+            signalled = -code if code is not None and code < 0 else None
+        os.close(self.progress_fd)
+        return signalled
+
+
+# The PostgreSQL writer is forked from a fork server (a fresh interpreter without threads), not
+# from pytest's process: a fork of a process with threads (xdist's, psycopg pools') inherits any
+# lock another thread held at that instant, and the writer's own pool threads then hung (its
+# first connection: "couldn't get a connection after 10 s", twice in `make test` under load).
+# The JSONL writer uses no thread and no library lock: a plain fork, ~3x cheaper per kill.
+_FORK_SERVER = multiprocessing.get_context("forkserver")
+_FORK_SERVER.set_forkserver_preload(["tests.support.crash_turns"])
+
+
+def _writer(state_root: Path, progress: Connection, store_url: str | None) -> None:
+    try:
+        child_loop(state_root, progress.fileno(), store_url)
+    except BaseException:
+        traceback.print_exc()  # in the test's captured stderr: why the writer stopped
+        os._exit(1)
+
+
+def spawn(state_root: Path, store_url: str | None) -> Writer:
+    if store_url is not None:
+        reader, writer = _FORK_SERVER.Pipe(duplex=False)
+        process = _FORK_SERVER.Process(target=_writer, args=(state_root, writer, store_url),
+                                       daemon=True)
+        process.start()
+        writer.close()
+        assert process.pid is not None
+        return Writer(process.pid, os.dup(reader.fileno()), process)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never return into pytest
@@ -57,12 +105,12 @@ def spawn(state_root: Path, store_url: str | None) -> tuple[int, int]:
             os.close(read_fd)
             child_loop(state_root, write_fd, store_url)
         except BaseException:
-            traceback.print_exc()  # in the test's captured stderr: why the child stopped
+            traceback.print_exc()
             code = 1
         finally:
             os._exit(code)
     os.close(write_fd)
-    return pid, read_fd
+    return Writer(pid, read_fd)
 
 
 def read_reports(fd: int, wanted: int) -> bytes:
@@ -101,12 +149,10 @@ def test_sigkill_at_random_moments_never_loses_or_duplicates(
     expected: list[Message] = []  # the history recovered after the previous kill
     total_commits = 0
     for _ in range(kills):
-        pid, fd = spawn(state_root, store_url)
-        reports = read_reports(fd, rng.randint(1, 14))
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
-        assert os.WIFSIGNALED(status), "child stopped on its own (it must run until killed)"
+        writer = spawn(state_root, store_url)
+        reports = read_reports(writer.progress_fd, rng.randint(1, 14))
+        ended_by = writer.kill()
+        assert ended_by == signal.SIGKILL, "the writer stopped on its own (it must run till killed)"
         committed = reports.count(b"c")
         total_commits += committed
 
