@@ -276,9 +276,10 @@ class WorkerSupervisor(abc.ABC, Generic[K, R]):
             pump.cancel()
         with contextlib.suppress(Exception):
             await handle.transport.aclose()
-        if (not ended.ok and handle.owns_pid and handle.pid is not None
-                and handle.pid != os.getpid()):
-            # A crashed (e.g. SIGKILLed) worker could not stop its tools' processes.
+        if handle.owns_pid and handle.pid is not None and handle.pid != os.getpid():
+            # A crashed (e.g. SIGKILLed) worker could not stop its tools' processes, and one
+            # that exited on its own swept them before a last job may have started (during its
+            # interpreter's shutdown): whatever still carries its marker goes (usually nothing).
             await asyncio.to_thread(
                 sweep, {ORCHESTRATOR_ENV: owner_token(), AGENT_PROCESS_ENV: str(handle.pid)}
             )
