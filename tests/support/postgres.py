@@ -192,16 +192,14 @@ def _initdb(bin_dir: Path, directory: Path, password: str) -> None:
         raise RuntimeError(f"initdb failed ({done.returncode}):\n{output[-3000:]}")
 
 
-def _spawn(
-    bin_dir: Path, directory: Path, port: int, *, fsync: bool, max_connections: int = 100
-) -> subprocess.Popen[bytes]:
+def _spawn(bin_dir: Path, directory: Path, port: int, *, fsync: bool) -> subprocess.Popen[bytes]:
     settings = {
         "listen_addresses": "127.0.0.1",
         "port": str(port),
         "unix_socket_directories": "",
         "fsync": "on" if fsync else "off",
         "full_page_writes": "on" if fsync else "off",
-        "max_connections": str(max_connections),
+        "max_connections": "100",  # the server's default, stated: the tests count on it
         "shared_buffers": "32MB",
         "logging_collector": "off",
     }
@@ -238,11 +236,10 @@ def _wait_ready(cluster: PostgresCluster) -> None:
             time.sleep(0.05)  # polling a condition with a deadline
 
 
-def start_cluster(*, fsync: bool = False, max_connections: int = 100) -> PostgresCluster:
+def start_cluster(*, fsync: bool = False) -> PostgresCluster:
     """initdb + start + a template database; raises ``RuntimeError`` saying why it could not.
 
-    ``fsync=True`` and ``max_connections`` are for benchmarks (scripts/bench_store.py): commits
-    pay a real flush; one connection per open instance may need more than the default 100.
+    ``fsync=True`` is for benchmarks (scripts/bench_store.py): commits pay a real flush.
     """
     bin_dir = find_bin_dir()
     if bin_dir is None or not (bin_dir / "postgres").exists():
@@ -265,8 +262,7 @@ def start_cluster(*, fsync: bool = False, max_connections: int = 100) -> Postgre
         last_error: RuntimeError | None = None
         for _attempt in range(3):  # another process may take the free port first
             port = _free_port()
-            process = _spawn(bin_dir, directory, port, fsync=fsync,
-                             max_connections=max_connections)
+            process = _spawn(bin_dir, directory, port, fsync=fsync)
             cluster = PostgresCluster(directory, port, password, process)
             try:
                 _wait_ready(cluster)
