@@ -69,38 +69,10 @@ def settle_nodes(cluster: Any, *, off_head: int = 1) -> None:
     """Give ``cluster`` at least ``off_head`` nodes besides the head (a crash test of this
     session may have removed one), then wait until Ray lists exactly its nodes as alive: a node
     removed a moment ago is still listed alive until its health checks fail, and a host placed
-    on it would land on the head instead (soft affinity); then until an actor can be placed on
-    each of them."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+    on it would land on the head instead (soft affinity)."""
     while len(cluster.list_all_nodes()) - 1 < off_head:
         cluster.add_node(**NODE)
     cluster.wait_for_nodes(timeout=60)
-
-    @ray.remote(num_cpus=0)
-    class Probe:
-        def node(self) -> str:
-            return str(ray.get_runtime_context().get_node_id())
-
-    # The scheduler's view of the cluster lags the node table on a loaded machine: until it
-    # knows a node, a soft-affine host meant for it is placed on the head. An actor that MUST
-    # run on the node (hard affinity) fails while the scheduler does not know it: poll with one
-    # until it runs there.
-    deadline = time.monotonic() + 60
-    for node in cluster.list_all_nodes()[1:]:
-        strategy = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
-        while True:
-            probe = Probe.options(scheduling_strategy=strategy).remote()  # type: ignore[attr-defined]
-            try:
-                if ray.get(probe.node.remote(), timeout=30) == node.node_id:
-                    break
-            except ray.exceptions.RayError:
-                if time.monotonic() > deadline:
-                    raise
-            finally:
-                ray.kill(probe)
-            time.sleep(0.1)
 
 
 async def start_with_a_host_off_head(make: Callable[[int], Any], head: str,
